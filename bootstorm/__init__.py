@@ -1,0 +1,1 @@
+"""bootstorm.bootstorm."""

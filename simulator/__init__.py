@@ -1,0 +1,50 @@
+"""bootstorm.simulator — a small discrete-event kernel on SimPy.
+
+It knows nothing about networks: a :class:`Program` of ops per sandbox runs on
+processor-sharing cores, sleeping locks, spinlocks, reader-writer locks,
+admission gates and device pools, and gives a frozen :class:`Result`.
+"""
+
+from .executor import SimPyExecutor, run_program
+from .program import GateSpec, LockKind, LockSpec, MachineSpec, OpKind, PoolSpec, Program, ProgramError
+from .recorder import Recording
+from .result import (
+    CpuStats,
+    GateStats,
+    LockStats,
+    PoolStats,
+    Result,
+    StageStats,
+    StartupStats,
+)
+from .steps import Cpu, Hold, Pooled, SandboxPlan, Sleep, Stage, Step, Zero, compile_program
+
+__all__ = [
+    "Cpu",
+    "CpuStats",
+    "GateSpec",
+    "GateStats",
+    "Hold",
+    "LockKind",
+    "LockSpec",
+    "LockStats",
+    "MachineSpec",
+    "OpKind",
+    "PoolSpec",
+    "PoolStats",
+    "Pooled",
+    "Program",
+    "ProgramError",
+    "Recording",
+    "Result",
+    "SandboxPlan",
+    "SimPyExecutor",
+    "Sleep",
+    "Stage",
+    "StageStats",
+    "StartupStats",
+    "Step",
+    "Zero",
+    "compile_program",
+    "run_program",
+]

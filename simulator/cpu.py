@@ -1,0 +1,202 @@
+"""A pool of cores shared by egalitarian processor sharing, in O(log n) per event.
+
+With ``k`` runnable jobs on ``N`` cores each job gets ``s = min(1, N/k)`` of a
+core. Instead of updating every job's remaining work at every change, the pool
+keeps a *share clock* ``S(t) = ∫ s dt``: a job of ``w`` core-seconds started
+when the clock read ``S0`` finishes when it reads ``S0 + w`` (its finish tag),
+so the next completion is the smallest tag in a heap.
+
+Three kinds of jobs share the cores:
+
+- *work*: progresses at ``s``;
+- *zeroing*: also holds a core share ``s`` but progresses at
+  ``z = min(s, B / (m·c))`` where ``m`` zeroing jobs share the memory bandwidth
+  ``B`` and ``c`` is the per-core zeroing rate; a second clock ``Z = ∫ z dt``
+  tracks its progress (a core stalled on memory is still busy);
+- *spinning*: holds a share until told to stop, never completes by itself.
+
+Every job's core-seconds are ``S(end) - S(start)``, so CPU accounting is exact
+and costs nothing per event. One timer is pending at a time; a timer made
+stale by a later change is ignored when it fires.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+
+import simpy
+
+__all__ = ["ProcessorSharingCPU", "SpinHandle"]
+
+# Completions within this relative distance of the clock count as due:
+# the clock is advanced by products of floats and lands a few ulps off a tag.
+_REL_EPS = 1e-12
+
+
+class SpinHandle:
+    """A spinning job; pass it back to :meth:`ProcessorSharingCPU.stop_spin`."""
+
+    __slots__ = ("account", "active", "start_share")
+
+    def __init__(self, start_share: float, account: Callable[[float], None]) -> None:
+        self.start_share = start_share
+        self.account = account
+        self.active = True
+
+
+class ProcessorSharingCPU:
+    """``cores`` cores shared by all runnable jobs.
+
+    ``run`` and ``zero`` return events that succeed when the job is done;
+    ``on_cpu(core_s)`` is called with the core-seconds the job received, for
+    accounting by whoever submitted it.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        *,
+        cores: int,
+        zero_bytes_per_core_s: float,
+        memory_bandwidth_bytes_s: float,
+        on_change: Callable[[float, int, int], None] | None = None,
+    ) -> None:
+        self.env = env
+        self.cores = cores
+        self.zero_rate = zero_bytes_per_core_s
+        self.bandwidth = memory_bandwidth_bytes_s
+        self._on_change = on_change
+        self._share_clock = 0.0  # S(t)
+        self._zero_clock = 0.0  # Z(t), in core-seconds of zeroing at full speed
+        self._last = 0.0
+        self._share = 1.0  # s
+        self._zero_speed = 1.0  # z
+        # Heaps of (finish tag, seq, event, start share, on_cpu).
+        self._work: list[tuple[float, int, simpy.Event, float, Callable[[float], None]]] = []
+        self._zeroing: list[tuple[float, int, simpy.Event, float, Callable[[float], None]]] = []
+        self._spinning = 0
+        self._seq = 0
+        self._timer_at = math.inf
+        self._timer_gen = 0
+
+    # -- state -----------------------------------------------------------
+    @property
+    def runnable(self) -> int:
+        return len(self._work) + len(self._zeroing) + self._spinning
+
+    @property
+    def spinning(self) -> int:
+        return self._spinning
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self._last
+        if dt > 0.0:
+            self._share_clock += self._share * dt
+            self._zero_clock += self._zero_speed * dt
+            self._last = now
+
+    def _rates(self) -> None:
+        k = self.runnable
+        self._share = 1.0 if k <= self.cores else self.cores / k
+        m = len(self._zeroing)
+        if m:
+            # Bandwidth cap per zeroing job, in cores' worth of zeroing speed.
+            cap = self.bandwidth / (m * self.zero_rate)
+            self._zero_speed = self._share if self._share < cap else cap
+        else:
+            self._zero_speed = self._share
+        if self._on_change is not None:
+            self._on_change(self.env.now, k, self._spinning)
+
+    def _reschedule(self) -> None:
+        due = math.inf
+        if self._work:
+            due = self._last + (self._work[0][0] - self._share_clock) / self._share
+        if self._zeroing:
+            t = self._last + (self._zeroing[0][0] - self._zero_clock) / self._zero_speed
+            if t < due:
+                due = t
+        # A pending timer that fires early is harmless (it finds nothing due
+        # and reschedules); only an earlier completion needs a new timer.
+        if due < self._timer_at:
+            self._timer_at = due
+            self._timer_gen += 1
+            gen = self._timer_gen
+            delay = due - self.env.now
+            timer = self.env.timeout(delay if delay > 0.0 else 0.0)
+            timer.callbacks.append(lambda _ev: self._on_timer(gen))  # type: ignore[union-attr]
+
+    def _on_timer(self, gen: int) -> None:
+        if gen != self._timer_gen:
+            return
+        self._timer_at = math.inf
+        self._advance()
+        finished = False
+        limit = self._share_clock + _REL_EPS * max(1.0, self._share_clock)
+        while self._work and self._work[0][0] <= limit:
+            _, _, ev, s0, on_cpu = heapq.heappop(self._work)
+            on_cpu(self._share_clock - s0)
+            ev.succeed()
+            finished = True
+        limit = self._zero_clock + _REL_EPS * max(1.0, self._zero_clock)
+        while self._zeroing and self._zeroing[0][0] <= limit:
+            _, _, ev, s0, on_cpu = heapq.heappop(self._zeroing)
+            on_cpu(self._share_clock - s0)
+            ev.succeed()
+            finished = True
+        if finished:
+            self._rates()
+        self._reschedule()
+
+    # -- jobs ------------------------------------------------------------
+    def run(self, work_s: float, on_cpu: Callable[[float], None]) -> simpy.Event:
+        """Run ``work_s`` core-seconds; the event succeeds when it is done."""
+        ev = simpy.Event(self.env)
+        if work_s <= 0.0:
+            ev.succeed()
+            return ev
+        self._advance()
+        self._seq += 1
+        heapq.heappush(self._work, (self._share_clock + work_s, self._seq, ev, self._share_clock, on_cpu))
+        self._rates()
+        self._reschedule()
+        return ev
+
+    def zero(self, n_bytes: float, on_cpu: Callable[[float], None]) -> simpy.Event:
+        """Clear ``n_bytes``; the event succeeds when the last byte is zero."""
+        ev = simpy.Event(self.env)
+        if n_bytes <= 0.0:
+            ev.succeed()
+            return ev
+        self._advance()
+        self._seq += 1
+        tag = self._zero_clock + n_bytes / self.zero_rate
+        heapq.heappush(self._zeroing, (tag, self._seq, ev, self._share_clock, on_cpu))
+        self._rates()
+        self._reschedule()
+        return ev
+
+    def start_spin(self, on_cpu: Callable[[float], None]) -> SpinHandle:
+        """Start a job that burns a core share until :meth:`stop_spin`."""
+        self._advance()
+        self._spinning += 1
+        self._rates()
+        # Fewer shares for the others: completions only move later, and the
+        # pending timer (if any) will fire early and reschedule.
+        return SpinHandle(self._share_clock, on_cpu)
+
+    def stop_spin(self, handle: SpinHandle) -> None:
+        if not handle.active:
+            return
+        handle.active = False
+        self._advance()
+        self._spinning -= 1
+        handle.account(self._share_clock - handle.start_share)
+        self._rates()
+        self._reschedule()
+
+    def __repr__(self) -> str:
+        return f"ProcessorSharingCPU(cores={self.cores}, runnable={self.runnable})"

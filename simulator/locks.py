@@ -1,0 +1,261 @@
+"""Locks and admission gates for the SimPy executor.
+
+Every ``acquire`` takes the fast path without an event when the resource is
+free (the caller just continues), and otherwise returns an event that
+succeeds when the resource is handed over. Ownership is handed to the next
+waiter on release, so a released lock cannot be stolen by a newcomer.
+
+Grant order is a policy: each waiter carries a key ``(priority, seq)``; the
+priority comes from the waiter's current stage (``stage_priority``), ``seq``
+is arrival order, so equal priorities are served FIFO.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import simpy
+
+from .cpu import ProcessorSharingCPU, SpinHandle
+
+__all__ = ["ContentionCounter", "Gate", "Mutex", "RWLock", "SpinLock"]
+
+# (lock index, sandbox, stage, is_hold, begin, end)
+SpanSink = Callable[[int, int, int, bool, float, float], None]
+
+
+class ContentionCounter:
+    """Acquisitions, waits and holds of one resource, with the wall-clock time
+    during which at least one waiter was queued (``contended_wall_s``)."""
+
+    __slots__ = (
+        "_busy_since",
+        "acquisitions",
+        "contended",
+        "contended_wall_s",
+        "hold_s",
+        "max_waiters",
+        "wait_s",
+        "waiters",
+    )
+
+    def __init__(self) -> None:
+        self.acquisitions = 0
+        self.contended = 0
+        self.wait_s = 0.0
+        self.hold_s = 0.0
+        self.contended_wall_s = 0.0
+        self.waiters = 0
+        self.max_waiters = 0
+        self._busy_since = 0.0
+
+    def enqueue(self, now: float) -> None:
+        self.contended += 1
+        if self.waiters == 0:
+            self._busy_since = now
+        self.waiters += 1
+        if self.waiters > self.max_waiters:
+            self.max_waiters = self.waiters
+
+    def dequeue(self, now: float, waited_s: float) -> None:
+        self.waiters -= 1
+        self.wait_s += waited_s
+        if self.waiters == 0:
+            self.contended_wall_s += now - self._busy_since
+
+
+@dataclass(slots=True)
+class _Waiter:
+    event: simpy.Event
+    owner: int
+    stage: int
+    since: float
+    shared: bool = False
+    spin: SpinHandle | None = None
+
+
+class _QueuedLock:
+    """Shared waiting-queue machinery of the lock kinds."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        *,
+        index: int,
+        priority_by_stage: Sequence[int] | None,
+        cpu: ProcessorSharingCPU,
+        spin_account: Sequence[Callable[[float], None]],
+        spans: SpanSink | None,
+    ) -> None:
+        self.env = env
+        self.index = index
+        self.stats = ContentionCounter()
+        self._priority = priority_by_stage
+        self._queue: list[tuple[int, int, _Waiter]] = []
+        self._seq = 0
+        self._cpu = cpu
+        self._spin_account = spin_account
+        self._spans = spans
+        self._held_since: dict[int, tuple[float, int]] = {}
+
+    def _enqueue(self, owner: int, stage: int, shared: bool = False) -> _Waiter:
+        now = self.env.now
+        waiter = _Waiter(simpy.Event(self.env), owner, stage, now, shared)
+        prio = self._priority[stage] if self._priority is not None else 0
+        self._seq += 1
+        heapq.heappush(self._queue, (prio, self._seq, waiter))
+        self.stats.enqueue(now)
+        return waiter
+
+    def _take(self, owner: int, stage: int) -> None:
+        self.stats.acquisitions += 1
+        self._held_since[owner] = (self.env.now, stage)
+
+    def _grant(self, waiter: _Waiter) -> None:
+        now = self.env.now
+        if waiter.spin is not None:
+            self._cpu.stop_spin(waiter.spin)
+        self.stats.dequeue(now, now - waiter.since)
+        if self._spans is not None:
+            self._spans(self.index, waiter.owner, waiter.stage, False, waiter.since, now)
+        self._take(waiter.owner, waiter.stage)
+        waiter.event.succeed()
+
+    def _drop(self, owner: int) -> None:
+        now = self.env.now
+        since, stage = self._held_since.pop(owner)
+        self.stats.hold_s += now - since
+        if self._spans is not None:
+            self._spans(self.index, owner, stage, True, since, now)
+
+    def _spin(self, waiter: _Waiter) -> None:
+        waiter.spin = self._cpu.start_spin(self._spin_account[waiter.stage])
+
+
+class Mutex(_QueuedLock):
+    """A sleeping lock; a waiter may spin up to ``spin_s`` before it sleeps."""
+
+    def __init__(self, env: simpy.Environment, *, spin_s: float = 0.0, **kw: object) -> None:
+        super().__init__(env, **kw)  # type: ignore[arg-type]
+        self.spin_s = spin_s
+        self.owner: int | None = None
+
+    def acquire(self, owner: int, stage: int) -> simpy.Event | None:
+        if self.owner is None:
+            self.owner = owner
+            self._take(owner, stage)
+            return None
+        waiter = self._enqueue(owner, stage)
+        if self.spin_s > 0.0:
+            self._spin(waiter)
+            timer = self.env.timeout(self.spin_s)
+            timer.callbacks.append(lambda _ev, w=waiter: self._stop_spinning(w))  # type: ignore[union-attr]
+        return waiter.event
+
+    def _stop_spinning(self, waiter: _Waiter) -> None:
+        if waiter.spin is not None:
+            self._cpu.stop_spin(waiter.spin)
+
+    def release(self, owner: int) -> None:
+        self._drop(owner)
+        if self._queue:
+            waiter = heapq.heappop(self._queue)[2]
+            self.owner = waiter.owner
+            self._grant(waiter)
+        else:
+            self.owner = None
+
+
+class SpinLock(Mutex):
+    """A spinlock: every waiter burns a core share until it gets the lock."""
+
+    def acquire(self, owner: int, stage: int) -> simpy.Event | None:
+        if self.owner is None:
+            self.owner = owner
+            self._take(owner, stage)
+            return None
+        waiter = self._enqueue(owner, stage)
+        self._spin(waiter)
+        return waiter.event
+
+
+class RWLock(_QueuedLock):
+    """A sleeping reader-writer lock, fair by arrival.
+
+    Policy: a reader joins the readers inside only while nobody waits (so a
+    waiting writer is never starved by a stream of readers); on release the
+    head of the queue is served, and when the head is a reader, every reader
+    up to the next writer in queue order is served with it.
+    """
+
+    def __init__(self, env: simpy.Environment, **kw: object) -> None:
+        super().__init__(env, **kw)  # type: ignore[arg-type]
+        self.readers = 0
+        self.writer: int | None = None
+
+    def acquire(self, owner: int, stage: int) -> simpy.Event | None:
+        if self.writer is None and self.readers == 0:
+            self.writer = owner
+            self._take(owner, stage)
+            return None
+        return self._enqueue(owner, stage).event
+
+    def acquire_shared(self, owner: int, stage: int) -> simpy.Event | None:
+        if self.writer is None and not self._queue:
+            self.readers += 1
+            self._take(owner, stage)
+            return None
+        return self._enqueue(owner, stage, shared=True).event
+
+    def release(self, owner: int) -> None:
+        self._drop(owner)
+        if self.writer == owner:
+            self.writer = None
+        else:
+            self.readers -= 1
+        if self.readers or not self._queue:
+            return
+        head = self._queue[0][2]
+        if not head.shared:
+            heapq.heappop(self._queue)
+            self.writer = head.owner
+            self._grant(head)
+            return
+        # Serve the leading readers, in queue order, up to the first writer.
+        while self._queue and self._queue[0][2].shared:
+            waiter = heapq.heappop(self._queue)[2]
+            self.readers += 1
+            self._grant(waiter)
+
+
+class Gate:
+    """An admission gate: a counting semaphore with a FIFO queue."""
+
+    def __init__(self, env: simpy.Environment, permits: int) -> None:
+        self.env = env
+        self.free = permits
+        self.stats = ContentionCounter()
+        self._queue: list[tuple[simpy.Event, float]] = []
+        self._head = 0
+
+    def enter(self) -> simpy.Event | None:
+        self.stats.acquisitions += 1
+        if self.free > 0:
+            self.free -= 1
+            return None
+        ev = simpy.Event(self.env)
+        self._queue.append((ev, self.env.now))
+        self.stats.enqueue(self.env.now)
+        return ev
+
+    def exit(self) -> None:
+        if self._head < len(self._queue):
+            ev, since = self._queue[self._head]
+            self._head += 1
+            now = self.env.now
+            self.stats.dequeue(now, now - since)
+            ev.succeed()  # the permit passes straight to the next in line
+        else:
+            self.free += 1

@@ -1,0 +1,333 @@
+"""The flat, typed step program that every executor runs.
+
+A scenario compiles once into a :class:`Program`: for each sandbox, an arrival
+time and a sequence of *ops* (CPU work, sleep, lock acquire/release, memory
+zeroing, stage boundaries, admission gates, pool fetches). The ops of all
+sandboxes live in three parallel NumPy arrays in CSR layout (``offsets``), so
+that a second, compiled executor can run the very same program.
+
+The kernel knows nothing about networks: locks, gates and pools are numbered
+resources with names, and stages are numbered spans with names.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "GateSpec",
+    "LockKind",
+    "LockSpec",
+    "MachineSpec",
+    "OpKind",
+    "PoolSpec",
+    "Program",
+    "ProgramError",
+]
+
+
+class ProgramError(ValueError):
+    """A program violates a structural rule; the message names the sandbox and op."""
+
+
+class OpKind(enum.IntEnum):
+    """What one op does. ``arg`` and ``amount`` are read per kind."""
+
+    CPU = 0
+    """Run ``amount`` core-seconds of work on the shared cores."""
+    SLEEP = 1
+    """Sleep ``amount`` seconds off-CPU (waiting for a daemon or a device)."""
+    ACQUIRE = 2
+    """Take lock ``arg`` exclusively (for a reader-writer lock: as writer)."""
+    ACQUIRE_SHARED = 3
+    """Take reader-writer lock ``arg`` as a reader."""
+    RELEASE = 4
+    """Release lock ``arg`` (either mode)."""
+    ZERO = 5
+    """Zero ``amount`` bytes: CPU work at the per-core rate, capped by shared bandwidth."""
+    STAGE_BEGIN = 6
+    """Enter stage ``arg`` (for accounting and lock-grant priority)."""
+    STAGE_END = 7
+    """Leave stage ``arg``."""
+    GATE_ENTER = 8
+    """Wait for a permit of admission gate ``arg`` (a counting semaphore)."""
+    GATE_EXIT = 9
+    """Return the permit of gate ``arg``."""
+    POOL_TRY = 10
+    """Take a device from pool ``arg`` if one is left and jump ``amount`` ops ahead."""
+    JUMP = 11
+    """Jump ``amount`` ops ahead unconditionally."""
+
+
+class LockKind(enum.IntEnum):
+    MUTEX = 0
+    """Sleeping lock; waiters sleep (optionally after spinning for a while)."""
+    SPIN = 1
+    """Spinlock; waiters keep a core busy until they get the lock."""
+    RW = 2
+    """Sleeping reader-writer lock; readers share it, a writer is exclusive."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LockSpec:
+    """A lock and how it hands itself out.
+
+    ``stage_priority`` maps stage name to grant priority (lower is served
+    first; FIFO among equals); stages absent from it get priority 0, so an
+    empty map is plain FIFO. ``spin_s`` is the
+    longest a mutex waiter spins on a core before it sleeps (Linux mutexes spin
+    optimistically while the owner runs); 0 disables spinning.
+    """
+
+    name: str
+    kind: LockKind = LockKind.MUTEX
+    stage_priority: tuple[tuple[str, int], ...] = ()
+    spin_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ProgramError(f"`LockSpec.name` must be non-empty, but got {self.name=}")
+        if not (self.spin_s >= 0.0):
+            raise ProgramError(f"`spin_s >= 0` must hold, but got {self.name=} {self.spin_s=}")
+        if self.spin_s and self.kind is not LockKind.MUTEX:
+            raise ProgramError(
+                f"only a mutex spins before sleeping, but got {self.name=} kind={self.kind.name}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GateSpec:
+    """An admission gate: at most ``permits`` sandboxes inside at once."""
+
+    name: str
+    permits: int
+
+    def __post_init__(self) -> None:
+        if self.permits < 1:
+            raise ProgramError(f"`permits >= 1` must hold, but got {self.name=} {self.permits=}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PoolSpec:
+    """Devices created before the storm; each costs ``memory_mib_per_device``."""
+
+    name: str
+    capacity: int
+    memory_mib_per_device: float
+
+    def __post_init__(self) -> None:
+        if self.capacity < 0:
+            raise ProgramError(f"`capacity >= 0` must hold, but got {self.name=} {self.capacity=}")
+        if not (self.memory_mib_per_device >= 0.0):
+            raise ProgramError(
+                f"`memory_mib_per_device >= 0` must hold, "
+                f"but got {self.name=} {self.memory_mib_per_device=}"
+            )
+
+    @property
+    def memory_mib(self) -> float:
+        return self.capacity * self.memory_mib_per_device
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MachineSpec:
+    """The node the program runs on.
+
+    ``zero_bytes_per_core_s`` is how fast one core clears memory;
+    ``memory_bandwidth_bytes_s`` caps all zeroing running at one moment.
+    """
+
+    cores: int
+    zero_bytes_per_core_s: float = 10e9
+    memory_bandwidth_bytes_s: float = 100e9
+
+    def __post_init__(self) -> None:
+        if self.cores < 1:
+            raise ProgramError(f"`cores >= 1` must hold, but got {self.cores=}")
+        if not (self.zero_bytes_per_core_s > 0.0):
+            raise ProgramError(
+                f"`zero_bytes_per_core_s > 0` must hold, but got {self.zero_bytes_per_core_s=}"
+            )
+        if not (self.memory_bandwidth_bytes_s > 0.0):
+            raise ProgramError(
+                "`memory_bandwidth_bytes_s > 0` must hold, "
+                f"but got {self.memory_bandwidth_bytes_s=}"
+            )
+
+
+_F64 = npt.NDArray[np.float64]
+_I32 = npt.NDArray[np.int32]
+_I64 = npt.NDArray[np.int64]
+_I8 = npt.NDArray[np.int8]
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Program:
+    """Everything an executor needs, and nothing about where it came from.
+
+    Ops of sandbox ``i`` are ``op_*[offsets[i]:offsets[i + 1]]``. Construction
+    validates the structure (see :meth:`validate`), so an executor can trust it.
+    """
+
+    machine: MachineSpec
+    stage_names: tuple[str, ...]
+    locks: tuple[LockSpec, ...]
+    gates: tuple[GateSpec, ...]
+    pools: tuple[PoolSpec, ...]
+    arrival_s: _F64
+    offsets: _I64
+    op_kind: _I8
+    op_arg: _I32
+    op_amount: _F64
+    validated: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("arrival_s", "op_amount", "op_kind", "op_arg", "offsets"):
+            getattr(self, name).setflags(write=False)
+        if not self.validated:
+            self.validate()
+            object.__setattr__(self, "validated", True)
+
+    @property
+    def n_sandboxes(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+    @property
+    def n_ops(self) -> int:
+        return int(self.op_kind.shape[0])
+
+    @property
+    def pool_memory_mib(self) -> float:
+        return float(sum(p.memory_mib for p in self.pools))
+
+    def lock_index(self, name: str) -> int:
+        for i, spec in enumerate(self.locks):
+            if spec.name == name:
+                return i
+        raise KeyError(name)
+
+    def validate(self) -> None:
+        """Check the structure along every path of every sandbox.
+
+        Rules: arrivals finite and >= 0; amounts finite and >= 0; indices in
+        range; jumps land inside the sandbox; every path releases each lock it
+        took, in LIFO order, and leaves every stage and gate it entered.
+        """
+        n = self.n_sandboxes
+        if self.offsets.shape != (n + 1,) or self.offsets[0] != 0 or self.offsets[-1] != self.n_ops:
+            raise ProgramError(
+                f"`offsets` must have {n + 1} entries from 0 to {self.n_ops}, "
+                f"but got shape {self.offsets.shape}"
+            )
+        if np.any(np.diff(self.offsets) < 0):
+            raise ProgramError("`offsets` must be non-decreasing")
+        if not (self.op_kind.shape == self.op_arg.shape == self.op_amount.shape):
+            raise ProgramError("`op_kind`, `op_arg` and `op_amount` must have one shape")
+        bad = np.flatnonzero(~np.isfinite(self.arrival_s) | (self.arrival_s < 0))
+        if bad.size:
+            i = int(bad[0])
+            raise ProgramError(f"arrival_s[{i}] must be finite and >= 0, but got {self.arrival_s[i]}")
+        bad = np.flatnonzero(~np.isfinite(self.op_amount) | (self.op_amount < 0))
+        if bad.size:
+            j = int(bad[0])
+            raise ProgramError(f"op_amount[{j}] must be finite and >= 0, but got {self.op_amount[j]}")
+        # Sandboxes that share an op sequence share the check: most programs
+        # are a handful of templates repeated over hundreds of sandboxes.
+        seen: set[tuple[bytes, bytes, bytes]] = set()
+        for i in range(n):
+            lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+            key = (
+                self.op_kind[lo:hi].tobytes(),
+                self.op_arg[lo:hi].tobytes(),
+                np.rint(self.op_amount[lo:hi] * (self.op_kind[lo:hi] >= OpKind.POOL_TRY)).tobytes(),
+            )
+            if key in seen:
+                continue
+            self._validate_sandbox(i, lo, hi)
+            seen.add(key)
+
+    def _validate_sandbox(self, sandbox: int, lo: int, hi: int) -> None:
+        kinds = self.op_kind[lo:hi].tolist()
+        args = self.op_arg[lo:hi].tolist()
+        amounts = self.op_amount[lo:hi].tolist()
+        limits = {
+            OpKind.ACQUIRE: len(self.locks),
+            OpKind.ACQUIRE_SHARED: len(self.locks),
+            OpKind.RELEASE: len(self.locks),
+            OpKind.STAGE_BEGIN: len(self.stage_names),
+            OpKind.STAGE_END: len(self.stage_names),
+            OpKind.GATE_ENTER: len(self.gates),
+            OpKind.GATE_EXIT: len(self.gates),
+            OpKind.POOL_TRY: len(self.pools),
+        }
+        for j, (k, a) in enumerate(zip(kinds, args, strict=True)):
+            try:
+                kind = OpKind(k)
+            except ValueError:
+                raise ProgramError(f"sandbox {sandbox} op {j}: unknown op kind {k}") from None
+            limit = limits.get(kind)
+            if limit is not None and not 0 <= a < limit:
+                raise ProgramError(
+                    f"sandbox {sandbox} op {j} ({kind.name}): index {a} not in [0, {limit})"
+                )
+            if kind is OpKind.ACQUIRE_SHARED and self.locks[a].kind is not LockKind.RW:
+                raise ProgramError(
+                    f"sandbox {sandbox} op {j}: shared acquire of non-rw lock {self.locks[a].name!r}"
+                )
+        # Walk every path: state = (pc, held locks, open stages, open gates).
+        start: tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]] = (0, (), (), ())
+        todo = [start]
+        visited = {start}
+        end = hi - lo
+        while todo:
+            pc, held, stages, gates = todo.pop()
+            if pc == end:
+                if held or stages or gates:
+                    raise ProgramError(
+                        f"sandbox {sandbox} ends holding locks {held}, "
+                        f"inside stages {stages} and gates {gates}"
+                    )
+                continue
+            kind, a = OpKind(kinds[pc]), args[pc]
+            nexts = [pc + 1]
+            if kind in (OpKind.ACQUIRE, OpKind.ACQUIRE_SHARED):
+                if a in held:
+                    raise ProgramError(f"sandbox {sandbox} op {pc}: lock {a} taken twice")
+                held = (*held, a)
+            elif kind is OpKind.RELEASE:
+                if not held or held[-1] != a:
+                    raise ProgramError(
+                        f"sandbox {sandbox} op {pc}: release of lock {a} but held {held} (LIFO)"
+                    )
+                held = held[:-1]
+            elif kind is OpKind.STAGE_BEGIN:
+                stages = (*stages, a)
+            elif kind is OpKind.STAGE_END:
+                if not stages or stages[-1] != a:
+                    raise ProgramError(f"sandbox {sandbox} op {pc}: end of stage {a} not open")
+                stages = stages[:-1]
+            elif kind is OpKind.GATE_ENTER:
+                gates = (*gates, a)
+            elif kind is OpKind.GATE_EXIT:
+                if a not in gates:
+                    raise ProgramError(f"sandbox {sandbox} op {pc}: exit of gate {a} not entered")
+                gates = tuple(g for g in gates if g != a)
+            elif kind in (OpKind.POOL_TRY, OpKind.JUMP):
+                step = int(amounts[pc])
+                if step < 1 or pc + step > end:
+                    raise ProgramError(
+                        f"sandbox {sandbox} op {pc} ({kind.name}): jump {step} leaves the sandbox"
+                    )
+                nexts = [pc + step] if kind is OpKind.JUMP else [pc + 1, pc + step]
+            elif kind is OpKind.SLEEP and any(self.locks[h].kind is LockKind.SPIN for h in held):
+                # A spinlock holder must not sleep.
+                raise ProgramError(f"sandbox {sandbox} op {pc}: sleep while holding a spinlock")
+            for nxt in nexts:
+                state = (nxt, held, stages, gates)
+                if state not in visited:
+                    visited.add(state)
+                    todo.append(state)

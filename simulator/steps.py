@@ -1,0 +1,260 @@
+"""Steps, stages and the compiler that flattens them into a :class:`Program`.
+
+A sandbox's start is a sequence of stages; a stage is a sequence of steps:
+
+- :class:`Cpu` — work on a core (core-seconds at full speed);
+- :class:`Sleep` — off-CPU waiting (a daemon round trip, a device);
+- :class:`Hold` — a lock-held section around more steps (nestable);
+- :class:`Zero` — clearing memory, at a per-core rate under shared bandwidth;
+- :class:`Pooled` — take a pre-created device if the pool has one, else create it.
+
+:func:`compile_program` turns one plan per sandbox into the flat op arrays,
+drawing the service-time jitter from the generator it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+
+from .program import GateSpec, LockSpec, MachineSpec, OpKind, PoolSpec, Program, ProgramError
+
+__all__ = [
+    "Cpu",
+    "Hold",
+    "Pooled",
+    "SandboxPlan",
+    "Sleep",
+    "Stage",
+    "Step",
+    "Zero",
+    "compile_program",
+]
+
+
+def _check_nonnegative(owner: str, name: str, value: float) -> None:
+    if not (value >= 0.0 and np.isfinite(value)):
+        raise ProgramError(f"`{owner}.{name} >= 0` must hold, but got {name}={value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Cpu:
+    """``work_s`` core-seconds of work; ``label`` names it in traces."""
+
+    work_s: float
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        _check_nonnegative("Cpu", "work_s", self.work_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """``duration_s`` seconds off-CPU."""
+
+    duration_s: float
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        _check_nonnegative("Sleep", "duration_s", self.duration_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Zero:
+    """Clear ``n_bytes`` of memory."""
+
+    n_bytes: float
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        _check_nonnegative("Zero", "n_bytes", self.n_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Run ``body`` while holding ``lock`` (``shared``: as a reader of an rw lock)."""
+
+    lock: str
+    body: tuple[Step, ...]
+    shared: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Pooled:
+    """Fetch a device from ``pool`` if one is left (``fetch``), else ``create`` it."""
+
+    pool: str
+    create: tuple[Step, ...]
+    fetch: tuple[Step, ...] = ()
+
+
+Step: TypeAlias = Cpu | Sleep | Zero | Hold | Pooled
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A named stage; ``gate`` names the admission gate that guards it, if any."""
+
+    name: str
+    steps: tuple[Step, ...]
+    gate: str | None = None
+
+
+SandboxPlan: TypeAlias = tuple[Stage, ...]
+
+# One flattened op before jitter: (kind, arg, base amount, jittered?).
+_Op: TypeAlias = tuple[int, int, float, bool]
+
+
+class _Flattener:
+    def __init__(
+        self, lock_ids: Mapping[str, int], gate_ids: Mapping[str, int], pool_ids: Mapping[str, int]
+    ) -> None:
+        self.lock_ids = lock_ids
+        self.gate_ids = gate_ids
+        self.pool_ids = pool_ids
+        self.stage_ids: dict[str, int] = {}
+
+    def plan(self, plan: SandboxPlan) -> list[_Op]:
+        ops: list[_Op] = []
+        for stage in plan:
+            sid = self.stage_ids.setdefault(stage.name, len(self.stage_ids))
+            gid = None
+            if stage.gate is not None:
+                gid = self._lookup(self.gate_ids, stage.gate, "gate")
+                ops.append((OpKind.GATE_ENTER, gid, 0.0, False))
+            ops.append((OpKind.STAGE_BEGIN, sid, 0.0, False))
+            self.steps(stage.steps, ops)
+            ops.append((OpKind.STAGE_END, sid, 0.0, False))
+            if gid is not None:
+                ops.append((OpKind.GATE_EXIT, gid, 0.0, False))
+        return ops
+
+    def steps(self, steps: Sequence[Step], ops: list[_Op]) -> None:
+        for step in steps:
+            if isinstance(step, Cpu):
+                ops.append((OpKind.CPU, 0, step.work_s, True))
+            elif isinstance(step, Sleep):
+                ops.append((OpKind.SLEEP, 0, step.duration_s, True))
+            elif isinstance(step, Zero):
+                ops.append((OpKind.ZERO, 0, step.n_bytes, False))
+            elif isinstance(step, Hold):
+                lid = self._lookup(self.lock_ids, step.lock, "lock")
+                kind = OpKind.ACQUIRE_SHARED if step.shared else OpKind.ACQUIRE
+                ops.append((kind, lid, 0.0, False))
+                self.steps(step.body, ops)
+                ops.append((OpKind.RELEASE, lid, 0.0, False))
+            elif isinstance(step, Pooled):
+                pid = self._lookup(self.pool_ids, step.pool, "pool")
+                create: list[_Op] = []
+                fetch: list[_Op] = []
+                self.steps(step.create, create)
+                self.steps(step.fetch, fetch)
+                skip = 1 + len(create) + (1 if fetch else 0)
+                ops.append((OpKind.POOL_TRY, pid, float(skip), False))
+                ops.extend(create)
+                if fetch:
+                    ops.append((OpKind.JUMP, 0, float(1 + len(fetch)), False))
+                    ops.extend(fetch)
+            else:  # pragma: no cover - the type alias is closed
+                raise ProgramError(f"unknown step {step!r}")
+
+    @staticmethod
+    def _lookup(ids: Mapping[str, int], name: str, what: str) -> int:
+        try:
+            return ids[name]
+        except KeyError:
+            raise ProgramError(
+                f"step refers to {what} {name!r}, but the program declares {sorted(ids)}"
+            ) from None
+
+
+def compile_program(
+    plans: Sequence[SandboxPlan],
+    *,
+    machine: MachineSpec,
+    locks: Sequence[LockSpec],
+    gates: Sequence[GateSpec] = (),
+    pools: Sequence[PoolSpec] = (),
+    arrival_s: Sequence[float] | np.ndarray | None = None,
+    service_cv: float = 0.0,
+    rng: np.random.Generator | None = None,
+) -> Program:
+    """Flatten one plan per sandbox into a :class:`Program`.
+
+    Every CPU and sleep amount is multiplied by an independent lognormal factor
+    of mean 1 and coefficient of variation ``service_cv`` drawn from ``rng``
+    (memory sizes are not jittered). Plans that are equal are flattened once.
+    """
+    n = len(plans)
+    if n < 1:
+        raise ProgramError(f"a program needs at least one sandbox, but got {n=}")
+    _check_nonnegative("compile_program", "service_cv", service_cv)
+    if service_cv > 0.0 and rng is None:
+        raise ProgramError("`rng` is required when `service_cv > 0`")
+    arrivals = np.zeros(n) if arrival_s is None else np.asarray(arrival_s, dtype=np.float64)
+    if arrivals.shape != (n,):
+        raise ProgramError(f"`arrival_s` must have one entry per sandbox ({n}), got {arrivals.shape}")
+
+    def ids(specs: Sequence[LockSpec] | Sequence[GateSpec] | Sequence[PoolSpec]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in specs:
+            if s.name in out:
+                raise ProgramError(f"name {s.name!r} declared twice")
+            out[s.name] = len(out)
+        return out
+
+    flat = _Flattener(ids(locks), ids(gates), ids(pools))
+    template_of: dict[SandboxPlan, int] = {}
+    templates: list[list[_Op]] = []
+    which = np.empty(n, dtype=np.int64)
+    for i, plan in enumerate(plans):
+        t = template_of.get(plan)
+        if t is None:
+            t = template_of[plan] = len(templates)
+            templates.append(flat.plan(plan))
+        which[i] = t
+
+    lengths = np.array([len(templates[t]) for t in which.tolist()], dtype=np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    op_kind = np.empty(total, dtype=np.int8)
+    op_arg = np.empty(total, dtype=np.int32)
+    op_amount = np.empty(total, dtype=np.float64)
+    # Scatter per template: one vectorised write (and one jitter draw) each.
+    for t, ops in enumerate(templates):
+        members = np.flatnonzero(which == t)
+        if not ops or not members.size:
+            continue
+        k = np.array([o[0] for o in ops], dtype=np.int8)
+        a = np.array([o[1] for o in ops], dtype=np.int32)
+        base = np.array([o[2] for o in ops], dtype=np.float64)
+        jit = np.array([o[3] for o in ops], dtype=bool)
+        idx = offsets[members][:, None] + np.arange(len(ops))[None, :]
+        op_kind[idx] = k
+        op_arg[idx] = a
+        amounts = np.broadcast_to(base, idx.shape).copy()
+        if service_cv > 0.0 and jit.any():
+            assert rng is not None
+            sigma = float(np.sqrt(np.log1p(service_cv**2)))
+            factors = rng.lognormal(-0.5 * sigma * sigma, sigma, size=(members.size, int(jit.sum())))
+            amounts[:, jit] *= factors
+        op_amount[idx] = amounts
+
+    stage_names = tuple(sorted(flat.stage_ids, key=flat.stage_ids.__getitem__))
+    return Program(
+        machine=machine,
+        stage_names=stage_names,
+        locks=tuple(locks),
+        gates=tuple(gates),
+        pools=tuple(pools),
+        arrival_s=arrivals,
+        offsets=offsets,
+        op_kind=op_kind,
+        op_arg=op_arg,
+        op_amount=op_amount,
+    )
