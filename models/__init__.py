@@ -1,1 +1,34 @@
-"""bootstorm.models."""
+"""bootstorm.models — scenarios, calibration profiles and the seed-000 CNI catalog.
+
+A :class:`Scenario` (the what-if) and a :class:`Profile` (the node's costs)
+compile into the simulator's flat program with :func:`compile_scenario`.
+"""
+
+from ._errors import ConfigError
+from .cni import LOCKS, RTNL, RTNL_OPS, STAGES, RtnlOps, cni_stages, pool_kinds, sandbox_plan
+from .compile import SeedLike, compile_scenario, service_streams
+from .profile import CostTable, HostSpec, Profile, available_profiles, load_profile
+from .scenario import CNI_NAMES, CniName, Scenario
+
+__all__ = [
+    "CNI_NAMES",
+    "LOCKS",
+    "RTNL",
+    "RTNL_OPS",
+    "STAGES",
+    "CniName",
+    "ConfigError",
+    "CostTable",
+    "HostSpec",
+    "Profile",
+    "RtnlOps",
+    "Scenario",
+    "SeedLike",
+    "available_profiles",
+    "cni_stages",
+    "compile_scenario",
+    "load_profile",
+    "pool_kinds",
+    "sandbox_plan",
+    "service_streams",
+]

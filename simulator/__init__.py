@@ -5,7 +5,8 @@ processor-sharing cores, sleeping locks, spinlocks, reader-writer locks,
 admission gates and device pools, and gives a frozen :class:`Result`.
 """
 
-from .executor import SimPyExecutor, run_program
+from .executor import DeadlockError, SimPyExecutor, run_program
+from .trace_export import chrome_trace, write_chrome_trace
 from .program import GateSpec, LockKind, LockSpec, MachineSpec, OpKind, PoolSpec, Program, ProgramError
 from .recorder import Recording
 from .result import (
@@ -22,6 +23,7 @@ from .steps import Cpu, Hold, Pooled, SandboxPlan, Sleep, Stage, Step, Zero, com
 __all__ = [
     "Cpu",
     "CpuStats",
+    "DeadlockError",
     "GateSpec",
     "GateStats",
     "Hold",
@@ -45,6 +47,8 @@ __all__ = [
     "StartupStats",
     "Step",
     "Zero",
+    "chrome_trace",
     "compile_program",
     "run_program",
+    "write_chrome_trace",
 ]

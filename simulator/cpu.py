@@ -6,18 +6,26 @@ keeps a *share clock* ``S(t) = ∫ s dt``: a job of ``w`` core-seconds started
 when the clock read ``S0`` finishes when it reads ``S0 + w`` (its finish tag),
 so the next completion is the smallest tag in a heap.
 
-Three kinds of jobs share the cores:
+Jobs come in two tiers:
+
+- *pinned* jobs cannot be preempted — kernel code inside a spinlock, and a
+  spinlock waiter, run with preemption disabled and own their core. With
+  ``P`` of them each gets ``p = min(1, N/P)`` of a core (clock ``SP``);
+- all other jobs share what is left: ``s = min(1, max(N - P, 0)/k)`` each.
+
+Within the shared tier there are three kinds:
 
 - *work*: progresses at ``s``;
 - *zeroing*: also holds a core share ``s`` but progresses at
   ``z = min(s, B / (m·c))`` where ``m`` zeroing jobs share the memory bandwidth
   ``B`` and ``c`` is the per-core zeroing rate; a second clock ``Z = ∫ z dt``
   tracks its progress (a core stalled on memory is still busy);
-- *spinning*: holds a share until told to stop, never completes by itself.
+- *spinning* (a mutex's optimistic spin, which yields when asked): holds a
+  share until told to stop, never completes by itself.
 
-Every job's core-seconds are ``S(end) - S(start)``, so CPU accounting is exact
-and costs nothing per event. One timer is pending at a time; a timer made
-stale by a later change is ignored when it fires.
+Every job's core-seconds are its tier clock's advance over its life, so CPU
+accounting is exact and costs nothing per event. One timer is pending at a
+time; a timer made stale by a later change is ignored when it fires.
 """
 
 from __future__ import annotations
@@ -38,11 +46,12 @@ _REL_EPS = 1e-12
 class SpinHandle:
     """A spinning job; pass it back to :meth:`ProcessorSharingCPU.stop_spin`."""
 
-    __slots__ = ("account", "active", "start_share")
+    __slots__ = ("account", "active", "pinned", "start_share")
 
-    def __init__(self, start_share: float, account: Callable[[float], None]) -> None:
+    def __init__(self, start_share: float, account: Callable[[float], None], pinned: bool) -> None:
         self.start_share = start_share
         self.account = account
+        self.pinned = pinned
         self.active = True
 
 
@@ -69,14 +78,18 @@ class ProcessorSharingCPU:
         self.bandwidth = memory_bandwidth_bytes_s
         self._on_change = on_change
         self._share_clock = 0.0  # S(t)
+        self._pinned_clock = 0.0  # SP(t)
         self._zero_clock = 0.0  # Z(t), in core-seconds of zeroing at full speed
         self._last = 0.0
         self._share = 1.0  # s
+        self._pinned_share = 1.0  # p
         self._zero_speed = 1.0  # z
-        # Heaps of (finish tag, seq, event, start share, on_cpu).
+        # Heaps of (finish tag, seq, event, start clock, on_cpu).
         self._work: list[tuple[float, int, simpy.Event, float, Callable[[float], None]]] = []
+        self._pinned: list[tuple[float, int, simpy.Event, float, Callable[[float], None]]] = []
         self._zeroing: list[tuple[float, int, simpy.Event, float, Callable[[float], None]]] = []
         self._spinning = 0
+        self._pinned_spinning = 0
         self._seq = 0
         self._timer_at = math.inf
         self._timer_gen = 0
@@ -84,23 +97,31 @@ class ProcessorSharingCPU:
     # -- state -----------------------------------------------------------
     @property
     def runnable(self) -> int:
-        return len(self._work) + len(self._zeroing) + self._spinning
+        return (
+            len(self._work) + len(self._zeroing) + self._spinning
+            + len(self._pinned) + self._pinned_spinning
+        )
 
     @property
     def spinning(self) -> int:
-        return self._spinning
+        return self._spinning + self._pinned_spinning
 
     def _advance(self) -> None:
         now = self.env.now
         dt = now - self._last
         if dt > 0.0:
             self._share_clock += self._share * dt
+            self._pinned_clock += self._pinned_share * dt
             self._zero_clock += self._zero_speed * dt
             self._last = now
 
     def _rates(self) -> None:
-        k = self.runnable
-        self._share = 1.0 if k <= self.cores else self.cores / k
+        cores = self.cores
+        pinned = len(self._pinned) + self._pinned_spinning
+        self._pinned_share = 1.0 if pinned <= cores else cores / pinned
+        left = cores - pinned if pinned < cores else 0
+        k = len(self._work) + len(self._zeroing) + self._spinning
+        self._share = 1.0 if k <= left else left / k
         m = len(self._zeroing)
         if m:
             # Bandwidth cap per zeroing job, in cores' worth of zeroing speed.
@@ -109,13 +130,17 @@ class ProcessorSharingCPU:
         else:
             self._zero_speed = self._share
         if self._on_change is not None:
-            self._on_change(self.env.now, k, self._spinning)
+            self._on_change(self.env.now, k + pinned, self._spinning + self._pinned_spinning)
 
     def _reschedule(self) -> None:
         due = math.inf
-        if self._work:
+        if self._work and self._share > 0.0:
             due = self._last + (self._work[0][0] - self._share_clock) / self._share
-        if self._zeroing:
+        if self._pinned:
+            t = self._last + (self._pinned[0][0] - self._pinned_clock) / self._pinned_share
+            if t < due:
+                due = t
+        if self._zeroing and self._zero_speed > 0.0:
             t = self._last + (self._zeroing[0][0] - self._zero_clock) / self._zero_speed
             if t < due:
                 due = t
@@ -141,6 +166,12 @@ class ProcessorSharingCPU:
             on_cpu(self._share_clock - s0)
             ev.succeed()
             finished = True
+        limit = self._pinned_clock + _REL_EPS * max(1.0, self._pinned_clock)
+        while self._pinned and self._pinned[0][0] <= limit:
+            _, _, ev, s0, on_cpu = heapq.heappop(self._pinned)
+            on_cpu(self._pinned_clock - s0)
+            ev.succeed()
+            finished = True
         limit = self._zero_clock + _REL_EPS * max(1.0, self._zero_clock)
         while self._zeroing and self._zeroing[0][0] <= limit:
             _, _, ev, s0, on_cpu = heapq.heappop(self._zeroing)
@@ -152,15 +183,25 @@ class ProcessorSharingCPU:
         self._reschedule()
 
     # -- jobs ------------------------------------------------------------
-    def run(self, work_s: float, on_cpu: Callable[[float], None]) -> simpy.Event:
-        """Run ``work_s`` core-seconds; the event succeeds when it is done."""
+    def run(
+        self, work_s: float, on_cpu: Callable[[float], None], *, pinned: bool = False
+    ) -> simpy.Event:
+        """Run ``work_s`` core-seconds; the event succeeds when it is done.
+
+        ``pinned``: the work cannot be preempted (it runs under a spinlock).
+        """
         ev = simpy.Event(self.env)
         if work_s <= 0.0:
             ev.succeed()
             return ev
         self._advance()
         self._seq += 1
-        heapq.heappush(self._work, (self._share_clock + work_s, self._seq, ev, self._share_clock, on_cpu))
+        if pinned:
+            clock = self._pinned_clock
+            heapq.heappush(self._pinned, (clock + work_s, self._seq, ev, clock, on_cpu))
+        else:
+            clock = self._share_clock
+            heapq.heappush(self._work, (clock + work_s, self._seq, ev, clock, on_cpu))
         self._rates()
         self._reschedule()
         return ev
@@ -179,22 +220,36 @@ class ProcessorSharingCPU:
         self._reschedule()
         return ev
 
-    def start_spin(self, on_cpu: Callable[[float], None]) -> SpinHandle:
-        """Start a job that burns a core share until :meth:`stop_spin`."""
+    def start_spin(self, on_cpu: Callable[[float], None], *, pinned: bool = False) -> SpinHandle:
+        """Start a job that burns a core share until :meth:`stop_spin`.
+
+        ``pinned``: a spinlock waiter, which owns its core (preemption off).
+        """
         self._advance()
-        self._spinning += 1
+        if pinned:
+            self._pinned_spinning += 1
+            start = self._pinned_clock
+        else:
+            self._spinning += 1
+            start = self._share_clock
         self._rates()
-        # Fewer shares for the others: completions only move later, and the
-        # pending timer (if any) will fire early and reschedule.
-        return SpinHandle(self._share_clock, on_cpu)
+        # A pinned spinner takes a core from the shared tier, so shared
+        # completions move later and the pending timer fires early; but
+        # pinned completions can too, so reschedule.
+        self._reschedule()
+        return SpinHandle(start, on_cpu, pinned)
 
     def stop_spin(self, handle: SpinHandle) -> None:
         if not handle.active:
             return
         handle.active = False
         self._advance()
-        self._spinning -= 1
-        handle.account(self._share_clock - handle.start_share)
+        if handle.pinned:
+            self._pinned_spinning -= 1
+            handle.account(self._pinned_clock - handle.start_share)
+        else:
+            self._spinning -= 1
+            handle.account(self._share_clock - handle.start_share)
         self._rates()
         self._reschedule()
 

@@ -19,7 +19,11 @@ from .program import LockKind, OpKind, Program
 from .recorder import Recorder, Recording
 from .result import CpuStats, GateStats, LockStats, PoolStats, Result, StageStats, StartupStats
 
-__all__ = ["SimPyExecutor", "run_program"]
+__all__ = ["DeadlockError", "SimPyExecutor", "run_program"]
+
+
+class DeadlockError(RuntimeError):
+    """The run ended with sandboxes still waiting: the program deadlocks."""
 
 # Plain ints: comparing against IntEnum members costs a method call per op.
 _CPU = int(OpKind.CPU)
@@ -104,10 +108,11 @@ class _Run:
                 self.locks.append(SpinLock(env, **kw))
             else:
                 self.locks.append(RWLock(env, **kw))
+        self.is_spin = [spec.kind is LockKind.SPIN for spec in program.locks]
         self.gates = [Gate(env, g.permits) for g in program.gates]
         self.pool_left = [pool.capacity for pool in program.pools]
         n = program.n_sandboxes
-        self.finish = np.zeros(n)
+        self.finish = np.full(n, np.nan)  # NaN until the sandbox's last op is done
         self.stage_durations: list[list[float]] = [[] for _ in range(n_stages)]
         self.kinds: list[int] = program.op_kind.tolist()
         self.args: list[int] = program.op_arg.tolist()
@@ -139,6 +144,8 @@ class _Run:
         no_stage = len(self.stage_durations)
         stage = no_stage
         stage_stack: list[tuple[int, float]] = []
+        is_spin = self.is_spin
+        spin_depth = 0  # spinlocks held: CPU work in there cannot be preempted
         if arrival > 0.0:
             yield env.timeout(arrival)
         pc, end = self.offsets[i], self.offsets[i + 1]
@@ -146,7 +153,7 @@ class _Run:
             kind = kinds[pc]
             if kind == _CPU:
                 if amounts[pc] > 0.0:
-                    yield cpu.run(amounts[pc], account[stage][_WORK])
+                    yield cpu.run(amounts[pc], account[stage][_WORK], pinned=spin_depth > 0)
             elif kind == _SLEEP:
                 if amounts[pc] > 0.0:
                     yield env.timeout(amounts[pc])
@@ -154,8 +161,12 @@ class _Run:
                 ev = locks[args[pc]].acquire(i, stage)
                 if ev is not None:
                     yield ev
+                if is_spin[args[pc]]:
+                    spin_depth += 1
             elif kind == _RELEASE:
                 locks[args[pc]].release(i)
+                if is_spin[args[pc]]:
+                    spin_depth -= 1
             elif kind == _STAGE_BEGIN:
                 stage_stack.append((stage, env.now))
                 stage = args[pc]
@@ -199,6 +210,12 @@ class _Run:
         for i, arrival in enumerate(p.arrival_s.tolist()):
             env.process(self._sandbox(i, arrival))
         env.run()
+        stuck = np.flatnonzero(np.isnan(self.finish))
+        if stuck.size:
+            # Nothing left to happen, yet some sandboxes wait: a deadlock.
+            raise RuntimeError(
+                f"deadlock: {stuck.size} sandboxes never finished (first: {stuck[:5].tolist()})"
+            )
         return self._result()
 
     def _result(self) -> Result:
@@ -227,6 +244,11 @@ class _Run:
                 hold_s=c.hold_s,
                 max_waiters=c.max_waiters,
                 spin_core_s=self.lock_spin[i],
+                acquisitions_by_stage={
+                    name: count
+                    for name, count in zip([*p.stage_names, "-"], lock.acquisitions_by_stage, strict=True)
+                    if count
+                },
             )
         gates = {
             spec.name: GateStats(
@@ -266,6 +288,7 @@ class _Run:
         if self.rec is not None:
             r = self.rec
             recording = Recording(
+                n_sandboxes=p.n_sandboxes,
                 stage_names=p.stage_names,
                 lock_names=tuple(lk.name for lk in p.locks),
                 gate_names=tuple(g.name for g in p.gates),

@@ -99,6 +99,7 @@ class _QueuedLock:
         self._spin_account = spin_account
         self._spans = spans
         self._held_since: dict[int, tuple[float, int]] = {}
+        self.acquisitions_by_stage = [0] * len(spin_account)
 
     def _enqueue(self, owner: int, stage: int, shared: bool = False) -> _Waiter:
         now = self.env.now
@@ -111,6 +112,7 @@ class _QueuedLock:
 
     def _take(self, owner: int, stage: int) -> None:
         self.stats.acquisitions += 1
+        self.acquisitions_by_stage[stage] += 1
         self._held_since[owner] = (self.env.now, stage)
 
     def _grant(self, waiter: _Waiter) -> None:
@@ -130,8 +132,8 @@ class _QueuedLock:
         if self._spans is not None:
             self._spans(self.index, owner, stage, True, since, now)
 
-    def _spin(self, waiter: _Waiter) -> None:
-        waiter.spin = self._cpu.start_spin(self._spin_account[waiter.stage])
+    def _spin(self, waiter: _Waiter, *, pinned: bool = False) -> None:
+        waiter.spin = self._cpu.start_spin(self._spin_account[waiter.stage], pinned=pinned)
 
 
 class Mutex(_QueuedLock):
@@ -169,7 +171,10 @@ class Mutex(_QueuedLock):
 
 
 class SpinLock(Mutex):
-    """A spinlock: every waiter burns a core share until it gets the lock."""
+    """A spinlock: every waiter owns a core (preemption off) until it gets the lock.
+
+    The executor runs the holder's CPU work pinned as well.
+    """
 
     def acquire(self, owner: int, stage: int) -> simpy.Event | None:
         if self.owner is None:
@@ -177,7 +182,7 @@ class SpinLock(Mutex):
             self._take(owner, stage)
             return None
         waiter = self._enqueue(owner, stage)
-        self._spin(waiter)
+        self._spin(waiter, pinned=True)
         return waiter.event
 
 

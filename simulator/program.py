@@ -243,7 +243,10 @@ class Program:
             key = (
                 self.op_kind[lo:hi].tobytes(),
                 self.op_arg[lo:hi].tobytes(),
-                np.rint(self.op_amount[lo:hi] * (self.op_kind[lo:hi] >= OpKind.POOL_TRY)).tobytes(),
+                # Jumps are truncated (``int``) when walked and run: key them the same way.
+                np.trunc(
+                    self.op_amount[lo:hi] * (self.op_kind[lo:hi] >= OpKind.POOL_TRY)
+                ).tobytes(),
             )
             if key in seen:
                 continue
@@ -294,6 +297,15 @@ class Program:
                 continue
             kind, a = OpKind(kinds[pc]), args[pc]
             nexts = [pc + 1]
+            # A spinlock holder runs with preemption off: it must not sleep (sleep,
+            # sleeping lock, gate) nor wait for preemptible work (zeroing).
+            if any(self.locks[h].kind is LockKind.SPIN for h in held) and (
+                kind in (OpKind.SLEEP, OpKind.ZERO, OpKind.GATE_ENTER, OpKind.ACQUIRE_SHARED)
+                or (kind is OpKind.ACQUIRE and self.locks[a].kind is not LockKind.SPIN)
+            ):
+                raise ProgramError(
+                    f"sandbox {sandbox} op {pc}: {kind.name.lower()} while holding a spinlock"
+                )
             if kind in (OpKind.ACQUIRE, OpKind.ACQUIRE_SHARED):
                 if a in held:
                     raise ProgramError(f"sandbox {sandbox} op {pc}: lock {a} taken twice")
@@ -315,7 +327,8 @@ class Program:
             elif kind is OpKind.GATE_EXIT:
                 if a not in gates:
                     raise ProgramError(f"sandbox {sandbox} op {pc}: exit of gate {a} not entered")
-                gates = tuple(g for g in gates if g != a)
+                k = len(gates) - 1 - gates[::-1].index(a)  # one permit: the latest entry
+                gates = gates[:k] + gates[k + 1 :]
             elif kind in (OpKind.POOL_TRY, OpKind.JUMP):
                 step = int(amounts[pc])
                 if step < 1 or pc + step > end:
@@ -323,9 +336,6 @@ class Program:
                         f"sandbox {sandbox} op {pc} ({kind.name}): jump {step} leaves the sandbox"
                     )
                 nexts = [pc + step] if kind is OpKind.JUMP else [pc + 1, pc + step]
-            elif kind is OpKind.SLEEP and any(self.locks[h].kind is LockKind.SPIN for h in held):
-                # A spinlock holder must not sleep.
-                raise ProgramError(f"sandbox {sandbox} op {pc}: sleep while holding a spinlock")
             for nxt in nexts:
                 state = (nxt, held, stages, gates)
                 if state not in visited:

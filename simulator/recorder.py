@@ -39,6 +39,7 @@ class Recorder:
 class Recording:
     """A frozen record of one run, with the names of its stages, locks and gates."""
 
+    n_sandboxes: int
     stage_names: tuple[str, ...]
     lock_names: tuple[str, ...]
     gate_names: tuple[str, ...]

@@ -51,7 +51,7 @@ class LockStats:
     ``wait_s`` is the sum of all waits; ``contended_wall_s`` the wall-clock
     time during which at least one task waited (the papers' "contention
     time"); ``hold_s`` the sum of all holds; ``spin_core_s`` the core-seconds
-    its waiters burnt spinning.
+    its waiters burnt spinning; ``acquisitions_by_stage`` where it was taken.
     """
 
     kind: str
@@ -62,6 +62,7 @@ class LockStats:
     hold_s: float
     max_waiters: int
     spin_core_s: float
+    acquisitions_by_stage: Mapping[str, int]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

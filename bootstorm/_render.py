@@ -1,0 +1,128 @@
+"""Rich tables for results (the CLI's only output format besides JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group
+from rich.table import Table
+
+from .calibration import TargetCheck
+from .models import Scenario
+from .simulator import Result
+
+__all__ = ["comparison_table", "result_tables", "target_table"]
+
+
+def _headline(scenario: Scenario, result: Result) -> Table:
+    t = Table(title=_title(scenario), show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    s = result.startup
+    t.add_row("makespan (last sandbox up)", f"{result.makespan_s:.2f} s")
+    t.add_row("startup mean / p50 / p99", f"{s.mean:.2f} / {s.p50:.2f} / {s.p99:.2f} s")
+    cpu = result.cpu
+    t.add_row(
+        "CPU busy / spinning",
+        f"{cpu.busy_core_s:.1f} / {cpu.spin_core_s:.2f} core-s ({cpu.utilisation:.0%} of {cpu.cores} cores)",
+    )
+    if result.pools:
+        taken = ", ".join(f"{k} {p.taken}/{p.capacity}" for k, p in result.pools.items())
+        t.add_row("pools taken", taken)
+        t.add_row("pooled memory", f"{result.pool_memory_mib:,.0f} MiB")
+    return t
+
+
+def _title(scenario: Scenario) -> str:
+    extras = [f"{k}={v}" for k, v in scenario.pools.items()]
+    extras += [f"limit {k}={v}" for k, v in scenario.limits.items()]
+    if scenario.qos_rules:
+        extras.append(f"qos {scenario.qos_rules}")
+    if scenario.sg_rules:
+        extras.append(f"sg {scenario.sg_rules}")
+    if scenario.tenants > 1:
+        extras.append(f"{scenario.tenants} tenants")
+    tail = f" [{', '.join(extras)}]" if extras else ""
+    return f"{scenario.sandboxes} × {scenario.cni} on {scenario.profile}{tail}"
+
+
+def _stages(result: Result) -> Table:
+    t = Table(title="stages", title_justify="left")
+    for col in ("stage", "mean s", "p99 s", "CPU work core-s", "spin core-s"):
+        t.add_column(col, justify="left" if col == "stage" else "right")
+    for name, st in result.stages.items():
+        cpu = result.cpu.by_stage.get(name, {})
+        t.add_row(
+            name,
+            f"{st.mean_s:.3f}",
+            f"{st.p99_s:.3f}",
+            f"{cpu.get('work', 0.0):.1f}",
+            f"{cpu.get('spin', 0.0):.2f}",
+        )
+    for name, g in result.gates.items():
+        t.add_row(f"  admission to {name} (≤{g.permits})", f"{g.wait_s / max(g.entries, 1):.3f}", "", "", "")
+    return t
+
+
+def _locks(result: Result) -> Table:
+    t = Table(title="locks", title_justify="left")
+    for col in ("lock", "kind", "acquisitions", "contended", "wait s (sum)", "contended wall s", "hold s", "spin core-s"):
+        t.add_column(col, justify="left" if col in ("lock", "kind") else "right")
+    for name, lk in result.locks.items():
+        if lk.acquisitions == 0:
+            continue
+        t.add_row(
+            name,
+            lk.kind,
+            f"{lk.acquisitions:,}",
+            f"{lk.contended:,}",
+            f"{lk.wait_s:.2f}",
+            f"{lk.contended_wall_s:.2f}",
+            f"{lk.hold_s:.2f}",
+            f"{lk.spin_core_s:.2f}",
+        )
+    return t
+
+
+def result_tables(scenario: Scenario, result: Result) -> Group:
+    return Group(_headline(scenario, result), _stages(result), _locks(result))
+
+
+def comparison_table(title: str, rows: Sequence[tuple[str, Result]], baseline: int = 0) -> Table:
+    """One row per what-if, with the change in makespan against ``rows[baseline]``."""
+    t = Table(title=title, title_justify="left")
+    for col in ("what-if", "makespan s", "vs baseline", "mean s", "p99 s", "RTNL contended wall s", "spin core-s", "pool MiB"):
+        t.add_column(col, justify="left" if col == "what-if" else "right")
+    base = rows[baseline][1].makespan_s
+    for label, r in rows:
+        rtnl = r.locks.get("rtnl")
+        t.add_row(
+            label,
+            f"{r.makespan_s:.2f}",
+            f"{(r.makespan_s - base) / base:+.1%}",
+            f"{r.startup.mean:.2f}",
+            f"{r.startup.p99:.2f}",
+            f"{rtnl.contended_wall_s:.2f}" if rtnl else "-",
+            f"{r.cpu.spin_core_s:.2f}",
+            f"{r.pool_memory_mib:,.0f}",
+        )
+    return t
+
+
+def target_table(title: str, checks: Sequence[TargetCheck]) -> Table:
+    """Published value, model value and relative error of each target."""
+    t = Table(title=title, title_justify="left")
+    for col in ("row", "target", "role", "paper", "model", "error", "tolerance"):
+        t.add_column(col, justify="left" if col in ("row", "target", "role") else "right")
+    for c in checks:
+        ok = "green" if c.within else "red"
+        t.add_row(
+            c.target.id,
+            c.target.label,
+            c.target.role,
+            f"{c.target.value:,.4g}",
+            f"{c.model:,.4g}",
+            f"[{ok}]{c.rel_error:+.1%}[/]",
+            f"±{c.target.tolerance_rel:.0%}",
+        )
+    return t

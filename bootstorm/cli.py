@@ -1,0 +1,193 @@
+"""The ``bootstorm`` command line (typer + rich).
+
+Bad input ends with one line on stderr naming the field and the value, and
+exit code 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from ._api import simulate
+from ._io import write_atomically
+from ._render import comparison_table, result_tables, target_table
+from .models import ConfigError, Scenario, available_profiles
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="bootstorm",
+    help="Predict and shorten boot storms of secure containers.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+if not console.is_terminal:  # piped or captured: don't squeeze tables into 80 columns
+    console = Console(width=140)
+log = logging.getLogger("bootstorm")
+
+
+def _pairs(field: str, items: list[str] | None) -> dict[str, int]:
+    """Parse ``NAME=INT`` options; a bad one is a :class:`ConfigError`."""
+    out: dict[str, int] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"{field}: expected NAME=COUNT, but got {item!r}")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise ConfigError(f"{field}.{name}: expected an integer, but got {value!r}") from None
+    return out
+
+
+def _scenario(scenario_file: Path | None, **overrides: Any) -> Scenario:
+    base = Scenario.from_yaml(scenario_file) if scenario_file is not None else Scenario()
+    given = {k: v for k, v in overrides.items() if v is not None and v != {}}
+    return base.replace(**given) if given else base
+
+
+@app.command("simulate")
+def simulate_cmd(
+    scenario_file: Annotated[Path | None, typer.Argument(help="Scenario YAML; options override it.")] = None,
+    cni: Annotated[str | None, typer.Option(help="no-network, veth, ipvlan, macvlan, ipvtap, macvtap, tc-routing, vhost-user, ebpf")] = None,
+    sandboxes: Annotated[int | None, typer.Option(help="Sandboxes started at once.")] = None,
+    profile: Annotated[str | None, typer.Option(help="Calibration profile name or YAML path.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the service-time stream.")] = None,
+    pool: Annotated[list[str] | None, typer.Option(help="Pre-created devices, KIND=COUNT (netns, vport, ipvtap...).")] = None,
+    limit: Annotated[list[str] | None, typer.Option(help="Per-stage concurrency limit, STAGE=K.")] = None,
+    rtnl_priority: Annotated[list[str] | None, typer.Option(help="RTNL grant priority, STAGE=P (lower first).")] = None,
+    qos_rules: Annotated[int | None, typer.Option(help="QoS rules per vPort.")] = None,
+    sg_rules: Annotated[int | None, typer.Option(help="Security-group rules per pod.")] = None,
+    tenants: Annotated[int | None, typer.Option(help="Tenants the sandboxes are spread over.")] = None,
+    memory_mib: Annotated[int | None, typer.Option(help="Guest memory per sandbox, MiB.")] = None,
+    cores: Annotated[int | None, typer.Option(help="Override the profile's core count.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+    trace: Annotated[Path | None, typer.Option(help="Write a Chrome trace-event JSON (open in ui.perfetto.dev).")] = None,
+) -> None:
+    """Simulate one boot storm and print its makespan, stages, locks and CPU."""
+    scenario = _scenario(
+        scenario_file,
+        cni=cni,
+        sandboxes=sandboxes,
+        profile=profile,
+        seed=seed,
+        pools=_pairs("pools", pool),
+        limits=_pairs("limits", limit),
+        rtnl_priority=_pairs("rtnl_priority", rtnl_priority),
+        qos_rules=qos_rules,
+        sg_rules=sg_rules,
+        tenants=tenants,
+        memory_mib=memory_mib,
+        cores=cores,
+    )
+    result = simulate(scenario, record=trace is not None)
+    if trace is not None:
+        from .simulator.trace_export import write_chrome_trace
+
+        assert result.recording is not None
+        write_chrome_trace(result.recording, trace, title=f"{scenario.sandboxes} x {scenario.cni}")
+    if as_json:
+        payload = {"scenario": scenario.model_dump(mode="json"), **result.to_dict()}
+        payload["startup_s"] = {k: payload["startup_s"][k] for k in ("mean", "p50", "p99", "max")}
+        sys.stdout.write(json.dumps(payload) + "\n")
+        return
+    console.print(result_tables(scenario, result))
+    if trace is not None:
+        console.print(f"trace written to [bold]{trace}[/] — open it in https://ui.perfetto.dev")
+
+
+@app.command()
+def demo(
+    sandboxes: Annotated[int, typer.Option(help="Sandboxes in the storm.")] = 400,
+) -> None:
+    """Simulate the default storm (ipvtap on the seed-000 host) and a few what-ifs."""
+    base = Scenario(cni="ipvtap", sandboxes=sandboxes, profile="paper-000")
+    result = simulate(base)
+    console.print(result_tables(base, result))
+    n = base.sandboxes
+    what_ifs = [
+        ("ipvtap (default)", base),
+        ("no network", base.replace(cni="no-network")),
+        ("veth", base.replace(cni="veth")),
+        ("ipvtap + 2 QoS rules", base.replace(qos_rules=2)),
+        ("ipvtap, all devices pooled", base.replace(pools={"netns": n, "vport": 1, "ipvtap": n})),
+    ]
+    rows = [(label, result if s == base else simulate(s)) for label, s in what_ifs]
+    console.print(comparison_table(f"what-ifs, {n} sandboxes", rows))
+
+
+@app.command()
+def calibrate(
+    targets: Annotated[str, typer.Option(help="Published targets to fit: paper-000.")] = "paper-000",
+    write: Annotated[bool, typer.Option(help="Overwrite the built-in profile with the fit.")] = False,
+    output: Annotated[Path | None, typer.Option(help="Write the fitted profile here.")] = None,
+    check_only: Annotated[bool, typer.Option("--check", help="Only print the error table of the current profile.")] = False,
+    max_evaluations: Annotated[int, typer.Option(help="Budget of objective evaluations.")] = 150,
+) -> None:
+    """Fit a profile to a paper's *fit* rows and print the per-target error table."""
+    from .calibration import PAPER_000_FIT, check_targets, fit_paper_000
+    from .models import load_profile
+
+    if targets != "paper-000":
+        raise ConfigError(f"targets: unknown target set {targets!r}; known: paper-000")
+    if check_only:
+        checks = check_targets(PAPER_000_FIT, load_profile("paper-000"))
+        console.print(target_table("paper-000 against its fit rows", checks))
+        return
+    with console.status("fitting paper-000 …") as status:
+        report = fit_paper_000(
+            max_evaluations=max_evaluations,
+            on_evaluation=lambda n, cost: status.update(f"fitting paper-000 … evaluation {n}, cost {cost:.4g}"),
+        )
+    console.print(target_table(f"paper-000 fit ({report.evaluations} evaluations)", report.checks))
+    text = report.profile.to_yaml()
+    destinations = [output] if output is not None else []
+    if write:
+        destinations.append(Path(__file__).resolve().parent.parent / "models" / "profiles" / "paper-000.yaml")
+    for dest in destinations:
+        write_atomically(dest, text)
+        console.print(f"profile written to [bold]{dest}[/]")
+    if not report.all_within:
+        console.print("[yellow]some fit rows are outside ±5%[/]")
+        raise typer.Exit(1)
+
+
+@app.command()
+def profiles() -> None:
+    """List the built-in calibration profiles."""
+    for name in available_profiles():
+        console.print(name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app, turning bad input into one line and exit 2."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="bootstorm", standalone_mode=False)
+    except ConfigError as exc:
+        for line in str(exc).splitlines():
+            sys.stderr.write(f"error: {line}\n")
+        raise SystemExit(2) from None
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        raise SystemExit(130) from None
+    except typer.TyperException as exc:  # click's usage errors, vendored by typer
+        message = getattr(exc, "format_message", lambda: str(exc))()
+        sys.stderr.write(f"error: {message}\n")
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,337 @@
+"""The seed-000 CNIs as five stages of kernel and daemon operations.
+
+Each sandbox passes NetNS → AddCNI → Cgroup → AttachIf → StartVM (seed 000
+§4.1.1). A stage is built from a few kinds of operation whose costs come from
+the profile:
+
+- RTNL-held netlink/ioctl work of four sizes: a link registration or move
+  (``link``), a tap/macvtap character device on top of it (``tap_create``), a
+  tc qdisc or filter change (``tc``) and a small change or query (``small``);
+- net_prio: ``cgroup_mkdir`` onlines the net_prio css under cgroup_mutex and
+  takes RTNL inside it (``cgrp_css_online`` walks every netdev under
+  ``rtnl_lock``), and the ``ifpriomap`` write takes RTNL alone — the two RTNL
+  acquisitions per sandbox that a no-network storm makes (Table 3: 803);
+- css_set_lock, a spinlock, at cgroup attach and at every fork of the VMM;
+- daemon round trips (containerd, IPAM, ovsdb) as off-CPU sleeps, and the
+  single-threaded ovs-vswitchd main loop as a lock around its own work.
+
+How many RTNL operations each CNI makes in each stage is taken from seed 000
+Table 3 (acquisitions per storm ÷ 400) and §4.2.2 (share made in AttachIf +
+StartVM); see ``RTNL_OPS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..simulator import Cpu, Hold, LockKind, LockSpec, Pooled, Sleep, Stage, Step, Zero
+from .profile import CostTable
+from .scenario import Scenario
+
+__all__ = [
+    "CGROUP_MUTEX",
+    "CSS_SET_LOCK",
+    "DEVICES",
+    "LOCKS",
+    "OVS_VSWITCHD",
+    "RTNL",
+    "RTNL_OPS",
+    "STAGES",
+    "RtnlOps",
+    "cni_stages",
+    "pool_kinds",
+    "sandbox_plan",
+]
+
+STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
+
+RTNL = "rtnl"
+CGROUP_MUTEX = "cgroup_mutex"
+CSS_SET_LOCK = "css_set_lock"
+OVS_VSWITCHD = "ovs-vswitchd"
+BPF_VERIFIER = "bpf_verifier_lock"
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RtnlOps:
+    """RTNL acquisitions one sandbox makes in a stage, by kind.
+
+    ``create``: one ``rtnl_newlink`` of ``device``, holding RTNL for each
+    netdev it registers (a veth pair registers two) plus, for ipvtap and
+    macvtap, the tap character device. ``move``: a netdev into the sandbox's
+    namespace; ``dev_change_net_namespace`` calls ``synchronize_net`` under
+    RTNL, so it sleeps an RCU grace period holding the lock. ``link``: another
+    netdev registration (the namespace's loopback). ``tc``: a qdisc or filter
+    change. ``small``: a flag, address or route change, or a query.
+    """
+
+    create: int = 0
+    device: str = ""
+    move: int = 0
+    link: int = 0
+    tc: int = 0
+    small: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.create + self.move + self.link + self.tc + self.small
+
+
+# What creating one device registers: (netdevs, has a tap character device).
+DEVICES: dict[str, tuple[int, bool]] = {
+    "veth": (2, False),
+    "ipvlan": (1, False),
+    "macvlan": (1, False),
+    "ipvtap": (1, True),
+    "macvtap": (1, True),
+    "tap": (1, False),
+}
+
+# Per sandbox and stage, besides the two net_prio acquisitions every CNI makes
+# (css_online in Cgroup, the ifpriomap write in StartVM) and the vPort's own
+# link (once per vPort). Totals per sandbox, ×400, against Table 3, and the
+# AttachIf+StartVM share against §4.2.2:
+#   veth 50 (20 000 vs 19 992; 31/50 = 62% vs 62.3%)
+#   ipvlan 41 (16 400 vs 16 542; 31/41 = 76% vs 74.7%)
+#   ipvtap 15 (6 000 vs 6 105; 9/15 = 60% vs > 59.0%)
+#   tc-routing 47 (18 800 vs 18 859; 33/47 = 70% vs 69.7%)
+#   no-network 2 (800 vs 803)
+# vhost-user passes a virtio-net device straight to the guest: no netdev, so
+# only NetNS and net_prio take RTNL. eBPF is veth plus a tc-attached program.
+RTNL_OPS: dict[str, dict[str, RtnlOps]] = {
+    "no-network": {},
+    "veth": {
+        "NetNS": RtnlOps(link=1),
+        "AddCNI": RtnlOps(create=1, device="veth", move=1, small=14),
+        "AttachIf": RtnlOps(create=1, device="tap", tc=4, small=14),
+        "StartVM": RtnlOps(small=11),
+    },
+    "ipvlan": {
+        "NetNS": RtnlOps(link=1),
+        "AddCNI": RtnlOps(create=1, device="ipvlan", move=1, small=6),
+        "AttachIf": RtnlOps(create=1, device="tap", tc=4, small=14),
+        "StartVM": RtnlOps(small=11),
+    },
+    "ipvtap": {
+        "NetNS": RtnlOps(link=1),
+        "AddCNI": RtnlOps(create=1, device="ipvtap", move=1, small=2),
+        "AttachIf": RtnlOps(small=2),
+        "StartVM": RtnlOps(small=6),
+    },
+    "tc-routing": {
+        "NetNS": RtnlOps(link=1),
+        "AddCNI": RtnlOps(create=1, device="veth", move=1, tc=4, small=6),
+        "AttachIf": RtnlOps(create=1, device="tap", tc=6, small=14),
+        "StartVM": RtnlOps(small=11),
+    },
+    "vhost-user": {
+        "NetNS": RtnlOps(link=1),
+    },
+    "ebpf": {
+        "NetNS": RtnlOps(link=1),
+        "AddCNI": RtnlOps(create=1, device="veth", move=1, tc=2, small=14),
+        "AttachIf": RtnlOps(create=1, device="tap", tc=4, small=14),
+        "StartVM": RtnlOps(small=11),
+    },
+}
+
+
+def _with_device(ops: RtnlOps, old: str, new: str) -> RtnlOps:
+    return replace(ops, device=new) if ops.device == old else ops
+
+
+# macvlan/macvtap: ipvlan/ipvtap's procedure on another device type.
+RTNL_OPS["macvlan"] = {st: _with_device(o, "ipvlan", "macvlan") for st, o in RTNL_OPS["ipvlan"].items()}
+RTNL_OPS["macvtap"] = {st: _with_device(o, "ipvtap", "macvtap") for st, o in RTNL_OPS["ipvtap"].items()}
+
+# How the CNI maps pods to vPorts (seed 000 §3.1, Fig. 4).
+_DIRECT = frozenset({"veth", "vhost-user", "ebpf"})  # one vPort per pod
+_PER_TENANT = frozenset({"ipvlan", "macvlan", "ipvtap", "macvtap"})  # one per tenant
+_SHARED = frozenset({"tc-routing"})  # one for all tenants
+
+# The device a CNI pools besides netns and vPort (seed 000 §5.1, Fig. 14).
+_PRIMARY_DEVICE = {
+    "veth": "veth",
+    "ipvlan": "ipvlan",
+    "macvlan": "macvlan",
+    "ipvtap": "ipvtap",
+    "macvtap": "macvtap",
+    "tc-routing": "veth",
+    "ebpf": "veth",
+}
+
+LOCKS = (CGROUP_MUTEX, RTNL, CSS_SET_LOCK, OVS_VSWITCHD, BPF_VERIFIER)
+
+
+def lock_specs(costs: CostTable, rtnl_priority: dict[str, int]) -> list[LockSpec]:
+    """The locks of the node, in a fixed order (cgroup_mutex before RTNL)."""
+    return [
+        LockSpec(name=CGROUP_MUTEX),
+        LockSpec(
+            name=RTNL,
+            spin_s=costs.rtnl_spin_s,
+            stage_priority=tuple(sorted(rtnl_priority.items())),
+        ),
+        LockSpec(name=CSS_SET_LOCK, kind=LockKind.SPIN),
+        LockSpec(name=OVS_VSWITCHD),
+        LockSpec(name=BPF_VERIFIER),
+    ]
+
+
+def cni_stages(cni: str) -> tuple[str, ...]:
+    """The stages a CNI's sandboxes pass through (no-network has no network stages)."""
+    if cni == "no-network":
+        return ("Cgroup", "StartVM")
+    return STAGES
+
+
+def pool_kinds(cni: str) -> tuple[str, ...]:
+    """Device kinds a CNI can take from a pool: netns, vPort and its own device."""
+    if cni == "no-network":
+        return ()
+    primary = _PRIMARY_DEVICE.get(cni)
+    return ("netns", "vport", primary) if primary else ("netns", "vport")
+
+
+class _Ops:
+    """Builds steps from the profile's costs."""
+
+    def __init__(self, costs: CostTable, pools: dict[str, int]) -> None:
+        self.c = costs
+        self.pools = pools
+
+    def rtnl(self, hold_s: float, label: str, n: int = 1) -> tuple[Step, ...]:
+        return tuple(Hold(RTNL, (Cpu(hold_s, label),)) for _ in range(n))
+
+    def rtnl_ops(self, ops: RtnlOps | None) -> tuple[Step, ...]:
+        if ops is None:
+            return ()
+        c = self.c
+        create: tuple[Step, ...] = ()
+        if ops.create:
+            netdevs, chardev = DEVICES[ops.device]
+            hold_s = netdevs * c.rtnl_link_hold_s + (c.rtnl_chardev_hold_s if chardev else 0.0)
+            create = self.rtnl(hold_s, f"create {ops.device}", ops.create)
+        move = tuple(
+            Hold(RTNL, (Cpu(c.rtnl_link_hold_s, "move"), Sleep(c.rcu_grace_s, "synchronize_net")))
+            for _ in range(ops.move)
+        )
+        return (
+            create
+            + move
+            + self.rtnl(c.rtnl_link_hold_s, "link", ops.link)
+            + self.rtnl(c.rtnl_tc_hold_s, "tc", ops.tc)
+            + self.rtnl(c.rtnl_small_hold_s, "small", ops.small)
+        )
+
+    def pooled(self, kind: str, create: tuple[Step, ...]) -> tuple[Step, ...]:
+        """``create`` unless the scenario pools ``kind``, then a fetch while they last."""
+        if self.pools.get(kind, 0) <= 0:
+            return create
+        return (Pooled(kind, create=create, fetch=(Sleep(self.c.pool_fetch_s, f"fetch {kind}"),)),)
+
+    def vport(self, qos_rules: int, qos_in_kernel: bool, kernel_port: bool) -> tuple[Step, ...]:
+        """Create a vPort on OVS and configure its QoS rules.
+
+        ovs-vswitchd serialises its own work (one main loop); a kernel-datapath
+        port costs one link registration under RTNL, and each QoS rule on such
+        a port is an ingress qdisc plus a policing filter (two tc changes).
+        With DPDK (vhost-user) QoS stays in user space.
+        """
+        c = self.c
+        steps: tuple[Step, ...] = (
+            Sleep(c.ovsdb_txn_s, "ovsdb"),
+            Hold(OVS_VSWITCHD, (Sleep(c.ovs_port_add_s, "port add"),)),
+        )
+        if kernel_port:
+            steps += self.rtnl(c.rtnl_link_hold_s, "vport link")
+        steps = self.pooled("vport", steps)
+        for _ in range(qos_rules):
+            steps += (Hold(OVS_VSWITCHD, (Sleep(c.ovs_qos_s, "qos"),)),)
+            if qos_in_kernel:
+                steps += self.rtnl(c.rtnl_tc_hold_s, "qos tc", 2)
+        return steps
+
+
+def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -> tuple[Stage, ...]:
+    """The stages of one sandbox.
+
+    ``creates_vport``: this sandbox is the first of its tenant (sharing mode)
+    or of the node (tc-routing), so it creates the shared vPort.
+    """
+    cni = scenario.cni
+    ops = RTNL_OPS[cni]
+    b = _Ops(costs, scenario.pools)
+    c = costs
+    stages: dict[str, tuple[Step, ...]] = {}
+    rpc: tuple[Step, ...] = (Sleep(c.containerd_rpc_s, "containerd"),)
+
+    if cni != "no-network":
+        stages["NetNS"] = rpc + b.pooled(
+            "netns", (Cpu(c.netns_create_cpu_s, "setup_net"), *b.rtnl_ops(ops.get("NetNS")))
+        )
+
+        add: tuple[Step, ...] = rpc + (Sleep(c.ipam_s, "ipam"),)
+        primary = _PRIMARY_DEVICE.get(cni)
+        device_ops = b.rtnl_ops(ops.get("AddCNI"))
+        if cni == "ebpf":
+            # The program is recompiled for each pod (§4.1.1) and verified
+            # under the kernel's global verifier mutex.
+            add += (
+                Cpu(c.bpf_compile_cpu_s, "bpf compile"),
+                Hold(BPF_VERIFIER, (Cpu(c.bpf_verify_hold_s, "bpf verify"),)),
+            )
+        add += b.pooled(primary, device_ops) if primary else device_ops
+        if cni in _DIRECT:
+            add += b.vport(scenario.qos_rules, qos_in_kernel=cni != "vhost-user",
+                           kernel_port=cni != "vhost-user")
+        elif creates_vport:
+            add += b.vport(scenario.qos_rules, qos_in_kernel=True, kernel_port=True)
+        if scenario.sg_rules:
+            # Security groups are OVS flows: vswitchd inserts them one by one.
+            add += (Hold(OVS_VSWITCHD, (Sleep(scenario.sg_rules * c.ovs_flow_mod_s, "sg flows"),)),)
+        stages["AddCNI"] = add
+
+    stages["Cgroup"] = rpc + (
+        Hold(
+            CGROUP_MUTEX,
+            (Cpu(c.cgroup_mkdir_cpu_s, "mkdir"), *b.rtnl(c.netprio_hold_s, "netprio online")),
+        ),
+        Hold(
+            CGROUP_MUTEX,
+            (
+                Cpu(c.cgroup_attach_cpu_s, "attach"),
+                Hold(CSS_SET_LOCK, (Cpu(c.css_set_hold_s, "css_set"),)),
+            ),
+        ),
+    )
+
+    if cni != "no-network":
+        stages["AttachIf"] = rpc + b.rtnl_ops(ops.get("AttachIf"))
+
+    start: tuple[Step, ...] = (
+        *rpc,
+        # The VMM forks and spawns its threads: one css_set update each.
+        *(Hold(CSS_SET_LOCK, (Cpu(c.css_set_hold_s, "fork"),)) for _ in range(4)),
+        # Kata applies the sandbox's cgroup resources as it starts the VMM:
+        # the net_prio ifpriomap write takes RTNL (outside cgroup_mutex).
+        *b.rtnl(c.netprio_hold_s, "ifpriomap"),
+        *b.rtnl_ops(ops.get("StartVM")),
+    )
+    if cni == "vhost-user":
+        # vhost-user shares guest memory with OVS-DPDK: it is backed by
+        # hugepages that are allocated (zeroed) up front, and vswitchd sets
+        # up each vhost-user socket in its main loop.
+        start += (
+            Zero(scenario.memory_mib * MIB, "guest memory"),
+            Hold(OVS_VSWITCHD, (Sleep(c.vhost_user_setup_s, "vhost-user"),)),
+        )
+    start += (Cpu(c.vm_boot_cpu_s, "boot"), Sleep(c.vm_boot_sleep_s, "agent"))
+    stages["StartVM"] = start
+
+    return tuple(
+        Stage(name, stages[name], gate=name if name in scenario.limits else None)
+        for name in cni_stages(cni)
+    )

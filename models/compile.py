@@ -1,0 +1,83 @@
+"""Compile a :class:`Scenario` into the kernel's flat :class:`Program`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..simulator import GateSpec, MachineSpec, PoolSpec, Program, compile_program
+from ._errors import ConfigError
+from .cni import cni_stages, lock_specs, pool_kinds, sandbox_plan
+from .profile import Profile, load_profile
+from .scenario import Scenario
+
+__all__ = ["SeedLike", "compile_scenario", "service_streams"]
+
+SeedLike = int | np.random.Generator | None
+
+GIB = 1024**3
+
+
+def service_streams(seed: SeedLike) -> tuple[np.random.Generator, np.random.Generator]:
+    """Independent (arrivals, service times) generators from one seed."""
+    if isinstance(seed, np.random.Generator):
+        arrivals, service = seed.spawn(2)
+        return arrivals, service
+    children = np.random.SeedSequence(seed).spawn(2)
+    return np.random.default_rng(children[0]), np.random.default_rng(children[1])
+
+
+def _check_names(field: str, given: dict[str, int], allowed: tuple[str, ...], what: str) -> None:
+    for name in given:
+        if name not in allowed:
+            raise ConfigError(
+                f"{field}: unknown {what} {name!r}; "
+                f"this CNI has {', '.join(allowed) if allowed else 'none'}"
+            )
+
+
+def compile_scenario(
+    scenario: Scenario, *, seed: SeedLike = None, profile: Profile | None = None
+) -> Program:
+    """The program of ``scenario``: its sandboxes' plans on its profile's host.
+
+    ``seed`` defaults to ``scenario.seed``; ``profile`` to the profile the
+    scenario names (pass one to try a profile that is not on disk).
+    """
+    prof = profile if profile is not None else load_profile(scenario.profile)
+    cni = scenario.cni
+    _check_names("pools", scenario.pools, pool_kinds(cni), "pool kind")
+    _check_names("limits", scenario.limits, cni_stages(cni), "stage")
+    _check_names("rtnl_priority", scenario.rtnl_priority, cni_stages(cni), "stage")
+    for kind in scenario.pools:
+        if kind not in prof.costs.pool_device_mib:
+            raise ConfigError(
+                f"pools: profile {prof.name!r} has no memory cost for pooled {kind!r} devices"
+            )
+    _, service = service_streams(scenario.seed if seed is None else seed)
+
+    first = sandbox_plan(scenario, prof.costs, creates_vport=True)
+    rest = sandbox_plan(scenario, prof.costs, creates_vport=False)
+    # Sandbox i belongs to tenant i % tenants; the first sandbox of each
+    # tenant creates its vPort (tc-routing shares one vPort among all).
+    n_creators = 1 if cni == "tc-routing" else scenario.tenants
+    plans = [first if i < n_creators else rest for i in range(scenario.sandboxes)]
+
+    host = prof.host
+    machine = MachineSpec(
+        cores=scenario.cores or host.cores,
+        zero_bytes_per_core_s=host.zero_gib_s_per_core * GIB,
+        memory_bandwidth_bytes_s=host.memory_bandwidth_gib_s * GIB,
+    )
+    return compile_program(
+        plans,
+        machine=machine,
+        locks=lock_specs(prof.costs, scenario.rtnl_priority),
+        gates=[GateSpec(name=s, permits=k) for s, k in scenario.limits.items()],
+        pools=[
+            PoolSpec(name=k, capacity=n, memory_mib_per_device=prof.costs.pool_device_mib[k])
+            for k, n in scenario.pools.items()
+        ],
+        arrival_s=scenario.arrival_s,
+        service_cv=prof.service_cv,
+        rng=service,
+    )

@@ -1,0 +1,163 @@
+"""Calibration profiles: the per-operation costs of one kind of node.
+
+A profile is a versioned YAML file. Every number in it has a source, kept in
+the ``sources`` map under the number's dotted path (``costs.vm_boot_cpu_s``);
+a profile whose numbers lack a source does not load. Fitted numbers say which
+paper rows they were fitted to and by which command.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ._errors import ConfigError, format_validation_error, load_yaml_model
+
+__all__ = ["PROFILE_SCHEMA_VERSION", "CostTable", "HostSpec", "Profile", "available_profiles", "load_profile"]
+
+PROFILE_SCHEMA_VERSION = 1
+
+Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+PositiveSeconds = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HostSpec(_Frozen):
+    """The node: cores the boot storm shares, memory, memory bandwidth."""
+
+    cores: Annotated[int, Field(ge=1)]
+    memory_gib: Annotated[float, Field(gt=0.0)]
+    memory_bandwidth_gib_s: Annotated[float, Field(gt=0.0)]
+    zero_gib_s_per_core: Annotated[float, Field(gt=0.0)]
+
+
+class CostTable(_Frozen):
+    """Per-operation costs. ``*_cpu_s`` and ``*_hold_s`` are core-seconds of
+    CPU work (a hold is CPU work done while the lock is held); ``*_s`` alone
+    is off-CPU waiting."""
+
+    # Daemons and user space (off-CPU round trips).
+    containerd_rpc_s: Seconds
+    ipam_s: Seconds
+    ovsdb_txn_s: Seconds
+    ovs_port_add_s: Seconds
+    ovs_flow_mod_s: Seconds
+    ovs_qos_s: Seconds
+    pool_fetch_s: Seconds
+    # RTNL-held kernel work, by kind of netlink/ioctl operation.
+    rtnl_link_hold_s: PositiveSeconds
+    rtnl_chardev_hold_s: Seconds
+    rcu_grace_s: Seconds
+    rtnl_tc_hold_s: PositiveSeconds
+    rtnl_small_hold_s: PositiveSeconds
+    netprio_hold_s: PositiveSeconds
+    rtnl_spin_s: Seconds
+    # Namespaces and cgroups.
+    netns_create_cpu_s: Seconds
+    cgroup_mkdir_cpu_s: Seconds
+    cgroup_attach_cpu_s: Seconds
+    css_set_hold_s: Seconds
+    # eBPF (recompiled per sandbox, verified under a global mutex).
+    bpf_compile_cpu_s: Seconds
+    bpf_verify_hold_s: Seconds
+    # The microVM.
+    vm_boot_cpu_s: Seconds
+    vm_boot_sleep_s: Seconds
+    vhost_user_setup_s: Seconds
+    # Memory cost of one pre-created device, by pool kind.
+    pool_device_mib: dict[str, Annotated[float, Field(ge=0.0)]]
+
+
+class Profile(_Frozen):
+    """A named, versioned set of host facts and operation costs with sources."""
+
+    schema_version: int
+    name: str
+    description: str
+    host: HostSpec
+    service_cv: Annotated[float, Field(ge=0.0, le=2.0)]
+    costs: CostTable
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _every_number_has_a_source(self) -> Profile:
+        if self.schema_version != PROFILE_SCHEMA_VERSION:
+            raise ValueError(
+                f"schema_version must be {PROFILE_SCHEMA_VERSION}, but got {self.schema_version}"
+            )
+        missing = sorted(set(self.numeric_paths()) - set(self.sources))
+        if missing:
+            raise ValueError(f"numbers without a source in `sources`: {', '.join(missing)}")
+        unknown = sorted(set(self.sources) - set(self.numeric_paths()))
+        if unknown:
+            raise ValueError(f"sources for unknown numbers: {', '.join(unknown)}")
+        return self
+
+    def numeric_paths(self) -> list[str]:
+        paths = [f"host.{k}" for k in HostSpec.model_fields]
+        paths.append("service_cv")
+        for k in CostTable.model_fields:
+            value = getattr(self.costs, k)
+            if isinstance(value, dict):
+                paths += [f"costs.{k}.{kind}" for kind in value]
+            else:
+                paths.append(f"costs.{k}")
+        return paths
+
+    def with_values(self, values: Mapping[str, float], *, source: str | None = None) -> Profile:
+        """A validated copy with numbers replaced by dotted path (``costs.vm_boot_cpu_s``,
+        ``costs.rtnl_create_hold_s.veth``); ``source`` replaces their sources."""
+        data = self.model_dump()
+        for path, value in values.items():
+            *parents, leaf = path.split(".")
+            node = data
+            for key in parents:
+                if not isinstance(node, dict) or key not in node:
+                    raise ConfigError(f"profile: no number at {path!r}")
+                node = node[key]
+            if not isinstance(node, dict) or leaf not in node:
+                raise ConfigError(f"profile: no number at {path!r}")
+            node[leaf] = value
+            data["sources"][path] = source if source is not None else f"changed from {self.name}"
+        try:
+            return Profile(**data)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, prefix="profile: ")) from None
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, width=100)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Profile:
+        return load_yaml_model(cls, Path(path))
+
+
+def _builtin_dir() -> Any:
+    return resources.files("bootstorm.models").joinpath("profiles")
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.name[: -len(".yaml")] for p in _builtin_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """A built-in profile by name (``paper-000``) or a profile YAML file by path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return Profile.from_yaml(path)
+    ref = _builtin_dir().joinpath(f"{name_or_path}.yaml")
+    if not ref.is_file():
+        raise ConfigError(
+            f"profile: unknown profile {str(name_or_path)!r}; "
+            f"built-in profiles are {', '.join(available_profiles())}, or give a path to a YAML file"
+        )
+    with resources.as_file(ref) as real:
+        return Profile.from_yaml(real)

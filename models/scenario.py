@@ -1,0 +1,109 @@
+"""The what-if a capacity planner asks: a typed, frozen, validated scenario."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ._errors import ConfigError, format_validation_error, load_yaml_model
+
+__all__ = ["CNI_NAMES", "CniName", "Scenario"]
+
+CniName = Literal[
+    "no-network",
+    "veth",
+    "ipvlan",
+    "macvlan",
+    "ipvtap",
+    "macvtap",
+    "tc-routing",
+    "vhost-user",
+    "ebpf",
+]
+CNI_NAMES: tuple[str, ...] = get_args(CniName)
+
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class Scenario(BaseModel):
+    """One boot storm on one node.
+
+    Parameters
+    ----------
+    cni:
+        The network: one of :data:`CNI_NAMES`.
+    sandboxes:
+        How many sandboxes start.
+    profile:
+        A built-in calibration profile (``paper-000``) or a path to one.
+    memory_mib:
+        Guest memory per sandbox.
+    tenants:
+        Tenants the sandboxes belong to (spread evenly); sharing-mode CNIs
+        create one vPort per tenant.
+    qos_rules:
+        QoS rules per vPort (seed 000 §4.1.2 uses 2).
+    sg_rules:
+        Security-group rules per pod, inserted as OVS flows.
+    pools:
+        Pre-created devices per kind (``netns``, ``vport``, or the CNI's own
+        device such as ``ipvtap``): creation becomes a fetch while they last.
+    limits:
+        Per-stage concurrency limits: at most K sandboxes inside the stage.
+    rtnl_priority:
+        Grant priority of RTNL waiters by stage (lower first); empty is FIFO.
+    arrival_s:
+        Arrival time of each sandbox; ``None`` is the papers' burst at t=0.
+    cores:
+        Override the profile's core count.
+    seed:
+        Seed of the service-time and arrival streams.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cni: CniName = "ipvtap"
+    sandboxes: PositiveInt = 400
+    profile: str = "paper-000"
+    memory_mib: PositiveInt = 512
+    tenants: PositiveInt = 1
+    qos_rules: NonNegativeInt = 0
+    sg_rules: NonNegativeInt = 0
+    pools: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    limits: dict[str, PositiveInt] = Field(default_factory=dict)
+    rtnl_priority: dict[str, int] = Field(default_factory=dict)
+    arrival_s: tuple[Annotated[float, Field(ge=0.0, allow_inf_nan=False)], ...] | None = None
+    cores: PositiveInt | None = None
+    seed: NonNegativeInt = 0
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc)) from None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        if self.tenants > self.sandboxes:
+            raise ValueError(
+                f"`tenants <= sandboxes` must hold, but got tenants={self.tenants}, "
+                f"sandboxes={self.sandboxes}"
+            )
+        if self.arrival_s is not None and len(self.arrival_s) != self.sandboxes:
+            raise ValueError(
+                f"arrival_s must list one time per sandbox ({self.sandboxes}), "
+                f"but got {len(self.arrival_s)}"
+            )
+        return self
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Scenario:
+        """Load a scenario file; unknown fields and bad values are refused."""
+        return load_yaml_model(cls, Path(path))
+
+    def replace(self, **changes: Any) -> Scenario:
+        """A validated copy with some fields changed."""
+        return Scenario(**{**self.model_dump(), **changes})

@@ -1,0 +1,62 @@
+"""Profiles: every number has a source; bad profiles do not load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bootstorm.models import ConfigError, Profile, available_profiles, load_profile
+
+
+def test_builtin_profile_loads_with_a_source_for_every_number() -> None:
+    assert "paper-000" in available_profiles()
+    p = load_profile("paper-000")
+    assert set(p.sources) == set(p.numeric_paths())
+    assert all(src.strip() for src in p.sources.values())
+
+
+def test_fitted_numbers_say_so() -> None:
+    p = load_profile("paper-000")
+    assert p.sources["costs.vm_boot_cpu_s"].startswith("fit")
+    assert p.sources["costs.pool_device_mib.ipvtap"].startswith("fit: S0-7")
+
+
+def _dump(p: Profile) -> dict[str, object]:
+    return yaml.safe_load(p.to_yaml())  # type: ignore[no-any-return]
+
+
+def test_a_number_without_a_source_is_refused(tmp_path: Path) -> None:
+    data = _dump(load_profile("paper-000"))
+    del data["sources"]["costs.vm_boot_cpu_s"]  # type: ignore[attr-defined]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"numbers without a source.*costs.vm_boot_cpu_s"):
+        Profile.from_yaml(path)
+
+
+def test_negative_cost_is_refused(tmp_path: Path) -> None:
+    data = _dump(load_profile("paper-000"))
+    data["costs"]["vm_boot_cpu_s"] = -1.0  # type: ignore[index]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"costs.vm_boot_cpu_s: .*greater than or equal to 0 \(got -1.0\)"):
+        Profile.from_yaml(path)
+
+
+def test_round_trip_and_with_values(tmp_path: Path) -> None:
+    p = load_profile("paper-000")
+    path = tmp_path / "copy.yaml"
+    path.write_text(p.to_yaml())
+    assert load_profile(path) == p
+    q = p.with_values({"costs.rtnl_create_hold_s.veth": 0.01}, source="test")
+    assert q.costs.rtnl_create_hold_s["veth"] == 0.01
+    assert q.sources["costs.rtnl_create_hold_s.veth"] == "test"
+    with pytest.raises(ConfigError, match="no number at"):
+        p.with_values({"costs.nope": 1.0})
+
+
+def test_unknown_profile_name() -> None:
+    with pytest.raises(ConfigError, match="unknown profile 'paper-999'"):
+        load_profile("paper-999")

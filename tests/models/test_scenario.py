@@ -1,0 +1,81 @@
+"""Scenarios are validated when built; errors name the field and the value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bootstorm.models import ConfigError, Scenario
+
+
+def test_defaults_are_the_seed_000_storm() -> None:
+    s = Scenario()
+    assert (s.cni, s.sandboxes, s.profile, s.memory_mib) == ("ipvtap", 400, "paper-000", 512)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "value"),
+    [
+        ({"sandboxes": -5}, "sandboxes", "-5"),
+        ({"sandboxes": 0}, "sandboxes", "0"),
+        ({"memory_mib": -512}, "memory_mib", "-512"),
+        ({"cni": "foo"}, "cni", "'foo'"),
+        ({"qos_rules": -1}, "qos_rules", "-1"),
+        ({"limits": {"Cgroup": 0}}, "limits.Cgroup", "0"),
+        ({"pools": {"netns": -3}}, "pools.netns", "-3"),
+        ({"arrival_s": [0.0, float("nan")], "sandboxes": 2}, "arrival_s.1", "nan"),
+    ],
+)
+def test_bad_values_name_field_and_value(changes: dict[str, object], field: str, value: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Scenario(**changes)  # type: ignore[arg-type]
+    message = str(err.value)
+    assert message.startswith(f"{field}:"), message
+    assert value in message
+
+
+def test_unknown_field_is_refused() -> None:
+    with pytest.raises(ConfigError, match="sandboxs: unknown field"):
+        Scenario(sandboxs=3)  # type: ignore[call-arg]
+
+
+def test_cross_field_rules() -> None:
+    with pytest.raises(ConfigError, match="tenants <= sandboxes"):
+        Scenario(sandboxes=3, tenants=4)
+    with pytest.raises(ConfigError, match="one time per sandbox"):
+        Scenario(sandboxes=3, arrival_s=(0.0, 1.0))
+
+
+def test_frozen_and_replace_revalidates() -> None:
+    s = Scenario(sandboxes=10)
+    with pytest.raises(Exception):  # noqa: B017 - pydantic's frozen error type is internal
+        s.sandboxes = 5  # type: ignore[misc]
+    assert s.replace(cni="veth").cni == "veth"
+    with pytest.raises(ConfigError, match="sandboxes"):
+        s.replace(sandboxes=-1)
+
+
+def test_yaml_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("cni: veth\nsandboxes: 200\nlimits: {Cgroup: 40}\npools: {netns: 10}\n")
+    s = Scenario.from_yaml(path)
+    assert (s.cni, s.sandboxes, s.limits, s.pools) == ("veth", 200, {"Cgroup": 40}, {"netns": 10})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("cni: veth\nsandboxs: 3\n", "sandboxs: unknown field"),
+        ("cni: veth\n  sandboxes: [3\n", "line 2: malformed YAML"),
+        ("- just\n- a list\n", "expected a mapping"),
+        ("sandboxes: -4\n", "sandboxes: Input should be greater than or equal to 1 (got -4)"),
+    ],
+)
+def test_bad_yaml_names_file_and_problem(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        Scenario.from_yaml(path)
+    assert str(path) in str(err.value)
+    assert expected in str(err.value)
