@@ -60,13 +60,28 @@ def _stages(result: Result) -> Table:
             f"{cpu.get('spin', 0.0):.2f}",
         )
     for name, g in result.gates.items():
-        t.add_row(f"  admission to {name} (≤{g.permits})", f"{g.wait_s / max(g.entries, 1):.3f}", "", "", "")
+        t.add_row(
+            f"  admission to {name} (≤{g.permits})",
+            f"{g.wait_s / max(g.entries, 1):.3f}",
+            "",
+            "",
+            "",
+        )
     return t
 
 
 def _locks(result: Result) -> Table:
     t = Table(title="locks", title_justify="left")
-    for col in ("lock", "kind", "acquisitions", "contended", "wait s (sum)", "contended wall s", "hold s", "spin core-s"):
+    for col in (
+        "lock",
+        "kind",
+        "acquisitions",
+        "contended",
+        "wait s (sum)",
+        "contended wall s",
+        "hold s",
+        "spin core-s",
+    ):
         t.add_column(col, justify="left" if col in ("lock", "kind") else "right")
     for name, lk in result.locks.items():
         if lk.acquisitions == 0:
@@ -91,7 +106,16 @@ def result_tables(scenario: Scenario, result: Result) -> Group:
 def comparison_table(title: str, rows: Sequence[tuple[str, Result]], baseline: int = 0) -> Table:
     """One row per what-if, with the change in makespan against ``rows[baseline]``."""
     t = Table(title=title, title_justify="left")
-    for col in ("what-if", "makespan s", "vs baseline", "mean s", "p99 s", "RTNL contended wall s", "spin core-s", "pool MiB"):
+    for col in (
+        "what-if",
+        "makespan s",
+        "vs baseline",
+        "mean s",
+        "p99 s",
+        "RTNL contended wall s",
+        "spin core-s",
+        "pool MiB",
+    ):
         t.add_column(col, justify="left" if col == "what-if" else "right")
     base = rows[baseline][1].makespan_s
     for label, r in rows:

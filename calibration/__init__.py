@@ -1,6 +1,6 @@
 """bootstorm.calibration — fit profiles to published targets (and, later, to traces)."""
 
-from .paper000 import FREE_PARAMETERS, FitReport, FreeParameter, fit_paper_000
+from .paper000 import FREE_PARAMETERS, FitReport, FreeParameter, fit_paper_000, solve_single
 from .targets import (
     FIT_TOLERANCE,
     PAPER_000_FIT,
@@ -31,4 +31,5 @@ __all__ = [
     "rtnl_acquisitions",
     "rtnl_contended_wall",
     "rtnl_share_in",
+    "solve_single",
 ]

@@ -51,7 +51,8 @@ def rtnl_share_in(*stages: str) -> Metric:
 
     def read(r: Result) -> float:
         lock = r.locks["rtnl"]
-        return sum(lock.acquisitions_by_stage.get(s, 0) for s in stages) / lock.acquisitions
+        made = sum(lock.acquisitions_by_stage.get(s, 0) for s in stages)
+        return float(made) / float(lock.acquisitions)
 
     return Metric(f"rtnl.share[{'+'.join(stages)}]", read)
 
@@ -84,13 +85,21 @@ class TargetCheck:
 
 
 def _storm(cni: str) -> Scenario:
-    return Scenario(cni=cni, sandboxes=400, profile="paper-000")  # type: ignore[arg-type]
+    return Scenario(cni=cni, sandboxes=400, profile="paper-000")
 
 
-def _fit(id_: str, label: str, cni: str, metric: Metric, value: float, source: str, weight: float = 1.0) -> PaperTarget:
+def _fit(
+    id_: str, label: str, cni: str, metric: Metric, value: float, source: str, weight: float = 1.0
+) -> PaperTarget:
     return PaperTarget(
-        id=id_, role="fit", label=label, scenario=_storm(cni), metric=metric, value=value,
-        source=source, weight=weight,
+        id=id_,
+        role="fit",
+        label=label,
+        scenario=_storm(cni),
+        metric=metric,
+        value=value,
+        source=source,
+        weight=weight,
     )
 
 
@@ -98,39 +107,117 @@ def _fit(id_: str, label: str, cni: str, metric: Metric, value: float, source: s
 # fitted directly in the profile).
 PAPER_000_FIT: tuple[PaperTarget, ...] = (
     _fit("S0-1", "no-network makespan", "no-network", makespan, 10.0, "seed 000 Fig. 5, §4.1.1"),
-    _fit("S0-2", "ipvtap makespan", "ipvtap", makespan, 20.7, "seed 000 Fig. 6e"),
+    # The headline number of the storm: weighted so that the fit does not
+    # trade it for the contention rows.
+    _fit("S0-2", "ipvtap makespan", "ipvtap", makespan, 20.7, "seed 000 Fig. 6e", weight=2.0),
     # Not reachable by any cost: in the no-network storm both RTNL
     # acquisitions of a sandbox are spaced out by cgroup_mutex, so no two
     # holders overlap. Reported (a known miss), not fitted.
-    _fit("S0-3", "no-network RTNL contention", "no-network", rtnl_contended_wall, 0.162,
-         "seed 000 Table 3", weight=0.0),
+    _fit(
+        "S0-3",
+        "no-network RTNL contention",
+        "no-network",
+        rtnl_contended_wall,
+        0.162,
+        "seed 000 Table 3",
+        weight=0.0,
+    ),
     _fit("S0-3", "veth RTNL contention", "veth", rtnl_contended_wall, 9.8, "seed 000 Table 3"),
     _fit("S0-3", "ipvlan RTNL contention", "ipvlan", rtnl_contended_wall, 11.7, "seed 000 Table 3"),
     _fit("S0-3", "ipvtap RTNL contention", "ipvtap", rtnl_contended_wall, 9.2, "seed 000 Table 3"),
-    _fit("S0-3", "tc-routing RTNL contention", "tc-routing", rtnl_contended_wall, 14.6,
-         "seed 000 Table 3"),
+    _fit(
+        "S0-3",
+        "tc-routing RTNL contention",
+        "tc-routing",
+        rtnl_contended_wall,
+        14.6,
+        "seed 000 Table 3",
+    ),
     # Acquisition counts and where they are made follow from the CNI catalog
     # (models/cni.py RTNL_OPS), not from fitted costs: weight 0 for the fitter.
-    _fit("S0-3", "no-network RTNL acquisitions", "no-network", rtnl_acquisitions, 803,
-         "seed 000 Table 3", weight=0.0),
-    _fit("S0-3", "veth RTNL acquisitions", "veth", rtnl_acquisitions, 19992, "seed 000 Table 3",
-         weight=0.0),
-    _fit("S0-3", "ipvlan RTNL acquisitions", "ipvlan", rtnl_acquisitions, 16542,
-         "seed 000 Table 3", weight=0.0),
-    _fit("S0-3", "ipvtap RTNL acquisitions", "ipvtap", rtnl_acquisitions, 6105,
-         "seed 000 Table 3", weight=0.0),
-    _fit("S0-3", "tc-routing RTNL acquisitions", "tc-routing", rtnl_acquisitions, 18859,
-         "seed 000 Table 3", weight=0.0),
-    _fit("S0-4", "veth RTNL share in AttachIf+StartVM", "veth",
-         rtnl_share_in("AttachIf", "StartVM"), 0.623, "seed 000 §4.2.2", weight=0.0),
-    _fit("S0-4", "ipvlan RTNL share in AttachIf+StartVM", "ipvlan",
-         rtnl_share_in("AttachIf", "StartVM"), 0.747, "seed 000 §4.2.2", weight=0.0),
-    _fit("S0-4", "tc-routing RTNL share in AttachIf+StartVM", "tc-routing",
-         rtnl_share_in("AttachIf", "StartVM"), 0.697, "seed 000 §4.2.2", weight=0.0),
+    _fit(
+        "S0-3",
+        "no-network RTNL acquisitions",
+        "no-network",
+        rtnl_acquisitions,
+        803,
+        "seed 000 Table 3",
+        weight=0.0,
+    ),
+    _fit(
+        "S0-3",
+        "veth RTNL acquisitions",
+        "veth",
+        rtnl_acquisitions,
+        19992,
+        "seed 000 Table 3",
+        weight=0.0,
+    ),
+    _fit(
+        "S0-3",
+        "ipvlan RTNL acquisitions",
+        "ipvlan",
+        rtnl_acquisitions,
+        16542,
+        "seed 000 Table 3",
+        weight=0.0,
+    ),
+    _fit(
+        "S0-3",
+        "ipvtap RTNL acquisitions",
+        "ipvtap",
+        rtnl_acquisitions,
+        6105,
+        "seed 000 Table 3",
+        weight=0.0,
+    ),
+    _fit(
+        "S0-3",
+        "tc-routing RTNL acquisitions",
+        "tc-routing",
+        rtnl_acquisitions,
+        18859,
+        "seed 000 Table 3",
+        weight=0.0,
+    ),
+    _fit(
+        "S0-4",
+        "veth RTNL share in AttachIf+StartVM",
+        "veth",
+        rtnl_share_in("AttachIf", "StartVM"),
+        0.623,
+        "seed 000 §4.2.2",
+        weight=0.0,
+    ),
+    _fit(
+        "S0-4",
+        "ipvlan RTNL share in AttachIf+StartVM",
+        "ipvlan",
+        rtnl_share_in("AttachIf", "StartVM"),
+        0.747,
+        "seed 000 §4.2.2",
+        weight=0.0,
+    ),
+    _fit(
+        "S0-4",
+        "tc-routing RTNL share in AttachIf+StartVM",
+        "tc-routing",
+        rtnl_share_in("AttachIf", "StartVM"),
+        0.697,
+        "seed 000 §4.2.2",
+        weight=0.0,
+    ),
     # "> 59.0%": held as 59.0% with the usual tolerance, and the test also
     # checks the inequality.
-    _fit("S0-4", "ipvtap RTNL share in AttachIf+StartVM", "ipvtap",
-         rtnl_share_in("AttachIf", "StartVM"), 0.590, "seed 000 §4.2.2", weight=0.0),
+    _fit(
+        "S0-4",
+        "ipvtap RTNL share in AttachIf+StartVM",
+        "ipvtap",
+        rtnl_share_in("AttachIf", "StartVM"),
+        0.590,
+        "seed 000 §4.2.2",
+        weight=0.0,
+    ),
 )
 
 

@@ -46,7 +46,9 @@ def load_yaml_model(model: type[M], path: Path) -> M:
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}:{where}: malformed YAML: {problem}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, but got {type(data).__name__}")
+        raise ConfigError(
+            f"{path}: expected a mapping at the top level, but got {type(data).__name__}"
+        )
     try:
         # Through the constructor, so a model's own __init__ checks apply too.
         return model(**data)

@@ -31,7 +31,6 @@ from .scenario import Scenario
 __all__ = [
     "CGROUP_MUTEX",
     "CSS_SET_LOCK",
-    "DEVICES",
     "LOCKS",
     "OVS_VSWITCHD",
     "RTNL",
@@ -58,9 +57,9 @@ MIB = 1024 * 1024
 class RtnlOps:
     """RTNL acquisitions one sandbox makes in a stage, by kind.
 
-    ``create``: one ``rtnl_newlink`` of ``device``, holding RTNL for each
-    netdev it registers (a veth pair registers two) plus, for ipvtap and
-    macvtap, the tap character device. ``move``: a netdev into the sandbox's
+    ``create``: one ``rtnl_newlink`` of ``device``; its hold depends on the
+    device (a veth pair registers two netdevs, an ipvtap adds a character
+    device, an ipvlan links to the shared master). ``move``: a netdev into the sandbox's
     namespace; ``dev_change_net_namespace`` calls ``synchronize_net`` under
     RTNL, so it sleeps an RCU grace period holding the lock. ``link``: another
     netdev registration (the namespace's loopback). ``tc``: a qdisc or filter
@@ -78,16 +77,6 @@ class RtnlOps:
     def total(self) -> int:
         return self.create + self.move + self.link + self.tc + self.small
 
-
-# What creating one device registers: (netdevs, has a tap character device).
-DEVICES: dict[str, tuple[int, bool]] = {
-    "veth": (2, False),
-    "ipvlan": (1, False),
-    "macvlan": (1, False),
-    "ipvtap": (1, True),
-    "macvtap": (1, True),
-    "tap": (1, False),
-}
 
 # Per sandbox and stage, besides the two net_prio acquisitions every CNI makes
 # (css_online in Cgroup, the ifpriomap write in StartVM) and the vPort's own
@@ -143,8 +132,12 @@ def _with_device(ops: RtnlOps, old: str, new: str) -> RtnlOps:
 
 
 # macvlan/macvtap: ipvlan/ipvtap's procedure on another device type.
-RTNL_OPS["macvlan"] = {st: _with_device(o, "ipvlan", "macvlan") for st, o in RTNL_OPS["ipvlan"].items()}
-RTNL_OPS["macvtap"] = {st: _with_device(o, "ipvtap", "macvtap") for st, o in RTNL_OPS["ipvtap"].items()}
+RTNL_OPS["macvlan"] = {
+    st: _with_device(o, "ipvlan", "macvlan") for st, o in RTNL_OPS["ipvlan"].items()
+}
+RTNL_OPS["macvtap"] = {
+    st: _with_device(o, "ipvtap", "macvtap") for st, o in RTNL_OPS["ipvtap"].items()
+}
 
 # How the CNI maps pods to vPorts (seed 000 §3.1, Fig. 4).
 _DIRECT = frozenset({"veth", "vhost-user", "ebpf"})  # one vPort per pod
@@ -211,8 +204,7 @@ class _Ops:
         c = self.c
         create: tuple[Step, ...] = ()
         if ops.create:
-            netdevs, chardev = DEVICES[ops.device]
-            hold_s = netdevs * c.rtnl_link_hold_s + (c.rtnl_chardev_hold_s if chardev else 0.0)
+            hold_s = c.rtnl_create_hold_s[ops.device]
             create = self.rtnl(hold_s, f"create {ops.device}", ops.create)
         move = tuple(
             Hold(RTNL, (Cpu(c.rtnl_link_hold_s, "move"), Sleep(c.rcu_grace_s, "synchronize_net")))
@@ -238,7 +230,7 @@ class _Ops:
         ovs-vswitchd serialises its own work (one main loop); a kernel-datapath
         port costs one link registration under RTNL, and each QoS rule on such
         a port is an ingress qdisc plus a policing filter (two tc changes).
-        With DPDK (vhost-user) QoS stays in user space.
+        With DPDK (vhost-user) QoS stays in user space (seed 000 §4.1.2).
         """
         c = self.c
         steps: tuple[Step, ...] = (
@@ -249,9 +241,13 @@ class _Ops:
             steps += self.rtnl(c.rtnl_link_hold_s, "vport link")
         steps = self.pooled("vport", steps)
         for _ in range(qos_rules):
-            steps += (Hold(OVS_VSWITCHD, (Sleep(c.ovs_qos_s, "qos"),)),)
             if qos_in_kernel:
-                steps += self.rtnl(c.rtnl_tc_hold_s, "qos tc", 2)
+                # vswitchd applies the rule's tc changes from its main loop:
+                # it waits for RTNL while every other OVS request waits for it.
+                rule = (Sleep(c.ovs_qos_s, "qos"), *self.rtnl(c.rtnl_tc_hold_s, "qos tc", 2))
+            else:
+                rule = (Sleep(c.ovs_dpdk_qos_s, "dpdk qos"),)
+            steps += (Hold(OVS_VSWITCHD, rule),)
         return steps
 
 
@@ -285,8 +281,11 @@ def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -
             )
         add += b.pooled(primary, device_ops) if primary else device_ops
         if cni in _DIRECT:
-            add += b.vport(scenario.qos_rules, qos_in_kernel=cni != "vhost-user",
-                           kernel_port=cni != "vhost-user")
+            add += b.vport(
+                scenario.qos_rules,
+                qos_in_kernel=cni != "vhost-user",
+                kernel_port=cni != "vhost-user",
+            )
         elif creates_vport:
             add += b.vport(scenario.qos_rules, qos_in_kernel=True, kernel_port=True)
         if scenario.sg_rules:

@@ -8,9 +8,9 @@ paper rows they were fitted to and by which command.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 import yaml
@@ -18,7 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ._errors import ConfigError, format_validation_error, load_yaml_model
 
-__all__ = ["PROFILE_SCHEMA_VERSION", "CostTable", "HostSpec", "Profile", "available_profiles", "load_profile"]
+__all__ = [
+    "PROFILE_SCHEMA_VERSION",
+    "CostTable",
+    "HostSpec",
+    "Profile",
+    "available_profiles",
+    "load_profile",
+]
 
 PROFILE_SCHEMA_VERSION = 1
 
@@ -51,10 +58,11 @@ class CostTable(_Frozen):
     ovs_port_add_s: Seconds
     ovs_flow_mod_s: Seconds
     ovs_qos_s: Seconds
+    ovs_dpdk_qos_s: Seconds
     pool_fetch_s: Seconds
     # RTNL-held kernel work, by kind of netlink/ioctl operation.
+    rtnl_create_hold_s: dict[str, PositiveSeconds]
     rtnl_link_hold_s: PositiveSeconds
-    rtnl_chardev_hold_s: Seconds
     rcu_grace_s: Seconds
     rtnl_tc_hold_s: PositiveSeconds
     rtnl_small_hold_s: PositiveSeconds
@@ -145,7 +153,9 @@ def _builtin_dir() -> Any:
 
 
 def available_profiles() -> list[str]:
-    return sorted(p.name[: -len(".yaml")] for p in _builtin_dir().iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name[: -len(".yaml")] for p in _builtin_dir().iterdir() if p.name.endswith(".yaml")
+    )
 
 
 def load_profile(name_or_path: str | Path) -> Profile:

@@ -6,8 +6,16 @@ admission gates and device pools, and gives a frozen :class:`Result`.
 """
 
 from .executor import DeadlockError, SimPyExecutor, run_program
-from .trace_export import chrome_trace, write_chrome_trace
-from .program import GateSpec, LockKind, LockSpec, MachineSpec, OpKind, PoolSpec, Program, ProgramError
+from .program import (
+    GateSpec,
+    LockKind,
+    LockSpec,
+    MachineSpec,
+    OpKind,
+    PoolSpec,
+    Program,
+    ProgramError,
+)
 from .recorder import Recording
 from .result import (
     CpuStats,
@@ -19,6 +27,7 @@ from .result import (
     StartupStats,
 )
 from .steps import Cpu, Hold, Pooled, SandboxPlan, Sleep, Stage, Step, Zero, compile_program
+from .trace_export import chrome_trace, write_chrome_trace
 
 __all__ = [
     "Cpu",

@@ -90,6 +90,10 @@ class ProcessorSharingCPU:
         self._zeroing: list[tuple[float, int, simpy.Event, float, Callable[[float], None]]] = []
         self._spinning = 0
         self._pinned_spinning = 0
+        # Spinners that give up after a while: (deadline, seq, handle). Kept
+        # here, not as SimPy timers, so a spin costs no event of its own;
+        # handles stopped earlier are dropped lazily.
+        self._spin_deadlines: list[tuple[float, int, SpinHandle]] = []
         self._seq = 0
         self._timer_at = math.inf
         self._timer_gen = 0
@@ -98,8 +102,11 @@ class ProcessorSharingCPU:
     @property
     def runnable(self) -> int:
         return (
-            len(self._work) + len(self._zeroing) + self._spinning
-            + len(self._pinned) + self._pinned_spinning
+            len(self._work)
+            + len(self._zeroing)
+            + self._spinning
+            + len(self._pinned)
+            + self._pinned_spinning
         )
 
     @property
@@ -115,72 +122,102 @@ class ProcessorSharingCPU:
             self._zero_clock += self._zero_speed * dt
             self._last = now
 
-    def _rates(self) -> None:
+    def _settle(self) -> None:
+        """After a change in the job set: new rates, and a timer for the next due event.
+
+        The hot path of every run: one method, locals only.
+        """
         cores = self.cores
-        pinned = len(self._pinned) + self._pinned_spinning
-        self._pinned_share = 1.0 if pinned <= cores else cores / pinned
-        left = cores - pinned if pinned < cores else 0
-        k = len(self._work) + len(self._zeroing) + self._spinning
-        self._share = 1.0 if k <= left else left / k
-        m = len(self._zeroing)
+        pinned_jobs = self._pinned
+        n_pinned = len(pinned_jobs) + self._pinned_spinning
+        pinned_share = 1.0 if n_pinned <= cores else cores / n_pinned
+        left = cores - n_pinned if n_pinned < cores else 0
+        work = self._work
+        zeroing = self._zeroing
+        m = len(zeroing)
+        k = len(work) + m + self._spinning
+        share = 1.0 if k <= left else left / k
         if m:
             # Bandwidth cap per zeroing job, in cores' worth of zeroing speed.
             cap = self.bandwidth / (m * self.zero_rate)
-            self._zero_speed = self._share if self._share < cap else cap
+            zero_speed = share if share < cap else cap
         else:
-            self._zero_speed = self._share
+            zero_speed = share
+        self._share = share
+        self._pinned_share = pinned_share
+        self._zero_speed = zero_speed
+        last = self._last
         if self._on_change is not None:
-            self._on_change(self.env.now, k + pinned, self._spinning + self._pinned_spinning)
-
-    def _reschedule(self) -> None:
+            self._on_change(last, k + n_pinned, self._spinning + self._pinned_spinning)
         due = math.inf
-        if self._work and self._share > 0.0:
-            due = self._last + (self._work[0][0] - self._share_clock) / self._share
-        if self._pinned:
-            t = self._last + (self._pinned[0][0] - self._pinned_clock) / self._pinned_share
+        if work and share > 0.0:
+            due = last + (work[0][0] - self._share_clock) / share
+        if pinned_jobs:
+            t = last + (pinned_jobs[0][0] - self._pinned_clock) / pinned_share
             if t < due:
                 due = t
-        if self._zeroing and self._zero_speed > 0.0:
-            t = self._last + (self._zeroing[0][0] - self._zero_clock) / self._zero_speed
+        if zeroing and zero_speed > 0.0:
+            t = last + (zeroing[0][0] - self._zero_clock) / zero_speed
             if t < due:
                 due = t
+        deadlines = self._spin_deadlines
+        if deadlines:
+            while deadlines and not deadlines[0][2].active:
+                heapq.heappop(deadlines)
+            if deadlines and deadlines[0][0] < due:
+                due = deadlines[0][0]
         # A pending timer that fires early is harmless (it finds nothing due
         # and reschedules); only an earlier completion needs a new timer.
         if due < self._timer_at:
             self._timer_at = due
             self._timer_gen += 1
             gen = self._timer_gen
-            delay = due - self.env.now
+            delay = due - last
             timer = self.env.timeout(delay if delay > 0.0 else 0.0)
-            timer.callbacks.append(lambda _ev: self._on_timer(gen))  # type: ignore[union-attr]
+            timer.callbacks.append(lambda _ev: self._on_timer(gen))
 
     def _on_timer(self, gen: int) -> None:
         if gen != self._timer_gen:
             return
         self._timer_at = math.inf
         self._advance()
-        finished = False
-        limit = self._share_clock + _REL_EPS * max(1.0, self._share_clock)
-        while self._work and self._work[0][0] <= limit:
-            _, _, ev, s0, on_cpu = heapq.heappop(self._work)
-            on_cpu(self._share_clock - s0)
+        pop = heapq.heappop
+        clock = self._share_clock
+        work = self._work
+        # Also due: what is left below a clock's gain over one ulp of time; no
+        # timer can land before that, so waiting would re-fire at once, forever.
+        tick = math.ulp(self._last)
+        limit = clock + _REL_EPS * (clock if clock > 1.0 else 1.0) + self._share * tick
+        while work and work[0][0] <= limit:
+            _, _, ev, s0, on_cpu = pop(work)
+            on_cpu(clock - s0)
             ev.succeed()
-            finished = True
-        limit = self._pinned_clock + _REL_EPS * max(1.0, self._pinned_clock)
-        while self._pinned and self._pinned[0][0] <= limit:
-            _, _, ev, s0, on_cpu = heapq.heappop(self._pinned)
-            on_cpu(self._pinned_clock - s0)
-            ev.succeed()
-            finished = True
-        limit = self._zero_clock + _REL_EPS * max(1.0, self._zero_clock)
-        while self._zeroing and self._zeroing[0][0] <= limit:
-            _, _, ev, s0, on_cpu = heapq.heappop(self._zeroing)
-            on_cpu(self._share_clock - s0)
-            ev.succeed()
-            finished = True
-        if finished:
-            self._rates()
-        self._reschedule()
+        pinned = self._pinned
+        if pinned:
+            pclock = self._pinned_clock
+            limit = pclock + _REL_EPS * (pclock if pclock > 1.0 else 1.0)
+            limit += self._pinned_share * tick
+            while pinned and pinned[0][0] <= limit:
+                _, _, ev, s0, on_cpu = pop(pinned)
+                on_cpu(pclock - s0)
+                ev.succeed()
+        zeroing = self._zeroing
+        if zeroing:
+            zclock = self._zero_clock
+            limit = zclock + _REL_EPS * (zclock if zclock > 1.0 else 1.0) + self._zero_speed * tick
+            while zeroing and zeroing[0][0] <= limit:
+                _, _, ev, s0, on_cpu = pop(zeroing)
+                on_cpu(clock - s0)
+                ev.succeed()
+        deadlines = self._spin_deadlines
+        if deadlines:
+            now = self._last
+            limit = now + _REL_EPS * (now if now > 1.0 else 1.0)
+            while deadlines and deadlines[0][0] <= limit:
+                handle = pop(deadlines)[2]
+                if handle.active:
+                    self._stop(handle)
+        self._settle()
 
     # -- jobs ------------------------------------------------------------
     def run(
@@ -202,8 +239,7 @@ class ProcessorSharingCPU:
         else:
             clock = self._share_clock
             heapq.heappush(self._work, (clock + work_s, self._seq, ev, clock, on_cpu))
-        self._rates()
-        self._reschedule()
+        self._settle()
         return ev
 
     def zero(self, n_bytes: float, on_cpu: Callable[[float], None]) -> simpy.Event:
@@ -216,12 +252,18 @@ class ProcessorSharingCPU:
         self._seq += 1
         tag = self._zero_clock + n_bytes / self.zero_rate
         heapq.heappush(self._zeroing, (tag, self._seq, ev, self._share_clock, on_cpu))
-        self._rates()
-        self._reschedule()
+        self._settle()
         return ev
 
-    def start_spin(self, on_cpu: Callable[[float], None], *, pinned: bool = False) -> SpinHandle:
-        """Start a job that burns a core share until :meth:`stop_spin`.
+    def start_spin(
+        self,
+        on_cpu: Callable[[float], None],
+        *,
+        pinned: bool = False,
+        max_s: float | None = None,
+    ) -> SpinHandle:
+        """Start a job that burns a core share until :meth:`stop_spin`, or for
+        at most ``max_s`` seconds (a mutex waiter that then goes to sleep).
 
         ``pinned``: a spinlock waiter, which owns its core (preemption off).
         """
@@ -232,26 +274,31 @@ class ProcessorSharingCPU:
         else:
             self._spinning += 1
             start = self._share_clock
-        self._rates()
-        # A pinned spinner takes a core from the shared tier, so shared
-        # completions move later and the pending timer fires early; but
-        # pinned completions can too, so reschedule.
-        self._reschedule()
-        return SpinHandle(start, on_cpu, pinned)
+        handle = SpinHandle(start, on_cpu, pinned)
+        if max_s is not None:
+            self._seq += 1
+            heapq.heappush(self._spin_deadlines, (self.env.now + max_s, self._seq, handle))
+        # A spinner only slows the others, except that its deadline may be
+        # the next thing due: settle (rates, and a timer if one is needed).
+        self._settle()
+        return handle
 
     def stop_spin(self, handle: SpinHandle) -> None:
         if not handle.active:
             return
-        handle.active = False
         self._advance()
+        self._stop(handle)
+        self._settle()
+
+    def _stop(self, handle: SpinHandle) -> None:
+        """Stop a spinner; the clocks must be current, the caller updates rates."""
+        handle.active = False
         if handle.pinned:
             self._pinned_spinning -= 1
             handle.account(self._pinned_clock - handle.start_share)
         else:
             self._spinning -= 1
             handle.account(self._share_clock - handle.start_share)
-        self._rates()
-        self._reschedule()
 
     def __repr__(self) -> str:
         return f"ProcessorSharingCPU(cores={self.cores}, runnable={self.runnable})"

@@ -25,6 +25,7 @@ __all__ = ["DeadlockError", "SimPyExecutor", "run_program"]
 class DeadlockError(RuntimeError):
     """The run ended with sandboxes still waiting: the program deadlocks."""
 
+
 # Plain ints: comparing against IntEnum members costs a method call per op.
 _CPU = int(OpKind.CPU)
 _SLEEP = int(OpKind.SLEEP)
@@ -83,7 +84,8 @@ class _Run:
             on_change=self.rec.cpu_change if self.rec is not None else None,
         )
         self.account = [
-            [self._accumulator(stage, reason) for reason in range(3)] for stage in range(n_stages + 1)
+            [self._accumulator(stage, reason) for reason in range(3)]
+            for stage in range(n_stages + 1)
         ]
         stage_index = {name: i for i, name in enumerate(program.stage_names)}
         self.locks: list[Any] = []
@@ -246,7 +248,9 @@ class _Run:
                 spin_core_s=self.lock_spin[i],
                 acquisitions_by_stage={
                     name: count
-                    for name, count in zip([*p.stage_names, "-"], lock.acquisitions_by_stage, strict=True)
+                    for name, count in zip(
+                        [*p.stage_names, "-"], lock.acquisitions_by_stage, strict=True
+                    )
                     if count
                 },
             )
@@ -299,7 +303,7 @@ class _Run:
                 cpu_samples=tuple(r.cpu_samples),
             )
         # SimPy numbers every scheduled event; the next number is the count.
-        events = next(self.env._eid) if hasattr(self.env, "_eid") else -1  # type: ignore[attr-defined]
+        events = next(self.env._eid) if hasattr(self.env, "_eid") else -1
         return Result(
             n_sandboxes=p.n_sandboxes,
             makespan_s=makespan,

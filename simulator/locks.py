@@ -132,8 +132,10 @@ class _QueuedLock:
         if self._spans is not None:
             self._spans(self.index, owner, stage, True, since, now)
 
-    def _spin(self, waiter: _Waiter, *, pinned: bool = False) -> None:
-        waiter.spin = self._cpu.start_spin(self._spin_account[waiter.stage], pinned=pinned)
+    def _spin(self, waiter: _Waiter, *, pinned: bool = False, max_s: float | None = None) -> None:
+        waiter.spin = self._cpu.start_spin(
+            self._spin_account[waiter.stage], pinned=pinned, max_s=max_s
+        )
 
 
 class Mutex(_QueuedLock):
@@ -150,15 +152,13 @@ class Mutex(_QueuedLock):
             self._take(owner, stage)
             return None
         waiter = self._enqueue(owner, stage)
-        if self.spin_s > 0.0:
-            self._spin(waiter)
-            timer = self.env.timeout(self.spin_s)
-            timer.callbacks.append(lambda _ev, w=waiter: self._stop_spinning(w))  # type: ignore[union-attr]
+        self._wait(waiter)
         return waiter.event
 
-    def _stop_spinning(self, waiter: _Waiter) -> None:
-        if waiter.spin is not None:
-            self._cpu.stop_spin(waiter.spin)
+    def _wait(self, waiter: _Waiter) -> None:
+        """How a waiter waits: spin up to ``spin_s`` on a core, then sleep."""
+        if self.spin_s > 0.0:
+            self._spin(waiter, max_s=self.spin_s)
 
     def release(self, owner: int) -> None:
         self._drop(owner)
@@ -176,14 +176,8 @@ class SpinLock(Mutex):
     The executor runs the holder's CPU work pinned as well.
     """
 
-    def acquire(self, owner: int, stage: int) -> simpy.Event | None:
-        if self.owner is None:
-            self.owner = owner
-            self._take(owner, stage)
-            return None
-        waiter = self._enqueue(owner, stage)
+    def _wait(self, waiter: _Waiter) -> None:
         self._spin(waiter, pinned=True)
-        return waiter.event
 
 
 class RWLock(_QueuedLock):

@@ -230,11 +230,15 @@ class Program:
         bad = np.flatnonzero(~np.isfinite(self.arrival_s) | (self.arrival_s < 0))
         if bad.size:
             i = int(bad[0])
-            raise ProgramError(f"arrival_s[{i}] must be finite and >= 0, but got {self.arrival_s[i]}")
+            raise ProgramError(
+                f"arrival_s[{i}] must be finite and >= 0, but got {self.arrival_s[i]}"
+            )
         bad = np.flatnonzero(~np.isfinite(self.op_amount) | (self.op_amount < 0))
         if bad.size:
             j = int(bad[0])
-            raise ProgramError(f"op_amount[{j}] must be finite and >= 0, but got {self.op_amount[j]}")
+            raise ProgramError(
+                f"op_amount[{j}] must be finite and >= 0, but got {self.op_amount[j]}"
+            )
         # Sandboxes that share an op sequence share the check: most programs
         # are a handful of templates repeated over hundreds of sandboxes.
         seen: set[tuple[bytes, bytes, bytes]] = set()

@@ -28,7 +28,9 @@ class Recorder:
         # (time, runnable jobs, spinning jobs) at every change
         self.cpu_samples: list[tuple[float, int, int]] = []
 
-    def lock_span(self, lock: int, sandbox: int, stage: int, is_hold: bool, t0: float, t1: float) -> None:
+    def lock_span(
+        self, lock: int, sandbox: int, stage: int, is_hold: bool, t0: float, t1: float
+    ) -> None:
         self.lock_spans.append((lock, sandbox, stage, is_hold, t0, t1))
 
     def cpu_change(self, t: float, runnable: int, spinning: int) -> None:

@@ -12,7 +12,15 @@ import numpy.typing as npt
 
 from .recorder import Recording
 
-__all__ = ["CpuStats", "GateStats", "LockStats", "PoolStats", "Result", "StageStats", "StartupStats"]
+__all__ = [
+    "CpuStats",
+    "GateStats",
+    "LockStats",
+    "PoolStats",
+    "Result",
+    "StageStats",
+    "StartupStats",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -197,7 +197,9 @@ def compile_program(
         raise ProgramError("`rng` is required when `service_cv > 0`")
     arrivals = np.zeros(n) if arrival_s is None else np.asarray(arrival_s, dtype=np.float64)
     if arrivals.shape != (n,):
-        raise ProgramError(f"`arrival_s` must have one entry per sandbox ({n}), got {arrivals.shape}")
+        raise ProgramError(
+            f"`arrival_s` must have one entry per sandbox ({n}), got {arrivals.shape}"
+        )
 
     def ids(specs: Sequence[LockSpec] | Sequence[GateSpec] | Sequence[PoolSpec]) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -241,7 +243,9 @@ def compile_program(
         if service_cv > 0.0 and jit.any():
             assert rng is not None
             sigma = float(np.sqrt(np.log1p(service_cv**2)))
-            factors = rng.lognormal(-0.5 * sigma * sigma, sigma, size=(members.size, int(jit.sum())))
+            factors = rng.lognormal(
+                -0.5 * sigma * sigma, sigma, size=(members.size, int(jit.sum()))
+            )
             amounts[:, jit] *= factors
         op_amount[idx] = amounts
 

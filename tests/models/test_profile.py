@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from bootstorm.models import ConfigError, Profile, available_profiles, load_profile
 
 
@@ -41,7 +40,9 @@ def test_negative_cost_is_refused(tmp_path: Path) -> None:
     data["costs"]["vm_boot_cpu_s"] = -1.0  # type: ignore[index]
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(ConfigError, match=r"costs.vm_boot_cpu_s: .*greater than or equal to 0 \(got -1.0\)"):
+    with pytest.raises(
+        ConfigError, match=r"costs.vm_boot_cpu_s: .*greater than or equal to 0 \(got -1.0\)"
+    ):
         Profile.from_yaml(path)
 
 
@@ -50,9 +51,9 @@ def test_round_trip_and_with_values(tmp_path: Path) -> None:
     path = tmp_path / "copy.yaml"
     path.write_text(p.to_yaml())
     assert load_profile(path) == p
-    q = p.with_values({"costs.rtnl_create_hold_s.veth": 0.01}, source="test")
-    assert q.costs.rtnl_create_hold_s["veth"] == 0.01
-    assert q.sources["costs.rtnl_create_hold_s.veth"] == "test"
+    q = p.with_values({"costs.pool_device_mib.veth": 0.01}, source="test")
+    assert q.costs.pool_device_mib["veth"] == 0.01
+    assert q.sources["costs.pool_device_mib.veth"] == "test"
     with pytest.raises(ConfigError, match="no number at"):
         p.with_values({"costs.nope": 1.0})
 

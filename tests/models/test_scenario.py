@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from bootstorm.models import ConfigError, Scenario
 
 
@@ -27,7 +26,9 @@ def test_defaults_are_the_seed_000_storm() -> None:
         ({"arrival_s": [0.0, float("nan")], "sandboxes": 2}, "arrival_s.1", "nan"),
     ],
 )
-def test_bad_values_name_field_and_value(changes: dict[str, object], field: str, value: str) -> None:
+def test_bad_values_name_field_and_value(
+    changes: dict[str, object], field: str, value: str
+) -> None:
     with pytest.raises(ConfigError) as err:
         Scenario(**changes)  # type: ignore[arg-type]
     message = str(err.value)

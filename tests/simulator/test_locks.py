@@ -7,7 +7,8 @@ binary fractions (0.25, 0.5, ...) so that most times are exact in floating point
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import signal
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -223,6 +224,38 @@ def test_spinning_starves_a_bystander_on_a_scarce_core() -> None:
         assert result.locks["spin"].spin_core_s == pytest.approx(spun, rel=1e-12)
         assert result.cpu.spin_core_s == pytest.approx(spun, rel=1e-12)
         assert result.cpu.work_core_s == pytest.approx(3.0, rel=1e-12)
+
+
+def _within(seconds: int, fn: Callable[[], Result]) -> Result:
+    """Run ``fn`` but fail, instead of hanging, if it takes more than ``seconds``."""
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s: the kernel livelocks")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        return fn()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("work_s", [0.1, 0.2, 0.3, 1.0 / 3.0])
+def test_work_starved_for_a_long_time_still_finishes(work_s: float) -> None:
+    """1 core; A runs 10⁵ core-s inside a spinlock (pinned: it owns the core), B is
+    plain work of ``work_s``, starved until A is done at 10⁵, then alone: 10⁵ + w.
+
+    B's share clock stood still for 10⁵ s, so at t ≈ 10⁵ (one ulp of time ≈ 1.5e-11 s)
+    its tag can be missed by more than the 1e-12 completion slack while the time
+    left rounds to zero: the kernel used to re-arm a zero-delay timer forever.
+    """
+    plans = [_one("s", Hold("spin", (Cpu(1e5),))), _one("s", Cpu(work_s))]
+    program = compile_program(
+        plans, machine=MachineSpec(cores=1), locks=[LockSpec(name="spin", kind=LockKind.SPIN)]
+    )
+    result = _within(10, lambda: run_program(program))
+    np.testing.assert_allclose(result.finish_s, [1e5, 1e5 + work_s], rtol=1e-12)
 
 
 def test_mutex_spins_at_most_spin_s_then_sleeps() -> None:
@@ -697,7 +730,11 @@ def test_spinlock_holder_must_not_sleep_or_be_preempted(body: tuple[Step, ...], 
             locks=SPIN_LOCKS,
             pools=pools,
         )
-    # A gate can only be entered by a raw program (gates guard whole stages).
+
+
+def test_spinlock_holder_must_not_enter_a_gate() -> None:
+    """Waiting for a gate permit sleeps too (only a raw program can do it: plans
+    put gates around whole stages, outside any lock)."""
     with pytest.raises(ProgramError, match="gate_enter while holding a spinlock"):
         _raw(
             [(ACQ, 0, 0), (K.GATE_ENTER, 0, 0), (K.GATE_EXIT, 0, 0), (REL, 0, 0)],

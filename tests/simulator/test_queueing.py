@@ -272,7 +272,7 @@ def test_mg1_processor_sharing_insensitivity(distribution: str, max_rel_se: floa
 
     One core shared egalitarianly is M/G/1 processor sharing, whose mean
     response time depends on the service distribution only through its mean
-    (Kleinrock, Queueing Systems II, §4.4; Sakata et al. 1971). Also
+    (Kleinrock, Queueing Systems II, ch. 4; Sakata, Noguchi & Oizumi 1971). Also
     E[T | S = x] = x/(1−ρ), so the mean slowdown T/S is 1/(1−ρ).
     """
     n, lam, mean_s = 30_000, 0.7, 1.0

@@ -1,0 +1,50 @@
+"""The Python API notebooks use: the same objects as the CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bootstorm import ConfigError, Scenario, simulate
+
+
+def test_same_scenario_and_seed_same_result_bit_for_bit() -> None:
+    s = Scenario(cni="veth", sandboxes=60)
+    a, b = simulate(s, seed=7), simulate(s, seed=7)
+    assert a.to_json() == b.to_json()
+    assert np.array_equal(a.finish_s, b.finish_s)
+    c = simulate(s, seed=8)
+    assert c.makespan_s != a.makespan_s  # the seed reaches the service times
+
+
+def test_scenario_seed_is_the_default() -> None:
+    s = Scenario(cni="ipvtap", sandboxes=30, seed=3)
+    assert simulate(s).to_json() == simulate(s, seed=3).to_json()
+
+
+def test_spans_as_dataframe() -> None:
+    r = simulate(Scenario(cni="ipvtap", sandboxes=20), record=True)
+    frame = r.spans()
+    assert len(frame) == 20 * 5
+    assert set(frame.columns) >= {"sandbox", "stage", "begin_s", "end_s", "duration_s"}
+    assert (frame.duration_s >= 0).all()
+    # the stage means in the result are the frame's means
+    for stage, mean in frame.groupby("stage").duration_s.mean().items():
+        assert r.stages[stage].mean_s == pytest.approx(mean)
+    with pytest.raises(ValueError, match="record=True"):
+        simulate(Scenario(cni="ipvtap", sandboxes=5)).spans()
+
+
+def test_result_fields() -> None:
+    r = simulate(Scenario(cni="ipvtap", sandboxes=50))
+    assert r.makespan_s == pytest.approx(r.finish_s.max())
+    assert r.startup.p50 <= r.startup.p99 <= r.makespan_s
+    assert r.cpu.busy_core_s == pytest.approx(r.cpu.work_core_s + r.cpu.spin_core_s + r.cpu.zero_core_s)
+    assert r.locks["rtnl"].acquisitions == sum(r.locks["rtnl"].acquisitions_by_stage.values())
+
+
+def test_keyword_only_and_validated() -> None:
+    with pytest.raises(TypeError):
+        Scenario("ipvtap")  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="sandboxes"):
+        Scenario(sandboxes=0)

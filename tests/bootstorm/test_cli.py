@@ -1,0 +1,104 @@
+"""The command line: JSON contract, traces, and one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bootstorm.cli import main
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real entry point in a child process (exit code, stdout, stderr)."""
+    code = "from bootstorm.cli import main; main()"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_simulate_json_has_the_documented_fields() -> None:
+    out = run_cli("simulate", "--cni", "ipvtap", "--sandboxes", "40", "--json")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1  # exactly one JSON object
+    data = json.loads(lines[0])
+    assert data["makespan_s"] > 0
+    assert set(data["startup_s"]) >= {"mean", "p50", "p99"}
+    assert set(data["stages"]) == {"NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM"}
+    assert all("mean_s" in v for v in data["stages"].values())
+    rtnl = data["locks"]["rtnl"]
+    assert set(rtnl) >= {"acquisitions", "contended", "wait_s", "contended_wall_s", "hold_s"}
+    assert set(data["cpu"]) >= {"busy_core_s", "spin_core_s"}
+    assert data["pool_memory_mib"] == 0
+    assert data["scenario"]["sandboxes"] == 40
+
+
+def test_options_change_the_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["simulate", "--sandboxes", "30", "--pool", "ipvtap=30", "--pool", "netns=30",
+          "--limit", "Cgroup=5", "--qos-rules", "2", "--tenants", "3", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["scenario"]["pools"] == {"ipvtap": 30, "netns": 30}
+    assert data["scenario"]["limits"] == {"Cgroup": 5}
+    assert data["pools"]["ipvtap"]["taken"] == 30
+    assert data["gates"]["Cgroup"]["permits"] == 5
+    assert data["pool_memory_mib"] > 0
+
+
+def test_scenario_file_and_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("cni: veth\nsandboxes: 20\n")
+    main(["simulate", str(path), "--sandboxes", "10", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert (data["scenario"]["cni"], data["scenario"]["sandboxes"]) == ("veth", 10)
+
+
+def test_trace_opens_as_chrome_trace_json(tmp_path: Path) -> None:
+    trace = tmp_path / "storm.json"
+    out = run_cli("simulate", "--sandboxes", "10", "--trace", str(trace))
+    assert out.returncode == 0, out.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    assert {f"sandbox {i}" for i in range(10)} <= names
+    assert {"rtnl", "cgroup_mutex"} <= names
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["simulate", "--cni", "foo"], "error: cni: Input should be"),
+        (["simulate", "--sandboxes", "-5"], "error: sandboxes: Input should be greater than or equal to 1 (got -5)"),
+        (["simulate", "--sandboxes", "abc"], "error: Invalid value for '--sandboxes'"),
+        (["simulate", "--pool", "veth=3"], "error: pools: unknown pool kind 'veth'"),
+        (["simulate", "--pool", "ipvtap"], "error: pools: expected NAME=COUNT, but got 'ipvtap'"),
+        (["simulate", "--limit", "Cgroup=x"], "error: limits.Cgroup: expected an integer, but got 'x'"),
+        (["simulate", "--memory-mib", "-512"], "error: memory_mib: Input should be greater than or equal to 1 (got -512)"),
+        (["simulate", "/no/such/file.yaml"], "error: /no/such/file.yaml: cannot read"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str) -> None:
+    out = run_cli(*args)
+    assert out.returncode == 2
+    assert out.stderr.startswith(expected), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in out.stderr
+    assert out.stdout == ""
+
+
+def test_malformed_and_unknown_field_yaml(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cni: veth\nsandboxs: 3\n")
+    out = run_cli("simulate", str(bad))
+    assert out.returncode == 2 and out.stderr.strip() == f"error: {bad}: sandboxs: unknown field (got 3)"
+    bad.write_text("cni: veth\n  sandboxes: [3\n")
+    out = run_cli("simulate", str(bad))
+    assert out.returncode == 2 and "malformed YAML" in out.stderr and "line 2" in out.stderr
+
+
+def test_demo_prints_the_summary() -> None:
+    out = run_cli("demo", "--sandboxes", "60")
+    assert out.returncode == 0, out.stderr
+    assert "makespan" in out.stdout and "what-ifs" in out.stdout and "rtnl" in out.stdout
