@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import simpy
+
 from bootstorm.simulator import (
     Cpu,
     Hold,

@@ -24,7 +24,8 @@ def _headline(scenario: Scenario, result: Result) -> Table:
     cpu = result.cpu
     t.add_row(
         "CPU busy / spinning",
-        f"{cpu.busy_core_s:.1f} / {cpu.spin_core_s:.2f} core-s ({cpu.utilisation:.0%} of {cpu.cores} cores)",
+        f"{cpu.busy_core_s:.1f} / {cpu.spin_core_s:.2f} core-s "
+        f"({cpu.utilisation:.0%} of {cpu.cores} cores)",
     )
     if result.pools:
         taken = ", ".join(f"{k} {p.taken}/{p.capacity}" for k, p in result.pools.items())

@@ -58,11 +58,15 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
     FreeParameter(path="costs.rtnl_link_hold_s", low=2e-5, high=0.02),
     FreeParameter(path="costs.rtnl_create_hold_s.veth", low=1e-4, high=0.05),
     FreeParameter(
-        path="costs.rtnl_create_hold_s.ipvlan", low=1e-4, high=0.05,
+        path="costs.rtnl_create_hold_s.ipvlan",
+        low=1e-4,
+        high=0.05,
         tied=("costs.rtnl_create_hold_s.macvlan",),
     ),
     FreeParameter(
-        path="costs.rtnl_create_hold_s.ipvtap", low=1e-4, high=0.1,
+        path="costs.rtnl_create_hold_s.ipvtap",
+        low=1e-4,
+        high=0.1,
         tied=("costs.rtnl_create_hold_s.macvtap",),
     ),
 )
@@ -159,24 +163,43 @@ def fit_paper_000(
         base,
         params,
         np.exp(sol.x),
-        f"fit: {', '.join(ids)} by `bootstorm calibrate --targets paper-000` (calibration/paper000.py)",
+        f"fit: {', '.join(ids)} by `bootstorm calibrate --targets paper-000` "
+        "(calibration/paper000.py)",
     )
     ebpf = relative_target(
-        fitted, "S0-5", "eBPF makespan (18 x no-network)", Scenario(cni="no-network"),
-        Scenario(cni="ebpf"), 18.0, "seed 000 §4.1.1, Fig. 5", seed=seed,
+        fitted,
+        "S0-5",
+        "eBPF makespan (18 x no-network)",
+        Scenario(cni="no-network"),
+        Scenario(cni="ebpf"),
+        18.0,
+        "seed 000 §4.1.1, Fig. 5",
+        seed=seed,
     )
     fitted = solve_single(
-        fitted, ebpf, "costs.bpf_verify_hold_s", seed=seed,
+        fitted,
+        ebpf,
+        "costs.bpf_verify_hold_s",
+        seed=seed,
         source="no independent source: solved for S0-5 eBPF = 18 x no-network "
         "(that part of S0-5 is a fit)",
     )
     veth = Scenario(cni="veth")
     qos = relative_target(
-        fitted, "S0-11", "veth + 2 QoS rules (+48.4%)", veth, veth.replace(qos_rules=2), 1.484,
-        "seed 000 §4.1.2, Fig. 7a", seed=seed,
+        fitted,
+        "S0-11",
+        "veth + 2 QoS rules (+48.4%)",
+        veth,
+        veth.replace(qos_rules=2),
+        1.484,
+        "seed 000 §4.1.2, Fig. 7a",
+        seed=seed,
     )
     fitted = solve_single(
-        fitted, qos, "costs.ovs_qos_s", seed=seed,
+        fitted,
+        qos,
+        "costs.ovs_qos_s",
+        seed=seed,
         source="no independent source: solved for S0-11 veth +48.4% with 2 QoS rules "
         "(that part of S0-11 is a fit)",
     )
@@ -199,13 +222,28 @@ def relative_target(
     """A row stated as a ratio ("18 x no-network", "+48.4%") as a target on
     ``scenario``'s makespan: ``ratio`` times ``base``'s makespan on ``profile``."""
     (plain,) = check_targets(
-        [PaperTarget(id=id_, role="fit", label="base", scenario=base, metric=makespan,
-                     value=1.0, source=source)],
-        profile, seed=seed,
+        [
+            PaperTarget(
+                id=id_,
+                role="fit",
+                label="base",
+                scenario=base,
+                metric=makespan,
+                value=1.0,
+                source=source,
+            )
+        ],
+        profile,
+        seed=seed,
     )
     return PaperTarget(
-        id=id_, role="fit", label=label, scenario=scenario, metric=makespan,
-        value=ratio * plain.model, source=source,
+        id=id_,
+        role="fit",
+        label=label,
+        scenario=scenario,
+        metric=makespan,
+        value=ratio * plain.model,
+        source=source,
     )
 
 
@@ -223,6 +261,7 @@ def solve_single(
 
     For a target only that cost drives, so that it need not slow the joint fit.
     """
+
     def error(value: float) -> float:
         prof = profile.with_values({path: value}, source=source)
         (check,) = check_targets([target], prof, seed=seed)

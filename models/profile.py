@@ -167,7 +167,8 @@ def load_profile(name_or_path: str | Path) -> Profile:
     if not ref.is_file():
         raise ConfigError(
             f"profile: unknown profile {str(name_or_path)!r}; "
-            f"built-in profiles are {', '.join(available_profiles())}, or give a path to a YAML file"
+            f"built-in profiles are {', '.join(available_profiles())}, "
+            "or give a path to a YAML file"
         )
     with resources.as_file(ref) as real:
         return Profile.from_yaml(real)

@@ -215,7 +215,7 @@ class _Run:
         stuck = np.flatnonzero(np.isnan(self.finish))
         if stuck.size:
             # Nothing left to happen, yet some sandboxes wait: a deadlock.
-            raise RuntimeError(
+            raise DeadlockError(
                 f"deadlock: {stuck.size} sandboxes never finished (first: {stuck[:5].tolist()})"
             )
         return self._result()

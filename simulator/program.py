@@ -283,7 +283,8 @@ class Program:
                 )
             if kind is OpKind.ACQUIRE_SHARED and self.locks[a].kind is not LockKind.RW:
                 raise ProgramError(
-                    f"sandbox {sandbox} op {j}: shared acquire of non-rw lock {self.locks[a].name!r}"
+                    f"sandbox {sandbox} op {j}: "
+                    f"shared acquire of non-rw lock {self.locks[a].name!r}"
                 )
         # Walk every path: state = (pc, held locks, open stages, open gates).
         start: tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]] = (0, (), (), ())

@@ -39,7 +39,9 @@ def test_result_fields() -> None:
     r = simulate(Scenario(cni="ipvtap", sandboxes=50))
     assert r.makespan_s == pytest.approx(r.finish_s.max())
     assert r.startup.p50 <= r.startup.p99 <= r.makespan_s
-    assert r.cpu.busy_core_s == pytest.approx(r.cpu.work_core_s + r.cpu.spin_core_s + r.cpu.zero_core_s)
+    assert r.cpu.busy_core_s == pytest.approx(
+        r.cpu.work_core_s + r.cpu.spin_core_s + r.cpu.zero_core_s
+    )
     assert r.locks["rtnl"].acquisitions == sum(r.locks["rtnl"].acquisitions_by_stage.values())
 
 

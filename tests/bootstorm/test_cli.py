@@ -38,8 +38,24 @@ def test_simulate_json_has_the_documented_fields() -> None:
 
 
 def test_options_change_the_scenario(capsys: pytest.CaptureFixture[str]) -> None:
-    main(["simulate", "--sandboxes", "30", "--pool", "ipvtap=30", "--pool", "netns=30",
-          "--limit", "Cgroup=5", "--qos-rules", "2", "--tenants", "3", "--json"])
+    main(
+        [
+            "simulate",
+            "--sandboxes",
+            "30",
+            "--pool",
+            "ipvtap=30",
+            "--pool",
+            "netns=30",
+            "--limit",
+            "Cgroup=5",
+            "--qos-rules",
+            "2",
+            "--tenants",
+            "3",
+            "--json",
+        ]
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["scenario"]["pools"] == {"ipvtap": 30, "netns": 30}
     assert data["scenario"]["limits"] == {"Cgroup": 5}
@@ -70,12 +86,21 @@ def test_trace_opens_as_chrome_trace_json(tmp_path: Path) -> None:
     ("args", "expected"),
     [
         (["simulate", "--cni", "foo"], "error: cni: Input should be"),
-        (["simulate", "--sandboxes", "-5"], "error: sandboxes: Input should be greater than or equal to 1 (got -5)"),
+        (
+            ["simulate", "--sandboxes", "-5"],
+            "error: sandboxes: Input should be greater than or equal to 1 (got -5)",
+        ),
         (["simulate", "--sandboxes", "abc"], "error: Invalid value for '--sandboxes'"),
         (["simulate", "--pool", "veth=3"], "error: pools: unknown pool kind 'veth'"),
         (["simulate", "--pool", "ipvtap"], "error: pools: expected NAME=COUNT, but got 'ipvtap'"),
-        (["simulate", "--limit", "Cgroup=x"], "error: limits.Cgroup: expected an integer, but got 'x'"),
-        (["simulate", "--memory-mib", "-512"], "error: memory_mib: Input should be greater than or equal to 1 (got -512)"),
+        (
+            ["simulate", "--limit", "Cgroup=x"],
+            "error: limits.Cgroup: expected an integer, but got 'x'",
+        ),
+        (
+            ["simulate", "--memory-mib", "-512"],
+            "error: memory_mib: Input should be greater than or equal to 1 (got -512)",
+        ),
         (["simulate", "/no/such/file.yaml"], "error: /no/such/file.yaml: cannot read"),
     ],
 )
@@ -92,7 +117,10 @@ def test_malformed_and_unknown_field_yaml(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("cni: veth\nsandboxs: 3\n")
     out = run_cli("simulate", str(bad))
-    assert out.returncode == 2 and out.stderr.strip() == f"error: {bad}: sandboxs: unknown field (got 3)"
+    assert (
+        out.returncode == 2
+        and out.stderr.strip() == f"error: {bad}: sandboxs: unknown field (got 3)"
+    )
     bad.write_text("cni: veth\n  sandboxes: [3\n")
     out = run_cli("simulate", str(bad))
     assert out.returncode == 2 and "malformed YAML" in out.stderr and "line 2" in out.stderr

@@ -12,6 +12,8 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
+
+from bootstorm import Scenario, simulate
 from bootstorm.calibration import (
     FIT_TOLERANCE,
     PAPER_000_FIT,
@@ -20,8 +22,6 @@ from bootstorm.calibration import (
 )
 from bootstorm.models import load_profile
 from bootstorm.simulator import Result
-
-from bootstorm import Scenario, simulate
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,9 @@ def _fit_rows() -> list[object]:
         if t.label == "no-network RTNL contention":
             # Known miss: both RTNL acquisitions of a no-network sandbox are
             # spaced out by cgroup_mutex, so no two holders ever overlap.
-            mark = pytest.mark.xfail(strict=True, reason="structural: no RTNL overlap without network")
+            mark = pytest.mark.xfail(
+                strict=True, reason="structural: no RTNL overlap without network"
+            )
             rows.append(pytest.param(t, marks=mark, id=f"{t.id}:{t.label}"))
         else:
             rows.append(pytest.param(t, id=f"{t.id}:{t.label}"))
@@ -131,17 +133,27 @@ def test_s0_11_qos_on_veth_is_48_percent() -> None:
     assert rise == pytest.approx(0.484, rel=FIT_TOLERANCE), rise
 
 
-def test_s0_12_security_group_rules_hidden_until_they_dominate() -> None:
+def test_s0_12_security_group_rules_grow_the_storm_once_they_dominate() -> None:
     """S0-12 — moved to *fit*: the per-flow insertion cost (costs.ovs_flow_mod_s)
-    has no independent source and was chosen for this row's threshold.
-    0 → 10 rules per pod: no change (< 4%); 50 and 100: makespan grows, and
-    AddCNI becomes the longest stage."""
+    has no independent source and was chosen for this row. 50 and 100 rules
+    per pod make the storm longer, and AddCNI becomes the longest stage."""
     for cni in ("ipvlan", "ipvtap", "tc-routing"):
         base = _storm(cni).makespan_s
-        assert _storm(cni, sg_rules=10).makespan_s / base - 1.0 < 0.04, cni
         at50, at100 = _storm(cni, sg_rules=50), _storm(cni, sg_rules=100)
         assert base < at50.makespan_s < at100.makespan_s, cni
         assert max(at100.stages, key=lambda s: at100.stages[s].mean_s) == "AddCNI"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss (S0-12): 10 flows per pod, serialised in vswitchd, meter sandboxes into "
+    "the RTNL-heavy stages and shorten the storm by 9-35% in the model; the paper sees no change",
+)
+def test_s0_12_ten_rules_change_nothing() -> None:
+    """S0-12: 0 → 10 security-group rules per pod: no change (within ±4%)."""
+    for cni in ("ipvlan", "ipvtap", "tc-routing"):
+        change = _storm(cni, sg_rules=10).makespan_s / _storm(cni).makespan_s - 1.0
+        assert abs(change) < 0.04, (cni, change)
 
 
 def test_s0_14_network_at_least_doubles_spinning() -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from bootstorm.models import ConfigError, Profile, available_profiles, load_profile
 
 

@@ -15,6 +15,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from bootstorm.simulator import (
     Cpu,
     GateSpec,
@@ -35,8 +38,6 @@ from bootstorm.simulator import (
     compile_program,
     run_program,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 SETTINGS = settings(
     max_examples=150,
@@ -250,10 +251,6 @@ def _uncontended_latency(program: Program, i: int) -> float:
     )
 
 
-def _n_stages(plan: SandboxPlan) -> int:
-    return len(plan)
-
-
 def _op_slack(program: Program, result: Result, kinds: tuple[OpKind, ...], i: int = -1) -> float:
     """Twice the most that the kernel's resolution can take off ``kinds`` ops (of
     sandbox ``i``, or of all sandboxes): COMPLETION_EPS·max(1, t_end) each."""
@@ -280,7 +277,7 @@ def test_no_sandbox_lost_and_nobody_beats_running_alone(case: Case) -> None:
     assert result.recording is not None
     spans = result.recording.stage_spans
     per_sandbox = np.bincount([s for s, _, _, _ in spans], minlength=program.n_sandboxes)
-    assert per_sandbox.tolist() == [_n_stages(plan) for plan in case.plans]
+    assert per_sandbox.tolist() == [len(plan) for plan in case.plans]
     alone = np.array([_uncontended_latency(program, i) for i in range(program.n_sandboxes)])
     latency = result.startup_latency_s
     slack = np.array(
@@ -427,7 +424,7 @@ def test_locks_and_gates_keep_their_promises(case: Case) -> None:
             mode_a, mode_b = modes[(a[2], index)], modes[(b[2], index)]
             assert mode_a != {OpKind.ACQUIRE} and mode_b != {OpKind.ACQUIRE}, (spec, a, b)
     frame: list[tuple[int, int, float, float]] = list(rec.stage_spans)
-    plan_gate = [{st.name: st.gate for st in plan} for plan in case.plans]
+    plan_gate = [{stage.name: stage.gate for stage in plan} for plan in case.plans]
     for gate in program.gates:
         inside = [
             (b, e)

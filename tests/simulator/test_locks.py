@@ -12,8 +12,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
+
 from bootstorm.simulator import (
     Cpu,
+    DeadlockError,
     GateSpec,
     Hold,
     LockKind,
@@ -787,11 +789,12 @@ def test_compile_rejects_bad_plans() -> None:
 
 def test_deadlock_is_reported_not_hidden() -> None:
     """A takes a then b, B takes b then a (both after 1 s of sleep): a lock-order
-    cycle that no validator can see. The run must not report them as finished."""
+    cycle that no validator can see. The run used to end quietly with both
+    sandboxes "finished" at t=0 (and makespan 0); it must raise instead."""
     plans = [
         _one("x", Hold("a", (Sleep(1.0), Hold("b", (Sleep(1.0),))))),
         _one("x", Hold("b", (Sleep(1.0), Hold("a", (Sleep(1.0),))))),
     ]
     program = compile_program(plans, machine=MachineSpec(cores=1), locks=TWO_LOCKS)
-    with pytest.raises(RuntimeError, match="never finished"):
+    with pytest.raises(DeadlockError, match="never finished"):
         run_program(program)

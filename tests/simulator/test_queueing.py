@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 import pytest
+
 from bootstorm.simulator import (
     Cpu,
     GateSpec,

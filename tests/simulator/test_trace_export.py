@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from bootstorm.simulator import (
     Cpu,
     GateSpec,
@@ -31,8 +34,6 @@ from bootstorm.simulator import (
     run_program,
 )
 from bootstorm.simulator.trace_export import _assign_lanes, chrome_trace, write_chrome_trace
-from hypothesis import given
-from hypothesis import strategies as st
 
 N_SANDBOXES = 5
 LOCKS = ("rtnl", "rw", "css_set_lock")
