@@ -53,6 +53,7 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
     FreeParameter(path="costs.vm_boot_cpu_s", low=0.3, high=4.0),
     FreeParameter(path="costs.cgroup_mkdir_cpu_s", low=1e-4, high=0.05),
     FreeParameter(path="costs.netprio_hold_s", low=2e-5, high=0.01),
+    FreeParameter(path="costs.netprio_per_netdev_s", low=1e-7, high=1e-3),
     FreeParameter(path="costs.rtnl_small_hold_s", low=2e-5, high=0.01),
     FreeParameter(path="costs.rtnl_tc_hold_s", low=2e-5, high=0.02),
     FreeParameter(path="costs.rtnl_link_hold_s", low=2e-5, high=0.02),

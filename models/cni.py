@@ -251,11 +251,19 @@ class _Ops:
         return steps
 
 
+# CNIs that leave one netdev per pod in the host namespace (the host end of a
+# veth pair); ipvlan/ipvtap slaves and taps move into the pod's namespace.
+_HOST_NETDEV_PER_POD = frozenset({"veth", "tc-routing", "ebpf"})
+
+
 def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -> tuple[Stage, ...]:
     """The stages of one sandbox.
 
     ``creates_vport``: this sandbox is the first of its tenant (sharing mode)
     or of the node (tc-routing), so it creates the shared vPort.
+    ``cgrp_css_online`` sets a priority on every netdev of init_net under
+    RTNL; veth-based CNIs leave one there per earlier pod (sandboxes reach
+    Cgroup in about program order), so the walk grows through the storm.
     """
     cni = scenario.cni
     ops = RTNL_OPS[cni]
@@ -296,7 +304,19 @@ def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -
     stages["Cgroup"] = rpc + (
         Hold(
             CGROUP_MUTEX,
-            (Cpu(c.cgroup_mkdir_cpu_s, "mkdir"), *b.rtnl(c.netprio_hold_s, "netprio online")),
+            (
+                Cpu(c.cgroup_mkdir_cpu_s, "mkdir"),
+                Hold(
+                    RTNL,
+                    (
+                        Cpu(
+                            c.netprio_hold_s,
+                            "netprio online",
+                            growth_s=c.netprio_per_netdev_s if cni in _HOST_NETDEV_PER_POD else 0.0,
+                        ),
+                    ),
+                ),
+            ),
         ),
         Hold(
             CGROUP_MUTEX,

@@ -55,11 +55,11 @@ def compile_scenario(
             )
     _, service = service_streams(scenario.seed if seed is None else seed)
 
-    first = sandbox_plan(scenario, prof.costs, creates_vport=True)
-    rest = sandbox_plan(scenario, prof.costs, creates_vport=False)
     # Sandbox i belongs to tenant i % tenants; the first sandbox of each
     # tenant creates its vPort (tc-routing shares one vPort among all).
     n_creators = 1 if cni == "tc-routing" else scenario.tenants
+    first = sandbox_plan(scenario, prof.costs, creates_vport=True)
+    rest = sandbox_plan(scenario, prof.costs, creates_vport=False)
     plans = [first if i < n_creators else rest for i in range(scenario.sandboxes)]
 
     host = prof.host

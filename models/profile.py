@@ -67,6 +67,7 @@ class CostTable(_Frozen):
     rtnl_tc_hold_s: PositiveSeconds
     rtnl_small_hold_s: PositiveSeconds
     netprio_hold_s: PositiveSeconds
+    netprio_per_netdev_s: Seconds
     rtnl_spin_s: Seconds
     # Namespaces and cgroups.
     netns_create_cpu_s: Seconds

@@ -42,13 +42,20 @@ def _check_nonnegative(owner: str, name: str, value: float) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Cpu:
-    """``work_s`` core-seconds of work; ``label`` names it in traces."""
+    """``work_s`` core-seconds of work; ``label`` names it in traces.
+
+    ``growth_s`` adds that much work per sandbox ahead of this one in the
+    program (sandbox ``i`` does ``work_s + i * growth_s``): the cost of walking
+    a structure every earlier sandbox has added to.
+    """
 
     work_s: float
     label: str = ""
+    growth_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check_nonnegative("Cpu", "work_s", self.work_s)
+        _check_nonnegative("Cpu", "growth_s", self.growth_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +112,8 @@ class Stage:
 
 SandboxPlan: TypeAlias = tuple[Stage, ...]
 
-# One flattened op before jitter: (kind, arg, base amount, jittered?).
-_Op: TypeAlias = tuple[int, int, float, bool]
+# One flattened op before jitter: (kind, arg, base amount, jittered?, growth per index).
+_Op: TypeAlias = tuple[int, int, float, bool, float]
 
 
 class _Flattener:
@@ -125,28 +132,28 @@ class _Flattener:
             gid = None
             if stage.gate is not None:
                 gid = self._lookup(self.gate_ids, stage.gate, "gate")
-                ops.append((OpKind.GATE_ENTER, gid, 0.0, False))
-            ops.append((OpKind.STAGE_BEGIN, sid, 0.0, False))
+                ops.append((OpKind.GATE_ENTER, gid, 0.0, False, 0.0))
+            ops.append((OpKind.STAGE_BEGIN, sid, 0.0, False, 0.0))
             self.steps(stage.steps, ops)
-            ops.append((OpKind.STAGE_END, sid, 0.0, False))
+            ops.append((OpKind.STAGE_END, sid, 0.0, False, 0.0))
             if gid is not None:
-                ops.append((OpKind.GATE_EXIT, gid, 0.0, False))
+                ops.append((OpKind.GATE_EXIT, gid, 0.0, False, 0.0))
         return ops
 
     def steps(self, steps: Sequence[Step], ops: list[_Op]) -> None:
         for step in steps:
             if isinstance(step, Cpu):
-                ops.append((OpKind.CPU, 0, step.work_s, True))
+                ops.append((OpKind.CPU, 0, step.work_s, True, step.growth_s))
             elif isinstance(step, Sleep):
-                ops.append((OpKind.SLEEP, 0, step.duration_s, True))
+                ops.append((OpKind.SLEEP, 0, step.duration_s, True, 0.0))
             elif isinstance(step, Zero):
-                ops.append((OpKind.ZERO, 0, step.n_bytes, False))
+                ops.append((OpKind.ZERO, 0, step.n_bytes, False, 0.0))
             elif isinstance(step, Hold):
                 lid = self._lookup(self.lock_ids, step.lock, "lock")
                 kind = OpKind.ACQUIRE_SHARED if step.shared else OpKind.ACQUIRE
-                ops.append((kind, lid, 0.0, False))
+                ops.append((kind, lid, 0.0, False, 0.0))
                 self.steps(step.body, ops)
-                ops.append((OpKind.RELEASE, lid, 0.0, False))
+                ops.append((OpKind.RELEASE, lid, 0.0, False, 0.0))
             elif isinstance(step, Pooled):
                 pid = self._lookup(self.pool_ids, step.pool, "pool")
                 create: list[_Op] = []
@@ -154,10 +161,10 @@ class _Flattener:
                 self.steps(step.create, create)
                 self.steps(step.fetch, fetch)
                 skip = 1 + len(create) + (1 if fetch else 0)
-                ops.append((OpKind.POOL_TRY, pid, float(skip), False))
+                ops.append((OpKind.POOL_TRY, pid, float(skip), False, 0.0))
                 ops.extend(create)
                 if fetch:
-                    ops.append((OpKind.JUMP, 0, float(1 + len(fetch)), False))
+                    ops.append((OpKind.JUMP, 0, float(1 + len(fetch)), False, 0.0))
                     ops.extend(fetch)
             else:  # pragma: no cover - the type alias is closed
                 raise ProgramError(f"unknown step {step!r}")
@@ -227,9 +234,12 @@ def compile_program(
     op_kind = np.empty(total, dtype=np.int8)
     op_arg = np.empty(total, dtype=np.int32)
     op_amount = np.empty(total, dtype=np.float64)
-    # Scatter per template: one vectorised write (and one jitter draw) each.
+    # Scatter per template: one vectorised write (and one jitter draw) each;
+    # sandboxes grouped by template in one sort, not one scan per template.
+    order = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[order], np.arange(len(templates) + 1))
     for t, ops in enumerate(templates):
-        members = np.flatnonzero(which == t)
+        members = order[bounds[t] : bounds[t + 1]]
         if not ops or not members.size:
             continue
         k = np.array([o[0] for o in ops], dtype=np.int8)
@@ -239,7 +249,10 @@ def compile_program(
         idx = offsets[members][:, None] + np.arange(len(ops))[None, :]
         op_kind[idx] = k
         op_arg[idx] = a
+        growth = np.array([o[4] for o in ops], dtype=np.float64)
         amounts = np.broadcast_to(base, idx.shape).copy()
+        if growth.any():
+            amounts += members[:, None].astype(np.float64) * growth[None, :]
         if service_cv > 0.0 and jit.any():
             assert rng is not None
             sigma = float(np.sqrt(np.log1p(service_cv**2)))

@@ -90,3 +90,20 @@ def test_tenants_create_one_vport_each() -> None:
     assert r.locks["ovs-vswitchd"].acquisitions == 1
     r = run_program(compile_scenario(Scenario(cni="veth", sandboxes=40, tenants=8)))
     assert r.locks["ovs-vswitchd"].acquisitions == 40
+
+
+def test_netprio_walk_grows_with_host_netdevs_for_veth_only() -> None:
+    """cgrp_css_online walks init_net's netdevs: veth leaves one per pod there,
+    ipvtap moves its device into the pod's namespace."""
+
+    def netprio_holds(cni: str) -> list[float]:
+        r = run_program(compile_scenario(Scenario(cni=cni, sandboxes=30)), record=True)
+        assert r.recording is not None
+        locks = r.recording.lock_frame()
+        held = locks[(locks.lock == "rtnl") & (locks.what == "hold") & (locks.stage == "Cgroup")]
+        return held.sort_values("sandbox").duration_s.tolist()
+
+    veth, ipvtap = netprio_holds("veth"), netprio_holds("ipvtap")
+    assert len(veth) == len(ipvtap) == 30
+    assert veth[-1] > 2 * veth[0]  # the 30th walks 29 more netdevs than the first
+    assert max(ipvtap) < 2 * min(ipvtap)

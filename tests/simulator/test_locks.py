@@ -7,6 +7,7 @@ binary fractions (0.25, 0.5, ...) so that most times are exact in floating point
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from collections.abc import Callable, Sequence
 
@@ -379,7 +380,10 @@ def test_gate_concurrency_with_staggered_arrivals(permits: int) -> None:
     arrivals = np.sort(rng.uniform(0.0, 5.0, size=n))
     plans = [_one("g", Sleep(float(d)), gate="gate") for d in durations]
     result = _run(
-        plans, gates=[GateSpec(name="gate", permits=permits)], arrival_s=arrivals, record=True
+        plans,
+        gates=[GateSpec(name="gate", permits=permits)],
+        arrival_s=arrivals.tolist(),
+        record=True,
     )
     assert result.recording is not None
     spans = result.recording.stage_frame()
@@ -649,11 +653,6 @@ def test_malformed_programs_are_rejected(
 def test_malformed_program_arrays_are_rejected() -> None:
     """Offsets and op arrays that do not fit together."""
     good = _raw([(K.CPU, 0, 1.0)], [(K.CPU, 0, 1.0)])
-    fields = {
-        name: getattr(good, name)
-        for name in ("machine", "stage_names", "locks", "gates", "pools", "arrival_s")
-    }
-    arrays = {"op_kind": good.op_kind, "op_arg": good.op_arg, "op_amount": good.op_amount}
     bad_offsets = {
         "too-short": np.array([0, 2], dtype=np.int64),
         "not-from-zero": np.array([1, 1, 2], dtype=np.int64),
@@ -662,13 +661,11 @@ def test_malformed_program_arrays_are_rejected() -> None:
     }
     for offsets in bad_offsets.values():
         with pytest.raises(ProgramError, match="offsets"):
-            Program(**fields, offsets=offsets, **arrays)  # type: ignore[arg-type]
+            dataclasses.replace(good, offsets=offsets, validated=False)
     with pytest.raises(ProgramError, match="one shape"):
-        Program(
-            **fields,  # type: ignore[arg-type]
-            offsets=good.offsets,
-            op_kind=good.op_kind,
-            op_arg=good.op_arg,
+        dataclasses.replace(
+            good,
+            validated=False,
             op_amount=np.array([1.0, 1.0, 1.0]),
         )
 
@@ -798,3 +795,15 @@ def test_deadlock_is_reported_not_hidden() -> None:
     program = compile_program(plans, machine=MachineSpec(cores=1), locks=TWO_LOCKS)
     with pytest.raises(DeadlockError, match="never finished"):
         run_program(program)
+
+
+def test_cpu_growth_adds_work_per_earlier_sandbox() -> None:
+    """``Cpu(work_s, growth_s=g)``: sandbox i does work_s + i*g (a walk over a
+    structure every earlier sandbox added to), resolved at compile time."""
+    from bootstorm.simulator import Cpu, MachineSpec, OpKind, Stage, compile_program, run_program
+
+    plan = (Stage("s", (Cpu(1.0, growth_s=0.5),)),)
+    program = compile_program([plan] * 4, machine=MachineSpec(cores=4), locks=[])
+    work = program.op_amount[program.op_kind == OpKind.CPU]
+    assert work.tolist() == [1.0, 1.5, 2.0, 2.5]
+    assert run_program(program).finish_s.tolist() == [1.0, 1.5, 2.0, 2.5]
