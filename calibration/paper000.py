@@ -36,36 +36,49 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FreeParameter:
-    """A profile number the fit may move, within ``[low, high]``."""
+    """A profile number the fit may move within ``[low, high]``, from ``start``.
+
+    The fit always starts from ``start``, never from the profile's current
+    value, so ``bootstorm calibrate --write`` gives the same profile however
+    often it is run.
+    """
 
     path: str
+    start: float
     low: float
     high: float
     tied: tuple[str, ...] = ()
     """Other paths that take the same value (macvtap follows ipvtap)."""
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.low < self.high:
-            raise ValueError(f"`0 < low < high` must hold, but got ({self.low=}, {self.high=})")
+        if not 0.0 < self.low <= self.start <= self.high:
+            raise ValueError(
+                "`0 < low <= start <= high` must hold, "
+                f"but got ({self.low=}, {self.start=}, {self.high=})"
+            )
 
 
+# Starting points: the previous fit rounded to two digits (the first fit
+# started from hand estimates of each operation's cost).
 FREE_PARAMETERS: tuple[FreeParameter, ...] = (
-    FreeParameter(path="costs.vm_boot_cpu_s", low=0.3, high=4.0),
-    FreeParameter(path="costs.cgroup_mkdir_cpu_s", low=1e-4, high=0.05),
-    FreeParameter(path="costs.netprio_hold_s", low=2e-5, high=0.01),
-    FreeParameter(path="costs.netprio_per_netdev_s", low=1e-7, high=1e-3),
-    FreeParameter(path="costs.rtnl_small_hold_s", low=2e-5, high=0.01),
-    FreeParameter(path="costs.rtnl_tc_hold_s", low=2e-5, high=0.02),
-    FreeParameter(path="costs.rtnl_link_hold_s", low=2e-5, high=0.02),
-    FreeParameter(path="costs.rtnl_create_hold_s.veth", low=1e-4, high=0.05),
+    FreeParameter(path="costs.vm_boot_cpu_s", start=1.1, low=0.3, high=4.0),
+    FreeParameter(path="costs.cgroup_mkdir_cpu_s", start=7.0e-3, low=1e-4, high=0.05),
+    FreeParameter(path="costs.netprio_hold_s", start=1.3e-4, low=2e-5, high=0.01),
+    FreeParameter(path="costs.netprio_per_netdev_s", start=5.0e-5, low=1e-7, high=1e-3),
+    FreeParameter(path="costs.rtnl_small_hold_s", start=7.0e-5, low=2e-5, high=0.01),
+    FreeParameter(path="costs.rtnl_tc_hold_s", start=2.3e-3, low=2e-5, high=0.02),
+    FreeParameter(path="costs.rtnl_link_hold_s", start=1.6e-3, low=2e-5, high=0.02),
+    FreeParameter(path="costs.rtnl_create_hold_s.veth", start=4.2e-3, low=1e-4, high=0.05),
     FreeParameter(
         path="costs.rtnl_create_hold_s.ipvlan",
+        start=1.1e-2,
         low=1e-4,
         high=0.05,
         tied=("costs.rtnl_create_hold_s.macvlan",),
     ),
     FreeParameter(
         path="costs.rtnl_create_hold_s.ipvtap",
+        start=2.0e-2,
         low=1e-4,
         high=0.1,
         tied=("costs.rtnl_create_hold_s.macvtap",),
@@ -103,15 +116,6 @@ def _apply(
     return profile.with_values(updates, source=source)
 
 
-def _get(profile: Profile, path: str) -> float:
-    node: object = profile.model_dump()
-    for key in path.split("."):
-        assert isinstance(node, dict)
-        node = node[key]
-    assert isinstance(node, float | int)
-    return float(node)
-
-
 def fit_paper_000(
     *,
     start: Profile | None = None,
@@ -132,7 +136,7 @@ def fit_paper_000(
         raise ValueError("no fit targets with a positive weight")
     lo = np.log([p.low for p in params])
     hi = np.log([p.high for p in params])
-    x0 = np.clip(np.log([_get(base, p.path) for p in params]), lo + 1e-9, hi - 1e-9)
+    x0 = np.log([p.start for p in params])
     weights = np.array([t.weight for t in used])
     values = np.array([t.value for t in used])
     calls = 0
@@ -181,6 +185,7 @@ def fit_paper_000(
         fitted,
         ebpf,
         "costs.bpf_verify_hold_s",
+        start=0.4,
         seed=seed,
         source="no independent source: solved for S0-5 eBPF = 18 x no-network "
         "(that part of S0-5 is a fit)",
@@ -200,6 +205,7 @@ def fit_paper_000(
         fitted,
         qos,
         "costs.ovs_qos_s",
+        start=0.005,
         seed=seed,
         source="no independent source: solved for S0-11 veth +48.4% with 2 QoS rules "
         "(that part of S0-11 is a fit)",
@@ -253,12 +259,14 @@ def solve_single(
     target: PaperTarget,
     path: str,
     *,
+    start: float,
     seed: int = 0,
     source: str,
     rel_tol: float = 0.01,
     max_steps: int = 8,
 ) -> Profile:
-    """Move one cost until ``target`` holds within ``rel_tol`` (secant on logs).
+    """Move one cost, from ``start``, until ``target`` holds within ``rel_tol``
+    (secant on logs).
 
     For a target only that cost drives, so that it need not slow the joint fit.
     """
@@ -268,7 +276,7 @@ def solve_single(
         (check,) = check_targets([target], prof, seed=seed)
         return float(np.log(check.model / target.value))
 
-    x0 = np.log(_get(profile, path))
+    x0 = float(np.log(start))
     f0 = error(float(np.exp(x0)))
     x1 = x0 - f0  # first guess: the metric scales with the cost
     for _ in range(max_steps):

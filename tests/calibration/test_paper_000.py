@@ -99,7 +99,7 @@ def test_s0_5_ipvtap_and_macvtap_best_of_the_kernel_datapath_cnis() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S0-5): ipvtap is 7.1% ahead of the second best (ipvlan), "
+    reason="known miss (S0-5): ipvtap is about 7% ahead of the second best (ipvlan), "
     "the paper says 11.5% (±15% of it: 9.8-13.2%)",
 )
 def test_s0_5_ipvtap_11_5_percent_ahead_of_the_second_best() -> None:
