@@ -43,6 +43,22 @@ __all__ = ["ProcessorSharingCPU", "SpinHandle"]
 _REL_EPS = 1e-12
 
 
+def _finish_due(
+    heap: list[tuple[float, int, simpy.Event, float, Callable[[float], None]]],
+    progress: float,
+    slack: float,
+    cpu_clock: float,
+) -> None:
+    """Complete the jobs of ``heap`` whose finish tag the ``progress`` clock has
+    reached; each is charged ``cpu_clock`` minus the reading it started at."""
+    limit = progress + _REL_EPS * (progress if progress > 1.0 else 1.0) + slack
+    pop = heapq.heappop
+    while heap and heap[0][0] <= limit:
+        _, _, ev, started, on_cpu = pop(heap)
+        on_cpu(cpu_clock - started)
+        ev.succeed()
+
+
 class SpinHandle:
     """A spinning job; pass it back to :meth:`ProcessorSharingCPU.stop_spin`."""
 
@@ -181,34 +197,17 @@ class ProcessorSharingCPU:
             return
         self._timer_at = math.inf
         self._advance()
-        pop = heapq.heappop
-        clock = self._share_clock
-        work = self._work
         # Also due: what is left below a clock's gain over one ulp of time; no
         # timer can land before that, so waiting would re-fire at once, forever.
         tick = math.ulp(self._last)
-        limit = clock + _REL_EPS * (clock if clock > 1.0 else 1.0) + self._share * tick
-        while work and work[0][0] <= limit:
-            _, _, ev, s0, on_cpu = pop(work)
-            on_cpu(clock - s0)
-            ev.succeed()
-        pinned = self._pinned
-        if pinned:
-            pclock = self._pinned_clock
-            limit = pclock + _REL_EPS * (pclock if pclock > 1.0 else 1.0)
-            limit += self._pinned_share * tick
-            while pinned and pinned[0][0] <= limit:
-                _, _, ev, s0, on_cpu = pop(pinned)
-                on_cpu(pclock - s0)
-                ev.succeed()
-        zeroing = self._zeroing
-        if zeroing:
-            zclock = self._zero_clock
-            limit = zclock + _REL_EPS * (zclock if zclock > 1.0 else 1.0) + self._zero_speed * tick
-            while zeroing and zeroing[0][0] <= limit:
-                _, _, ev, s0, on_cpu = pop(zeroing)
-                on_cpu(clock - s0)
-                ev.succeed()
+        share = self._share_clock
+        _finish_due(self._work, share, self._share * tick, share)
+        if self._pinned:
+            pinned = self._pinned_clock
+            _finish_due(self._pinned, pinned, self._pinned_share * tick, pinned)
+        if self._zeroing:
+            _finish_due(self._zeroing, self._zero_clock, self._zero_speed * tick, share)
+        pop = heapq.heappop
         deadlines = self._spin_deadlines
         if deadlines:
             now = self._last
