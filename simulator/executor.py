@@ -87,15 +87,11 @@ class _Run:
             [self._accumulator(stage, reason) for reason in range(3)]
             for stage in range(n_stages + 1)
         ]
-        stage_index = {name: i for i, name in enumerate(program.stage_names)}
         self.locks: list[Any] = []
         for i, spec in enumerate(program.locks):
             priority = None
             if spec.stage_priority:
-                prio = dict(spec.stage_priority)
-                unknown = sorted(set(prio) - set(stage_index))
-                if unknown:
-                    raise ValueError(f"lock {spec.name!r}: priority for unknown stages {unknown}")
+                prio = dict(spec.stage_priority)  # names checked by Program.validate
                 priority = [prio.get(name, 0) for name in program.stage_names] + [0]
             kw: dict[str, Any] = dict(
                 index=i,

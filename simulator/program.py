@@ -225,6 +225,13 @@ class Program:
             )
         if np.any(np.diff(self.offsets) < 0):
             raise ProgramError("`offsets` must be non-decreasing")
+        for spec in self.locks:
+            unknown = sorted({name for name, _ in spec.stage_priority} - set(self.stage_names))
+            if unknown:
+                raise ProgramError(
+                    f"lock {spec.name!r}: stage_priority names unknown stages {unknown}; "
+                    f"the program has {list(self.stage_names)}"
+                )
         if not (self.op_kind.shape == self.op_arg.shape == self.op_amount.shape):
             raise ProgramError("`op_kind`, `op_arg` and `op_amount` must have one shape")
         bad = np.flatnonzero(~np.isfinite(self.arrival_s) | (self.arrival_s < 0))

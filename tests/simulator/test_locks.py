@@ -108,10 +108,10 @@ def test_mutex_stage_priority() -> None:
     assert fifo.finish_s.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
 
 
-def test_stage_priority_naming_an_unknown_stage_is_rejected() -> None:
+def test_stage_priority_naming_an_unknown_stage_is_rejected_when_built() -> None:
     lock = LockSpec(name="L", stage_priority=(("nope", 0),))
-    with pytest.raises(ValueError, match="unknown stages"):
-        _run([_hold("L", 1.0)], locks=[lock])
+    with pytest.raises(ProgramError, match=r"unknown stages \['nope'\]"):
+        compile_program([_hold("L", 1.0)], machine=MachineSpec(cores=1), locks=[lock])
 
 
 def test_contention_wait_hold_and_wall_time_exact() -> None:
