@@ -34,7 +34,15 @@ class Recorder:
         self.lock_spans.append((lock, sandbox, stage, is_hold, t0, t1))
 
     def cpu_change(self, t: float, runnable: int, spinning: int) -> None:
-        self.cpu_samples.append((t, runnable, spinning))
+        samples = self.cpu_samples
+        if samples:
+            last_t, last_runnable, last_spinning = samples[-1]
+            if last_runnable == runnable and last_spinning == spinning:
+                return  # nothing a reader could see has changed
+            if last_t == t:
+                samples[-1] = (t, runnable, spinning)  # the last change at an instant holds
+                return
+        samples.append((t, runnable, spinning))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
