@@ -50,8 +50,13 @@ def _pairs(field: str, items: list[str] | None) -> dict[str, int]:
 
 
 def _scenario(scenario_file: Path | None, **overrides: Any) -> Scenario:
+    """The file's scenario (or the default) with the options laid over it;
+    ``NAME=COUNT`` options override the file's map key by key."""
     base = Scenario.from_yaml(scenario_file) if scenario_file is not None else Scenario()
     given = {k: v for k, v in overrides.items() if v is not None and v != {}}
+    for key, value in given.items():
+        if isinstance(value, dict):
+            given[key] = {**getattr(base, key), **value}
     return base.replace(**given) if given else base
 
 

@@ -66,10 +66,12 @@ def test_options_change_the_scenario(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_scenario_file_and_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "s.yaml"
-    path.write_text("cni: veth\nsandboxes: 20\n")
-    main(["simulate", str(path), "--sandboxes", "10", "--json"])
+    path.write_text("cni: veth\nsandboxes: 20\nlimits: {Cgroup: 4, AttachIf: 8}\n")
+    main(["simulate", str(path), "--sandboxes", "10", "--limit", "Cgroup=2", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert (data["scenario"]["cni"], data["scenario"]["sandboxes"]) == ("veth", 10)
+    # NAME=COUNT options override the file's map key by key
+    assert data["scenario"]["limits"] == {"Cgroup": 2, "AttachIf": 8}
 
 
 def test_trace_opens_as_chrome_trace_json(tmp_path: Path) -> None:
