@@ -159,17 +159,25 @@ LOCKS = (CGROUP_MUTEX, RTNL, CSS_SET_LOCK, OVS_VSWITCHD, BPF_VERIFIER)
 
 
 def lock_specs(costs: CostTable, rtnl_priority: dict[str, int]) -> list[LockSpec]:
-    """The locks of the node, in a fixed order (cgroup_mutex before RTNL)."""
+    """The locks of the node, in a fixed order (cgroup_mutex before RTNL).
+
+    The kernel's mutexes hand over as Linux does (a release wakes the next
+    waiter and a running task may steal the lock meanwhile); an explicit RTNL
+    priority order is a controlled hand-off instead. ovs-vswitchd's main loop
+    serves requests in order.
+    """
+    wake_s = costs.mutex_wake_s
     return [
-        LockSpec(name=CGROUP_MUTEX),
+        LockSpec(name=CGROUP_MUTEX, wake_s=wake_s),
         LockSpec(
             name=RTNL,
             spin_s=costs.rtnl_spin_s,
+            wake_s=0.0 if rtnl_priority else wake_s,
             stage_priority=tuple(sorted(rtnl_priority.items())),
         ),
         LockSpec(name=CSS_SET_LOCK, kind=LockKind.SPIN),
         LockSpec(name=OVS_VSWITCHD),
-        LockSpec(name=BPF_VERIFIER),
+        LockSpec(name=BPF_VERIFIER, wake_s=wake_s),
     ]
 
 

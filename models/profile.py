@@ -69,6 +69,7 @@ class CostTable(_Frozen):
     netprio_hold_s: PositiveSeconds
     netprio_per_netdev_s: Seconds
     rtnl_spin_s: Seconds
+    mutex_wake_s: Seconds
     # Namespaces and cgroups.
     netns_create_cpu_s: Seconds
     cgroup_mkdir_cpu_s: Seconds

@@ -101,7 +101,7 @@ class _Run:
                 spans=self.rec.lock_span if self.rec is not None else None,
             )
             if spec.kind is LockKind.MUTEX:
-                self.locks.append(Mutex(env, spin_s=spec.spin_s, **kw))
+                self.locks.append(Mutex(env, spin_s=spec.spin_s, wake_s=spec.wake_s, **kw))
             elif spec.kind is LockKind.SPIN:
                 self.locks.append(SpinLock(env, **kw))
             else:

@@ -141,10 +141,15 @@ class _QueuedLock:
 class Mutex(_QueuedLock):
     """A sleeping lock; a waiter may spin up to ``spin_s`` before it sleeps."""
 
-    def __init__(self, env: simpy.Environment, *, spin_s: float = 0.0, **kw: object) -> None:
+    def __init__(
+        self, env: simpy.Environment, *, spin_s: float = 0.0, wake_s: float = 0.0, **kw: object
+    ) -> None:
         super().__init__(env, **kw)  # type: ignore[arg-type]
         self.spin_s = spin_s
+        self.wake_s = wake_s
         self.owner: int | None = None
+        self._waking: _Waiter | None = None  # woken, not yet running
+        self._handoff = False  # the head waiter lost a race once: hand to it directly
 
     def acquire(self, owner: int, stage: int) -> simpy.Event | None:
         if self.owner is None:
@@ -162,12 +167,33 @@ class Mutex(_QueuedLock):
 
     def release(self, owner: int) -> None:
         self._drop(owner)
-        if self._queue:
+        if not self._queue:
+            self.owner = None
+        elif self.wake_s <= 0.0 or self._handoff:
+            self._handoff = False
             waiter = heapq.heappop(self._queue)[2]
             self.owner = waiter.owner
             self._grant(waiter)
         else:
+            # Free the lock and wake the head waiter; until it runs, anyone
+            # already running may take the lock (acquire's fast path).
             self.owner = None
+            if self._waking is None:
+                head = self._queue[0][2]
+                self._waking = head
+                timer = self.env.timeout(self.wake_s)
+                timer.callbacks.append(lambda _ev: self._woken(head))
+
+    def _woken(self, waiter: _Waiter) -> None:
+        self._waking = None
+        if not self._queue or self._queue[0][2] is not waiter:
+            return  # pragma: no cover - only a higher-priority newcomer can overtake
+        if self.owner is None:
+            heapq.heappop(self._queue)
+            self.owner = waiter.owner
+            self._grant(waiter)
+        else:
+            self._handoff = True  # stolen while it woke: the next release is its
 
 
 class SpinLock(Mutex):

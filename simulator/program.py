@@ -81,18 +81,33 @@ class LockSpec:
     empty map is plain FIFO. ``spin_s`` is the
     longest a mutex waiter spins on a core before it sleeps (Linux mutexes spin
     optimistically while the owner runs); 0 disables spinning.
+
+    ``wake_s`` chooses how a mutex is handed over. 0: straight to the next
+    waiter in grant order (a fair hand-off). > 0: as Linux mutexes do without
+    the hand-off flag: the release frees the lock and wakes the next waiter,
+    who needs ``wake_s`` to run; a running task that asks in between takes the
+    lock (it steals it), and a woken waiter that finds it taken sets the
+    hand-off flag, so that the next release goes to it directly.
     """
 
     name: str
     kind: LockKind = LockKind.MUTEX
     stage_priority: tuple[tuple[str, int], ...] = ()
     spin_s: float = 0.0
+    wake_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ProgramError(f"`LockSpec.name` must be non-empty, but got {self.name=}")
         if not (self.spin_s >= 0.0):
             raise ProgramError(f"`spin_s >= 0` must hold, but got {self.name=} {self.spin_s=}")
+        if not (self.wake_s >= 0.0):
+            raise ProgramError(f"`wake_s >= 0` must hold, but got {self.name=} {self.wake_s=}")
+        if self.wake_s and self.kind is not LockKind.MUTEX:
+            raise ProgramError(
+                "only a mutex hands over through a wake-up, "
+                f"but got {self.name=} kind={self.kind.name}"
+            )
         if self.spin_s and self.kind is not LockKind.MUTEX:
             raise ProgramError(
                 f"only a mutex spins before sleeping, but got {self.name=} kind={self.kind.name}"

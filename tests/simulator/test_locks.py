@@ -807,3 +807,27 @@ def test_cpu_growth_adds_work_per_earlier_sandbox() -> None:
     work = program.op_amount[program.op_kind == OpKind.CPU]
     assert work.tolist() == [1.0, 1.5, 2.0, 2.5]
     assert run_program(program).finish_s.tolist() == [1.0, 1.5, 2.0, 2.5]
+
+
+def test_linux_style_wake_lets_a_running_task_steal_then_hands_off() -> None:
+    """``wake_s > 0``: a release wakes the head waiter, who needs ``wake_s`` to
+    run. A, still running, re-takes the lock at t=1 (a steal); B, woken at
+    1.01, finds it taken and sets the hand-off flag, so A's next release goes
+    to B. With ``wake_s = 0`` the lock goes straight to B at t=1."""
+    plan_a = (Stage("s", (Hold("L", (Sleep(1.0),)), Hold("L", (Sleep(1.0),)))),)
+    plan_b = (Stage("s", (Sleep(0.5), Hold("L", (Sleep(1.0),)))),)
+
+    def run(wake_s: float) -> Result:
+        lock = LockSpec(name="L", wake_s=wake_s)
+        return _run([plan_a, plan_b], locks=[lock])
+
+    fair, steal = run(0.0), run(0.01)
+    assert fair.finish_s.tolist() == [3.0, 2.0]
+    assert steal.finish_s.tolist() == [2.0, 3.0]
+    assert (fair.locks["L"].contended, steal.locks["L"].contended) == (2, 1)
+    assert steal.locks["L"].wait_s == pytest.approx(1.5)  # B waits 0.5 → 2.0
+
+
+def test_wake_s_is_for_mutexes_only() -> None:
+    with pytest.raises(ProgramError, match="only a mutex hands over through a wake-up"):
+        LockSpec(name="S", kind=LockKind.SPIN, wake_s=0.1)
