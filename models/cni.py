@@ -52,6 +52,11 @@ BPF_VERIFIER = "bpf_verifier_lock"
 
 MIB = 1024 * 1024
 
+# Tasks the VMM creates as it starts (QEMU's process, a vCPU thread — 0.5 to
+# 1 vCPU per sandbox in the seeds — an I/O thread and a vhost worker); each
+# fork or clone updates a css_set under css_set_lock (cgroup_post_fork).
+VMM_TASKS = 4
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RtnlOps:
@@ -341,7 +346,7 @@ def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -
     start: tuple[Step, ...] = (
         *rpc,
         # The VMM forks and spawns its threads: one css_set update each.
-        *(Hold(CSS_SET_LOCK, (Cpu(c.css_set_hold_s, "fork"),)) for _ in range(4)),
+        *(Hold(CSS_SET_LOCK, (Cpu(c.css_set_hold_s, "fork"),)) for _ in range(VMM_TASKS)),
         # Kata applies the sandbox's cgroup resources as it starts the VMM:
         # the net_prio ifpriomap write takes RTNL (outside cgroup_mutex).
         *b.rtnl(c.netprio_hold_s, "ifpriomap"),
