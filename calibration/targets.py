@@ -8,7 +8,7 @@ targets; the tests hold the model to both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -237,10 +237,3 @@ def check_targets(
             results[key] = run_program(compile_scenario(t.scenario, seed=seed, profile=profile))
         checks.append(TargetCheck(target=t, model=t.metric.read(results[key])))
     return checks
-
-
-def scenarios_of(targets: Sequence[PaperTarget]) -> list[Scenario]:
-    seen: dict[str, Scenario] = {}
-    for t in targets:
-        seen.setdefault(t.scenario.model_dump_json(), t.scenario)
-    return list(seen.values())

@@ -5,14 +5,22 @@ compile into the simulator's flat program with :func:`compile_scenario`.
 """
 
 from ._errors import ConfigError
-from .cni import LOCKS, RTNL, RTNL_OPS, STAGES, RtnlOps, cni_stages, pool_kinds, sandbox_plan
+from .cni import (
+    RTNL,
+    RTNL_OPS,
+    STAGES,
+    RtnlOps,
+    cni_stages,
+    pool_kinds,
+    sandbox_plan,
+    vport_creators,
+)
 from .compile import SeedLike, compile_scenario, service_streams
 from .profile import CostTable, HostSpec, Profile, available_profiles, load_profile
 from .scenario import CNI_NAMES, CniName, Scenario
 
 __all__ = [
     "CNI_NAMES",
-    "LOCKS",
     "RTNL",
     "RTNL_OPS",
     "STAGES",
@@ -31,4 +39,5 @@ __all__ = [
     "pool_kinds",
     "sandbox_plan",
     "service_streams",
+    "vport_creators",
 ]

@@ -31,7 +31,6 @@ from .scenario import Scenario
 __all__ = [
     "CGROUP_MUTEX",
     "CSS_SET_LOCK",
-    "LOCKS",
     "OVS_VSWITCHD",
     "RTNL",
     "RTNL_OPS",
@@ -40,6 +39,7 @@ __all__ = [
     "cni_stages",
     "pool_kinds",
     "sandbox_plan",
+    "vport_creators",
 ]
 
 STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
@@ -160,8 +160,6 @@ _PRIMARY_DEVICE = {
     "ebpf": "veth",
 }
 
-LOCKS = (CGROUP_MUTEX, RTNL, CSS_SET_LOCK, OVS_VSWITCHD, BPF_VERIFIER)
-
 
 def lock_specs(costs: CostTable, rtnl_priority: dict[str, int]) -> list[LockSpec]:
     """The locks of the node, in a fixed order (cgroup_mutex before RTNL).
@@ -191,6 +189,17 @@ def cni_stages(cni: str) -> tuple[str, ...]:
     if cni == "no-network":
         return ("Cgroup", "StartVM")
     return STAGES
+
+
+def vport_creators(cni: str, tenants: int) -> int:
+    """How many sandboxes create a shared vPort: the first of each tenant in
+    single-tenant sharing mode, the first of the node in multi-tenant sharing
+    mode. Direct-mode sandboxes each create their own and are not counted."""
+    if cni in _PER_TENANT:
+        return tenants
+    if cni in _SHARED:
+        return 1
+    return 0
 
 
 def pool_kinds(cni: str) -> tuple[str, ...]:

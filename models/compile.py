@@ -6,7 +6,7 @@ import numpy as np
 
 from ..simulator import GateSpec, MachineSpec, PoolSpec, Program, compile_program
 from ._errors import ConfigError
-from .cni import cni_stages, lock_specs, pool_kinds, sandbox_plan
+from .cni import cni_stages, lock_specs, pool_kinds, sandbox_plan, vport_creators
 from .profile import Profile, load_profile
 from .scenario import Scenario
 
@@ -55,9 +55,9 @@ def compile_scenario(
             )
     _, service = service_streams(scenario.seed if seed is None else seed)
 
-    # Sandbox i belongs to tenant i % tenants; the first sandbox of each
-    # tenant creates its vPort (tc-routing shares one vPort among all).
-    n_creators = 1 if cni == "tc-routing" else scenario.tenants
+    # Sandbox i belongs to tenant i % tenants, so the first sandboxes are the
+    # first of their tenants: they create the shared vPorts.
+    n_creators = vport_creators(cni, scenario.tenants)
     first = sandbox_plan(scenario, prof.costs, creates_vport=True)
     rest = sandbox_plan(scenario, prof.costs, creates_vport=False)
     plans = [first if i < n_creators else rest for i in range(scenario.sandboxes)]
