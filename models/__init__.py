@@ -18,20 +18,24 @@ from .cni import (
 from .compile import SeedLike, compile_scenario, service_streams
 from .profile import CostTable, HostSpec, Profile, available_profiles, load_profile
 from .scenario import CNI_NAMES, CniName, Scenario
+from .tuned import TUNED_CONFIG_SCHEMA_VERSION, ConfigOrigin, TunedConfig
 
 __all__ = [
     "CNI_NAMES",
     "RTNL",
     "RTNL_OPS",
     "STAGES",
+    "TUNED_CONFIG_SCHEMA_VERSION",
     "CniName",
     "ConfigError",
+    "ConfigOrigin",
     "CostTable",
     "HostSpec",
     "Profile",
     "RtnlOps",
     "Scenario",
     "SeedLike",
+    "TunedConfig",
     "available_profiles",
     "cni_stages",
     "compile_scenario",
