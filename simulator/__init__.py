@@ -26,10 +26,11 @@ from .result import (
     StageStats,
     StartupStats,
 )
-from .steps import Cpu, Hold, Pooled, SandboxPlan, Sleep, Stage, Step, Zero, compile_program
+from .steps import Async, Cpu, Hold, Pooled, SandboxPlan, Sleep, Stage, Step, Zero, compile_program
 from .trace_export import chrome_trace, write_chrome_trace
 
 __all__ = [
+    "Async",
     "Cpu",
     "CpuStats",
     "DeadlockError",

@@ -86,7 +86,7 @@ class ProcessorSharingCPU:
         cores: int,
         zero_bytes_per_core_s: float,
         memory_bandwidth_bytes_s: float,
-        on_change: Callable[[float, int, int], None] | None = None,
+        on_change: Callable[[float, int, int, float], None] | None = None,
     ) -> None:
         self.env = env
         self.cores = cores
@@ -164,7 +164,12 @@ class ProcessorSharingCPU:
         self._zero_speed = zero_speed
         last = self._last
         if self._on_change is not None:
-            self._on_change(last, k + n_pinned, self._spinning + self._pinned_spinning)
+            self._on_change(
+                last,
+                k + n_pinned,
+                self._spinning + self._pinned_spinning,
+                m * zero_speed * self.zero_rate,
+            )
         due = math.inf
         if work and share > 0.0:
             due = last + (work[0][0] - self._share_clock) / share

@@ -39,6 +39,7 @@ _GATE_ENTER = int(OpKind.GATE_ENTER)
 _GATE_EXIT = int(OpKind.GATE_EXIT)
 _POOL_TRY = int(OpKind.POOL_TRY)
 _JUMP = int(OpKind.JUMP)
+_SPAWN = int(OpKind.SPAWN)
 
 REASONS = ("work", "spin", "zero")
 _WORK, _SPIN, _ZEROING = 0, 1, 2
@@ -110,8 +111,15 @@ class _Run:
         self.gates = [Gate(env, g.permits) for g in program.gates]
         self.pool_left = [pool.capacity for pool in program.pools]
         n = program.n_sandboxes
+        self.n = n
         self.finish = np.full(n, np.nan)  # NaN until the sandbox's last op is done
+        self.branch_finish = np.full(program.n_branches, np.nan)
+        self.task_owner: list[int] = [*range(n), *program.branch_parent.tolist()]
+        self.spawn_base: list[int] = program.spawn_base.tolist()  # type: ignore[union-attr]
         self.stage_durations: list[list[float]] = [[] for _ in range(n_stages)]
+        # Time each sandbox (with its branches) spent in each stage.
+        self.stage_time = np.zeros((n, n_stages))
+        self.zeroed_bytes = 0.0
         self.kinds: list[int] = program.op_kind.tolist()
         self.args: list[int] = program.op_arg.tolist()
         self.amounts: list[float] = program.op_amount.tolist()
@@ -136,6 +144,7 @@ class _Run:
         return add
 
     def _sandbox(self, i: int, arrival: float) -> Generator[simpy.Event, Any, None]:
+        """Task ``i``: a sandbox (``i < n``) or a branch (``n + b``); locks know it as ``i``."""
         env, cpu, locks, gates = self.env, self.cpu, self.locks, self.gates
         kinds, args, amounts = self.kinds, self.args, self.amounts
         account, rec = self.account, self.rec
@@ -172,6 +181,7 @@ class _Run:
                 outer, began = stage_stack.pop()
                 duration = env.now - began
                 self.stage_durations[stage].append(duration)
+                self.stage_time[self.task_owner[i], stage] += duration
                 if rec is not None:
                     rec.stage_spans.append((i, stage, began, env.now))
                 stage = outer
@@ -191,6 +201,7 @@ class _Run:
             elif kind == _ZERO:
                 if amounts[pc] > 0.0:
                     yield cpu.zero(amounts[pc], account[stage][_ZEROING])
+                    self.zeroed_bytes += amounts[pc]
             elif kind == _POOL_TRY:
                 pool = args[pc]
                 if self.pool_left[pool] > 0:
@@ -200,19 +211,26 @@ class _Run:
             elif kind == _JUMP:
                 pc += int(amounts[pc])
                 continue
+            elif kind == _SPAWN:
+                task = self.n + self.spawn_base[i] + args[pc]
+                env.process(self._sandbox(task, 0.0))
             pc += 1
-        self.finish[i] = env.now
+        if i < self.n:
+            self.finish[i] = env.now
+        else:
+            self.branch_finish[i - self.n] = env.now
 
     def run(self) -> Result:
         p, env = self.p, self.env
         for i, arrival in enumerate(p.arrival_s.tolist()):
             env.process(self._sandbox(i, arrival))
         env.run()
-        stuck = np.flatnonzero(np.isnan(self.finish))
+        stuck = np.flatnonzero(np.isnan(np.concatenate([self.finish, self.branch_finish])))
         if stuck.size:
             # Nothing left to happen, yet some sandboxes wait: a deadlock.
             raise DeadlockError(
-                f"deadlock: {stuck.size} sandboxes never finished (first: {stuck[:5].tolist()})"
+                f"deadlock: {stuck.size} tasks never finished (first: {stuck[:5].tolist()}; "
+                f"tasks from {self.n} on are branches)"
             )
         return self._result()
 
@@ -283,7 +301,27 @@ class _Run:
             zero_core_s=zero,
             utilisation=busy / (cores * makespan) if makespan > 0 else 0.0,
             by_stage=by_stage,
+            zeroed_bytes=self.zeroed_bytes,
         )
+        stage_time = {name: self.stage_time[:, s] for s, name in enumerate(p.stage_names)}
+        branch_stages = frozenset(p.branch_names)
+        branch_finish: dict[str, np.ndarray] = {}
+        kinds = p.branch_kind.tolist()
+        parents = p.branch_parent.tolist()
+        for b, done in enumerate(self.branch_finish.tolist()):
+            name = p.branch_names[kinds[b]]
+            col = branch_finish.setdefault(name, np.full(p.n_sandboxes, np.nan))
+            col[parents[b]] = np.fmax(col[parents[b]], done)
+        branches = {}
+        for name, done in branch_finish.items():
+            have = ~np.isnan(done)
+            branches[name] = StartupStats.of(done[have] - arrival[have])
+        ready = None
+        if p.ready_branches:
+            ready_at = finish.copy()
+            for name in p.ready_branches:
+                ready_at = np.fmax(ready_at, branch_finish[name])
+            ready = StartupStats.of(ready_at - arrival)
         recording = None
         if self.rec is not None:
             r = self.rec
@@ -297,6 +335,7 @@ class _Run:
                 lock_spans=tuple(r.lock_spans),
                 gate_spans=tuple(r.gate_spans),
                 cpu_samples=tuple(r.cpu_samples),
+                branch_parent=tuple(p.branch_parent.tolist()),
             )
         # SimPy numbers every scheduled event; the next number is the count.
         events = next(self.env._eid) if hasattr(self.env, "_eid") else -1
@@ -313,5 +352,10 @@ class _Run:
             events=events,
             arrival_s=arrival,
             finish_s=finish,
+            steps=Result.step_stats(stage_time, latencies, branch_stages),
+            ready=ready,
+            branches=branches,
+            stage_time_s=stage_time,
+            branch_finish_s=branch_finish,
             recording=recording,
         )

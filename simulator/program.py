@@ -61,6 +61,8 @@ class OpKind(enum.IntEnum):
     """Take a device from pool ``arg`` if one is left and jump ``amount`` ops ahead."""
     JUMP = 11
     """Jump ``amount`` ops ahead unconditionally."""
+    SPAWN = 12
+    """Start the sandbox's branch ``arg`` (its ``arg``-th) and go on without waiting."""
 
 
 class LockKind(enum.IntEnum):
@@ -178,14 +180,25 @@ _F64 = npt.NDArray[np.float64]
 _I32 = npt.NDArray[np.int32]
 _I64 = npt.NDArray[np.int64]
 _I8 = npt.NDArray[np.int8]
+# Where a path walk stands: (pc, held locks, open stages, open gates, spawned).
+_PathState = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], frozenset[int]]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Program:
     """Everything an executor needs, and nothing about where it came from.
 
-    Ops of sandbox ``i`` are ``op_*[offsets[i]:offsets[i + 1]]``. Construction
-    validates the structure (see :meth:`validate`), so an executor can trust it.
+    The program runs *tasks*: first one per sandbox, then the *branches* —
+    work a sandbox starts with a ``SPAWN`` op and does not wait for (a driver
+    initialised in the background, pages zeroed by a helper thread). Ops of
+    task ``t`` are ``op_*[offsets[t]:offsets[t + 1]]``; branch ``b`` is task
+    ``n_sandboxes + b``, belongs to sandbox ``branch_parent[b]`` and is of
+    kind ``branch_names[branch_kind[b]]``. Sandbox ``i``'s ``SPAWN k`` starts
+    branch ``spawn_base[i] + k``. A sandbox is *ready* when it is up and its
+    branches of the kinds in ``ready_branches`` are done.
+
+    Construction validates the structure (see :meth:`validate`), so an
+    executor can trust it.
     """
 
     machine: MachineSpec
@@ -198,10 +211,28 @@ class Program:
     op_kind: _I8
     op_arg: _I32
     op_amount: _F64
+    branch_names: tuple[str, ...] = ()
+    ready_branches: tuple[str, ...] = ()
+    branch_parent: _I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    branch_kind: _I32 = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    spawn_base: _I64 | None = None
     validated: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("arrival_s", "op_amount", "op_kind", "op_arg", "offsets"):
+        if self.spawn_base is None:
+            object.__setattr__(
+                self, "spawn_base", np.zeros(self.arrival_s.shape[0], dtype=np.int64)
+            )
+        for name in (
+            "arrival_s",
+            "op_amount",
+            "op_kind",
+            "op_arg",
+            "offsets",
+            "branch_parent",
+            "branch_kind",
+            "spawn_base",
+        ):
             getattr(self, name).setflags(write=False)
         if not self.validated:
             self.validate()
@@ -210,6 +241,22 @@ class Program:
     @property
     def n_sandboxes(self) -> int:
         return int(self.arrival_s.shape[0])
+
+    @property
+    def n_branches(self) -> int:
+        return int(self.branch_parent.shape[0])
+
+    @property
+    def n_tasks(self) -> int:
+        return self.n_sandboxes + self.n_branches
+
+    def branches_of(self, sandbox: int) -> int:
+        """How many branches sandbox ``sandbox`` spawns."""
+        assert self.spawn_base is not None
+        nxt = (
+            int(self.spawn_base[sandbox + 1]) if sandbox + 1 < self.n_sandboxes else self.n_branches
+        )
+        return nxt - int(self.spawn_base[sandbox])
 
     @property
     def n_ops(self) -> int:
@@ -233,11 +280,17 @@ class Program:
         took, in LIFO order, and leaves every stage and gate it entered.
         """
         n = self.n_sandboxes
-        if self.offsets.shape != (n + 1,) or self.offsets[0] != 0 or self.offsets[-1] != self.n_ops:
+        tasks = self.n_tasks
+        if (
+            self.offsets.shape != (tasks + 1,)
+            or self.offsets[0] != 0
+            or self.offsets[-1] != self.n_ops
+        ):
             raise ProgramError(
-                f"`offsets` must have {n + 1} entries from 0 to {self.n_ops}, "
-                f"but got shape {self.offsets.shape}"
+                f"`offsets` must have {tasks + 1} entries (one per sandbox and branch, "
+                f"plus one) from 0 to {self.n_ops}, but got shape {self.offsets.shape}"
             )
+        self._validate_branches()
         if np.any(np.diff(self.offsets) < 0):
             raise ProgramError("`offsets` must be non-decreasing")
         for spec in self.locks:
@@ -263,10 +316,13 @@ class Program:
             )
         # Sandboxes that share an op sequence share the check: most programs
         # are a handful of templates repeated over hundreds of sandboxes.
-        seen: set[tuple[bytes, bytes, bytes]] = set()
-        for i in range(n):
+        seen: set[tuple[int, bytes, bytes, bytes]] = set()
+        for i in range(tasks):
             lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+            # A branch may not spawn (-1); a sandbox spawns each of its own once.
+            spawns = self.branches_of(i) if i < n else -1
             key = (
+                spawns,
                 self.op_kind[lo:hi].tobytes(),
                 self.op_arg[lo:hi].tobytes(),
                 # Jumps are truncated (``int``) when walked and run: key them the same way.
@@ -276,10 +332,45 @@ class Program:
             )
             if key in seen:
                 continue
-            self._validate_sandbox(i, lo, hi)
+            self._validate_sandbox(i, lo, hi, spawns)
             seen.add(key)
 
-    def _validate_sandbox(self, sandbox: int, lo: int, hi: int) -> None:
+    def _validate_branches(self) -> None:
+        n, nb = self.n_sandboxes, self.n_branches
+        assert self.spawn_base is not None
+        if self.branch_kind.shape != (nb,):
+            raise ProgramError(
+                f"`branch_kind` must have one entry per branch ({nb}), "
+                f"but got shape {self.branch_kind.shape}"
+            )
+        if self.spawn_base.shape != (n,):
+            raise ProgramError(
+                f"`spawn_base` must have one entry per sandbox ({n}), "
+                f"but got shape {self.spawn_base.shape}"
+            )
+        n_kinds = len(self.branch_names)
+        if nb and not (self.branch_kind.min() >= 0 and self.branch_kind.max() < n_kinds):
+            raise ProgramError(
+                f"`branch_kind` must index `branch_names` ({len(self.branch_names)} names)"
+            )
+        unknown = sorted(set(self.ready_branches) - set(self.branch_names))
+        if unknown:
+            raise ProgramError(
+                f"ready_branches names unknown branch kinds {unknown}; "
+                f"the program has {list(self.branch_names)}"
+            )
+        # Branches are numbered by sandbox: spawn_base is where each one's start.
+        expected = np.searchsorted(self.branch_parent, np.arange(n))
+        if nb and (
+            np.any(np.diff(self.branch_parent) < 0)
+            or self.branch_parent[0] < 0
+            or self.branch_parent[-1] >= n
+        ):
+            raise ProgramError("`branch_parent` must be sorted sandbox indices in [0, n_sandboxes)")
+        if not np.array_equal(self.spawn_base, expected):
+            raise ProgramError("`spawn_base[i]` must be the index of sandbox i's first branch")
+
+    def _validate_sandbox(self, sandbox: int, lo: int, hi: int, spawns: int = 0) -> None:
         kinds = self.op_kind[lo:hi].tolist()
         args = self.op_arg[lo:hi].tolist()
         amounts = self.op_amount[lo:hi].tolist()
@@ -303,23 +394,34 @@ class Program:
                 raise ProgramError(
                     f"sandbox {sandbox} op {j} ({kind.name}): index {a} not in [0, {limit})"
                 )
+            if kind is OpKind.SPAWN and not 0 <= a < spawns:
+                why = " (a branch cannot spawn)" if spawns < 0 else ""
+                raise ProgramError(
+                    f"sandbox {sandbox} op {j}: spawn of branch {a}, "
+                    f"but it has {max(spawns, 0)} branches{why}"
+                )
             if kind is OpKind.ACQUIRE_SHARED and self.locks[a].kind is not LockKind.RW:
                 raise ProgramError(
                     f"sandbox {sandbox} op {j}: "
                     f"shared acquire of non-rw lock {self.locks[a].name!r}"
                 )
-        # Walk every path: state = (pc, held locks, open stages, open gates).
-        start: tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]] = (0, (), (), ())
+        # Walk every path: state = (pc, held locks, open stages, open gates, spawned).
+        start: _PathState = (0, (), (), (), frozenset())
         todo = [start]
         visited = {start}
         end = hi - lo
         while todo:
-            pc, held, stages, gates = todo.pop()
+            pc, held, stages, gates, spawned = todo.pop()
             if pc == end:
                 if held or stages or gates:
                     raise ProgramError(
                         f"sandbox {sandbox} ends holding locks {held}, "
                         f"inside stages {stages} and gates {gates}"
+                    )
+                if spawns > 0 and len(spawned) != spawns:
+                    raise ProgramError(
+                        f"sandbox {sandbox}: a path ends without spawning branches "
+                        f"{sorted(set(range(spawns)) - spawned)}"
                     )
                 continue
             kind, a = OpKind(kinds[pc]), args[pc]
@@ -333,6 +435,10 @@ class Program:
                 raise ProgramError(
                     f"sandbox {sandbox} op {pc}: {kind.name.lower()} while holding a spinlock"
                 )
+            if kind is OpKind.SPAWN:
+                if a in spawned:
+                    raise ProgramError(f"sandbox {sandbox} op {pc}: branch {a} spawned twice")
+                spawned = spawned | {a}
             if kind in (OpKind.ACQUIRE, OpKind.ACQUIRE_SHARED):
                 if a in held:
                     raise ProgramError(f"sandbox {sandbox} op {pc}: lock {a} taken twice")
@@ -364,7 +470,7 @@ class Program:
                     )
                 nexts = [pc + step] if kind is OpKind.JUMP else [pc + 1, pc + step]
             for nxt in nexts:
-                state = (nxt, held, stages, gates)
+                state = (nxt, held, stages, gates, spawned)
                 if state not in visited:
                     visited.add(state)
                     todo.append(state)

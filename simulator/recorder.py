@@ -25,24 +25,25 @@ class Recorder:
         self.lock_spans: list[tuple[int, int, int, bool, float, float]] = []
         # (gate, sandbox, begin, end) for waits at admission gates
         self.gate_spans: list[tuple[int, int, float, float]] = []
-        # (time, runnable jobs, spinning jobs) at every change
-        self.cpu_samples: list[tuple[float, int, int]] = []
+        # (time, runnable jobs, spinning jobs, zeroing bytes/s) at every change
+        self.cpu_samples: list[tuple[float, int, int, float]] = []
 
     def lock_span(
         self, lock: int, sandbox: int, stage: int, is_hold: bool, t0: float, t1: float
     ) -> None:
         self.lock_spans.append((lock, sandbox, stage, is_hold, t0, t1))
 
-    def cpu_change(self, t: float, runnable: int, spinning: int) -> None:
+    def cpu_change(self, t: float, runnable: int, spinning: int, zero_bytes_s: float) -> None:
         samples = self.cpu_samples
+        sample = (t, runnable, spinning, zero_bytes_s)
         if samples:
-            last_t, last_runnable, last_spinning = samples[-1]
-            if last_runnable == runnable and last_spinning == spinning:
+            last = samples[-1]
+            if last[1] == runnable and last[2] == spinning and last[3] == zero_bytes_s:
                 return  # nothing a reader could see has changed
-            if last_t == t:
-                samples[-1] = (t, runnable, spinning)  # the last change at an instant holds
+            if last[0] == t:
+                samples[-1] = sample  # the last change at an instant holds
                 return
-        samples.append((t, runnable, spinning))
+        samples.append(sample)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -57,24 +58,47 @@ class Recording:
     stage_spans: tuple[tuple[int, int, float, float], ...] = field(repr=False)
     lock_spans: tuple[tuple[int, int, int, bool, float, float], ...] = field(repr=False)
     gate_spans: tuple[tuple[int, int, float, float], ...] = field(repr=False)
-    cpu_samples: tuple[tuple[float, int, int], ...] = field(repr=False)
+    cpu_samples: tuple[tuple[float, int, int, float], ...] = field(repr=False)
+    #: Spans name *tasks*: task ``n_sandboxes + b`` is branch ``b`` of sandbox
+    #: ``branch_parent[b]``.
+    branch_parent: tuple[int, ...] = field(default=(), repr=False)
+
+    def sandbox_of(self, task: int) -> int:
+        """The sandbox a task belongs to (itself, or a branch's parent)."""
+        n = self.n_sandboxes
+        return task if task < n else self.branch_parent[task - n]
 
     def _stage(self, i: int) -> str:
         return self.stage_names[i] if 0 <= i < len(self.stage_names) else "-"
 
     def stage_frame(self) -> Any:
-        """One row per (sandbox, stage): ``sandbox, stage, begin_s, end_s, duration_s``."""
+        """One row per (sandbox, stage): ``sandbox, stage, begin_s, end_s, duration_s,
+        branch`` (whether it ran in a branch the sandbox did not wait for)."""
         import pandas as pd
 
-        rows = [(s, self._stage(st), b, e, e - b) for s, st, b, e in self.stage_spans]
-        return pd.DataFrame(rows, columns=["sandbox", "stage", "begin_s", "end_s", "duration_s"])
+        n = self.n_sandboxes
+        rows = [
+            (self.sandbox_of(s), self._stage(st), b, e, e - b, s >= n)
+            for s, st, b, e in self.stage_spans
+        ]
+        return pd.DataFrame(
+            rows, columns=["sandbox", "stage", "begin_s", "end_s", "duration_s", "branch"]
+        )
 
     def lock_frame(self) -> Any:
         """One row per wait or hold: ``lock, sandbox, stage, what, begin_s, end_s, duration_s``."""
         import pandas as pd
 
         rows = [
-            (self.lock_names[lk], s, self._stage(st), "hold" if h else "wait", b, e, e - b)
+            (
+                self.lock_names[lk],
+                self.sandbox_of(s),
+                self._stage(st),
+                "hold" if h else "wait",
+                b,
+                e,
+                e - b,
+            )
             for lk, s, st, h, b, e in self.lock_spans
         ]
         return pd.DataFrame(
@@ -82,13 +106,14 @@ class Recording:
         )
 
     def cpu_frame(self) -> Any:
-        """The CPU timeline: busy and spinning cores (capped at ``cores``) after each change."""
+        """The CPU timeline after each change: busy and spinning cores (capped at
+        ``cores``) and the memory bandwidth all zeroing uses, GiB/s."""
         import pandas as pd
 
         rows = []
-        for t, runnable, spinning in self.cpu_samples:
+        for t, runnable, spinning, zero_bytes_s in self.cpu_samples:
             share = 1.0 if runnable <= self.cores else self.cores / runnable
-            rows.append((t, min(runnable, self.cores), spinning * share))
-        frame = pd.DataFrame(rows, columns=["time_s", "busy_cores", "spin_cores"])
+            rows.append((t, min(runnable, self.cores), spinning * share, zero_bytes_s / 2**30))
+        frame = pd.DataFrame(rows, columns=["time_s", "busy_cores", "spin_cores", "zero_gib_s"])
         # Several changes at one instant: the last one holds from there on.
         return frame.drop_duplicates("time_s", keep="last").reset_index(drop=True)

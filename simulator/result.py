@@ -20,6 +20,7 @@ __all__ = [
     "Result",
     "StageStats",
     "StartupStats",
+    "StepStats",
 ]
 
 
@@ -50,6 +51,23 @@ class StageStats:
     mean_s: float
     p99_s: float
     total_s: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepStats:
+    """A stage as a share of startup, like seed 001's Table 1.
+
+    ``mean_s``: the stage's time averaged over all sandboxes (0 for one that
+    skips it); ``mean_share``: that over the mean startup latency;
+    ``p99_share``: the stage's share of the startup of the tail — the
+    sandboxes whose startup is at or above the p99. A stage that runs in a
+    branch nobody waits for (``on_path`` false) has no share of startup.
+    """
+
+    mean_s: float
+    mean_share: float | None
+    p99_share: float | None
+    on_path: bool
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -106,6 +124,7 @@ class CpuStats:
     zero_core_s: float
     utilisation: float
     by_stage: Mapping[str, Mapping[str, float]]
+    zeroed_bytes: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -114,7 +133,10 @@ class Result:
 
     ``makespan_s`` is the papers' concurrent startup time: from the first
     arrival until the last sandbox is up. ``startup_latency_s[i]`` is sandbox
-    ``i``'s own time from arrival to up.
+    ``i``'s own time from arrival to up. ``ready`` is the latency until a
+    sandbox is up *and* the branches it needs (a NIC set up in the
+    background) are done; ``branches`` the latency from arrival to the end of
+    each kind of branch; both absent without branches.
     """
 
     n_sandboxes: int
@@ -129,6 +151,13 @@ class Result:
     events: int
     arrival_s: npt.NDArray[np.float64] = field(repr=False)
     finish_s: npt.NDArray[np.float64] = field(repr=False)
+    steps: Mapping[str, StepStats] = field(default_factory=dict)
+    ready: StartupStats | None = None
+    branches: Mapping[str, StartupStats] = field(default_factory=dict)
+    #: Seconds each sandbox spent in each stage, its branches' included (n × stages).
+    stage_time_s: Mapping[str, npt.NDArray[np.float64]] = field(default_factory=dict, repr=False)
+    #: Per sandbox: when its branches of each kind were done (NaN: it has none).
+    branch_finish_s: Mapping[str, npt.NDArray[np.float64]] = field(default_factory=dict, repr=False)
     recording: Recording | None = field(default=None, repr=False)
 
     @property
@@ -151,7 +180,40 @@ class Result:
             },
             "pool_memory_mib": self.pool_memory_mib,
             "events": self.events,
+            "steps": {k: asdict(v) for k, v in self.steps.items()},
+            **({"ready_s": asdict(self.ready)} if self.ready is not None else {}),
+            **(
+                {"branches": {k: asdict(v) for k, v in self.branches.items()}}
+                if self.branches
+                else {}
+            ),
         }
+
+    @staticmethod
+    def step_stats(
+        stage_time_s: Mapping[str, npt.NDArray[np.float64]],
+        latency_s: npt.NDArray[np.float64],
+        off_path: frozenset[str] = frozenset(),
+    ) -> dict[str, StepStats]:
+        """Table-1 shares from per-sandbox stage times and startup latencies."""
+        mean_latency = float(latency_s.mean())
+        tail = latency_s >= np.percentile(latency_s, 99.0)
+        tail_latency = float(latency_s[tail].mean())
+        out = {}
+        for name, times in stage_time_s.items():
+            mean_s = float(times.mean())
+            on_path = name not in off_path
+            out[name] = StepStats(
+                mean_s=mean_s,
+                mean_share=mean_s / mean_latency if on_path and mean_latency > 0 else None,
+                p99_share=(
+                    float(times[tail].mean()) / tail_latency
+                    if on_path and tail_latency > 0
+                    else None
+                ),
+                on_path=on_path,
+            )
+        return out
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)

@@ -6,7 +6,8 @@ A sandbox's start is a sequence of stages; a stage is a sequence of steps:
 - :class:`Sleep` — off-CPU waiting (a daemon round trip, a device);
 - :class:`Hold` — a lock-held section around more steps (nestable);
 - :class:`Zero` — clearing memory, at a per-core rate under shared bandwidth;
-- :class:`Pooled` — take a pre-created device if the pool has one, else create it.
+- :class:`Pooled` — take a pre-created device if the pool has one, else create it;
+- :class:`Async` — start a branch the sandbox does not wait for.
 
 :func:`compile_program` turns one plan per sandbox into the flat op arrays,
 drawing the service-time jitter from the generator it is given.
@@ -23,6 +24,7 @@ import numpy as np
 from .program import GateSpec, LockSpec, MachineSpec, OpKind, PoolSpec, Program, ProgramError
 
 __all__ = [
+    "Async",
     "Cpu",
     "Hold",
     "Pooled",
@@ -98,7 +100,26 @@ class Pooled:
     fetch: tuple[Step, ...] = ()
 
 
-Step: TypeAlias = Cpu | Sleep | Zero | Hold | Pooled
+@dataclass(frozen=True, slots=True)
+class Async:
+    """Start ``steps`` as a branch of kind ``kind`` and go on without waiting.
+
+    The branch runs concurrently with the rest of its sandbox (its own stages,
+    locks and CPU work count as the sandbox's). ``ready``: the sandbox is not
+    ready for use until the branch is done (a NIC initialised in the
+    background); otherwise the branch is housekeeping nobody waits for.
+    """
+
+    kind: str
+    steps: tuple[Step, ...]
+    ready: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            raise ProgramError(f"`Async.kind` must be non-empty, but got {self.kind=}")
+
+
+Step: TypeAlias = Cpu | Sleep | Zero | Hold | Pooled | Async
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +145,12 @@ class _Flattener:
         self.gate_ids = gate_ids
         self.pool_ids = pool_ids
         self.stage_ids: dict[str, int] = {}
+        self.branches: list[tuple[str, bool, list[_Op]]] = []
+        self.in_branch = False
 
-    def plan(self, plan: SandboxPlan) -> list[_Op]:
+    def plan(self, plan: SandboxPlan) -> tuple[list[_Op], list[tuple[str, bool, list[_Op]]]]:
+        """The sandbox's ops and its branches' (kind, ready, ops)."""
+        self.branches = []
         ops: list[_Op] = []
         for stage in plan:
             sid = self.stage_ids.setdefault(stage.name, len(self.stage_ids))
@@ -138,7 +163,7 @@ class _Flattener:
             ops.append((OpKind.STAGE_END, sid, 0.0, False, 0.0))
             if gid is not None:
                 ops.append((OpKind.GATE_EXIT, gid, 0.0, False, 0.0))
-        return ops
+        return ops, self.branches
 
     def steps(self, steps: Sequence[Step], ops: list[_Op]) -> None:
         for step in steps:
@@ -166,6 +191,17 @@ class _Flattener:
                 if fetch:
                     ops.append((OpKind.JUMP, 0, float(1 + len(fetch)), False, 0.0))
                     ops.extend(fetch)
+            elif isinstance(step, Async):
+                if self.in_branch:
+                    raise ProgramError(f"a branch cannot start a branch, but got {step!r}")
+                sid = self.stage_ids.setdefault(step.kind, len(self.stage_ids))
+                body: list[_Op] = [(OpKind.STAGE_BEGIN, sid, 0.0, False, 0.0)]
+                self.in_branch = True
+                self.steps(step.steps, body)
+                self.in_branch = False
+                body.append((OpKind.STAGE_END, sid, 0.0, False, 0.0))
+                ops.append((OpKind.SPAWN, len(self.branches), 0.0, False, 0.0))
+                self.branches.append((step.kind, step.ready, body))
             else:  # pragma: no cover - the type alias is closed
                 raise ProgramError(f"unknown step {step!r}")
 
@@ -217,29 +253,56 @@ def compile_program(
         return out
 
     flat = _Flattener(ids(locks), ids(gates), ids(pools))
+    # Equal plans are flattened once. A *part* is one op list of a template:
+    # its sandbox's own ops, or one of its branches.
     template_of: dict[SandboxPlan, int] = {}
-    templates: list[list[_Op]] = []
+    parts: list[list[_Op]] = []
+    template_parts: list[list[int]] = []  # per template: part ids, sandbox's first
+    branch_names: dict[str, int] = {}
+    ready: set[str] = set()
+    part_kind: dict[int, int] = {}  # branch part -> branch kind
     which = np.empty(n, dtype=np.int64)
     for i, plan in enumerate(plans):
         t = template_of.get(plan)
         if t is None:
-            t = template_of[plan] = len(templates)
-            templates.append(flat.plan(plan))
+            t = template_of[plan] = len(template_parts)
+            main, branches = flat.plan(plan)
+            ids_ = [len(parts)]
+            parts.append(main)
+            for kind, is_ready, body in branches:
+                part_kind[len(parts)] = branch_names.setdefault(kind, len(branch_names))
+                if is_ready:
+                    ready.add(kind)
+                ids_.append(len(parts))
+                parts.append(body)
+            template_parts.append(ids_)
         which[i] = t
 
-    lengths = np.array([len(templates[t]) for t in which.tolist()], dtype=np.int64)
-    offsets = np.zeros(n + 1, dtype=np.int64)
+    # Tasks: every sandbox, then every branch in sandbox order.
+    n_branch = np.array([len(template_parts[t]) - 1 for t in which.tolist()], dtype=np.int64)
+    spawn_base = np.zeros(n, dtype=np.int64)
+    np.cumsum(n_branch[:-1], out=spawn_base[1:])
+    branch_parent = np.repeat(np.arange(n, dtype=np.int64), n_branch)
+    task_part = [template_parts[t][0] for t in which.tolist()]
+    for t in which.tolist():
+        task_part.extend(template_parts[t][1:])
+    task_part_a = np.asarray(task_part, dtype=np.int64)
+    task_owner = np.concatenate([np.arange(n, dtype=np.int64), branch_parent])
+    branch_kind = np.array([part_kind[p] for p in task_part[n:]], dtype=np.int32).reshape(-1)
+
+    lengths = np.array([len(parts[p]) for p in task_part], dtype=np.int64)
+    offsets = np.zeros(len(task_part) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     total = int(offsets[-1])
     op_kind = np.empty(total, dtype=np.int8)
     op_arg = np.empty(total, dtype=np.int32)
     op_amount = np.empty(total, dtype=np.float64)
-    # Scatter per template: one vectorised write (and one jitter draw) each;
-    # sandboxes grouped by template in one sort, not one scan per template.
-    order = np.argsort(which, kind="stable")
-    bounds = np.searchsorted(which[order], np.arange(len(templates) + 1))
-    for t, ops in enumerate(templates):
-        members = order[bounds[t] : bounds[t + 1]]
+    # Scatter per part: one vectorised write (and one jitter draw) each;
+    # tasks grouped by part in one sort, not one scan per part.
+    order = np.argsort(task_part_a, kind="stable")
+    bounds = np.searchsorted(task_part_a[order], np.arange(len(parts) + 1))
+    for part, ops in enumerate(parts):
+        members = order[bounds[part] : bounds[part + 1]]
         if not ops or not members.size:
             continue
         k = np.array([o[0] for o in ops], dtype=np.int8)
@@ -252,7 +315,7 @@ def compile_program(
         growth = np.array([o[4] for o in ops], dtype=np.float64)
         amounts = np.broadcast_to(base, idx.shape).copy()
         if growth.any():
-            amounts += members[:, None].astype(np.float64) * growth[None, :]
+            amounts += task_owner[members][:, None].astype(np.float64) * growth[None, :]
         if service_cv > 0.0 and jit.any():
             assert rng is not None
             sigma = float(np.sqrt(np.log1p(service_cv**2)))
@@ -274,4 +337,9 @@ def compile_program(
         op_kind=op_kind,
         op_arg=op_arg,
         op_amount=op_amount,
+        branch_names=tuple(sorted(branch_names, key=branch_names.__getitem__)),
+        ready_branches=tuple(sorted(ready)),
+        branch_parent=branch_parent,
+        branch_kind=branch_kind,
+        spawn_base=spawn_base,
     )

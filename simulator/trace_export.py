@@ -57,6 +57,10 @@ _PROCESSES = ((_PID_CPU, "cpu"), (_PID_LOCKS, "locks"), (_PID_SANDBOXES, "sandbo
 # Thread ids are unique across processes and never equal a pid: Perfetto keys
 # JSON threads by tid and would otherwise merge or re-parent them.
 _TID_BASE = 1000
+# Branches (work a sandbox does not wait for) get a track of their own next to
+# their sandbox's: slices on one track must nest, and a branch overlaps its
+# sandbox's later stages.
+_TID_BRANCH_BASE = 1_000_000_000
 
 # Rank of a span kind among spans of one thread with the same extent: the
 # stage is the parent.
@@ -178,25 +182,31 @@ def _sandbox_events(recording: Recording, n: int) -> tuple[list[Event], list[Eve
     def add(sandbox: int, rank: int, begin_ns: int, end_ns: int, ev: Event) -> None:
         keyed.append((sandbox, begin_ns, -end_ns, rank, len(keyed), ev))
 
-    for sandbox, st, begin, end in recording.stage_spans:
+    def tid_of(task: int) -> int:
+        return _TID_BASE + task if task < n else _TID_BRANCH_BASE + task
+
+    branch_tracks: dict[int, str] = {}
+    for task, st, begin, end in recording.stage_spans:
         b, e = _ns(begin), _ns(end)
-        tid = _TID_BASE + sandbox
+        sandbox = recording.sandbox_of(task)
+        if task >= n:
+            branch_tracks.setdefault(task, stage(st))
         add(
-            sandbox,
+            task,
             _RANK_STAGE,
             b,
             e,
-            _complete(stage(st), "stage", _PID_SANDBOXES, tid, b, e, {"sandbox": sandbox}),
+            _complete(stage(st), "stage", _PID_SANDBOXES, tid_of(task), b, e, {"sandbox": sandbox}),
         )
-    for lock, sandbox, st, is_hold, begin, end in recording.lock_spans:
+    for lock, task, st, is_hold, begin, end in recording.lock_spans:
         if is_hold:
             continue
         b, e = _ns(begin), _ns(end)
         name = recording.lock_names[lock]
+        sandbox = recording.sandbox_of(task)
         args = {"lock": name, "sandbox": sandbox, "stage": stage(st)}
-        tid = _TID_BASE + sandbox
-        ev = _complete(f"wait {name}", "lock-wait", _PID_SANDBOXES, tid, b, e, args)
-        add(sandbox, _RANK_WAIT, b, e, ev)
+        ev = _complete(f"wait {name}", "lock-wait", _PID_SANDBOXES, tid_of(task), b, e, args)
+        add(task, _RANK_WAIT, b, e, ev)
     for gate, sandbox, begin, end in recording.gate_spans:
         b, e = _ns(begin), _ns(end)
         name = recording.gate_names[gate]
@@ -209,7 +219,11 @@ def _sandbox_events(recording: Recording, n: int) -> tuple[list[Event], list[Eve
     for sandbox in range(n):
         tid = _TID_BASE + sandbox
         meta.append(_metadata("thread_name", _PID_SANDBOXES, tid, f"sandbox {sandbox}"))
-        meta.append(_metadata("thread_sort_index", _PID_SANDBOXES, tid, sandbox))
+        meta.append(_metadata("thread_sort_index", _PID_SANDBOXES, tid, 2 * sandbox))
+    for task, kind in sorted(branch_tracks.items()):
+        tid, parent = tid_of(task), recording.sandbox_of(task)
+        meta.append(_metadata("thread_name", _PID_SANDBOXES, tid, f"sandbox {parent} · {kind}"))
+        meta.append(_metadata("thread_sort_index", _PID_SANDBOXES, tid, 2 * parent + 1))
     return meta, [k[5] for k in keyed]
 
 
@@ -226,11 +240,12 @@ def _cpu_events(recording: Recording) -> list[Event]:
     ns = np.rint(frame["time_s"].to_numpy(dtype=np.float64) * 1e9).astype(np.int64)
     busy = frame["busy_cores"].to_numpy()
     spin = frame["spin_cores"].to_numpy(dtype=np.float64)
+    zero = frame["zero_gib_s"].to_numpy(dtype=np.float64)
     keep = np.ones(ns.shape, dtype=bool)
     keep[:-1] = ns[1:] != ns[:-1]  # the last sample of each nanosecond
-    ns, busy, spin = ns[keep], busy[keep], spin[keep]
+    ns, busy, spin, zero = ns[keep], busy[keep], spin[keep], zero[keep]
     changed = np.ones(ns.shape, dtype=bool)
-    changed[1:] = (busy[1:] != busy[:-1]) | (spin[1:] != spin[:-1])
+    changed[1:] = (busy[1:] != busy[:-1]) | (spin[1:] != spin[:-1]) | (zero[1:] != zero[:-1])
     return [
         {
             "name": "cpu",
@@ -239,10 +254,14 @@ def _cpu_events(recording: Recording) -> list[Event]:
             "pid": _PID_CPU,
             "tid": _PID_CPU,
             "ts": t / 1000,
-            "args": {"busy_cores": b, "spin_cores": sp},
+            "args": {"busy_cores": b, "spin_cores": sp, "zeroing_gib_s": z},
         }
-        for t, b, sp in zip(
-            ns[changed].tolist(), busy[changed].tolist(), spin[changed].tolist(), strict=True
+        for t, b, sp, z in zip(
+            ns[changed].tolist(),
+            busy[changed].tolist(),
+            spin[changed].tolist(),
+            zero[changed].tolist(),
+            strict=True,
         )
     ]
 
