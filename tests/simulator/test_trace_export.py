@@ -229,7 +229,8 @@ def test_cpu_counter(trace: dict[str, Any]) -> None:
     times = [e["ts"] for e in counters]
     assert times == sorted(times) and len(set(times)) == len(times)
     for e in counters:
-        assert set(e["args"]) == {"busy_cores", "spin_cores"}
+        assert set(e["args"]) == {"busy_cores", "spin_cores", "zeroing_gib_s"}
+        assert e["args"]["zeroing_gib_s"] >= 0
         assert 0 <= e["args"]["spin_cores"] <= e["args"]["busy_cores"] <= 2
     assert max(e["args"]["busy_cores"] for e in counters) == 2
     assert max(e["args"]["spin_cores"] for e in counters) > 0  # rtnl waiters spin
