@@ -148,6 +148,8 @@ def target_table(title: str, checks: Sequence[TargetCheck]) -> Table:
             f"{c.target.value:,.4g}",
             f"{c.model:,.4g}",
             f"[{ok}]{c.rel_error:+.1%}[/]",
-            f"±{c.target.tolerance_rel:.0%}",
+            f"≥ −{c.target.tolerance_rel:.0%}"
+            if c.target.at_least
+            else f"±{c.target.tolerance_rel:.0%}",
         )
     return t

@@ -155,7 +155,7 @@ def demo(
 @app.command()
 def calibrate(
     targets: Annotated[
-        str, typer.Option(help="Published targets to fit: paper-000.")
+        str, typer.Option(help="Published targets to fit: paper-000, paper-001.")
     ] = "paper-000",
     write: Annotated[
         bool, typer.Option(help="Overwrite the built-in profile with the fit.")
@@ -167,34 +167,36 @@ def calibrate(
     max_evaluations: Annotated[int, typer.Option(help="Budget of objective evaluations.")] = 150,
 ) -> None:
     """Fit a profile to a paper's *fit* rows and print the per-target error table."""
-    from .calibration import PAPER_000_FIT, check_targets, fit_paper_000
+    from .calibration import TARGET_SETS, check_targets
     from .models import load_profile
 
-    if targets != "paper-000":
-        raise ConfigError(f"targets: unknown target set {targets!r}; known: paper-000")
+    if targets not in TARGET_SETS:
+        known = ", ".join(TARGET_SETS)
+        raise ConfigError(f"targets: unknown target set {targets!r}; known: {known}")
+    target_set = TARGET_SETS[targets]
     if check_only:
-        checks = check_targets(PAPER_000_FIT, load_profile("paper-000"))
-        console.print(target_table("paper-000 against its fit rows", checks))
+        checks = check_targets(target_set.rows, load_profile(targets))
+        console.print(target_table(f"{targets} against its fit rows", checks))
         return
-    with console.status("fitting paper-000 …") as status:
-        report = fit_paper_000(
+    with console.status(f"fitting {targets} …") as status:
+        report = target_set.fit(
             max_evaluations=max_evaluations,
             on_evaluation=lambda n, cost: status.update(
-                f"fitting paper-000 … evaluation {n}, cost {cost:.4g}"
+                f"fitting {targets} … evaluation {n}, cost {cost:.4g}"
             ),
         )
-    console.print(target_table(f"paper-000 fit ({report.evaluations} evaluations)", report.checks))
+    console.print(target_table(f"{targets} fit ({report.evaluations} evaluations)", report.checks))
     text = report.profile.to_yaml()
     destinations = [output] if output is not None else []
     if write:
         destinations.append(
-            Path(__file__).resolve().parent.parent / "models" / "profiles" / "paper-000.yaml"
+            Path(__file__).resolve().parent.parent / "models" / "profiles" / f"{targets}.yaml"
         )
     for dest in destinations:
         write_atomically(dest, text)
         console.print(f"profile written to [bold]{dest}[/]")
     for miss in report.misses:
-        how = "fitted" if miss.target.weight > 0 else "not fitted (see calibration/targets.py)"
+        how = "fitted" if miss.target.weight > 0 else "not fitted (see its comment in calibration/)"
         console.print(f"[yellow]outside ±5%: {miss.target.id} {miss.target.label} ({how})[/]")
     if not report.all_within:
         raise typer.Exit(1)

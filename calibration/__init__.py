@@ -1,6 +1,11 @@
 """bootstorm.calibration — fit profiles to published targets (and, later, to traces)."""
 
-from .paper000 import FREE_PARAMETERS, FitReport, FreeParameter, fit_paper_000, solve_single
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ._fit import FitReport, FreeParameter
+from .paper000 import FREE_PARAMETERS, fit_paper_000, solve_single
+from .paper001 import FREE_PARAMETERS_001, PAPER_001_FIT, TABLE_1, fit_paper_001
 from .targets import (
     FIT_TOLERANCE,
     PAPER_000_FIT,
@@ -18,18 +23,39 @@ from .targets import (
 __all__ = [
     "FIT_TOLERANCE",
     "FREE_PARAMETERS",
+    "FREE_PARAMETERS_001",
     "PAPER_000_FIT",
+    "PAPER_001_FIT",
     "PREDICT_TOLERANCE",
+    "TABLE_1",
+    "TARGET_SETS",
     "FitReport",
     "FreeParameter",
     "Metric",
     "PaperTarget",
     "TargetCheck",
+    "TargetSet",
     "check_targets",
     "fit_paper_000",
+    "fit_paper_001",
     "makespan",
     "rtnl_acquisitions",
     "rtnl_contended_wall",
     "rtnl_share_in",
     "solve_single",
 ]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TargetSet:
+    """A paper's fit rows and the fit that produces its built-in profile."""
+
+    rows: Sequence[PaperTarget]
+    fit: Callable[..., FitReport]
+
+
+#: ``bootstorm calibrate --targets NAME``: each fits the built-in profile NAME.
+TARGET_SETS: dict[str, TargetSet] = {
+    "paper-000": TargetSet(rows=PAPER_000_FIT, fit=fit_paper_000),
+    "paper-001": TargetSet(rows=PAPER_001_FIT, fit=fit_paper_001),
+}

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from ..models import Profile, Scenario, load_profile
-from ..simulator import Result
+from ._fit import FitReport, FreeParameter, least_squares_fit
 from .targets import (
     PAPER_000_FIT,
     PaperTarget,
-    TargetCheck,
     check_targets,
     makespan,
 )
@@ -32,30 +29,6 @@ from .targets import (
 __all__ = ["FREE_PARAMETERS", "FitReport", "FreeParameter", "fit_paper_000", "solve_single"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FreeParameter:
-    """A profile number the fit may move within ``[low, high]``, from ``start``.
-
-    The fit always starts from ``start``, never from the profile's current
-    value, so ``bootstorm calibrate --write`` gives the same profile however
-    often it is run.
-    """
-
-    path: str
-    start: float
-    low: float
-    high: float
-    tied: tuple[str, ...] = ()
-    """Other paths that take the same value (macvtap follows ipvtap)."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.low <= self.start <= self.high:
-            raise ValueError(
-                "`0 < low <= start <= high` must hold, "
-                f"but got ({self.low=}, {self.start=}, {self.high=})"
-            )
 
 
 # Starting points: the previous fit rounded to two digits (the first fit
@@ -86,36 +59,6 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class FitReport:
-    profile: Profile
-    checks: tuple[TargetCheck, ...]
-    evaluations: int
-    cost: float
-
-    @property
-    def all_within(self) -> bool:
-        """Every row the fit used is within its tolerance."""
-        return all(c.within for c in self.checks if c.target.weight > 0.0)
-
-    @property
-    def misses(self) -> list[TargetCheck]:
-        """Rows outside their tolerance, fitted or not."""
-        return [c for c in self.checks if not c.within]
-
-
-def _apply(
-    profile: Profile, params: Sequence[FreeParameter], values: np.ndarray, source: str
-) -> Profile:
-    updates: dict[str, float] = {}
-    for p, v in zip(params, values.tolist(), strict=True):
-        v = float(f"{v:.6g}")  # a profile a person reads: 6 significant digits
-        updates[p.path] = v
-        for tied in p.tied:
-            updates[tied] = v
-    return profile.with_values(updates, source=source)
-
-
 def fit_paper_000(
     *,
     start: Profile | None = None,
@@ -131,45 +74,17 @@ def fit_paper_000(
     the report checks all of them.
     """
     base = start if start is not None else load_profile("paper-000")
-    used = [t for t in targets if t.role == "fit" and t.weight > 0.0]
-    if not used:
-        raise ValueError("no fit targets with a positive weight")
-    lo = np.log([p.low for p in params])
-    hi = np.log([p.high for p in params])
-    x0 = np.log([p.start for p in params])
-    weights = np.array([t.weight for t in used])
-    values = np.array([t.value for t in used])
-    calls = 0
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        nonlocal calls
-        calls += 1
-        prof = _apply(base, params, np.exp(x), "fit (in progress)")
-        cache: dict[str, Result] = {}
-        model = np.array([c.model for c in check_targets(used, prof, seed=seed, cache=cache)])
-        r: np.ndarray = weights * (model - values) / values
-        if on_evaluation is not None:
-            on_evaluation(calls, float(np.sum(r**2)))
-        log.debug("evaluation %d: cost %.4g", calls, float(np.sum(r**2)))
-        return r
-
-    sol = least_squares(
-        residuals,
-        x0,
-        bounds=(lo, hi),
-        diff_step=0.03,
-        x_scale=1.0,
-        max_nfev=max_evaluations,
-        xtol=1e-4,
-        ftol=1e-6,
-    )
-    ids = sorted({t.id for t in used})
-    fitted = _apply(
+    fitted, calls, cost = least_squares_fit(
         base,
+        targets,
         params,
-        np.exp(sol.x),
-        f"fit: {', '.join(ids)} by `bootstorm calibrate --targets paper-000` "
-        "(calibration/paper000.py)",
+        source_for=lambda ids: (
+            f"fit: {', '.join(ids)} by `bootstorm calibrate --targets "
+            "paper-000` (calibration/paper000.py)"
+        ),
+        seed=seed,
+        max_evaluations=max_evaluations,
+        on_evaluation=on_evaluation,
     )
     ebpf = relative_target(
         fitted,
@@ -212,7 +127,7 @@ def fit_paper_000(
     )
     everything = [*(t for t in targets if t.role == "fit"), ebpf, qos]
     checks = tuple(check_targets(everything, fitted, seed=seed))
-    return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=float(2 * sol.cost))
+    return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)
 
 
 def relative_target(

@@ -68,6 +68,8 @@ class PaperTarget:
     source: str
     tolerance_rel: float = FIT_TOLERANCE
     weight: float = 1.0
+    at_least: bool = False
+    """The row is a lower bound ("> 93%"): anything above ``value`` holds."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,6 +83,8 @@ class TargetCheck:
 
     @property
     def within(self) -> bool:
+        if self.target.at_least:
+            return self.rel_error >= -self.target.tolerance_rel
         return abs(self.rel_error) <= self.target.tolerance_rel
 
 

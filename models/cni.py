@@ -35,10 +35,17 @@ __all__ = [
     "RTNL",
     "RTNL_OPS",
     "STAGES",
+    "VMM_TASKS",
     "RtnlOps",
+    "boot_steps",
+    "cgroup_steps",
     "cni_stages",
+    "guest_touch_bytes",
+    "lock_specs",
     "pool_kinds",
     "sandbox_plan",
+    "virtiofs_steps",
+    "vmm_start_steps",
     "vport_creators",
 ]
 
@@ -278,6 +285,88 @@ class _Ops:
 _HOST_NETDEV_PER_POD = frozenset({"veth", "tc-routing", "ebpf"})
 
 
+def cgroup_steps(costs: CostTable, *, netdev_growth: bool) -> tuple[Step, ...]:
+    """mkdir of the sandbox's cgroup (net_prio onlines under cgroup_mutex and
+    takes RTNL inside it), then the attach of its tasks (css_set_lock).
+
+    ``netdev_growth``: each earlier pod left a netdev in init_net that the
+    net_prio online walks.
+    """
+    c = costs
+    return (
+        Hold(
+            CGROUP_MUTEX,
+            (
+                Cpu(c.cgroup_mkdir_cpu_s, "mkdir"),
+                Hold(
+                    RTNL,
+                    (
+                        Cpu(
+                            c.netprio_hold_s,
+                            "netprio online",
+                            growth_s=c.netprio_per_netdev_s if netdev_growth else 0.0,
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        Hold(
+            CGROUP_MUTEX,
+            (
+                Cpu(c.cgroup_attach_cpu_s, "attach"),
+                Hold(CSS_SET_LOCK, (Cpu(c.css_set_hold_s, "css_set"),)),
+            ),
+        ),
+    )
+
+
+def vmm_start_steps(costs: CostTable) -> tuple[Step, ...]:
+    """The VMM forks and spawns its threads (one css_set update each); Kata
+    applies the sandbox's cgroup resources, whose net_prio ifpriomap write
+    takes RTNL (outside cgroup_mutex)."""
+    c = costs
+    return (
+        *(Hold(CSS_SET_LOCK, (Cpu(c.css_set_hold_s, "fork"),)) for _ in range(VMM_TASKS)),
+        Hold(RTNL, (Cpu(c.netprio_hold_s, "ifpriomap"),)),
+    )
+
+
+def virtiofs_steps(costs: CostTable) -> tuple[Step, ...]:
+    """virtiofsd starts and the guest mounts the shared file system (seed 001
+    step 2-virtiofs); a profile that folds it into the boot has zero costs.
+
+    virtiofsd sandboxes itself in a new mount namespace, a copy of the host's
+    mount table, which every earlier sandbox has added its mounts to: work
+    that grows by ``virtiofs_per_sandbox_s`` per sandbox ahead.
+    """
+    c = costs
+    steps: tuple[Step, ...] = ()
+    if c.virtiofs_cpu_s > 0.0 or c.virtiofs_per_sandbox_s > 0.0:
+        steps += (Cpu(c.virtiofs_cpu_s, "virtiofsd", growth_s=c.virtiofs_per_sandbox_s),)
+    if c.virtiofs_s > 0.0:
+        steps += (Sleep(c.virtiofs_s, "virtiofs mount"),)
+    return steps
+
+
+def guest_touch_bytes(costs: CostTable, memory_mib: float) -> float:
+    """Guest memory written while the microVM boots: the regions the VMM
+    loads (firmware, kernel), what the kernel touches, and its memmap."""
+    c = costs
+    touched_mib = c.vmm_loaded_mib + c.guest_boot_touch_mib + c.guest_memmap_fraction * memory_mib
+    return min(touched_mib, memory_mib) * MIB
+
+
+def boot_steps(costs: CostTable, *, touch_bytes: float) -> tuple[Step, ...]:
+    """Guest boot (on the sandbox's vCPUs, within its CPU quota), the first
+    touch of ``touch_bytes`` not yet zeroed (zeroed as they fault in), then
+    the agent's handshake."""
+    c = costs
+    steps: tuple[Step, ...] = (Cpu(c.vm_boot_cpu_s, "boot", guest=True),)
+    if touch_bytes > 0.0:
+        steps += (Zero(touch_bytes, "first touch"),)
+    return (*steps, Sleep(c.vm_boot_sleep_s, "agent"))
+
+
 def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -> tuple[Stage, ...]:
     """The stages of one sandbox.
 
@@ -323,43 +412,16 @@ def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -
             add += (Hold(OVS_VSWITCHD, (Sleep(scenario.sg_rules * c.ovs_flow_mod_s, "sg flows"),)),)
         stages["AddCNI"] = add
 
-    stages["Cgroup"] = rpc + (
-        Hold(
-            CGROUP_MUTEX,
-            (
-                Cpu(c.cgroup_mkdir_cpu_s, "mkdir"),
-                Hold(
-                    RTNL,
-                    (
-                        Cpu(
-                            c.netprio_hold_s,
-                            "netprio online",
-                            growth_s=c.netprio_per_netdev_s if cni in _HOST_NETDEV_PER_POD else 0.0,
-                        ),
-                    ),
-                ),
-            ),
-        ),
-        Hold(
-            CGROUP_MUTEX,
-            (
-                Cpu(c.cgroup_attach_cpu_s, "attach"),
-                Hold(CSS_SET_LOCK, (Cpu(c.css_set_hold_s, "css_set"),)),
-            ),
-        ),
-    )
+    stages["Cgroup"] = rpc + cgroup_steps(costs, netdev_growth=cni in _HOST_NETDEV_PER_POD)
 
     if cni != "no-network":
         stages["AttachIf"] = rpc + b.rtnl_ops(ops.get("AttachIf"))
 
     start: tuple[Step, ...] = (
         *rpc,
-        # The VMM forks and spawns its threads: one css_set update each.
-        *(Hold(CSS_SET_LOCK, (Cpu(c.css_set_hold_s, "fork"),)) for _ in range(VMM_TASKS)),
-        # Kata applies the sandbox's cgroup resources as it starts the VMM:
-        # the net_prio ifpriomap write takes RTNL (outside cgroup_mutex).
-        *b.rtnl(c.netprio_hold_s, "ifpriomap"),
+        *vmm_start_steps(costs),
         *b.rtnl_ops(ops.get("StartVM")),
+        *virtiofs_steps(costs),
     )
     if cni == "vhost-user":
         # vhost-user shares guest memory with OVS-DPDK: it is backed by
@@ -369,7 +431,10 @@ def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -
             Zero(scenario.memory_mib * MIB, "guest memory"),
             Hold(OVS_VSWITCHD, (Sleep(c.vhost_user_setup_s, "vhost-user"),)),
         )
-    start += (Cpu(c.vm_boot_cpu_s, "boot"), Sleep(c.vm_boot_sleep_s, "agent"))
+    # Guest memory is allocated lazily: the pages the boot touches are zeroed
+    # as they fault in (vhost-user zeroed them all above).
+    touched = 0.0 if cni == "vhost-user" else guest_touch_bytes(costs, scenario.memory_mib)
+    start += boot_steps(costs, touch_bytes=touched)
     stages["StartVM"] = start
 
     return tuple(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..simulator import GateSpec, MachineSpec, PoolSpec, Program, compile_program
@@ -9,8 +11,16 @@ from ._errors import ConfigError
 from .cni import cni_stages, lock_specs, pool_kinds, sandbox_plan, vport_creators
 from .profile import Profile, load_profile
 from .scenario import Scenario
+from .sriov import (
+    SRIOV_STAGES,
+    SRIOV_VARIANTS,
+    SriovVariant,
+    sriov_lock_specs,
+    sriov_plan,
+    sriov_profile_costs,
+)
 
-__all__ = ["SeedLike", "compile_scenario", "service_streams"]
+__all__ = ["SeedLike", "compile_scenario", "scenario_stages", "service_streams"]
 
 SeedLike = int | np.random.Generator | None
 
@@ -35,6 +45,35 @@ def _check_names(field: str, given: dict[str, int], allowed: tuple[str, ...], wh
             )
 
 
+def scenario_stages(cni: str) -> tuple[str, ...]:
+    """The stages a sandbox of ``cni`` passes through (where limits may apply)."""
+    variant = SRIOV_VARIANTS.get(cni)
+    if variant is None:
+        return cni_stages(cni)
+    stages = SRIOV_STAGES
+    if variant.skip_image:
+        stages = tuple(s for s in stages if s != "dma-image")
+    if variant.async_vf:
+        stages = tuple(s for s in stages if s != "vf-driver")  # a branch: no admission
+    return stages
+
+
+def _sriov_plans(scenario: Scenario, prof: Profile, variant: SriovVariant) -> list[Any]:
+    sriov = sriov_profile_costs(prof)
+    vfs = scenario.nic_vfs or sriov.nic_vfs
+    if scenario.sandboxes > vfs:
+        raise ConfigError(
+            f"sandboxes: each SR-IOV sandbox needs its own VF, but the NIC of profile "
+            f"{prof.name!r} has {vfs} (got sandboxes={scenario.sandboxes}; set nic_vfs "
+            "to model a larger NIC, e.g. 1024 for seed 001's CX-7 or IPU)"
+        )
+    hugepages = sriov.hugepages if scenario.hugepages is None else scenario.hugepages
+    return [
+        sriov_plan(scenario, prof.costs, sriov, variant, vf=i, hugepages=hugepages)
+        for i in range(scenario.sandboxes)
+    ]
+
+
 def compile_scenario(
     scenario: Scenario, *, seed: SeedLike = None, profile: Profile | None = None
 ) -> Program:
@@ -45,9 +84,10 @@ def compile_scenario(
     """
     prof = profile if profile is not None else load_profile(scenario.profile)
     cni = scenario.cni
-    _check_names("pools", scenario.pools, pool_kinds(cni), "pool kind")
-    _check_names("limits", scenario.limits, cni_stages(cni), "stage")
-    _check_names("rtnl_priority", scenario.rtnl_priority, cni_stages(cni), "stage")
+    variant = SRIOV_VARIANTS.get(cni)
+    _check_names("pools", scenario.pools, pool_kinds(cni) if variant is None else (), "pool kind")
+    _check_names("limits", scenario.limits, scenario_stages(cni), "stage")
+    _check_names("rtnl_priority", scenario.rtnl_priority, scenario_stages(cni), "stage")
     for kind in scenario.pools:
         if kind not in prof.costs.pool_device_mib:
             raise ConfigError(
@@ -55,23 +95,29 @@ def compile_scenario(
             )
     _, service = service_streams(scenario.seed if seed is None else seed)
 
-    # Sandbox i belongs to tenant i % tenants, so the first sandboxes are the
-    # first of their tenants: they create the shared vPorts.
-    n_creators = vport_creators(cni, scenario.tenants)
-    first = sandbox_plan(scenario, prof.costs, creates_vport=True)
-    rest = sandbox_plan(scenario, prof.costs, creates_vport=False)
-    plans = [first if i < n_creators else rest for i in range(scenario.sandboxes)]
+    locks = lock_specs(prof.costs, scenario.rtnl_priority)
+    if variant is not None:
+        plans = _sriov_plans(scenario, prof, variant)
+        locks += sriov_lock_specs(variant, scenario.sandboxes)
+    else:
+        # Sandbox i belongs to tenant i % tenants, so the first sandboxes are
+        # the first of their tenants: they create the shared vPorts.
+        n_creators = vport_creators(cni, scenario.tenants)
+        first = sandbox_plan(scenario, prof.costs, creates_vport=True)
+        rest = sandbox_plan(scenario, prof.costs, creates_vport=False)
+        plans = [first if i < n_creators else rest for i in range(scenario.sandboxes)]
 
     host = prof.host
     machine = MachineSpec(
         cores=scenario.cores or host.cores,
         zero_bytes_per_core_s=host.zero_gib_s_per_core * GIB,
         memory_bandwidth_bytes_s=host.memory_bandwidth_gib_s * GIB,
+        guest_cpu_quota=scenario.vcpus or host.sandbox_vcpus,
     )
     return compile_program(
         plans,
         machine=machine,
-        locks=lock_specs(prof.costs, scenario.rtnl_priority),
+        locks=locks,
         gates=[GateSpec(name=s, permits=k) for s, k in scenario.limits.items()],
         pools=[
             PoolSpec(name=k, capacity=n, memory_mib_per_device=prof.costs.pool_device_mib[k])

@@ -23,6 +23,7 @@ __all__ = [
     "CostTable",
     "HostSpec",
     "Profile",
+    "SriovCostTable",
     "available_profiles",
     "load_profile",
 ]
@@ -38,12 +39,14 @@ class _Frozen(BaseModel):
 
 
 class HostSpec(_Frozen):
-    """The node: cores the boot storm shares, memory, memory bandwidth."""
+    """The node: cores the boot storm shares, memory, memory bandwidth, and the
+    vCPUs (CPU quota, in cores) each sandbox got in the paper's runs."""
 
     cores: Annotated[int, Field(ge=1)]
     memory_gib: Annotated[float, Field(gt=0.0)]
     memory_bandwidth_gib_s: Annotated[float, Field(gt=0.0)]
     zero_gib_s_per_core: Annotated[float, Field(gt=0.0)]
+    sandbox_vcpus: Annotated[float, Field(gt=0.0)] = 1.0
 
 
 class CostTable(_Frozen):
@@ -82,8 +85,44 @@ class CostTable(_Frozen):
     vm_boot_cpu_s: Seconds
     vm_boot_sleep_s: Seconds
     vhost_user_setup_s: Seconds
+    virtiofs_cpu_s: Seconds = 0.0
+    virtiofs_per_sandbox_s: Seconds = 0.0
+    virtiofs_s: Seconds = 0.0
+    # Guest memory written during boot, zeroed as it faults in when guest
+    # memory is allocated lazily: what the VMM loads (firmware, kernel), what
+    # the booting kernel touches, and its memmap (a fraction of guest memory).
+    vmm_loaded_mib: Annotated[float, Field(ge=0.0)] = 0.0
+    guest_boot_touch_mib: Annotated[float, Field(ge=0.0)] = 0.0
+    guest_memmap_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     # Memory cost of one pre-created device, by pool kind.
     pool_device_mib: dict[str, Annotated[float, Field(ge=0.0)]]
+
+
+class SriovCostTable(_Frozen):
+    """SR-IOV passthrough on the node: the NIC, DMA mapping and the VFIO devset
+    (seed 001 §3). ``*_cpu_s`` is CPU work, ``*_s`` alone off-CPU waiting."""
+
+    nic_vfs: Annotated[int, Field(ge=1)]
+    hugepages: bool
+    # The CNI configures the VF (VLAN, rate) through the PF: the NIC's admin
+    # queue answers while the caller holds RTNL.
+    vf_config_pf_s: Seconds
+    # DMA mapping: page retrieving per page (a 4 KiB page, or a hugepage),
+    # then pinning and IOMMU mapping per GiB; zeroing is the host's rate.
+    page_retrieve_cpu_s: Seconds
+    pin_map_cpu_s_per_gib: Seconds
+    image_mib: Annotated[float, Field(ge=0.0)]
+    # FastIOV's instant-zeroing list: regions the VMM writes before boot.
+    instant_zero_mib: Annotated[float, Field(ge=0.0)]
+    # Opening a VF under the devset lock: CPU work, then waiting for the device.
+    vfio_open_cpu_s: Seconds
+    vfio_open_s: Seconds
+    # VF driver init: guest-side work, and the PF's service of the VF's
+    # mailbox requests (one service task per PF serves every VF, and its
+    # work grows with the VFs already active on the PF).
+    vf_guest_init_s: Seconds
+    vf_pf_service_s: Seconds
+    vf_pf_service_per_vf_s: Seconds
 
 
 class Profile(_Frozen):
@@ -95,6 +134,7 @@ class Profile(_Frozen):
     host: HostSpec
     service_cv: Annotated[float, Field(ge=0.0, le=2.0)]
     costs: CostTable
+    sriov: SriovCostTable | None = None
     sources: dict[str, str]
 
     @model_validator(mode="after")
@@ -120,6 +160,8 @@ class Profile(_Frozen):
                 paths += [f"costs.{k}.{kind}" for kind in value]
             else:
                 paths.append(f"costs.{k}")
+        if self.sriov is not None:
+            paths += [f"sriov.{k}" for k in SriovCostTable.model_fields]
         return paths
 
     def with_values(self, values: Mapping[str, float], *, source: str | None = None) -> Profile:
@@ -143,7 +185,8 @@ class Profile(_Frozen):
             raise ConfigError(format_validation_error(exc, prefix="profile: ")) from None
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, width=100)
+        data = self.model_dump(mode="json", exclude_none=True)
+        return yaml.safe_dump(data, sort_keys=False, width=100)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Profile:

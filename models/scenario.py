@@ -21,6 +21,16 @@ CniName = Literal[
     "tc-routing",
     "vhost-user",
     "ebpf",
+    # SR-IOV passthrough (seed 001): vanilla, FastIOV, its ablations, pre-zeroing.
+    "sriov-vanilla",
+    "fastiov",
+    "fastiov-no-lock",
+    "fastiov-sync-vf",
+    "fastiov-no-skip",
+    "fastiov-eager-zero",
+    "prezero-10",
+    "prezero-50",
+    "prezero-100",
 ]
 CNI_NAMES: tuple[str, ...] = get_args(CniName)
 
@@ -34,13 +44,19 @@ class Scenario(BaseModel):
     Parameters
     ----------
     cni:
-        The network: one of :data:`CNI_NAMES`.
+        The network: one of :data:`CNI_NAMES` — a software CNI of seed 000,
+        or SR-IOV passthrough of seed 001 (``sriov-vanilla``, ``fastiov``,
+        its ablations ``fastiov-no-lock``/``-sync-vf``/``-no-skip``/
+        ``-eager-zero``, pre-zeroing ``prezero-10``/``-50``/``-100``).
     sandboxes:
         How many sandboxes start.
     profile:
         A built-in calibration profile (``paper-000``) or a path to one.
     memory_mib:
         Guest memory per sandbox.
+    vcpus:
+        vCPUs per sandbox: its guest's CPU quota in cores (``None``: the
+        profile's, as the paper ran it).
     tenants:
         Tenants the sandboxes belong to (spread evenly); sharing-mode CNIs
         create one vPort per tenant.
@@ -59,6 +75,10 @@ class Scenario(BaseModel):
         Arrival time of each sandbox; ``None`` is the papers' burst at t=0.
     cores:
         Override the profile's core count.
+    nic_vfs:
+        Override the VFs the profile's NIC offers (SR-IOV: one per sandbox).
+    hugepages:
+        Override whether guest memory is backed by hugepages (SR-IOV DMA mapping).
     seed:
         Seed of the service-time and arrival streams.
     """
@@ -69,6 +89,7 @@ class Scenario(BaseModel):
     sandboxes: PositiveInt = 400
     profile: str = "paper-000"
     memory_mib: PositiveInt = 512
+    vcpus: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
     tenants: PositiveInt = 1
     qos_rules: NonNegativeInt = 0
     sg_rules: NonNegativeInt = 0
@@ -77,6 +98,8 @@ class Scenario(BaseModel):
     rtnl_priority: dict[str, int] = Field(default_factory=dict)
     arrival_s: tuple[Annotated[float, Field(ge=0.0, allow_inf_nan=False)], ...] | None = None
     cores: PositiveInt | None = None
+    nic_vfs: PositiveInt | None = None
+    hugepages: bool | None = None
     seed: NonNegativeInt = 0
 
     def __init__(self, **data: Any) -> None:

@@ -13,9 +13,14 @@ Jobs come in two tiers:
   ``P`` of them each gets ``p = min(1, N/P)`` of a core (clock ``SP``);
 - all other jobs share what is left: ``s = min(1, max(N - P, 0)/k)`` each.
 
-Within the shared tier there are three kinds:
+Within the shared tier there are four kinds:
 
 - *work*: progresses at ``s``;
+- *guest work* (a sandbox's vCPUs): like work, but never faster than the
+  sandbox's CPU quota ``q`` (CFS bandwidth control of its vCPU threads). Shares
+  are water-filled: with ``k`` jobs of which ``g`` are guests, if ``left/k``
+  exceeds ``q`` the guests get ``q`` and the others split what they leave;
+  a clock ``G = ∫ g dt`` tracks the guests' rate;
 - *zeroing*: also holds a core share ``s`` but progresses at
   ``z = min(s, B / (m·c))`` where ``m`` zeroing jobs share the memory bandwidth
   ``B`` and ``c`` is the per-core zeroing rate; a second clock ``Z = ∫ z dt``
@@ -86,24 +91,29 @@ class ProcessorSharingCPU:
         cores: int,
         zero_bytes_per_core_s: float,
         memory_bandwidth_bytes_s: float,
-        on_change: Callable[[float, int, int, float], None] | None = None,
+        guest_cap: float = 1.0,
+        on_change: Callable[[float, float, float, float], None] | None = None,
     ) -> None:
         self.env = env
         self.cores = cores
+        self.guest_cap = guest_cap
         self.zero_rate = zero_bytes_per_core_s
         self.bandwidth = memory_bandwidth_bytes_s
         self._on_change = on_change
         self._share_clock = 0.0  # S(t)
         self._pinned_clock = 0.0  # SP(t)
         self._zero_clock = 0.0  # Z(t), in core-seconds of zeroing at full speed
+        self._guest_clock = 0.0  # G(t)
         self._last = 0.0
         self._share = 1.0  # s
         self._pinned_share = 1.0  # p
         self._zero_speed = 1.0  # z
+        self._guest_share = 1.0  # g
         # Heaps of (finish tag, seq, event, start clock, on_cpu).
         self._work: list[tuple[float, int, simpy.Event, float, Callable[[float], None]]] = []
         self._pinned: list[tuple[float, int, simpy.Event, float, Callable[[float], None]]] = []
         self._zeroing: list[tuple[float, int, simpy.Event, float, Callable[[float], None]]] = []
+        self._guest: list[tuple[float, int, simpy.Event, float, Callable[[float], None]]] = []
         self._spinning = 0
         self._pinned_spinning = 0
         # Spinners that give up after a while: (deadline, seq, handle). Kept
@@ -119,6 +129,7 @@ class ProcessorSharingCPU:
     def runnable(self) -> int:
         return (
             len(self._work)
+            + len(self._guest)
             + len(self._zeroing)
             + self._spinning
             + len(self._pinned)
@@ -136,6 +147,7 @@ class ProcessorSharingCPU:
             self._share_clock += self._share * dt
             self._pinned_clock += self._pinned_share * dt
             self._zero_clock += self._zero_speed * dt
+            self._guest_clock += self._guest_share * dt
             self._last = now
 
     def _settle(self) -> None:
@@ -150,9 +162,19 @@ class ProcessorSharingCPU:
         left = cores - n_pinned if n_pinned < cores else 0
         work = self._work
         zeroing = self._zeroing
+        guest = self._guest
         m = len(zeroing)
+        n_guest = len(guest)
         k = len(work) + m + self._spinning
-        share = 1.0 if k <= left else left / k
+        fair = 1.0 if k + n_guest <= left else left / (k + n_guest)
+        cap = self.guest_cap
+        if n_guest and fair > cap:
+            # The guests are held to their quota; the others split the rest.
+            guest_share = cap
+            rest = left - n_guest * cap
+            share = 1.0 if k <= rest else rest / k
+        else:
+            guest_share = share = fair
         if m:
             # Bandwidth cap per zeroing job, in cores' worth of zeroing speed.
             cap = self.bandwidth / (m * self.zero_rate)
@@ -162,12 +184,13 @@ class ProcessorSharingCPU:
         self._share = share
         self._pinned_share = pinned_share
         self._zero_speed = zero_speed
+        self._guest_share = guest_share
         last = self._last
         if self._on_change is not None:
             self._on_change(
                 last,
-                k + n_pinned,
-                self._spinning + self._pinned_spinning,
+                n_pinned * pinned_share + k * share + n_guest * guest_share,
+                self._pinned_spinning * pinned_share + self._spinning * share,
                 m * zero_speed * self.zero_rate,
             )
         due = math.inf
@@ -175,6 +198,10 @@ class ProcessorSharingCPU:
             due = last + (work[0][0] - self._share_clock) / share
         if pinned_jobs:
             t = last + (pinned_jobs[0][0] - self._pinned_clock) / pinned_share
+            if t < due:
+                due = t
+        if guest and guest_share > 0.0:
+            t = last + (guest[0][0] - self._guest_clock) / guest_share
             if t < due:
                 due = t
         if zeroing and zero_speed > 0.0:
@@ -210,6 +237,9 @@ class ProcessorSharingCPU:
         if self._pinned:
             pinned = self._pinned_clock
             _finish_due(self._pinned, pinned, self._pinned_share * tick, pinned)
+        if self._guest:
+            g = self._guest_clock
+            _finish_due(self._guest, g, self._guest_share * tick, g)
         if self._zeroing:
             _finish_due(self._zeroing, self._zero_clock, self._zero_speed * tick, share)
         pop = heapq.heappop
@@ -225,11 +255,17 @@ class ProcessorSharingCPU:
 
     # -- jobs ------------------------------------------------------------
     def run(
-        self, work_s: float, on_cpu: Callable[[float], None], *, pinned: bool = False
+        self,
+        work_s: float,
+        on_cpu: Callable[[float], None],
+        *,
+        pinned: bool = False,
+        guest: bool = False,
     ) -> simpy.Event:
         """Run ``work_s`` core-seconds; the event succeeds when it is done.
 
         ``pinned``: the work cannot be preempted (it runs under a spinlock).
+        ``guest``: the work runs on a sandbox's vCPUs, within its CPU quota.
         """
         ev = simpy.Event(self.env)
         if work_s <= 0.0:
@@ -240,6 +276,10 @@ class ProcessorSharingCPU:
         if pinned:
             clock = self._pinned_clock
             heapq.heappush(self._pinned, (clock + work_s, self._seq, ev, clock, on_cpu))
+        elif guest and self.guest_cap < 1.0:
+            # A quota of a core or more never binds a single thread: plain work.
+            clock = self._guest_clock
+            heapq.heappush(self._guest, (clock + work_s, self._seq, ev, clock, on_cpu))
         else:
             clock = self._share_clock
             heapq.heappush(self._work, (clock + work_s, self._seq, ev, clock, on_cpu))

@@ -40,6 +40,7 @@ _GATE_EXIT = int(OpKind.GATE_EXIT)
 _POOL_TRY = int(OpKind.POOL_TRY)
 _JUMP = int(OpKind.JUMP)
 _SPAWN = int(OpKind.SPAWN)
+_GUEST_CPU = int(OpKind.GUEST_CPU)
 
 REASONS = ("work", "spin", "zero")
 _WORK, _SPIN, _ZEROING = 0, 1, 2
@@ -82,6 +83,7 @@ class _Run:
             cores=m.cores,
             zero_bytes_per_core_s=m.zero_bytes_per_core_s,
             memory_bandwidth_bytes_s=m.memory_bandwidth_bytes_s,
+            guest_cap=m.guest_cpu_quota,
             on_change=self.rec.cpu_change if self.rec is not None else None,
         )
         self.account = [
@@ -211,6 +213,9 @@ class _Run:
             elif kind == _JUMP:
                 pc += int(amounts[pc])
                 continue
+            elif kind == _GUEST_CPU:
+                if amounts[pc] > 0.0:
+                    yield cpu.run(amounts[pc], account[stage][_WORK], guest=True)
             elif kind == _SPAWN:
                 task = self.n + self.spawn_base[i] + args[pc]
                 env.process(self._sandbox(task, 0.0))

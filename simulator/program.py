@@ -63,6 +63,8 @@ class OpKind(enum.IntEnum):
     """Jump ``amount`` ops ahead unconditionally."""
     SPAWN = 12
     """Start the sandbox's branch ``arg`` (its ``arg``-th) and go on without waiting."""
+    GUEST_CPU = 13
+    """Run ``amount`` core-seconds on the sandbox's vCPUs (within its CPU quota)."""
 
 
 class LockKind(enum.IntEnum):
@@ -155,12 +157,15 @@ class MachineSpec:
     """The node the program runs on.
 
     ``zero_bytes_per_core_s`` is how fast one core clears memory;
-    ``memory_bandwidth_bytes_s`` caps all zeroing running at one moment.
+    ``memory_bandwidth_bytes_s`` caps all zeroing running at one moment;
+    ``guest_cpu_quota`` is each sandbox's CPU quota in cores (its vCPUs):
+    guest work never runs faster than that.
     """
 
     cores: int
     zero_bytes_per_core_s: float = 10e9
     memory_bandwidth_bytes_s: float = 100e9
+    guest_cpu_quota: float = 1.0
 
     def __post_init__(self) -> None:
         if self.cores < 1:
@@ -174,6 +179,8 @@ class MachineSpec:
                 "`memory_bandwidth_bytes_s > 0` must hold, "
                 f"but got {self.memory_bandwidth_bytes_s=}"
             )
+        if not (self.guest_cpu_quota > 0.0 and np.isfinite(self.guest_cpu_quota)):
+            raise ProgramError(f"`guest_cpu_quota > 0` must hold, but got {self.guest_cpu_quota=}")
 
 
 _F64 = npt.NDArray[np.float64]
@@ -429,7 +436,14 @@ class Program:
             # A spinlock holder runs with preemption off: it must not sleep (sleep,
             # sleeping lock, gate) nor wait for preemptible work (zeroing).
             if any(self.locks[h].kind is LockKind.SPIN for h in held) and (
-                kind in (OpKind.SLEEP, OpKind.ZERO, OpKind.GATE_ENTER, OpKind.ACQUIRE_SHARED)
+                kind
+                in (
+                    OpKind.SLEEP,
+                    OpKind.ZERO,
+                    OpKind.GATE_ENTER,
+                    OpKind.ACQUIRE_SHARED,
+                    OpKind.GUEST_CPU,
+                )
                 or (kind is OpKind.ACQUIRE and self.locks[a].kind is not LockKind.SPIN)
             ):
                 raise ProgramError(

@@ -25,20 +25,20 @@ class Recorder:
         self.lock_spans: list[tuple[int, int, int, bool, float, float]] = []
         # (gate, sandbox, begin, end) for waits at admission gates
         self.gate_spans: list[tuple[int, int, float, float]] = []
-        # (time, runnable jobs, spinning jobs, zeroing bytes/s) at every change
-        self.cpu_samples: list[tuple[float, int, int, float]] = []
+        # (time, busy cores, spinning cores, zeroing bytes/s) at every change
+        self.cpu_samples: list[tuple[float, float, float, float]] = []
 
     def lock_span(
         self, lock: int, sandbox: int, stage: int, is_hold: bool, t0: float, t1: float
     ) -> None:
         self.lock_spans.append((lock, sandbox, stage, is_hold, t0, t1))
 
-    def cpu_change(self, t: float, runnable: int, spinning: int, zero_bytes_s: float) -> None:
+    def cpu_change(self, t: float, busy: float, spinning: float, zero_bytes_s: float) -> None:
         samples = self.cpu_samples
-        sample = (t, runnable, spinning, zero_bytes_s)
+        sample = (t, busy, spinning, zero_bytes_s)
         if samples:
             last = samples[-1]
-            if last[1] == runnable and last[2] == spinning and last[3] == zero_bytes_s:
+            if last[1] == busy and last[2] == spinning and last[3] == zero_bytes_s:
                 return  # nothing a reader could see has changed
             if last[0] == t:
                 samples[-1] = sample  # the last change at an instant holds
@@ -58,7 +58,7 @@ class Recording:
     stage_spans: tuple[tuple[int, int, float, float], ...] = field(repr=False)
     lock_spans: tuple[tuple[int, int, int, bool, float, float], ...] = field(repr=False)
     gate_spans: tuple[tuple[int, int, float, float], ...] = field(repr=False)
-    cpu_samples: tuple[tuple[float, int, int, float], ...] = field(repr=False)
+    cpu_samples: tuple[tuple[float, float, float, float], ...] = field(repr=False)
     #: Spans name *tasks*: task ``n_sandboxes + b`` is branch ``b`` of sandbox
     #: ``branch_parent[b]``.
     branch_parent: tuple[int, ...] = field(default=(), repr=False)
@@ -106,14 +106,11 @@ class Recording:
         )
 
     def cpu_frame(self) -> Any:
-        """The CPU timeline after each change: busy and spinning cores (capped at
-        ``cores``) and the memory bandwidth all zeroing uses, GiB/s."""
+        """The CPU timeline after each change: busy and spinning cores and the
+        memory bandwidth all zeroing uses, GiB/s."""
         import pandas as pd
 
-        rows = []
-        for t, runnable, spinning, zero_bytes_s in self.cpu_samples:
-            share = 1.0 if runnable <= self.cores else self.cores / runnable
-            rows.append((t, min(runnable, self.cores), spinning * share, zero_bytes_s / 2**30))
+        rows = [(t, busy, spin, zero / 2**30) for t, busy, spin, zero in self.cpu_samples]
         frame = pd.DataFrame(rows, columns=["time_s", "busy_cores", "spin_cores", "zero_gib_s"])
         # Several changes at one instant: the last one holds from there on.
         return frame.drop_duplicates("time_s", keep="last").reset_index(drop=True)

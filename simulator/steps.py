@@ -48,12 +48,14 @@ class Cpu:
 
     ``growth_s`` adds that much work per sandbox ahead of this one in the
     program (sandbox ``i`` does ``work_s + i * growth_s``): the cost of walking
-    a structure every earlier sandbox has added to.
+    a structure every earlier sandbox has added to. ``guest``: the work runs
+    inside the microVM, on vCPUs held to the sandbox's CPU quota.
     """
 
     work_s: float
     label: str = ""
     growth_s: float = 0.0
+    guest: bool = False
 
     def __post_init__(self) -> None:
         _check_nonnegative("Cpu", "work_s", self.work_s)
@@ -168,7 +170,8 @@ class _Flattener:
     def steps(self, steps: Sequence[Step], ops: list[_Op]) -> None:
         for step in steps:
             if isinstance(step, Cpu):
-                ops.append((OpKind.CPU, 0, step.work_s, True, step.growth_s))
+                kind = OpKind.GUEST_CPU if step.guest else OpKind.CPU
+                ops.append((kind, 0, step.work_s, True, step.growth_s))
             elif isinstance(step, Sleep):
                 ops.append((OpKind.SLEEP, 0, step.duration_s, True, 0.0))
             elif isinstance(step, Zero):
