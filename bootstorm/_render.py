@@ -9,7 +9,7 @@ from rich.table import Table
 
 from .calibration import TargetCheck
 from .models import Scenario
-from .simulator import Result
+from .simulator import LockStats, Result
 
 __all__ = ["comparison_table", "result_tables", "target_table"]
 
@@ -21,12 +21,20 @@ def _headline(scenario: Scenario, result: Result) -> Table:
     s = result.startup
     t.add_row("makespan (last sandbox up)", f"{result.makespan_s:.2f} s")
     t.add_row("startup mean / p50 / p99", f"{s.mean:.2f} / {s.p50:.2f} / {s.p99:.2f} s")
+    if result.ready is not None:
+        r = result.ready
+        t.add_row("ready (network usable) mean / p99", f"{r.mean:.2f} / {r.p99:.2f} s")
     cpu = result.cpu
     t.add_row(
         "CPU busy / spinning",
         f"{cpu.busy_core_s:.1f} / {cpu.spin_core_s:.2f} core-s "
         f"({cpu.utilisation:.0%} of {cpu.cores} cores)",
     )
+    if cpu.zeroed_bytes:
+        t.add_row(
+            "memory zeroed",
+            f"{cpu.zeroed_bytes / 2**30:,.1f} GiB ({cpu.zero_core_s:.1f} core-s)",
+        )
     if result.pools:
         taken = ", ".join(f"{k} {p.taken}/{p.capacity}" for k, p in result.pools.items())
         t.add_row("pools taken", taken)
@@ -47,26 +55,45 @@ def _title(scenario: Scenario) -> str:
     return f"{scenario.sandboxes} × {scenario.cni} on {scenario.profile}{tail}"
 
 
+def _share(value: float | None) -> str:
+    return "" if value is None else f"{value:.1%}"
+
+
 def _stages(result: Result) -> Table:
+    """Per stage: time, share of the mean and of the p99 tail's startup (seed
+    001 Table 1), and the CPU it burnt; branches nobody waits for are marked."""
     t = Table(title="stages", title_justify="left")
-    for col in ("stage", "mean s", "p99 s", "CPU work core-s", "spin core-s"):
+    columns = (
+        "stage",
+        "mean s",
+        "p99 s",
+        "% of mean",
+        "% of p99",
+        "CPU work core-s",
+        "zero core-s",
+        "spin core-s",
+    )
+    for col in columns:
         t.add_column(col, justify="left" if col == "stage" else "right")
     for name, st in result.stages.items():
         cpu = result.cpu.by_stage.get(name, {})
+        step = result.steps.get(name)
+        label = name if step is None or step.on_path else f"{name} (in background)"
         t.add_row(
-            name,
+            label,
             f"{st.mean_s:.3f}",
             f"{st.p99_s:.3f}",
+            _share(step.mean_share if step else None),
+            _share(step.p99_share if step else None),
             f"{cpu.get('work', 0.0):.1f}",
+            f"{cpu.get('zero', 0.0):.1f}",
             f"{cpu.get('spin', 0.0):.2f}",
         )
     for name, g in result.gates.items():
         t.add_row(
             f"  admission to {name} (≤{g.permits})",
             f"{g.wait_s / max(g.entries, 1):.3f}",
-            "",
-            "",
-            "",
+            *([""] * (len(columns) - 2)),
         )
     return t
 
@@ -84,18 +111,23 @@ def _locks(result: Result) -> Table:
         "spin core-s",
     ):
         t.add_column(col, justify="left" if col in ("lock", "kind") else "right")
+    # Families of one lock per object ("vfio_vf/17") are one row.
+    rows: dict[str, list[LockStats]] = {}
     for name, lk in result.locks.items():
-        if lk.acquisitions == 0:
-            continue
+        if lk.acquisitions:
+            family = name.split("/", 1)[0]
+            rows.setdefault(f"{family}/* " if "/" in name else name, []).append(lk)
+    for name, group in rows.items():
+        label = f"{name}({len(group)} locks)" if name.endswith(" ") else name
         t.add_row(
-            name,
-            lk.kind,
-            f"{lk.acquisitions:,}",
-            f"{lk.contended:,}",
-            f"{lk.wait_s:.2f}",
-            f"{lk.contended_wall_s:.2f}",
-            f"{lk.hold_s:.2f}",
-            f"{lk.spin_core_s:.2f}",
+            label,
+            group[0].kind,
+            f"{sum(g.acquisitions for g in group):,}",
+            f"{sum(g.contended for g in group):,}",
+            f"{sum(g.wait_s for g in group):.2f}",
+            f"{max(g.contended_wall_s for g in group):.2f}",
+            f"{sum(g.hold_s for g in group):.2f}",
+            f"{sum(g.spin_core_s for g in group):.2f}",
         )
     return t
 

@@ -68,7 +68,9 @@ def simulate_cmd(
     cni: Annotated[
         str | None,
         typer.Option(
-            help="no-network, veth, ipvlan, macvlan, ipvtap, macvtap, tc-routing, vhost-user, ebpf"
+            help="no-network, veth, ipvlan, macvlan, ipvtap, macvtap, tc-routing, vhost-user, "
+            "ebpf; SR-IOV (profile paper-001): sriov-vanilla, fastiov, fastiov-no-lock, "
+            "fastiov-sync-vf, fastiov-no-skip, fastiov-eager-zero, prezero-10/50/100"
         ),
     ] = None,
     sandboxes: Annotated[int | None, typer.Option(help="Sandboxes started at once.")] = None,
@@ -93,6 +95,16 @@ def simulate_cmd(
     ] = None,
     memory_mib: Annotated[int | None, typer.Option(help="Guest memory per sandbox, MiB.")] = None,
     cores: Annotated[int | None, typer.Option(help="Override the profile's core count.")] = None,
+    vcpus: Annotated[
+        float | None, typer.Option(help="vCPUs (CPU quota in cores) per sandbox.")
+    ] = None,
+    nic_vfs: Annotated[
+        int | None, typer.Option(help="VFs of the SR-IOV NIC (one per sandbox).")
+    ] = None,
+    hugepages: Annotated[
+        bool | None,
+        typer.Option("--hugepages/--no-hugepages", help="Guest memory on hugepages (SR-IOV)."),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
@@ -115,6 +127,9 @@ def simulate_cmd(
         tenants=tenants,
         memory_mib=memory_mib,
         cores=cores,
+        vcpus=vcpus,
+        nic_vfs=nic_vfs,
+        hugepages=hugepages,
     )
     result = simulate(scenario, record=trace is not None)
     if trace is not None:
