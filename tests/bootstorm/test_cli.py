@@ -132,3 +132,45 @@ def test_demo_prints_the_summary() -> None:
     out = run_cli("demo", "--sandboxes", "60")
     assert out.returncode == 0, out.stderr
     assert "makespan" in out.stdout and "what-ifs" in out.stdout and "rtnl" in out.stdout
+
+
+def _json(*args: str) -> dict:  # type: ignore[type-arg]
+    out = run_cli("simulate", *args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_sriov_json_has_table_1_steps_and_reproduces_s1_4() -> None:
+    """The issue's check, through the command line: FastIOV and vanilla SR-IOV,
+    200 sandboxes on paper-001, average and p99 reductions within ±15% of S1-4."""
+    fast = _json("--cni", "fastiov", "--sandboxes", "200", "--profile", "paper-001")
+    vanilla = _json("--cni", "sriov-vanilla", "--sandboxes", "200", "--profile", "paper-001")
+    for name in ("cgroup", "dma-ram", "virtiofs", "dma-image", "vfio-devset", "vf-driver"):
+        step = vanilla["steps"][name]
+        assert step["mean_s"] > 0 and 0 < step["p99_share"] < 1
+    assert "ready_s" in fast and "ready_s" not in vanilla  # FastIOV's NIC comes up later
+    assert fast["steps"]["vf-driver"]["on_path"] is False
+    avg_cut = 1 - fast["startup_s"]["mean"] / vanilla["startup_s"]["mean"]
+    p99_cut = 1 - fast["startup_s"]["p99"] / vanilla["startup_s"]["p99"]
+    assert abs(avg_cut - 0.657) <= 0.15 * 0.657
+    assert abs(p99_cut - 0.754) <= 0.15 * 0.754
+
+
+def test_sriov_tables_show_shares_and_group_per_vf_locks() -> None:
+    out = run_cli("simulate", "--cni", "fastiov", "--sandboxes", "30", "--profile", "paper-001")
+    assert out.returncode == 0, out.stderr
+    assert "% of p99" in out.stdout and "ready (network usable)" in out.stdout
+    assert "vfio_vf/* (30 locks)" in out.stdout
+    assert "vf-driver (in background)" in out.stdout
+
+
+def test_sriov_on_a_profile_without_sriov_costs_is_one_line() -> None:
+    out = run_cli("simulate", "--cni", "fastiov", "--sandboxes", "4")
+    assert out.returncode == 2
+    assert out.stderr.startswith("error: profile: 'paper-000' has no `sriov` section")
+
+
+def test_calibrate_check_paper_001_prints_the_error_table() -> None:
+    out = run_cli("calibrate", "--targets", "paper-001", "--check")
+    assert out.returncode == 0, out.stderr
+    assert "S1-1" in out.stdout and "S1-2" in out.stdout and "≥ −5%" in out.stdout

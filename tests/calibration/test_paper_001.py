@@ -271,3 +271,15 @@ def test_s1_10_numbers() -> None:
     fast, ipvtap = run("fastiov"), run("ipvtap")
     assert near(reduction(fast.makespan_s, ipvtap.makespan_s), 0.413)
     assert near(reduction(fast.startup.mean, ipvtap.startup.mean), 0.318)
+
+
+@pytest.mark.slow
+def test_the_built_in_profile_is_the_fit_byte_for_byte() -> None:
+    """`bootstorm calibrate --targets paper-001 --write` reproduces the file."""
+    from importlib import resources
+
+    from bootstorm.calibration import fit_paper_001
+
+    report = fit_paper_001()
+    ref = resources.files("bootstorm.models").joinpath("profiles/paper-001.yaml")
+    assert report.profile.to_yaml() == ref.read_text()
