@@ -114,7 +114,7 @@ class TraceHeader(_Frozen):
     """The first line of every trace file."""
 
     record: Literal["header"] = "header"
-    schema_version: Literal[1] = TRACE_SCHEMA_VERSION
+    schema_version: Literal[1] = 1  # TRACE_SCHEMA_VERSION
     kind: Literal["bootstorm/trace"] = "bootstorm/trace"
     source: Literal["testbed", "simulator"]
     clock: Literal["monotonic", "simulated"] = "monotonic"

@@ -14,7 +14,7 @@ import gzip
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -97,9 +97,9 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
                 with gzip.GzipFile(
                     filename="", mode="wb", fileobj=raw, compresslevel=_GZIP_LEVEL, mtime=0
                 ) as gz:
-                    _write_lines(trace, gz)
+                    _write_lines(trace, gz.write)
             else:
-                _write_lines(trace, raw)
+                _write_lines(trace, raw.write)
             raw.flush()
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a trace is meant to be shared
@@ -110,16 +110,16 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
         raise
 
 
-def _write_lines(trace: Trace, out: IO[bytes]) -> None:
+def _write_lines(trace: Trace, write: Callable[[bytes], object]) -> None:
     # Blocks of lines: few calls into the file or the compressor.
     block: list[bytes] = [trace.header.model_dump_json().encode()]
     for rec in trace.records():
         block.append(rec.model_dump_json(exclude_none=True).encode())
         if len(block) >= 4096:
-            out.write(b"\n".join(block) + b"\n")
+            write(b"\n".join(block) + b"\n")
             block.clear()
     if block:
-        out.write(b"\n".join(block) + b"\n")
+        write(b"\n".join(block) + b"\n")
 
 
 def _fail(path: Path, lineno: int, err: ValidationError, *, prefix: str = "") -> TraceFormatError:
@@ -143,7 +143,7 @@ def _fail(path: Path, lineno: int, err: ValidationError, *, prefix: str = "") ->
 def _open_text(path: Path) -> IO[str]:
     if _is_gzip(path):
         return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")  # noqa: SIM115 - closed by the caller's with
+    return open(path, encoding="utf-8")
 
 
 def read_trace(path: str | os.PathLike[str]) -> Trace:
