@@ -78,9 +78,7 @@ def test_kallsyms_names_an_address(events: list) -> None:  # type: ignore[type-a
 
 def test_join_by_tid_and_time(events: list) -> None:  # type: ignore[type-arg]
     waits, _ = pair_contention(events)
-    stage = StageSpan(
-        sandbox=7, stage="AddCNI", start_s=6844.73, end_s=6844.76, tid=SANDBOX_TID
-    )
+    stage = StageSpan(sandbox=7, stage="AddCNI", start_s=6844.73, end_s=6844.76, tid=SANDBOX_TID)
     joined = join_contention(waits, [stage])
     ours = [s for s in joined if s.sandbox == 7]
     assert ours and all(s.stage == "AddCNI" and s.tid == SANDBOX_TID for s in ours)

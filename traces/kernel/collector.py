@@ -70,14 +70,12 @@ class TracefsError(RuntimeError):
 def _instance_prefix() -> str:
     from bootstorm.validation._names import TRACEFS_INSTANCE_PREFIX
 
-    return TRACEFS_INSTANCE_PREFIX
+    return str(TRACEFS_INSTANCE_PREFIX)
 
 
 def _is_mounted(path: Path) -> bool:
     with open("/proc/self/mounts", encoding="utf-8") as fh:
-        return any(
-            line.split()[1] == str(path) and line.split()[2] == "tracefs" for line in fh
-        )
+        return any(line.split()[1] == str(path) and line.split()[2] == "tracefs" for line in fh)
 
 
 def _mount(path: Path) -> None:

@@ -10,6 +10,7 @@ runs side by side (two pytest workers) never sweep each other.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import secrets
@@ -156,7 +157,7 @@ def _our_vm_processes(dead: set[str] | None, live: set[str]) -> list[tuple[int, 
             continue
         if not argv or not argv[0].endswith(b"qemu-system-x86_64"):
             continue
-        for flag, value in zip(argv, argv[1:], strict=False):
+        for flag, value in itertools.pairwise(argv):
             if flag == b"-name":
                 run = _run_of_netns(value.decode(errors="replace"))
                 if run is not None and run not in live and (dead is None or run in dead):
@@ -194,6 +195,8 @@ def sweep_leftovers(*, keep: set[str] | None = None) -> SweepReport:
                 if child.is_dir() and child.name not in live:
                     kill_and_remove(child)
                     report.cgroups.append(str(child))
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only succeeds when no run uses it
     with contextlib.suppress(FileNotFoundError):
         for entry in REGISTRY_DIR.iterdir():
             if entry.name not in live:

@@ -146,7 +146,7 @@ class VmRunner:
             while MARKER.encode() not in seen:
                 if time.monotonic() > deadline:
                     raise VmError(f"{name}: no {MARKER} within {BOOT_TIMEOUT_S:.0f} s")
-                chunk = proc.stdout.read1(4096)
+                chunk = os.read(proc.stdout.fileno(), 4096)
                 if not chunk:
                     break
                 seen = (seen + chunk)[-4096:]

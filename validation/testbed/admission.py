@@ -11,7 +11,8 @@ import contextlib
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from typing import ContextManager, Protocol
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 __all__ = ["Admission", "LocalAdmission"]
 
@@ -19,7 +20,7 @@ __all__ = ["Admission", "LocalAdmission"]
 class Admission(Protocol):
     """Per-stage admission and device pools, as a node agent offers them."""
 
-    def stage(self, name: str, holder: str) -> ContextManager[None]:
+    def stage(self, name: str, holder: str) -> AbstractContextManager[None]:
         """Block until ``holder`` may run stage ``name``; leave it on exit."""
         ...
 
@@ -53,7 +54,7 @@ class LocalAdmission:
         with gate:
             yield
 
-    def stage(self, name: str, holder: str) -> ContextManager[None]:
+    def stage(self, name: str, holder: str) -> AbstractContextManager[None]:
         gate = self._gates.get(name)
         return contextlib.nullcontext() if gate is None else self._gated(gate)
 

@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -272,12 +272,18 @@ class _Storm:
         with self.admission.stage(name, holder):
             start = time.monotonic()
             if start - asked > 1e-4:
-                sb.admits.append(AdmitSpan(sandbox=sb.index, stage=name, start_s=asked, end_s=start))
+                sb.admits.append(
+                    AdmitSpan(sandbox=sb.index, stage=name, start_s=asked, end_s=start)
+                )
             body(sb)
             end = time.monotonic()
         sb.spans.append(
             StageSpan(
-                sandbox=sb.index, stage=name, start_s=start, end_s=end, tid=threading.get_native_id()
+                sandbox=sb.index,
+                stage=name,
+                start_s=start,
+                end_s=end,
+                tid=threading.get_native_id(),
             )
         )
 
@@ -346,7 +352,12 @@ class _Storm:
                 protocol=_ETH_P_ALL,
                 target=0x1,
                 keys=["0x0/0x0+0"],
-                action={"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": to},
+                action={
+                    "kind": "mirred",
+                    "direction": "egress",
+                    "action": "redirect",
+                    "ifindex": to,
+                },
             )
 
     def _start_vm(self, sb: _Sandbox) -> None:
@@ -458,7 +469,10 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
         barrier = threading.Barrier(options.sandboxes + 1)
         threads = [
             threading.Thread(
-                target=storm.sandbox_thread, args=(sb, barrier), name=f"sandbox-{sb.index}", daemon=True
+                target=storm.sandbox_thread,
+                args=(sb, barrier),
+                name=f"sandbox-{sb.index}",
+                daemon=True,
             )
             for sb in storm.sandboxes
         ]
@@ -489,7 +503,9 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
         if capture is not None:
             extra = {
                 sb.proc.pid: [
-                    (s.start_s, s.end_s, sb.index, s.stage) for s in sb.spans if s.stage == "StartVM"
+                    (s.start_s, s.end_s, sb.index, s.stage)
+                    for s in sb.spans
+                    if s.stage == "StartVM"
                 ]
                 for sb in storm.sandboxes
                 if sb.proc is not None
@@ -525,13 +541,15 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                 sandboxes=options.sandboxes,
                 cni=f"veth-peer-{options.peer}",
                 vm="qemu-microvm" if storm.runner.mode == "qemu-microvm" else "process",
-                vm_memory_mib=options.vm_memory_mib if storm.runner.mode == "qemu-microvm" else None,
+                vm_memory_mib=options.vm_memory_mib
+                if storm.runner.mode == "qemu-microvm"
+                else None,
                 mem_prealloc=options.mem_prealloc and storm.runner.mode == "qemu-microvm",
                 netprio_ifpriomap=options.netprio_ifpriomap,
                 pools=used_pools,
             ),
             kernel_trace=kernel_facts,
-            created_at=datetime.now(timezone.utc),
+            created_at=datetime.now(UTC),
             notes=tuple(storm.notes),
         )
         trace = Trace(
@@ -539,7 +557,9 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             spans=tuple(spans),
             locks=tuple(locks),
             softirqs=tuple(softirqs),
-            admits=tuple(sorted((a for sb in storm.sandboxes for a in sb.admits), key=lambda a: a.start_s)),
+            admits=tuple(
+                sorted((a for sb in storm.sandboxes for a in sb.admits), key=lambda a: a.start_s)
+            ),
             arrivals=tuple(Arrival(sandbox=sb.index, t_s=origin_s) for sb in storm.sandboxes),
         )
         failures = tuple(f"{sb.index}: {sb.error}" for sb in storm.sandboxes if sb.error)

@@ -37,7 +37,9 @@ class StormSummary:
 
     @property
     def rtnl(self) -> LockSummary:
-        return self.locks.get("rtnl", LockSummary(waits=0, wait_s=0.0, max_wait_s=0.0, sandbox_waits=0))
+        return self.locks.get(
+            "rtnl", LockSummary(waits=0, wait_s=0.0, max_wait_s=0.0, sandbox_waits=0)
+        )
 
 
 def summarize(trace: Trace) -> StormSummary:
@@ -53,7 +55,9 @@ def summarize(trace: Trace) -> StormSummary:
     starts = np.array([arrivals.get(sb, origin) for sb in done], dtype=np.float64)
     startup = ends - starts
     stage_mean = {
-        name: float(np.mean([e - b for st in by_sandbox.values() for n, (b, e) in st.items() if n == name]))
+        name: float(
+            np.mean([e - b for st in by_sandbox.values() for n, (b, e) in st.items() if n == name])
+        )
         for name in stages
         if any(name in st for st in by_sandbox.values())
     }
