@@ -65,7 +65,7 @@ class TunedConfig(_Frozen):
         The profile, study and trial this config came from, if a search made it.
     """
 
-    schema_version: Literal[1] = TUNED_CONFIG_SCHEMA_VERSION
+    schema_version: Literal[1] = 1  # TUNED_CONFIG_SCHEMA_VERSION
     kind: Literal["bootstorm/tuned-config"] = "bootstorm/tuned-config"
     limits: dict[str, PositiveInt] = Field(default_factory=dict)
     pools: dict[str, NonNegativeInt] = Field(default_factory=dict)

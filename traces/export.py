@@ -90,6 +90,12 @@ def to_recording(trace: Trace) -> Recording:
     )
 
 
+def _sandbox_of(recording: Recording, task: int) -> int:
+    """The sandbox of a task: newer recordings file branches as tasks >= n_sandboxes."""
+    of = getattr(recording, "sandbox_of", None)
+    return int(of(task)) if of is not None else task
+
+
 def from_recording(recording: Recording, *, cni: str = "simulated") -> Trace:
     """A simulated run as a trace (source ``simulator``, clock ``simulated``)."""
 
@@ -103,7 +109,9 @@ def from_recording(recording: Recording, *, cni: str = "simulated") -> Trace:
         scenario=ScenarioFacts(sandboxes=recording.n_sandboxes, cni=cni, vm="simulated"),
     )
     spans = [
-        StageSpan(sandbox=sb, stage=recording.stage_names[st], start_s=b, end_s=e)
+        StageSpan(
+            sandbox=_sandbox_of(recording, sb), stage=recording.stage_names[st], start_s=b, end_s=e
+        )
         for sb, st, b, e in recording.stage_spans
         if stage(st) is not None
     ]
@@ -111,7 +119,7 @@ def from_recording(recording: Recording, *, cni: str = "simulated") -> Trace:
         LockSpan(
             lock=recording.lock_names[lk],
             what="hold" if hold else "wait",
-            sandbox=sb,
+            sandbox=_sandbox_of(recording, sb),
             stage=stage(st),
             start_s=b,
             end_s=e,
@@ -119,7 +127,9 @@ def from_recording(recording: Recording, *, cni: str = "simulated") -> Trace:
         for lk, sb, st, hold, b, e in recording.lock_spans
     ]
     admits = [
-        AdmitSpan(sandbox=sb, stage=recording.gate_names[g], start_s=b, end_s=e)
+        AdmitSpan(
+            sandbox=_sandbox_of(recording, sb), stage=recording.gate_names[g], start_s=b, end_s=e
+        )
         for g, sb, b, e in recording.gate_spans
     ]
     return Trace(header=header, spans=tuple(spans), locks=tuple(locks), admits=tuple(admits))
