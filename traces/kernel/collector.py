@@ -57,6 +57,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TRACEFS = Path("/sys/kernel/tracing")
+#: ``<pid>`` files of collectors that mounted tracefs, so that the sweep can
+#: unmount what a SIGKILLed collector mounted (and nothing else).
+MOUNT_MARKERS = Path("/run/bootstorm-tracefs-mounts")
 DEFAULT_BUFFER_SIZE_KB = 32 * 1024
 LOCK_EVENTS = ("lock/contention_begin", "lock/contention_end")
 SOFTIRQ_EVENTS = ("irq/softirq_entry", "irq/softirq_exit")
@@ -182,6 +185,8 @@ class KernelCollector:
         if not _is_mounted(self.tracefs):
             _mount(self.tracefs)
             self._mounted_here = True
+            MOUNT_MARKERS.mkdir(parents=True, exist_ok=True)
+            (MOUNT_MARKERS / str(os.getpid())).touch()
         atexit.register(self.close)
         try:
             if self.instance.exists():  # our pid's, from an earlier collector: stale
@@ -233,9 +238,17 @@ class KernelCollector:
             _remove_instance(self.instance)
         if self._mounted_here:
             self._mounted_here = False
-            others = list((self.tracefs / "instances").glob(f"{_instance_prefix()}*"))
-            if not others:  # another run's collector may still use this mount
-                _umount(self.tracefs)
+            _unmount_if_unused(self.tracefs, os.getpid())
+
+
+def _unmount_if_unused(tracefs: Path, pid: int) -> None:
+    """Unmount tracefs mounted by ``pid`` unless a collector's instance still needs it."""
+    others = list((tracefs / "instances").glob(f"{_instance_prefix()}*"))
+    if not others:
+        _umount(tracefs)
+    (MOUNT_MARKERS / str(pid)).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        MOUNT_MARKERS.rmdir()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -271,6 +284,12 @@ def sweep_instances(tracefs: Path = TRACEFS) -> list[str]:
             if pid.isdigit() and not _pid_alive(int(pid)):
                 _remove_instance(inst)
                 removed.append(inst.name)
+        # tracefs that a killed collector mounted: unmounted once nobody uses it.
+        with contextlib.suppress(FileNotFoundError):
+            for marker in sorted(MOUNT_MARKERS.iterdir()):
+                if marker.name.isdigit() and not _pid_alive(int(marker.name)):
+                    _unmount_if_unused(tracefs, int(marker.name))
+                    mounted_here = False
     finally:
         if mounted_here:
             _umount(tracefs)

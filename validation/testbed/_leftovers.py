@@ -72,12 +72,20 @@ class RunNames:
 
 
 def register_run(run: str) -> None:
-    REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
-    (REGISTRY_DIR / run).write_text(f"{os.getpid()}\n")
+    for attempt in range(3):  # another run may remove the empty directory in between
+        REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
+        try:
+            (REGISTRY_DIR / run).write_text(f"{os.getpid()}\n")
+            return
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
 
 
 def unregister_run(run: str) -> None:
     (REGISTRY_DIR / run).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        REGISTRY_DIR.rmdir()  # only when no other run is registered
 
 
 def _alive(pid: int) -> bool:
@@ -202,6 +210,8 @@ def sweep_leftovers(*, keep: set[str] | None = None) -> SweepReport:
             if entry.name not in live:
                 entry.unlink(missing_ok=True)
                 report.registry.append(entry.name)
+        with contextlib.suppress(OSError):
+            REGISTRY_DIR.rmdir()
     from bootstorm.traces.kernel import sweep_instances
 
     report.tracefs.extend(sweep_instances())
