@@ -7,6 +7,7 @@ test's storm at the same moment.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -66,7 +67,7 @@ def test_storm_end_to_end(tmp_path: Path) -> None:
     for i in range(20):  # stages in order, none overlapping
         mine = sorted((s for s in trace.spans if s.sandbox == i), key=lambda s: s.start_s)
         assert [s.stage for s in mine] == list(STAGES)
-        assert all(a.end_s <= b.start_s for a, b in zip(mine, mine[1:], strict=False))
+        assert all(a.end_s <= b.start_s for a, b in itertools.pairwise(mine))
     rtnl = [lk for lk in trace.locks if lk.lock == "rtnl"]
     assert rtnl, "no RTNL contention seen in a storm of 20"
     assert any(lk.sandbox is not None and lk.stage in STAGES for lk in rtnl)
@@ -108,8 +109,15 @@ def test_pool_and_limits(tmp_path: Path) -> None:
 def _start_run(sandboxes: int) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``bootstorm testbed run`` and wait until its namespaces appear."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from bootstorm.cli import main; main()", "testbed", "run",
-         "--sandboxes", str(sandboxes)],
+        [
+            sys.executable,
+            "-c",
+            "from bootstorm.cli import main; main()",
+            "testbed",
+            "run",
+            "--sandboxes",
+            str(sandboxes),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
