@@ -465,6 +465,12 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
     collector: KernelCollector | None = None
     try:
         sweep_leftovers(keep={storm.run})
+        load = os.getloadavg()
+        # The host may be shared: a busy one stretches every stage.
+        storm.notes.append(
+            f"load average before the storm: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+            f"on {os.cpu_count()} cores"
+        )
         storm.prepare()
         barrier = threading.Barrier(options.sandboxes + 1)
         threads = [
