@@ -18,7 +18,7 @@ import heapq
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,26 +39,46 @@ _TID_STRIDE = 1_000_000
 _PID_KERNEL = 4  # after the simulator exporter's cpu (1), locks (2), sandboxes (3)
 
 
+def _on_sandbox_thread(trace: Trace) -> Callable[[LockSpan], bool]:
+    """Whether a lock span was waited by the thread that ran its sandbox's stage.
+
+    Only those nest in the sandbox's track; waits joined to a sandbox through
+    another task (its VMM process) overlap the thread's own and are drawn on
+    the kernel tracks instead.
+    """
+    tids = {(s.sandbox, s.stage): s.tid for s in trace.spans}
+
+    def own(lk: LockSpan) -> bool:
+        if lk.sandbox is None:
+            return False
+        tid = tids.get((lk.sandbox, lk.stage)) if lk.stage is not None else None
+        return tid is None or lk.tid is None or tid == lk.tid
+
+    return own
+
+
 def to_recording(trace: Trace) -> Recording:
     """The trace in the simulator's recorder format, times from the storm's t=0.
 
-    Lock spans that joined no sandbox are left out (the recording files every
-    span under a sandbox); a wait is clipped to its stage span so it nests.
+    Lock spans that joined no sandbox, or joined one through another task
+    than its stage's thread, are left out (the recording files every span
+    under a sandbox's track); a wait is clipped to its stage span so it nests.
     """
+    own = _on_sandbox_thread(trace)
     origin = trace.header.origin_s
     stages = list(trace.header.stages)
     for span in trace.spans:
         if span.stage not in stages:
             stages.append(span.stage)
     stage_index = {name: i for i, name in enumerate(stages)}
-    lock_names = sorted({lk.lock for lk in trace.locks if lk.sandbox is not None})
+    lock_names = sorted({lk.lock for lk in trace.locks if own(lk)})
     lock_index = {name: i for i, name in enumerate(lock_names)}
     gate_names = sorted({a.stage for a in trace.admits})
     gate_index = {name: i for i, name in enumerate(gate_names)}
     bounds = {(s.sandbox, s.stage): (s.start_s, s.end_s) for s in trace.spans}
     lock_spans = []
     for lk in trace.locks:
-        if lk.sandbox is None:
+        if lk.sandbox is None or not own(lk):
             continue
         begin, end = lk.start_s, lk.end_s
         if lk.stage is not None and (lk.sandbox, lk.stage) in bounds:
@@ -160,13 +180,16 @@ def _kernel_events(trace: Trace, tid0: int) -> list[Event]:
         tracks.setdefault(f"cpu {sirq.cpu} softirq", []).append(
             (b, e, f"softirq {sirq.vec}", "softirq", {"cpu": sirq.cpu})
         )
+    own = _on_sandbox_thread(trace)
     for lk in trace.locks:
-        if lk.sandbox is not None:
+        if own(lk):
             continue
         b, e = round((lk.start_s - origin) * 1e9), round((lk.end_s - origin) * 1e9)
         cpu = "?" if lk.cpu is None else str(lk.cpu)
-        tracks.setdefault(f"cpu {cpu} other tasks' {lk.what}s", []).append(
-            (b, e, f"{lk.what} {lk.lock}", f"lock-{lk.what}", {"lock": lk.lock, "tid": lk.tid})
+        whose = "other tasks'" if lk.sandbox is None else "sandbox VMMs'"
+        args = {"lock": lk.lock, "tid": lk.tid, "sandbox": lk.sandbox, "stage": lk.stage}
+        tracks.setdefault(f"cpu {cpu} {whose} {lk.what}s", []).append(
+            (b, e, f"{lk.what} {lk.lock}", f"lock-{lk.what}", args)
         )
     if not tracks:
         return []

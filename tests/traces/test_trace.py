@@ -235,3 +235,46 @@ def test_simulated_round_trip_and_side_by_side(tmp_path: Path) -> None:
     measured = [e for e in events if e.get("cat") == "stage" and e["pid"] == 3]
     assert len(measured) == 10 and min(e["ts"] for e in measured) == 0.0  # from the origin
     json.dumps(doc, allow_nan=False)
+
+
+DATA = Path(__file__).resolve().parents[2] / "traces" / "data"
+
+
+def _properly_nested(events: list[dict[str, object]]) -> list[str]:
+    """Complete events that partially overlap on one thread (Perfetto mis-draws them)."""
+    by_thread: dict[tuple[object, object], list[tuple[int, int, str]]] = {}
+    for e in events:
+        if e.get("ph") == "X":
+            b = round(float(e["ts"]) * 1000)  # type: ignore[arg-type]
+            d = round(float(e["dur"]) * 1000)  # type: ignore[arg-type]
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((b, b + d, str(e["name"])))
+    bad = []
+    for key, spans in by_thread.items():
+        stack: list[tuple[int, int, str]] = []
+        for b, e, name in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while stack and stack[-1][1] <= b:
+                stack.pop()
+            if stack and e > stack[-1][1]:
+                bad.append(f"{key}: {name} [{b}, {e}] crosses {stack[-1]}")
+            stack.append((b, e, name))
+    return bad
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.jsonl.gz")))
+def test_recorded_traces_read_and_draw(name: str) -> None:
+    trace = read_trace(DATA / name)
+    assert trace.header.source == "testbed" and trace.header.host is not None
+    n = trace.header.scenario.sandboxes
+    assert {(s.sandbox, s.stage) for s in trace.spans} == {
+        (i, st) for i in range(n) for st in STAGES
+    }
+    assert (DATA / name).stat().st_size < 300_000
+    result = simulate(Scenario(cni="veth", sandboxes=n, cores=trace.header.host.cores), record=True)
+    doc = chrome_trace(trace, simulated=result.recording)
+    assert _properly_nested(doc["traceEvents"]) == []
+    groups = {
+        e["args"]["name"].split(" · ")[0]
+        for e in doc["traceEvents"]
+        if e.get("name") == "process_name"
+    }
+    assert groups == {"measured", "simulated"}
