@@ -160,6 +160,44 @@ def run_cmd(
         raise typer.Exit(1)
 
 
+@testbed_app.command("chrome")
+def chrome_cmd(
+    trace: Annotated[Path, typer.Argument(help="A recorded trace (.jsonl or .jsonl.gz).")],
+    output: Annotated[Path, typer.Argument(help="Chrome trace JSON to write (.gz compresses).")],
+    simulate_cni: Annotated[
+        str | None,
+        typer.Option(
+            "--simulate",
+            help="Also simulate this CNI with the trace's sandbox and core counts, side by side.",
+        ),
+    ] = None,
+    profile: Annotated[str, typer.Option(help="Profile of the simulation.")] = "paper-000",
+) -> None:
+    """Open a recorded storm (and, with --simulate, a simulated one) in ui.perfetto.dev."""
+    from ._api import simulate
+    from .models import Scenario
+    from .traces import TraceFormatError, read_trace, write_chrome_trace
+
+    try:
+        measured = read_trace(trace)
+    except (TraceFormatError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+    recording = None
+    if simulate_cni is not None:
+        host = measured.header.host
+        scenario = Scenario(
+            cni=simulate_cni,
+            sandboxes=measured.header.scenario.sandboxes,
+            profile=profile,
+            cores=host.cores if host is not None else None,
+        )
+        recording = simulate(scenario, record=True).recording
+    write_chrome_trace(output, measured, simulated=recording, title=trace.name)
+    _console().print(
+        f"Chrome trace written to [bold]{output}[/] — open it in https://ui.perfetto.dev"
+    )
+
+
 @testbed_app.command("sweep-leftovers")
 def sweep_cmd() -> None:
     """Remove what killed testbed runs left (bst- namespaces, links, cgroups, tracefs instances)."""

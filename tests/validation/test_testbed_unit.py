@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,38 @@ def test_summary_of_a_synthetic_storm() -> None:
     assert s.stage_mean_s["Cgroup"] == pytest.approx(0.15)
     assert s.rtnl.waits == 2 and s.rtnl.sandbox_waits == 1
     assert s.rtnl.wait_s == pytest.approx(0.25)
+
+
+def test_cli_run_needs_root(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bootstorm.cli import main
+
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    with pytest.raises(SystemExit) as exc:
+        main(["testbed", "run", "--sandboxes", "2"])
+    assert exc.value.code == 2
+    assert "error: testbed: the testbed needs root" in capsys.readouterr().err
+
+
+def test_cli_rejects_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
+    from bootstorm.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["testbed", "run", "--sandboxes", "0"])
+    assert exc.value.code == 2
+    assert "sandboxes" in capsys.readouterr().err
+
+
+def test_cli_chrome_side_by_side(tmp_path: Path) -> None:
+    import json
+
+    from bootstorm.cli import main
+
+    data = Path(__file__).resolve().parents[2] / "traces" / "data"
+    recorded = sorted(data.glob("*-25.jsonl.gz"))[0]
+    out = tmp_path / "both.json"
+    main(["testbed", "chrome", str(recorded), str(out), "--simulate", "veth"])
+    doc = json.loads(out.read_text())
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert "measured · sandboxes" in names and "simulated · sandboxes" in names
