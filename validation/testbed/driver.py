@@ -482,14 +482,14 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             )
             for sb in storm.sandboxes
         ]
-        for t in threads:
-            t.start()
-        if options.kernel_trace:
-            collector = KernelCollector(
-                softirqs=options.softirqs, buffer_size_kb=options.buffer_size_kb
-            )
-            collector.start()
         try:
+            for t in threads:
+                t.start()
+            if options.kernel_trace:
+                collector = KernelCollector(
+                    softirqs=options.softirqs, buffer_size_kb=options.buffer_size_kb
+                )
+                collector.start()
             origin_s = time.monotonic()
             barrier.wait()
             for t in threads:
@@ -498,8 +498,14 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
         except BaseException:
             storm.stop.set()
             barrier.abort()
+            for sb in storm.sandboxes:  # a VM's reader gets EOF instead of waiting it out
+                if sb.proc is not None:
+                    with contextlib.suppress(Exception):
+                        stop(sb.proc)
+            deadline = time.monotonic() + 10.0
             for t in threads:
-                t.join(timeout=10.0)
+                if t.is_alive():
+                    t.join(timeout=max(0.0, deadline - time.monotonic()))
             raise
         capture = collector.stop() if collector is not None else None
         spans = sorted((s for sb in storm.sandboxes for s in sb.spans), key=lambda s: s.start_s)
