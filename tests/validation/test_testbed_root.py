@@ -29,13 +29,17 @@ REGISTRY = Path("/run/bootstorm-testbed")
 TRACEFS_INSTANCES = Path("/sys/kernel/tracing/instances")
 
 
+def _netns() -> list[str]:
+    return os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+
+
 def _objects_of(run: str, pid: int | None = None) -> list[str]:
     """Everything left of run ``run`` (and of process ``pid``'s collector)."""
     from pyroute2 import IPRoute
 
     from bootstorm.validation.testbed._cgroup import cgroup2_root
 
-    left = [f"netns {n}" for n in os.listdir("/run/netns") if n.startswith(f"bst-{run}-")]
+    left = [f"netns {n}" for n in _netns() if n.startswith(f"bst-{run}-")]
     with IPRoute() as ipr:
         left += [
             f"link {n}"
@@ -131,7 +135,7 @@ def _start_run(sandboxes: int) -> tuple[subprocess.Popen[bytes], str]:
                         run = entry.name
                 except (OSError, ValueError):
                     continue
-        if run is not None and any(n.startswith(f"bst-{run}-") for n in os.listdir("/run/netns")):
+        if run is not None and any(n.startswith(f"bst-{run}-") for n in _netns()):
             return proc, run
         if proc.poll() is not None:
             break
@@ -159,3 +163,29 @@ def test_sigkill_mid_run_is_swept() -> None:
     report = sweep_leftovers()
     assert any(n.startswith(f"bst-{run}-") for n in report.netns)
     assert _objects_of(run, proc.pid) == []
+
+
+def test_netprio_without_a_v1_mount_is_refused_cleanly() -> None:
+    from bootstorm.validation.testbed import StormOptions, TestbedError, run_storm
+    from bootstorm.validation.testbed._cgroup import netprio_root
+
+    try:
+        netprio_root()
+    except TestbedError:
+        pass
+    else:
+        pytest.skip("a v1 net_prio hierarchy is mounted here; the refusal cannot be shown")
+    before = set(_netns())
+    with pytest.raises(TestbedError, match="net_prio"):
+        run_storm(StormOptions(sandboxes=2, netprio_ifpriomap=True, kernel_trace=False))
+    assert {n for n in _netns() if n.startswith("bst-")} <= before
+
+
+def test_softirqs_on_request() -> None:
+    from bootstorm.validation.testbed import StormOptions, run_storm
+
+    result = run_storm(StormOptions(sandboxes=4, vm=False, softirqs=True))
+    kt = result.trace.header.kernel_trace
+    assert kt is not None and "irq:softirq_entry" in kt.events
+    assert result.trace.softirqs, "no softirq at all in a storm (timers run every tick)"
+    assert _objects_of(result.run) == []

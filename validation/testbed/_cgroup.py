@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from .._names import CGROUP_PARENT
+from ._errors import TestbedError
 
 __all__ = [
     "CgroupError",
@@ -37,7 +38,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class CgroupError(RuntimeError):
+class CgroupError(TestbedError):
     """cgroup v2 (or net_prio, when asked for) is not available."""
 
 

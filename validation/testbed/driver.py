@@ -60,6 +60,7 @@ from bootstorm.traces import (
 
 from .._names import CGROUP_PARENT
 from ._cgroup import add_process, cgroup2_root, netprio_root, remove_tree, write_ifpriomap
+from ._errors import TestbedError
 from ._leftovers import (
     RunNames,
     new_run_id,
@@ -88,10 +89,6 @@ _INGRESS = 0xFFFF0000
 _INNER_IF = "eth0"
 _TAP_IF = "tap0"
 _INNER_ADDR = ("10.88.0.2", 16)  # every sandbox the same: the namespaces are isolated
-
-
-class TestbedError(RuntimeError):
-    """The testbed cannot run here (not root, no cgroup v2...)."""
 
 
 class StormOptions(BaseModel):
