@@ -117,16 +117,38 @@ def _locks(draw: st.DrawFn) -> LockSpan:
     )
 
 
+@st.composite
+def _others(draw: st.DrawFn) -> tuple[SoftirqSpan | AdmitSpan | Arrival, ...]:
+    out: list[SoftirqSpan | AdmitSpan | Arrival] = []
+    for _ in range(draw(st.integers(0, 6))):
+        a, b = sorted((draw(_times), draw(_times)))
+        kind = draw(st.sampled_from(["softirq", "admit", "arrival"]))
+        if kind == "softirq":
+            cpu = draw(st.integers(0, 64))
+            out.append(SoftirqSpan(vec=draw(_names), cpu=cpu, start_s=a, end_s=b))
+        elif kind == "admit":
+            stage = draw(st.sampled_from(STAGES))
+            out.append(AdmitSpan(sandbox=draw(st.integers(0, 9)), stage=stage, start_s=a, end_s=b))
+        else:
+            out.append(Arrival(sandbox=draw(st.integers(0, 9)), t_s=a))
+    return tuple(out)
+
+
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     spans=st.lists(_spans(), max_size=20),
     locks=st.lists(_locks(), max_size=20),
+    others=_others(),
     gz=st.booleans(),
 )
 def test_round_trip_property(
-    tmp_path: Path, spans: list[StageSpan], locks: list[LockSpan], gz: bool
+    tmp_path: Path,
+    spans: list[StageSpan],
+    locks: list[LockSpan],
+    others: tuple[SoftirqSpan | AdmitSpan | Arrival, ...],
+    gz: bool,
 ) -> None:
-    trace = Trace(header=_header(), spans=tuple(spans), locks=tuple(locks))
+    trace = Trace.of(_header(), [*spans, *locks, *others])
     path = tmp_path / ("t.jsonl.gz" if gz else "t.jsonl")
     write_trace(trace, path)
     assert read_trace(path) == trace

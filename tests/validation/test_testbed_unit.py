@@ -83,6 +83,10 @@ def test_options_are_validated() -> None:
     with pytest.raises(ValueError, match="peer"):
         StormOptions(peer="sideways")  # type: ignore[arg-type]
     assert StormOptions().netprio_ifpriomap is False  # off unless asked for
+    from bootstorm.models import TunedConfig
+
+    with pytest.raises(ValueError, match=r"config\.limits: unknown stage 'Boot'"):
+        StormOptions(config=TunedConfig(limits={"Boot": 3}))
 
 
 def test_qemu_command_line() -> None:

@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pyroute2 import IPRoute
 
 from bootstorm.models.tuned import TunedConfig
@@ -134,6 +134,16 @@ class StormOptions(BaseModel):
     buffer_size_kb: int = Field(default=32 * 1024, ge=64)
     max_lock_spans: int | None = Field(default=None, ge=0)
     config: TunedConfig | None = None
+
+    @model_validator(mode="after")
+    def _known_stages(self) -> StormOptions:
+        for stage in self.config.limits if self.config is not None else {}:
+            if stage not in STAGES:
+                raise ValueError(
+                    f"config.limits: unknown stage {stage!r}; the testbed's stages are "
+                    f"{', '.join(STAGES)}"
+                )
+        return self
 
 
 @dataclass(frozen=True)
