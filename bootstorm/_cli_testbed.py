@@ -210,7 +210,7 @@ def sweep_cmd() -> None:
     if not report.total:
         console.print("nothing left over")
         return
-    for kind in ("processes", "netns", "links", "cgroups", "tracefs", "registry"):
+    for kind in ("processes", "netns", "links", "cgroups", "tracefs", "registry", "workdirs"):
         items = getattr(report, kind)
         if items:
             console.print(f"removed {len(items)} {kind}: {', '.join(map(str, items[:8]))}")

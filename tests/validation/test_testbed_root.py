@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -49,6 +50,7 @@ def _objects_of(run: str, pid: int | None = None) -> list[str]:
     cg = cgroup2_root() / "bootstorm-testbed" / run
     if cg.exists():
         left.append(f"cgroup {cg}")
+    left += [f"workdir {p}" for p in Path(tempfile.gettempdir()).glob(f"bootstorm-testbed-{run}-*")]
     if (REGISTRY / run).exists():
         left.append(f"registry {run}")
     if pid is not None and (TRACEFS_INSTANCES / f"bootstorm-{pid}").exists():

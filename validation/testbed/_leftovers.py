@@ -14,8 +14,10 @@ import itertools
 import logging
 import os
 import secrets
+import shutil
 import signal
 import string
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from ._netns import list_netns, remove_netns
 
 __all__ = [
     "REGISTRY_DIR",
+    "WORKDIR_PREFIX",
     "RunNames",
     "SweepReport",
     "new_run_id",
@@ -38,6 +41,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 REGISTRY_DIR = Path("/run/bootstorm-testbed")
+#: A run's work directory (its built guest stub): ``$TMPDIR/bootstorm-testbed-<run>-*``.
+WORKDIR_PREFIX = "bootstorm-testbed-"
 _RUN_ALPHABET = string.ascii_lowercase + string.digits
 _RUN_LEN = 4
 
@@ -137,6 +142,7 @@ class SweepReport:
     processes: list[int] = field(default_factory=list)
     registry: list[str] = field(default_factory=list)
     tracefs: list[str] = field(default_factory=list)
+    workdirs: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -149,6 +155,7 @@ class SweepReport:
                 self.processes,
                 self.registry,
                 self.tracefs,
+                self.workdirs,
             )
         )
 
@@ -205,6 +212,12 @@ def sweep_leftovers(*, keep: set[str] | None = None) -> SweepReport:
                     report.cgroups.append(str(child))
             with contextlib.suppress(OSError):
                 parent.rmdir()  # only succeeds when no run uses it
+    # Work directories (the built guest stub) of killed runs.
+    for workdir in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        run = workdir.name[len(WORKDIR_PREFIX) :].partition("-")[0]
+        if len(run) == _RUN_LEN and run not in live and workdir.is_dir():
+            shutil.rmtree(workdir, ignore_errors=True)
+            report.workdirs.append(str(workdir))
     with contextlib.suppress(FileNotFoundError):
         for entry in REGISTRY_DIR.iterdir():
             if entry.name not in live:

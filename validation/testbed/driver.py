@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -62,6 +63,7 @@ from .._names import CGROUP_PARENT
 from ._cgroup import add_process, cgroup2_root, netprio_root, remove_tree, write_ifpriomap
 from ._errors import TestbedError
 from ._leftovers import (
+    WORKDIR_PREFIX,
     RunNames,
     new_run_id,
     register_run,
@@ -209,9 +211,9 @@ def _signals_deferred() -> Iterator[None]:
 class _Storm:
     """One run: its names, its sandboxes, and their cleanup."""
 
-    def __init__(self, options: StormOptions, admission: Admission | None) -> None:
+    def __init__(self, options: StormOptions, admission: Admission | None, run: str) -> None:
         self.options = options
-        self.run = new_run_id()
+        self.run = run  # registered already: a sweep elsewhere spares what we make
         self.names = RunNames(self.run)
         self.sandboxes = [_Sandbox(i) for i in range(options.sandboxes)]
         self.pool_netns: list[str] = []
@@ -219,7 +221,7 @@ class _Storm:
         self.stop = threading.Event()
         self.cgroup_run: Path | None = None
         self.netprio_run: Path | None = None
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"bootstorm-testbed-{self.run}-"))
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{self.run}-"))
         self.runner = self._runner()
         limits = options.config.limits if options.config else {}
         self._own_admission = admission is None
@@ -229,9 +231,14 @@ class _Storm:
         opts = self.options
         ok, why = vm_available()
         if opts.vm and ok:
+            try:
+                stub = build_stub(self.workdir)
+            except BaseException:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+                raise
             return VmRunner(
                 mode="qemu-microvm",
-                stub=build_stub(self.workdir),
+                stub=stub,
                 memory_mib=opts.vm_memory_mib,
                 mem_prealloc=opts.mem_prealloc,
             )
@@ -431,10 +438,7 @@ class _Storm:
                     remove_tree(run_dir)
                     with contextlib.suppress(OSError):
                         run_dir.parent.rmdir()  # our parent, if no other run uses it
-            for child in self.workdir.glob("*"):
-                child.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                self.workdir.rmdir()
+            shutil.rmtree(self.workdir, ignore_errors=True)
             unregister_run(self.run)
 
 
@@ -467,8 +471,13 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
         softirq_spans,
     )
 
-    storm = _Storm(options, admission)
-    register_run(storm.run)
+    run = new_run_id()
+    register_run(run)
+    try:
+        storm = _Storm(options, admission, run)
+    except BaseException:
+        unregister_run(run)
+        raise
     collector: KernelCollector | None = None
     try:
         sweep_leftovers(keep={storm.run})
