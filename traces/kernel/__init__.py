@@ -15,17 +15,16 @@ from ._parse import (
     read_kallsyms,
 )
 from .collector import (
-    DEFAULT_BUFFER_SIZE_KB,
     KernelCapture,
     KernelCollector,
     TracefsError,
+    default_buffer_size_kb,
     sweep_instances,
 )
 
 __all__ = [
     "CGROUP_MUTEX",
     "CSS_SET_LOCK",
-    "DEFAULT_BUFFER_SIZE_KB",
     "RTNL",
     "Contention",
     "KernelCapture",
@@ -34,6 +33,7 @@ __all__ = [
     "LockNamer",
     "SoftirqRun",
     "TracefsError",
+    "default_buffer_size_kb",
     "join_contention",
     "pair_contention",
     "pair_softirqs",

@@ -11,8 +11,9 @@ request).
 It reads the buffer once, at the end, rather than ``trace_pipe`` during the
 run: on a 2-core host a reader thread parsing text in Python would compete
 for the cores (and the GIL) with the very storm it measures. The buffer is
-made large instead (``buffer_size_kb`` per CPU, 32 MiB by default: a
-100-sandbox storm writes a few MiB of events with stacks) and set to
+made large instead (``buffer_size_kb`` per CPU; by default 64 MiB in all,
+at least 4 MiB per CPU: a 100-sandbox storm on 2 cores writes a few MiB of
+events with stacks, so this leaves a wide margin) and set to
 ``overwrite=0``, so if it ever fills the *newest* events are dropped and
 counted (``overrun`` in the trace header) rather than silently losing the
 storm's start.
@@ -47,10 +48,10 @@ from ._parse import (
 )
 
 __all__ = [
-    "DEFAULT_BUFFER_SIZE_KB",
     "KernelCapture",
     "KernelCollector",
     "TracefsError",
+    "default_buffer_size_kb",
     "sweep_instances",
 ]
 
@@ -60,7 +61,15 @@ TRACEFS = Path("/sys/kernel/tracing")
 #: ``<pid>`` files of collectors that mounted tracefs, so that the sweep can
 #: unmount what a SIGKILLed collector mounted (and nothing else).
 MOUNT_MARKERS = Path("/run/bootstorm-tracefs-mounts")
-DEFAULT_BUFFER_SIZE_KB = 32 * 1024
+DEFAULT_BUFFER_TOTAL_KB = 64 * 1024
+MIN_BUFFER_PER_CPU_KB = 4 * 1024
+
+
+def default_buffer_size_kb() -> int:
+    """Per-CPU buffer: 64 MiB over all CPUs, at least 4 MiB each."""
+    return max(MIN_BUFFER_PER_CPU_KB, DEFAULT_BUFFER_TOTAL_KB // (os.cpu_count() or 1))
+
+
 LOCK_EVENTS = ("lock/contention_begin", "lock/contention_end")
 SOFTIRQ_EVENTS = ("irq/softirq_entry", "irq/softirq_exit")
 _UMOUNT_FLAGS = 0  # no MNT_DETACH: a busy mount stays, and we say so
@@ -150,9 +159,11 @@ class KernelCollector:
         self,
         *,
         softirqs: bool = False,
-        buffer_size_kb: int = DEFAULT_BUFFER_SIZE_KB,
+        buffer_size_kb: int | None = None,
         tracefs: Path = TRACEFS,
     ) -> None:
+        if buffer_size_kb is None:
+            buffer_size_kb = default_buffer_size_kb()
         if buffer_size_kb < 64:
             raise ValueError(f"buffer_size_kb: must be at least 64, but got {buffer_size_kb}")
         self.softirqs = softirqs

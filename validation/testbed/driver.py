@@ -113,7 +113,8 @@ class StormOptions(BaseModel):
     vm_memory_mib, mem_prealloc:
         Guest memory, and whether QEMU zeroes it all up front.
     kernel_trace, softirqs, buffer_size_kb:
-        Collect contention (and softirq) spans from a tracefs instance.
+        Collect contention (and softirq) spans from a tracefs instance, with
+        this per-CPU buffer (None: the collector's default).
     max_lock_spans:
         Keep at most this many kernel lock spans in the trace: spans of
         RTNL, cgroup_mutex and css_set_lock joined to a sandbox first, then
@@ -133,7 +134,7 @@ class StormOptions(BaseModel):
     mem_prealloc: bool = False
     kernel_trace: bool = True
     softirqs: bool = False
-    buffer_size_kb: int = Field(default=32 * 1024, ge=64)
+    buffer_size_kb: int | None = Field(default=None, ge=64)
     max_lock_spans: int | None = Field(default=None, ge=0)
     config: TunedConfig | None = None
 
