@@ -6,10 +6,10 @@ Kata sandbox's network start performs, through in-process netlink
 (pyroute2), timed on CLOCK_MONOTONIC with the thread id:
 
 - **NetNS**: a named network namespace ``bst-<run>-<i>`` (unshare + bind
-  mount, as ``ip netns add``) and a netlink socket inside it — or one taken
-  from the pre-created pool;
-- **AddCNI**: a veth pair, the peer created inside the namespace or created
-  on the host and moved in; both ends up, an address on the inner end;
+  mount, as ``ip netns add``) — or one taken from the pre-created pool;
+- **AddCNI**: a netlink socket opened inside the namespace (as a CNI plugin
+  entering it), a veth pair, the peer created inside the namespace or
+  created on the host and moved in; both ends up, an address on the inner end;
 - **Cgroup**: a cgroup-v2 directory (``cgroup_mkdir`` under cgroup_mutex),
   optionally a net_prio ``ifpriomap`` write (takes RTNL; off by default, see
   :mod:`._cgroup`);
@@ -307,15 +307,16 @@ class _Storm:
         if pooled is not None:
             sb.netns = pooled
             sb.ns_fd = os.open(f"/run/netns/{pooled}", os.O_RDONLY)
-            with entered(sb.ns_fd):
-                sb.ns_ipr = IPRoute()
             return
         sb.netns = self.names.netns(sb.index)
         sb.ns_fd = create_netns_here(sb.netns)
-        with entered(sb.ns_fd):
-            sb.ns_ipr = IPRoute()  # its netlink socket lives in the sandbox's namespace
 
     def _add_cni(self, sb: _Sandbox) -> None:
+        assert sb.ns_fd is not None
+        # A CNI plugin enters the sandbox's namespace for its netlink work:
+        # the socket opened there stays bound to it.
+        with entered(sb.ns_fd):
+            sb.ns_ipr = IPRoute()
         host, ns = sb.host_ipr, sb.ns_ipr
         host_link = self.names.host_link(sb.index)
         if self.options.peer == "in-netns":
