@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 import signal
+import sys
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -82,6 +85,9 @@ def run_cmd(
     max_lock_spans: Annotated[
         int | None, typer.Option(help="Keep at most this many kernel lock spans in the trace.")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+    ] = False,
 ) -> None:
     """Start SANDBOXES sandboxes at once and print makespan, startup, stages and RTNL contention."""
     from .traces import write_chrome_trace, write_trace
@@ -124,6 +130,21 @@ def run_cmd(
         write_chrome_trace(chrome, result.trace, title=f"testbed {sandboxes} sandboxes")
     s = summarize(result.trace)
     h = result.trace.header
+    if as_json:
+        payload = {
+            "run": result.run,
+            "header": h.model_dump(mode="json"),
+            # No sandbox completed: the statistics are null, not NaN (not JSON).
+            **{
+                k: None if isinstance(v, float) and math.isnan(v) else v
+                for k, v in dataclasses.asdict(s).items()
+            },
+            "failures": list(result.failures),
+        }
+        sys.stdout.write(json.dumps(payload, allow_nan=False, default=str) + "\n")
+        if result.failures:
+            raise typer.Exit(1)
+        return
     table = Table(
         title=f"testbed storm {result.run}: {sandboxes} × {h.scenario.cni}, {h.scenario.vm}"
     )
