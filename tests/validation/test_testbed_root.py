@@ -191,3 +191,18 @@ def test_softirqs_on_request() -> None:
     assert kt is not None and "irq:softirq_entry" in kt.events
     assert result.trace.softirqs, "no softirq at all in a storm (timers run every tick)"
     assert _objects_of(result.run) == []
+
+
+def test_cli_json_and_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from bootstorm.cli import main
+    from bootstorm.traces import read_trace
+
+    out = tmp_path / "storm.jsonl.gz"
+    main(["testbed", "run", "--sandboxes", "3", "--no-vm", "--json", "--trace", str(out)])
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["completed"] == 3 and payload["failures"] == []
+    assert payload["header"]["scenario"]["cni"] == "veth-peer-in-netns"
+    assert read_trace(out).header == read_trace(out).header  # a whole, readable file
+    assert _objects_of(payload["run"]) == []
