@@ -170,7 +170,6 @@ class KernelCollector:
         self.buffer_size_kb = buffer_size_kb
         self.tracefs = tracefs
         self.instance = tracefs / "instances" / f"{_instance_prefix()}{os.getpid()}"
-        self._mounted_here = False
         self._events = LOCK_EVENTS + (SOFTIRQ_EVENTS if softirqs else ())
         self.capture: KernelCapture | None = None
 
@@ -195,7 +194,6 @@ class KernelCollector:
             raise TracefsError("the kernel collector needs root")
         if not _is_mounted(self.tracefs):
             _mount(self.tracefs)
-            self._mounted_here = True
             MOUNT_MARKERS.mkdir(parents=True, exist_ok=True)
             (MOUNT_MARKERS / str(os.getpid())).touch()
         atexit.register(self.close)
@@ -247,19 +245,33 @@ class KernelCollector:
             atexit.unregister(self.close)
         if self.instance.exists():
             _remove_instance(self.instance)
-        if self._mounted_here:
-            self._mounted_here = False
-            _unmount_if_unused(self.tracefs, os.getpid())
+        if _is_mounted(self.tracefs):
+            _release_mounts(self.tracefs, own_pid=os.getpid())
 
 
-def _unmount_if_unused(tracefs: Path, pid: int) -> None:
-    """Unmount tracefs mounted by ``pid`` unless a collector's instance still needs it."""
-    others = list((tracefs / "instances").glob(f"{_instance_prefix()}*"))
-    if not others:
-        _umount(tracefs)
-    (MOUNT_MARKERS / str(pid)).unlink(missing_ok=True)
+def _release_mounts(tracefs: Path, *, own_pid: int | None = None) -> bool:
+    """Unmount tracefs that this collector or a dead one mounted, once no instance needs it.
+
+    While any ``bootstorm-*`` instance exists the markers stay, so whichever
+    collector (or sweep) finishes last unmounts; a mount nobody marked (it
+    was there before us) is never touched.
+    """
+    try:
+        markers = [
+            m
+            for m in MOUNT_MARKERS.iterdir()
+            if m.name.isdigit() and (int(m.name) == own_pid or not _pid_alive(int(m.name)))
+        ]
+    except FileNotFoundError:
+        return False
+    if not markers or list((tracefs / "instances").glob(f"{_instance_prefix()}*")):
+        return False
+    _umount(tracefs)
+    for marker in markers:
+        marker.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         MOUNT_MARKERS.rmdir()
+    return True
 
 
 def _pid_alive(pid: int) -> bool:
@@ -296,11 +308,8 @@ def sweep_instances(tracefs: Path = TRACEFS) -> list[str]:
                 _remove_instance(inst)
                 removed.append(inst.name)
         # tracefs that a killed collector mounted: unmounted once nobody uses it.
-        with contextlib.suppress(FileNotFoundError):
-            for marker in sorted(MOUNT_MARKERS.iterdir()):
-                if marker.name.isdigit() and not _pid_alive(int(marker.name)):
-                    _unmount_if_unused(tracefs, int(marker.name))
-                    mounted_here = False
+        if _release_mounts(tracefs):
+            mounted_here = False
     finally:
         if mounted_here:
             _umount(tracefs)

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MARKER", "VmError", "VmRunner", "build_stub", "vm_available"]
+__all__ = ["MARKER", "VmError", "VmRunner", "build_stub", "stop", "vm_available"]
 
 log = logging.getLogger(__name__)
 
