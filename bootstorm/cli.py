@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from ._api import simulate
+from ._cli_testbed import testbed_app
 from ._io import write_atomically
 from ._render import comparison_table, result_tables, target_table
 from .models import ConfigError, Scenario, available_profiles
@@ -29,6 +30,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.add_typer(testbed_app)
 console = Console()
 if not console.is_terminal:  # piped or captured: don't squeeze tables into 80 columns
     console = Console(width=140)

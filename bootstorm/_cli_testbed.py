@@ -1,0 +1,237 @@
+"""``bootstorm testbed``: real boot storms on this host (root), and the leftovers sweep."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from .models import ConfigError, TunedConfig
+from .models._errors import format_validation_error
+
+__all__ = ["testbed_app"]
+
+testbed_app = typer.Typer(
+    name="testbed",
+    help="Real boot storms on this host (root): netns, veth, cgroup, tap + tc, microVM.",
+    no_args_is_help=True,
+)
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=120)
+
+
+def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    # SIGTERM unwinds like Ctrl-C, through every finally that removes what was made.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _ms(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x * 1e3:,.1f}"
+
+
+@testbed_app.command("run")
+def run_cmd(
+    sandboxes: Annotated[int, typer.Option(help="Sandboxes started at once.")] = 8,
+    config: Annotated[
+        Path | None, typer.Option(help="Tuned config YAML: stage limits and a netns pool.")
+    ] = None,
+    trace: Annotated[
+        Path | None, typer.Option(help="Write the trace here (JSON Lines; .gz compresses).")
+    ] = None,
+    chrome: Annotated[
+        Path | None, typer.Option(help="Also write a Chrome trace for ui.perfetto.dev.")
+    ] = None,
+    peer_in_netns: Annotated[
+        bool,
+        typer.Option(
+            "--peer-in-netns/--peer-moved",
+            help="Create the veth peer inside the namespace, or on the host and move it.",
+        ),
+    ] = True,
+    netprio_ifpriomap: Annotated[
+        bool,
+        typer.Option(
+            "--netprio-ifpriomap",
+            help="Write net_prio ifpriomap in Cgroup. Changes kernel-wide cgroup socket "
+            "matching until reboot; needs a mounted v1 net_prio hierarchy.",
+        ),
+    ] = False,
+    vm: Annotated[
+        bool, typer.Option("--vm/--no-vm", help="QEMU microVM in StartVM (if available).")
+    ] = True,
+    vm_memory_mib: Annotated[int, typer.Option(help="Guest memory per microVM, MiB.")] = 64,
+    mem_prealloc: Annotated[
+        bool, typer.Option("--mem-prealloc", help="QEMU zeroes all guest memory up front.")
+    ] = False,
+    kernel_trace: Annotated[
+        bool,
+        typer.Option("--kernel-trace/--no-kernel-trace", help="Collect lock contention spans."),
+    ] = True,
+    softirqs: Annotated[bool, typer.Option(help="Also collect softirq spans.")] = False,
+    max_lock_spans: Annotated[
+        int | None, typer.Option(help="Keep at most this many kernel lock spans in the trace.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+    ] = False,
+) -> None:
+    """Start SANDBOXES sandboxes at once and print makespan, startup, stages and RTNL contention."""
+    from .traces import write_chrome_trace, write_trace
+    from .validation.testbed import StormOptions, TestbedError, run_storm, summarize
+
+    console = _console()
+    tuned = TunedConfig.from_yaml(config) if config is not None else None
+    try:
+        options = StormOptions(
+            sandboxes=sandboxes,
+            peer="in-netns" if peer_in_netns else "moved",
+            netprio_ifpriomap=netprio_ifpriomap,
+            vm=vm,
+            vm_memory_mib=vm_memory_mib,
+            mem_prealloc=mem_prealloc,
+            kernel_trace=kernel_trace,
+            softirqs=softirqs,
+            max_lock_spans=max_lock_spans,
+            config=tuned,
+        )
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc)) from None
+    # Installed even where SIGINT was ignored (a shell's background job): a
+    # Ctrl-C or kill -INT must always unwind through the cleanup.
+    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with console.status(f"storm of {sandboxes} sandboxes …"):
+            result = run_storm(options)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: everything the run made was removed[/]")
+        raise typer.Exit(130) from None
+    except (TestbedError, OSError) as exc:
+        raise ConfigError(f"testbed: {exc}") from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if trace is not None:
+        write_trace(result.trace, trace)
+    if chrome is not None:
+        write_chrome_trace(chrome, result.trace, title=f"testbed {sandboxes} sandboxes")
+    s = summarize(result.trace)
+    h = result.trace.header
+    if as_json:
+        payload = {
+            "run": result.run,
+            "header": h.model_dump(mode="json"),
+            # No sandbox completed: the statistics are null, not NaN (not JSON).
+            **{
+                k: None if isinstance(v, float) and math.isnan(v) else v
+                for k, v in dataclasses.asdict(s).items()
+            },
+            "failures": list(result.failures),
+        }
+        sys.stdout.write(json.dumps(payload, allow_nan=False, default=str) + "\n")
+        if result.failures:
+            raise typer.Exit(1)
+        return
+    table = Table(
+        title=f"testbed storm {result.run}: {sandboxes} × {h.scenario.cni}, {h.scenario.vm}"
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("completed", f"{s.completed} / {s.sandboxes}")
+    table.add_row("makespan", f"{_ms(s.makespan_s)} ms")
+    table.add_row(
+        "startup mean / p50 / p99",
+        f"{_ms(s.startup_mean_s)} / {_ms(s.startup_p50_s)} / {_ms(s.startup_p99_s)} ms",
+    )
+    for stage, mean in s.stage_mean_s.items():
+        table.add_row(f"  {stage} mean", f"{_ms(mean)} ms")
+    if h.kernel_trace is not None:
+        table.add_row("RTNL contention: waits", str(s.rtnl.waits))
+        table.add_row("RTNL contention: total wait", f"{_ms(s.rtnl.wait_s)} ms")
+        table.add_row("  of it by sandbox threads", f"{s.rtnl.sandbox_waits} waits")
+        for name in ("cgroup_mutex", "css_set_lock"):
+            if name in s.locks:
+                lk = s.locks[name]
+                table.add_row(f"{name} contention", f"{lk.waits} waits, {_ms(lk.wait_s)} ms")
+    console.print(table)
+    for note in h.notes:
+        console.print(f"[dim]note: {note}[/]")
+    if trace is not None:
+        console.print(f"trace written to [bold]{trace}[/]")
+    if chrome is not None:
+        console.print(
+            f"Chrome trace written to [bold]{chrome}[/] — open it in https://ui.perfetto.dev"
+        )
+    if result.failures:
+        for failure in result.failures[:10]:
+            console.print(f"[red]sandbox {failure}[/]")
+        raise typer.Exit(1)
+
+
+@testbed_app.command("chrome")
+def chrome_cmd(
+    trace: Annotated[Path, typer.Argument(help="A recorded trace (.jsonl or .jsonl.gz).")],
+    output: Annotated[Path, typer.Argument(help="Chrome trace JSON to write (.gz compresses).")],
+    simulate_cni: Annotated[
+        str | None,
+        typer.Option(
+            "--simulate",
+            help="Also simulate this CNI with the trace's sandbox and core counts, side by side.",
+        ),
+    ] = None,
+    profile: Annotated[str, typer.Option(help="Profile of the simulation.")] = "paper-000",
+) -> None:
+    """Open a recorded storm (and, with --simulate, a simulated one) in ui.perfetto.dev."""
+    from ._api import simulate
+    from .models import Scenario
+    from .traces import TraceFormatError, read_trace, write_chrome_trace
+
+    try:
+        measured = read_trace(trace)
+    except (TraceFormatError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+    recording = None
+    if simulate_cni is not None:
+        host = measured.header.host
+        scenario = Scenario(
+            cni=simulate_cni,
+            sandboxes=measured.header.scenario.sandboxes,
+            profile=profile,
+            cores=host.cores if host is not None else None,
+        )
+        recording = simulate(scenario, record=True).recording
+    write_chrome_trace(output, measured, simulated=recording, title=trace.name)
+    _console().print(
+        f"Chrome trace written to [bold]{output}[/] — open it in https://ui.perfetto.dev"
+    )
+
+
+@testbed_app.command("sweep-leftovers")
+def sweep_cmd() -> None:
+    """Remove what killed testbed runs left (bst- namespaces, links, cgroups, tracefs instances)."""
+    from .validation.testbed import sweep_leftovers
+
+    if os.geteuid() != 0:
+        raise ConfigError("testbed: sweep-leftovers needs root")
+    report = sweep_leftovers()
+    console = _console()
+    if not report.total:
+        console.print("nothing left over")
+        return
+    for kind in ("processes", "netns", "links", "cgroups", "tracefs", "registry", "workdirs"):
+        items = getattr(report, kind)
+        if items:
+            console.print(f"removed {len(items)} {kind}: {', '.join(map(str, items[:8]))}")

@@ -1,0 +1,163 @@
+"""Testbed pieces that need no root: admission, names, summary, options."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bootstorm.traces import (
+    Arrival,
+    LockSpan,
+    ScenarioFacts,
+    StageSpan,
+    Trace,
+    TraceHeader,
+)
+from bootstorm.validation._names import LINK_PREFIX, NETNS_PREFIX, owned_link, owned_netns
+from bootstorm.validation.testbed import LocalAdmission, StormOptions, summarize
+from bootstorm.validation.testbed._leftovers import RunNames, _run_of_link, _run_of_netns
+from bootstorm.validation.testbed._vm import VmRunner
+
+STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
+
+
+def test_stage_limit_is_enforced() -> None:
+    adm = LocalAdmission(limits={"Cgroup": 2})
+    inside = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        nonlocal inside, peak
+        with adm.stage("Cgroup", f"s{i}"):
+            with lock:
+                inside += 1
+                peak = max(peak, inside)
+            time.sleep(0.01)
+            with lock:
+                inside -= 1
+        with adm.stage("NetNS", f"s{i}"):  # unlimited
+            pass
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak == 2
+
+
+def test_pool_take_until_empty() -> None:
+    adm = LocalAdmission(pools={"netns": ["a", "b"]})
+    assert [adm.take("netns", "x"), adm.take("netns", "y"), adm.take("netns", "z")] == [
+        "a",
+        "b",
+        None,
+    ]
+    assert adm.take("vport", "x") is None
+    with pytest.raises(ValueError, match=r"limits\.Cgroup: must be at least 1, but got 0"):
+        LocalAdmission(limits={"Cgroup": 0})
+
+
+def test_names_carry_prefixes_and_run() -> None:
+    names = RunNames("ab12")
+    assert names.netns(3) == f"{NETNS_PREFIX}ab12-3" and owned_netns(names.netns(3))
+    assert names.pool_netns(0) == "bst-ab12-p0"
+    link = names.host_link(99999)
+    assert link.startswith(LINK_PREFIX) and owned_link(link) and len(link) <= 15
+    assert _run_of_netns(names.netns(7)) == "ab12"
+    assert _run_of_netns(names.pool_netns(7)) == "ab12"
+    assert _run_of_netns("bstpool-netns-1") is None  # the agent's, not ours
+    assert _run_of_link(link) == "ab12" and _run_of_link(names.moved_peer(4)) == "ab12"
+    assert _run_of_link("bsp12") is None and _run_of_link("eth0") is None
+    with pytest.raises(ValueError, match="longer than 15 bytes"):
+        names.host_link(10**8)
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="sandboxes"):
+        StormOptions(sandboxes=0)
+    with pytest.raises(ValueError, match="peer"):
+        StormOptions(peer="sideways")  # type: ignore[arg-type]
+    assert StormOptions().netprio_ifpriomap is False  # off unless asked for
+    from bootstorm.models import TunedConfig
+
+    with pytest.raises(ValueError, match=r"config\.limits: unknown stage 'Boot'"):
+        StormOptions(config=TunedConfig(limits={"Boot": 3}))
+
+
+def test_qemu_command_line() -> None:
+    from pathlib import Path
+
+    runner = VmRunner(mode="qemu-microvm", stub=Path("/x/stub.elf"), mem_prealloc=True)
+    argv = runner.qemu_argv("bst-ab12-0", 7)
+    assert "-mem-prealloc" in argv and "tap,id=n0,fd=7,vhost=off" in argv
+    assert argv[argv.index("-cpu") + 1] == "host,-arch-capabilities"
+    assert "-mem-prealloc" not in VmRunner(mode="qemu-microvm", stub=Path("s")).qemu_argv("n", 3)
+
+
+def test_summary_of_a_synthetic_storm() -> None:
+    spans = []
+    for sb in range(2):
+        t = 10.0
+        for stage in STAGES:
+            spans.append(StageSpan(sandbox=sb, stage=stage, start_s=t, end_s=t + 0.1 * (sb + 1)))
+            t += 0.1 * (sb + 1)
+    trace = Trace(
+        header=TraceHeader(
+            source="testbed",
+            origin_s=10.0,
+            scenario=ScenarioFacts(sandboxes=3, cni="veth-peer-in-netns"),
+        ),
+        spans=tuple(spans),
+        arrivals=tuple(Arrival(sandbox=i, t_s=10.0) for i in range(3)),
+        locks=(
+            LockSpan(lock="rtnl", sandbox=0, stage="AddCNI", start_s=10.1, end_s=10.15),
+            LockSpan(lock="rtnl", start_s=10.1, end_s=10.3),
+        ),
+    )
+    s = summarize(trace)
+    assert s.completed == 2 and s.sandboxes == 3
+    assert s.makespan_s == pytest.approx(1.0)
+    assert s.startup_mean_s == pytest.approx(0.75)
+    assert s.stage_mean_s["Cgroup"] == pytest.approx(0.15)
+    assert s.rtnl.waits == 2 and s.rtnl.sandbox_waits == 1
+    assert s.rtnl.wait_s == pytest.approx(0.25)
+
+
+def test_cli_run_needs_root(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bootstorm.cli import main
+
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    with pytest.raises(SystemExit) as exc:
+        main(["testbed", "run", "--sandboxes", "2"])
+    assert exc.value.code == 2
+    assert "error: testbed: the testbed needs root" in capsys.readouterr().err
+
+
+def test_cli_rejects_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
+    from bootstorm.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["testbed", "run", "--sandboxes", "0"])
+    assert exc.value.code == 2
+    assert "sandboxes" in capsys.readouterr().err
+
+
+def test_cli_chrome_side_by_side(tmp_path: Path) -> None:
+    import json
+
+    from bootstorm.cli import main
+
+    data = Path(__file__).resolve().parents[2] / "traces" / "data"
+    recorded = sorted(data.glob("*-25.jsonl.gz"))[0]
+    out = tmp_path / "both.json"
+    main(["testbed", "chrome", str(recorded), str(out), "--simulate", "veth"])
+    doc = json.loads(out.read_text())
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert "measured · sandboxes" in names and "simulated · sandboxes" in names

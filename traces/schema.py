@@ -1,0 +1,188 @@
+"""The trace schema: typed, frozen records of one boot storm, measured or simulated.
+
+A trace file is JSON Lines: the first line is a :class:`TraceHeader`, every
+other line one record, told apart by its ``record`` field:
+
+- ``span``    — :class:`StageSpan`, a sandbox inside one pipeline stage;
+- ``lock``    — :class:`LockSpan`, a wait for (or a hold of) a kernel lock;
+- ``softirq`` — :class:`SoftirqSpan`, a softirq handler run on one CPU;
+- ``admit``   — :class:`AdmitSpan`, a wait at an admission gate (stage limit);
+- ``arrival`` — :class:`Arrival`, when a sandbox was asked to start.
+
+Times are seconds on one clock named in the header (``monotonic``: Linux
+CLOCK_MONOTONIC, the clock ``trace_clock=mono`` stamps kernel events with, so
+stage spans and kernel spans line up without conversion). ``origin_s`` is the
+storm's t=0 on that clock (the barrier release); exports subtract it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from bootstorm.models.tuned import TunedConfig
+
+__all__ = [
+    "TRACE_SCHEMA_VERSION",
+    "AdmitSpan",
+    "Arrival",
+    "HostFacts",
+    "KernelTraceFacts",
+    "LockSpan",
+    "Record",
+    "ScenarioFacts",
+    "SoftirqSpan",
+    "StageSpan",
+    "TraceHeader",
+]
+
+TRACE_SCHEMA_VERSION = 1
+
+Seconds = Annotated[float, Field(allow_inf_nan=False)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveInt = Annotated[int, Field(ge=1)]
+Name = Annotated[str, Field(min_length=1)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Span(_Frozen):
+    start_s: Seconds
+    end_s: Seconds
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _Span:
+        if self.end_s < self.start_s:
+            raise ValueError(
+                f"end_s must not be before start_s, but got start_s={self.start_s!r}, "
+                f"end_s={self.end_s!r}"
+            )
+        return self
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+class HostFacts(_Frozen):
+    """The machine a storm ran on."""
+
+    kernel: str
+    cores: PositiveInt
+    memory_mib: PositiveInt
+    hostname: str | None = None
+
+
+class ScenarioFacts(_Frozen):
+    """What was started: how many sandboxes, with which network variant and VM.
+
+    ``cni`` names the CNI-like variant the testbed emulates, e.g.
+    ``veth-peer-in-netns`` (peer created in the namespace) or
+    ``veth-peer-moved`` (created on the host, then moved); ``vm`` says how
+    StartVM ran: ``qemu-microvm`` under KVM, ``process`` (the fallback: a
+    process spawned into the namespace), or ``none``.
+    """
+
+    sandboxes: PositiveInt
+    cni: Name
+    vm: Literal["qemu-microvm", "process", "none", "simulated"] = "none"
+    vm_memory_mib: NonNegativeInt | None = None
+    mem_prealloc: bool = False
+    netprio_ifpriomap: bool = False
+    pools: dict[str, NonNegativeInt] = Field(default_factory=dict)
+
+
+class KernelTraceFacts(_Frozen):
+    """How the kernel spans were collected, and what was left out."""
+
+    events: tuple[str, ...]
+    buffer_size_kb: PositiveInt | None = None
+    #: Events the kernel dropped (ring buffer overrun), as tracefs reported.
+    overrun: NonNegativeInt = 0
+    #: Contention spans seen / written (fewer when sampled to keep files small).
+    lock_spans_seen: NonNegativeInt = 0
+    lock_spans_written: NonNegativeInt = 0
+    softirq_spans_seen: NonNegativeInt = 0
+    softirq_spans_written: NonNegativeInt = 0
+
+
+class TraceHeader(_Frozen):
+    """The first line of every trace file."""
+
+    record: Literal["header"] = "header"
+    schema_version: Literal[1] = 1  # TRACE_SCHEMA_VERSION
+    kind: Literal["bootstorm/trace"] = "bootstorm/trace"
+    source: Literal["testbed", "simulator"]
+    clock: Literal["monotonic", "simulated"] = "monotonic"
+    #: The storm's t=0 on ``clock`` (the barrier release), seconds.
+    origin_s: Seconds = 0.0
+    stages: tuple[Name, ...] = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
+    host: HostFacts | None = None
+    #: The tuned settings in force (stage limits, pools), or none.
+    config: TunedConfig | None = None
+    scenario: ScenarioFacts
+    kernel_trace: KernelTraceFacts | None = None
+    created_at: datetime | None = None
+    #: Free-text facts a reader must know (fallbacks taken, sampling done).
+    notes: tuple[str, ...] = ()
+
+
+class StageSpan(_Span):
+    """One sandbox inside one stage, on the thread ``tid`` that ran it."""
+
+    record: Literal["span"] = "span"
+    sandbox: NonNegativeInt
+    stage: Name
+    tid: NonNegativeInt | None = None
+
+
+class LockSpan(_Span):
+    """A wait for a kernel lock (contention_begin → end) or a hold of it.
+
+    ``sandbox`` and ``stage`` are those of the thread that waited, when the
+    thread id joins to a stage span; ``None`` when another task contended.
+    """
+
+    record: Literal["lock"] = "lock"
+    lock: Name
+    what: Literal["wait", "hold"] = "wait"
+    sandbox: NonNegativeInt | None = None
+    stage: Name | None = None
+    cpu: NonNegativeInt | None = None
+    tid: NonNegativeInt | None = None
+    #: Whether the waiter spun (spinlock, optimistic mutex spin) or slept.
+    spin: bool | None = None
+
+
+class SoftirqSpan(_Span):
+    """One softirq handler run (softirq_entry → softirq_exit) on ``cpu``."""
+
+    record: Literal["softirq"] = "softirq"
+    vec: Name
+    cpu: NonNegativeInt
+
+
+class AdmitSpan(_Span):
+    """A sandbox waiting at the admission gate of ``stage``."""
+
+    record: Literal["admit"] = "admit"
+    sandbox: NonNegativeInt
+    stage: Name
+
+
+class Arrival(_Frozen):
+    """Sandbox ``sandbox`` asked to start at ``t_s``."""
+
+    record: Literal["arrival"] = "arrival"
+    sandbox: NonNegativeInt
+    t_s: Seconds
+
+
+Record = Annotated[
+    StageSpan | LockSpan | SoftirqSpan | AdmitSpan | Arrival,
+    Field(discriminator="record"),
+]

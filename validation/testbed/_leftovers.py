@@ -1,0 +1,233 @@
+"""Names of a run's objects, the run registry, and the sweep of killed runs' leftovers.
+
+Every object a run creates carries its run id (4 characters), and a run
+registers ``/run/bootstorm-testbed/<run>`` holding its pid while it lives.
+The sweep removes only objects with the testbed's prefixes (from
+:mod:`bootstorm.validation._names`) whose run has no live owner, so two
+runs side by side (two pytest workers) never sweep each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import secrets
+import shutil
+import signal
+import string
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyroute2 import IPRoute
+
+from .._names import CGROUP_PARENT, LINK_PREFIX, NETNS_PREFIX
+from ._cgroup import CgroupError, cgroup2_root, kill_and_remove
+from ._netns import list_netns, remove_netns
+
+__all__ = [
+    "REGISTRY_DIR",
+    "WORKDIR_PREFIX",
+    "RunNames",
+    "SweepReport",
+    "new_run_id",
+    "register_run",
+    "sweep_leftovers",
+    "unregister_run",
+]
+
+log = logging.getLogger(__name__)
+
+REGISTRY_DIR = Path("/run/bootstorm-testbed")
+#: A run's work directory (its built guest stub): ``$TMPDIR/bootstorm-testbed-<run>-*``.
+WORKDIR_PREFIX = "bootstorm-testbed-"
+_RUN_ALPHABET = string.ascii_lowercase + string.digits
+_RUN_LEN = 4
+
+
+def new_run_id() -> str:
+    return "".join(secrets.choice(_RUN_ALPHABET) for _ in range(_RUN_LEN))
+
+
+@dataclass(frozen=True)
+class RunNames:
+    """The names one run gives its objects (links fit IFNAMSIZ: <= 15 bytes)."""
+
+    run: str
+
+    def netns(self, i: int) -> str:
+        return f"{NETNS_PREFIX}{self.run}-{i}"
+
+    def pool_netns(self, k: int) -> str:
+        return f"{NETNS_PREFIX}{self.run}-p{k}"
+
+    def host_link(self, i: int) -> str:
+        name = f"{LINK_PREFIX}{self.run}h{i}"
+        if len(name.encode()) > 15:
+            raise ValueError(f"sandbox index {i} makes link name {name!r} longer than 15 bytes")
+        return name
+
+    def moved_peer(self, i: int) -> str:
+        return f"{LINK_PREFIX}{self.run}m{i}"
+
+    def vm(self, i: int) -> str:
+        return f"{NETNS_PREFIX}{self.run}-{i}"
+
+
+def register_run(run: str) -> None:
+    for attempt in range(3):  # another run may remove the empty directory in between
+        REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
+        try:
+            (REGISTRY_DIR / run).write_text(f"{os.getpid()}\n")
+            return
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+
+
+def unregister_run(run: str) -> None:
+    (REGISTRY_DIR / run).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        REGISTRY_DIR.rmdir()  # only when no other run is registered
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _live_runs() -> set[str]:
+    live = set()
+    with contextlib.suppress(FileNotFoundError):
+        for entry in REGISTRY_DIR.iterdir():
+            try:
+                pid = int(entry.read_text().strip())
+            except (OSError, ValueError):
+                continue
+            if _alive(pid):
+                live.add(entry.name)
+    return live
+
+
+def _run_of_netns(name: str) -> str | None:
+    if not name.startswith(NETNS_PREFIX):
+        return None
+    run, sep, _ = name[len(NETNS_PREFIX) :].partition("-")
+    return run if sep and len(run) == _RUN_LEN else None
+
+
+def _run_of_link(name: str) -> str | None:
+    rest = name[len(LINK_PREFIX) :]
+    if not name.startswith(LINK_PREFIX) or len(rest) < _RUN_LEN + 2:
+        return None
+    if rest[_RUN_LEN] not in "hm" or not rest[_RUN_LEN + 1 :].isdigit():
+        return None
+    return rest[:_RUN_LEN]
+
+
+@dataclass
+class SweepReport:
+    """What a sweep removed."""
+
+    netns: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)
+    processes: list[int] = field(default_factory=list)
+    registry: list[str] = field(default_factory=list)
+    tracefs: list[str] = field(default_factory=list)
+    workdirs: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(
+            len(x)
+            for x in (
+                self.netns,
+                self.links,
+                self.cgroups,
+                self.processes,
+                self.registry,
+                self.tracefs,
+                self.workdirs,
+            )
+        )
+
+
+def _our_vm_processes(dead: set[str] | None, live: set[str]) -> list[tuple[int, str]]:
+    """(pid, run) of QEMU processes named ``bst-<run>-<i>`` whose run is not live."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not argv or not argv[0].endswith(b"qemu-system-x86_64"):
+            continue
+        for flag, value in itertools.pairwise(argv):
+            if flag == b"-name":
+                run = _run_of_netns(value.decode(errors="replace"))
+                if run is not None and run not in live and (dead is None or run in dead):
+                    found.append((int(entry.name), run))
+    return found
+
+
+def sweep_leftovers(*, keep: set[str] | None = None) -> SweepReport:
+    """Remove objects of testbed runs that are no longer alive (see module doc).
+
+    ``keep`` names run ids to spare besides the live ones (the caller's own).
+    """
+    live = _live_runs() | (keep or set())
+    report = SweepReport()
+    for pid, _run in _our_vm_processes(None, live):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # a VM of a killed run: ours, by its pid
+            report.processes.append(pid)
+    for name in list_netns():
+        run = _run_of_netns(name)
+        if run is not None and run not in live and remove_netns(name):
+            report.netns.append(name)
+    with IPRoute() as ipr:
+        for link in ipr.get_links():
+            name = link.get_attr("IFLA_IFNAME")
+            run = _run_of_link(name) if name else None
+            if run is not None and run not in live:
+                with contextlib.suppress(Exception):  # gone already with its netns peer
+                    ipr.link("del", index=link["index"])
+                    report.links.append(name)
+    with contextlib.suppress(CgroupError):
+        parent = cgroup2_root() / CGROUP_PARENT
+        if parent.is_dir():
+            for child in parent.iterdir():
+                if child.is_dir() and child.name not in live:
+                    kill_and_remove(child)
+                    report.cgroups.append(str(child))
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only succeeds when no run uses it
+    # Work directories (the built guest stub) of killed runs.
+    for workdir in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        run = workdir.name[len(WORKDIR_PREFIX) :].partition("-")[0]
+        if len(run) == _RUN_LEN and run not in live and workdir.is_dir():
+            shutil.rmtree(workdir, ignore_errors=True)
+            report.workdirs.append(str(workdir))
+    with contextlib.suppress(FileNotFoundError):
+        for entry in REGISTRY_DIR.iterdir():
+            if entry.name not in live:
+                entry.unlink(missing_ok=True)
+                report.registry.append(entry.name)
+        with contextlib.suppress(OSError):
+            REGISTRY_DIR.rmdir()
+    from bootstorm.traces.kernel import sweep_instances
+
+    report.tracefs.extend(sweep_instances())
+    if report.total:
+        log.info("swept leftovers of killed runs: %s", report)
+    return report

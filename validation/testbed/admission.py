@@ -1,0 +1,69 @@
+"""Admission: who may enter a stage, and pre-created devices to take instead of creating.
+
+The protocol is the seam between the testbed and a node agent: the local
+implementation here uses in-process semaphores and a pool the driver fills
+before the storm; the HTTP agent client offers the same two calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+__all__ = ["Admission", "LocalAdmission"]
+
+
+class Admission(Protocol):
+    """Per-stage admission and device pools, as a node agent offers them."""
+
+    def stage(self, name: str, holder: str) -> AbstractContextManager[None]:
+        """Block until ``holder`` may run stage ``name``; leave it on exit."""
+        ...
+
+    def take(self, kind: str, holder: str) -> str | None:
+        """A pre-created device of ``kind`` for ``holder``, or None if the pool is empty."""
+        ...
+
+
+class LocalAdmission:
+    """Threading semaphores per limited stage and in-process device pools.
+
+    ``limits`` maps a stage to the most sandboxes inside it at once (stages
+    not named are unlimited); ``pools`` maps a device kind to the names of
+    devices already created (the driver creates them before the storm).
+    """
+
+    def __init__(
+        self,
+        limits: Mapping[str, int] | None = None,
+        pools: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
+        for stage, k in (limits or {}).items():
+            if k < 1:
+                raise ValueError(f"limits.{stage}: must be at least 1, but got {k}")
+        self._gates = {s: threading.BoundedSemaphore(k) for s, k in (limits or {}).items()}
+        self._pools = {kind: deque(names) for kind, names in (pools or {}).items()}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _gated(self, gate: threading.BoundedSemaphore) -> Iterator[None]:
+        with gate:
+            yield
+
+    def stage(self, name: str, holder: str) -> AbstractContextManager[None]:
+        gate = self._gates.get(name)
+        return contextlib.nullcontext() if gate is None else self._gated(gate)
+
+    def take(self, kind: str, holder: str) -> str | None:
+        with self._lock:
+            pool = self._pools.get(kind)
+            return pool.popleft() if pool else None
+
+    def left(self, kind: str) -> list[str]:
+        """Devices of ``kind`` still in the pool (the driver removes them after)."""
+        with self._lock:
+            return list(self._pools.get(kind, ()))

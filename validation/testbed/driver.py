@@ -1,0 +1,602 @@
+"""The testbed driver: a real boot storm of seed 000's pipeline on this host.
+
+Each sandbox is one thread; all threads wait at a barrier and start at once.
+Each runs the five stages (seed 000 §4.1.1) with the kernel operations a
+Kata sandbox's network start performs, through in-process netlink
+(pyroute2), timed on CLOCK_MONOTONIC with the thread id:
+
+- **NetNS**: a named network namespace ``bst-<run>-<i>`` (unshare + bind
+  mount, as ``ip netns add``) — or one taken from the pre-created pool;
+- **AddCNI**: a netlink socket opened inside the namespace (as a CNI plugin
+  entering it), a veth pair, the peer created inside the namespace or
+  created on the host and moved in; both ends up, an address on the inner end;
+- **Cgroup**: a cgroup-v2 directory (``cgroup_mkdir`` under cgroup_mutex),
+  optionally a net_prio ``ifpriomap`` write (takes RTNL; off by default, see
+  :mod:`._cgroup`);
+- **AttachIf**: a tap inside the namespace (``TUNSETIFF``: RTNL), an
+  ``ingress`` qdisc on the veth and on the tap, and u32 match-all filters
+  with ``mirred`` egress redirects both ways (Kata's tcfilter model);
+- **StartVM**: a QEMU microVM with the tap as its NIC, moved into the
+  sandbox's cgroup (css_set_lock), up when its guest prints the marker; or
+  the fallback process (see :mod:`._vm`).
+
+Everything created is removed on success, failure and interrupt; a killed
+run's leftovers are swept by the next run (see :mod:`._leftovers`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import socket
+import struct
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pyroute2 import IPRoute
+
+from bootstorm.models.tuned import TunedConfig
+from bootstorm.traces import (
+    AdmitSpan,
+    Arrival,
+    HostFacts,
+    KernelTraceFacts,
+    LockSpan,
+    ScenarioFacts,
+    StageSpan,
+    Trace,
+    TraceHeader,
+)
+
+from .._names import CGROUP_PARENT
+from ._cgroup import add_process, cgroup2_root, netprio_root, remove_tree, write_ifpriomap
+from ._errors import TestbedError
+from ._leftovers import (
+    WORKDIR_PREFIX,
+    RunNames,
+    new_run_id,
+    register_run,
+    sweep_leftovers,
+    unregister_run,
+)
+from ._netns import create_netns_here, entered, remove_netns
+from ._vm import VmRunner, build_stub, stop, vm_available
+from .admission import Admission, LocalAdmission
+
+__all__ = ["STAGES", "StormOptions", "StormResult", "TestbedError", "run_storm"]
+
+log = logging.getLogger(__name__)
+
+STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
+#: Locks named in the file in full when kernel spans are sampled.
+KEY_LOCKS = ("rtnl", "cgroup_mutex", "css_set_lock")
+
+_TUNSETIFF = 0x400454CA
+_IFF_TAP = 0x0002
+_IFF_NO_PI = 0x1000
+_IFF_VNET_HDR = 0x4000
+_ETH_P_ALL = 0x0003
+_INGRESS = 0xFFFF0000
+_INNER_IF = "eth0"
+_TAP_IF = "tap0"
+_INNER_ADDR = ("10.88.0.2", 16)  # every sandbox the same: the namespaces are isolated
+
+
+class StormOptions(BaseModel):
+    """What to start, and how.
+
+    Parameters
+    ----------
+    sandboxes:
+        Sandboxes started at once.
+    peer:
+        ``in-netns``: the veth peer is created inside the namespace (one
+        request); ``moved``: created on the host, then moved in (two).
+    netprio_ifpriomap:
+        Also write net_prio's ``ifpriomap`` in the Cgroup stage (needs a
+        mounted v1 net_prio hierarchy; changes kernel-wide cgroup socket
+        matching until reboot).
+    vm:
+        Boot a QEMU microVM in StartVM when qemu and /dev/kvm exist; else,
+        or if False, the fallback process.
+    vm_memory_mib, mem_prealloc:
+        Guest memory, and whether QEMU zeroes it all up front.
+    kernel_trace, softirqs, buffer_size_kb:
+        Collect contention (and softirq) spans from a tracefs instance, with
+        this per-CPU buffer (None: the collector's default).
+    max_lock_spans:
+        Keep at most this many kernel lock spans in the trace: spans of
+        RTNL, cgroup_mutex and css_set_lock joined to a sandbox first, then
+        the longest others (the header says how many were seen).
+    config:
+        A tuned config: its ``limits`` gate the stages, its ``pools.netns``
+        namespaces are created before the storm.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sandboxes: int = Field(default=8, ge=1, le=9999)
+    peer: Literal["in-netns", "moved"] = "in-netns"
+    netprio_ifpriomap: bool = False
+    vm: bool = True
+    vm_memory_mib: int = Field(default=64, ge=16)
+    mem_prealloc: bool = False
+    kernel_trace: bool = True
+    softirqs: bool = False
+    buffer_size_kb: int | None = Field(default=None, ge=64)
+    max_lock_spans: int | None = Field(default=None, ge=0)
+    config: TunedConfig | None = None
+
+    @model_validator(mode="after")
+    def _known_stages(self) -> StormOptions:
+        for stage in self.config.limits if self.config is not None else {}:
+            if stage not in STAGES:
+                raise ValueError(
+                    f"config.limits: unknown stage {stage!r}; the testbed's stages are "
+                    f"{', '.join(STAGES)}"
+                )
+        return self
+
+
+@dataclass(frozen=True)
+class StormResult:
+    """The recorded trace and the sandboxes that failed (``sandbox: reason``)."""
+
+    trace: Trace
+    failures: tuple[str, ...]
+    run: str
+
+
+@dataclass
+class _Sandbox:
+    """One sandbox's objects, for its stages and for cleanup."""
+
+    index: int
+    netns: str | None = None
+    ns_fd: int | None = None
+    ns_ipr: Any = None
+    host_ipr: Any = None
+    tap_fd: int | None = None
+    cgroup: Path | None = None
+    netprio: Path | None = None
+    proc: Any = None
+    spans: list[StageSpan] = field(default_factory=list)
+    admits: list[AdmitSpan] = field(default_factory=list)
+    error: str | None = None
+
+
+def _host_facts() -> HostFacts:
+    mem_kib = 0
+    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    return HostFacts(
+        kernel=os.uname().release,
+        cores=os.cpu_count() or 1,
+        memory_mib=max(1, mem_kib // 1024),
+        hostname=socket.gethostname(),
+    )
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM off while cleaning up (a second Ctrl-C must not cut it short)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, lambda n, _f: got.append(n))
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if got:
+            log.warning("signal %s arrived during cleanup; cleanup finished first", got[0])
+
+
+class _Storm:
+    """One run: its names, its sandboxes, and their cleanup."""
+
+    def __init__(self, options: StormOptions, admission: Admission | None, run: str) -> None:
+        self.options = options
+        self.run = run  # registered already: a sweep elsewhere spares what we make
+        self.names = RunNames(self.run)
+        self.sandboxes = [_Sandbox(i) for i in range(options.sandboxes)]
+        self.pool_netns: list[str] = []
+        self.notes: list[str] = []
+        self.stop = threading.Event()
+        self.cgroup_run: Path | None = None
+        self.netprio_run: Path | None = None
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{self.run}-"))
+        self.runner = self._runner()
+        limits = options.config.limits if options.config else {}
+        self._own_admission = admission is None
+        self.admission: Admission = admission or LocalAdmission(limits=limits)
+
+    def _runner(self) -> VmRunner:
+        opts = self.options
+        ok, why = vm_available()
+        if opts.vm and ok:
+            try:
+                stub = build_stub(self.workdir)
+            except BaseException:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+                raise
+            return VmRunner(
+                mode="qemu-microvm",
+                stub=stub,
+                memory_mib=opts.vm_memory_mib,
+                mem_prealloc=opts.mem_prealloc,
+            )
+        reason = "--no-vm" if not opts.vm else why
+        self.notes.append(
+            f"StartVM fallback ({reason}): a process spawned into the sandbox's netns "
+            "(nsenter --net) prints the marker; no VMM, no guest memory"
+        )
+        return VmRunner(mode="process")
+
+    # -- preparation ---------------------------------------------------------
+
+    def prepare(self) -> None:
+        try:
+            root = cgroup2_root()
+        except Exception as exc:
+            raise TestbedError(str(exc)) from None
+        self.cgroup_run = root / CGROUP_PARENT / self.run
+        os.makedirs(self.cgroup_run, exist_ok=False)
+        if self.options.netprio_ifpriomap:
+            self.netprio_run = netprio_root() / CGROUP_PARENT / self.run
+            os.makedirs(self.netprio_run, exist_ok=False)
+            self.notes.append("net_prio ifpriomap written in Cgroup (RTNL under cgroup ops)")
+        pools = self.options.config.pools if self.options.config else {}
+        n_netns = min(pools.get("netns", 0), self.options.sandboxes)
+        for kind in sorted(set(pools) - {"netns"}):
+            self.notes.append(f"pool {kind!r} of the config is not emulated by the testbed")
+        if n_netns and isinstance(self.admission, LocalAdmission) and self._own_admission:
+            for k in range(n_netns):
+                name = self.names.pool_netns(k)
+                os.close(create_netns_here(name))
+                self.pool_netns.append(name)
+            self.admission = LocalAdmission(
+                limits=self.options.config.limits if self.options.config else {},
+                pools={"netns": self.pool_netns},
+            )
+
+    # -- the stages ----------------------------------------------------------
+
+    def _stage(self, sb: _Sandbox, name: str, body: Callable[[_Sandbox], None]) -> None:
+        if self.stop.is_set():
+            raise InterruptedError("storm stopped")
+        holder = f"{self.run}/{sb.index}"
+        asked = time.monotonic()
+        with self.admission.stage(name, holder):
+            start = time.monotonic()
+            if start - asked > 1e-4:
+                sb.admits.append(
+                    AdmitSpan(sandbox=sb.index, stage=name, start_s=asked, end_s=start)
+                )
+            body(sb)
+            end = time.monotonic()
+        sb.spans.append(
+            StageSpan(
+                sandbox=sb.index,
+                stage=name,
+                start_s=start,
+                end_s=end,
+                tid=threading.get_native_id(),
+            )
+        )
+
+    def _netns(self, sb: _Sandbox) -> None:
+        pooled = self.admission.take("netns", f"{self.run}/{sb.index}")
+        if pooled is not None:
+            sb.netns = pooled
+            sb.ns_fd = os.open(f"/run/netns/{pooled}", os.O_RDONLY)
+            return
+        sb.netns = self.names.netns(sb.index)
+        sb.ns_fd = create_netns_here(sb.netns)
+
+    def _add_cni(self, sb: _Sandbox) -> None:
+        assert sb.ns_fd is not None
+        # A CNI plugin enters the sandbox's namespace for its netlink work:
+        # the socket opened there stays bound to it.
+        with entered(sb.ns_fd):
+            sb.ns_ipr = IPRoute()
+        host, ns = sb.host_ipr, sb.ns_ipr
+        host_link = self.names.host_link(sb.index)
+        if self.options.peer == "in-netns":
+            host.link(
+                "add",
+                ifname=host_link,
+                kind="veth",
+                peer={"ifname": _INNER_IF, "net_ns_fd": sb.ns_fd},
+            )
+        else:
+            moved = self.names.moved_peer(sb.index)
+            host.link("add", ifname=host_link, kind="veth", peer={"ifname": moved})
+            (idx,) = host.link_lookup(ifname=moved)
+            host.link("set", index=idx, net_ns_fd=sb.ns_fd, ifname=_INNER_IF)
+        (hidx,) = host.link_lookup(ifname=host_link)
+        host.link("set", index=hidx, state="up")
+        (iidx,) = ns.link_lookup(ifname=_INNER_IF)
+        ns.link("set", index=iidx, state="up")
+        ns.addr("add", index=iidx, address=_INNER_ADDR[0], prefixlen=_INNER_ADDR[1])
+
+    def _cgroup(self, sb: _Sandbox) -> None:
+        assert self.cgroup_run is not None
+        sb.cgroup = self.cgroup_run / f"sb{sb.index}"
+        sb.cgroup.mkdir()
+        if self.netprio_run is not None:
+            sb.netprio = self.netprio_run / f"sb{sb.index}"
+            sb.netprio.mkdir()
+            write_ifpriomap(sb.netprio, self.names.host_link(sb.index), 1)
+
+    def _attach_if(self, sb: _Sandbox) -> None:
+        assert sb.ns_fd is not None
+        ns = sb.ns_ipr
+        with entered(sb.ns_fd):  # TUNSETIFF makes the tap in the caller's namespace
+            fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+            sb.tap_fd = fd
+            ifr = struct.pack("16sH", _TAP_IF.encode(), _IFF_TAP | _IFF_NO_PI | _IFF_VNET_HDR)
+            fcntl.ioctl(fd, _TUNSETIFF, ifr)
+        (tap,) = ns.link_lookup(ifname=_TAP_IF)
+        (veth,) = ns.link_lookup(ifname=_INNER_IF)
+        ns.link("set", index=tap, state="up")
+        for dev, to in ((veth, tap), (tap, veth)):
+            ns.tc("add", "ingress", dev, _INGRESS)
+            ns.tc(
+                "add-filter",
+                "u32",
+                dev,
+                parent=_INGRESS,
+                prio=49152,
+                protocol=_ETH_P_ALL,
+                target=0x1,
+                keys=["0x0/0x0+0"],
+                action={
+                    "kind": "mirred",
+                    "direction": "egress",
+                    "action": "redirect",
+                    "ifindex": to,
+                },
+            )
+
+    def _start_vm(self, sb: _Sandbox) -> None:
+        assert sb.netns is not None
+        sb.proc = self.runner.start(name=self.names.vm(sb.index), netns=sb.netns, tap_fd=sb.tap_fd)
+        if sb.cgroup is not None:
+            add_process(sb.cgroup, sb.proc.pid)  # as Kata moves its VMM: css_set_lock
+        self.runner.wait_up(sb.proc, name=self.names.vm(sb.index))
+
+    def sandbox_thread(self, sb: _Sandbox, barrier: threading.Barrier) -> None:
+        try:
+            sb.host_ipr = IPRoute()  # a CNI plugin's own netlink socket, made before the storm
+        except Exception as exc:
+            sb.error = f"setup: {type(exc).__name__}: {exc}"
+        try:
+            barrier.wait()  # even after a failed setup: the others must not wait forever
+            if sb.error is not None:
+                return
+            for name, body in zip(
+                STAGES,
+                (self._netns, self._add_cni, self._cgroup, self._attach_if, self._start_vm),
+                strict=True,
+            ):
+                self._stage(sb, name, body)
+        except threading.BrokenBarrierError:
+            sb.error = "storm aborted before it started"
+        except Exception as exc:
+            sb.error = f"{type(exc).__name__}: {exc}"
+            log.debug("sandbox %d failed", sb.index, exc_info=True)
+        finally:
+            for ipr in (sb.ns_ipr, sb.host_ipr):
+                if ipr is not None:
+                    with contextlib.suppress(Exception):
+                        ipr.close()
+            sb.ns_ipr = sb.host_ipr = None
+
+    # -- cleanup -------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        with _signals_deferred():
+            for sb in self.sandboxes:
+                if sb.proc is not None:
+                    with contextlib.suppress(Exception):
+                        stop(sb.proc)
+            with IPRoute() as ipr:
+                for sb in self.sandboxes:
+                    for name in (self.names.host_link(sb.index), self.names.moved_peer(sb.index)):
+                        with contextlib.suppress(Exception):
+                            for idx in ipr.link_lookup(ifname=name):
+                                ipr.link("del", index=idx)
+            for sb in self.sandboxes:
+                for fd in (sb.tap_fd, sb.ns_fd):
+                    if fd is not None:
+                        with contextlib.suppress(OSError):
+                            os.close(fd)
+                sb.tap_fd = sb.ns_fd = None
+                if sb.netns is not None:
+                    remove_netns(sb.netns)
+                remove_netns(self.names.netns(sb.index))
+            for name in self.pool_netns:
+                remove_netns(name)
+            for run_dir in (self.cgroup_run, self.netprio_run):
+                if run_dir is not None:
+                    remove_tree(run_dir)
+                    with contextlib.suppress(OSError):
+                        run_dir.parent.rmdir()  # our parent, if no other run uses it
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            unregister_run(self.run)
+
+
+def _sample(locks: list[LockSpan], cap: int | None) -> list[LockSpan]:
+    if cap is None or len(locks) <= cap:
+        return locks
+    key = [lk for lk in locks if lk.lock in KEY_LOCKS and lk.sandbox is not None]
+    rest = sorted(
+        (lk for lk in locks if not (lk.lock in KEY_LOCKS and lk.sandbox is not None)),
+        key=lambda lk: lk.end_s - lk.start_s,
+        reverse=True,
+    )
+    kept = (key + rest)[:cap]
+    return sorted(kept, key=lambda lk: lk.start_s)
+
+
+def run_storm(options: StormOptions, *, admission: Admission | None = None) -> StormResult:
+    """Run one storm and return its trace; everything made is removed before returning.
+
+    ``admission`` replaces the local semaphores and pools (e.g. a node
+    agent's client); then pools are the agent's business.
+    """
+    if os.geteuid() != 0:
+        raise TestbedError("the testbed needs root (network namespaces, cgroups, tracefs)")
+    from bootstorm.traces.kernel import (
+        KernelCollector,
+        LockNamer,
+        join_contention,
+        read_kallsyms,
+        softirq_spans,
+    )
+
+    run = new_run_id()
+    register_run(run)
+    try:
+        storm = _Storm(options, admission, run)
+    except BaseException:
+        unregister_run(run)
+        raise
+    collector: KernelCollector | None = None
+    try:
+        sweep_leftovers(keep={storm.run})
+        load = os.getloadavg()
+        # The host may be shared: a busy one stretches every stage.
+        storm.notes.append(
+            f"load average before the storm: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+            f"on {os.cpu_count()} cores"
+        )
+        storm.prepare()
+        barrier = threading.Barrier(options.sandboxes + 1)
+        threads = [
+            threading.Thread(
+                target=storm.sandbox_thread,
+                args=(sb, barrier),
+                name=f"sandbox-{sb.index}",
+                daemon=True,
+            )
+            for sb in storm.sandboxes
+        ]
+        try:
+            for t in threads:
+                t.start()
+            if options.kernel_trace:
+                collector = KernelCollector(
+                    softirqs=options.softirqs, buffer_size_kb=options.buffer_size_kb
+                )
+                collector.start()
+            origin_s = time.monotonic()
+            barrier.wait()
+            for t in threads:
+                while t.is_alive():
+                    t.join(timeout=0.2)
+        except BaseException:
+            storm.stop.set()
+            barrier.abort()
+            for sb in storm.sandboxes:  # a VM's reader gets EOF instead of waiting it out
+                if sb.proc is not None:
+                    with contextlib.suppress(Exception):
+                        stop(sb.proc)
+            deadline = time.monotonic() + 10.0
+            for t in threads:
+                if t.is_alive():
+                    t.join(timeout=max(0.0, deadline - time.monotonic()))
+            raise
+        capture = collector.stop() if collector is not None else None
+        spans = sorted((s for sb in storm.sandboxes for s in sb.spans), key=lambda s: s.start_s)
+        locks: list[LockSpan] = []
+        softirqs = []
+        kernel_facts = None
+        if capture is not None:
+            extra = {
+                sb.proc.pid: [
+                    (s.start_s, s.end_s, sb.index, s.stage)
+                    for s in sb.spans
+                    if s.stage == "StartVM"
+                ]
+                for sb in storm.sandboxes
+                if sb.proc is not None
+            }
+            all_locks = join_contention(
+                capture.contentions, spans, namer=LockNamer(read_kallsyms()), extra=extra
+            )
+            locks = _sample(all_locks, options.max_lock_spans)
+            softirqs = softirq_spans(capture.softirqs)
+            kernel_facts = KernelTraceFacts(
+                events=capture.event_names,
+                buffer_size_kb=capture.buffer_size_kb,
+                overrun=capture.overrun,
+                lock_spans_seen=len(all_locks),
+                lock_spans_written=len(locks),
+                softirq_spans_seen=len(softirqs),
+                softirq_spans_written=len(softirqs),
+            )
+            if len(locks) < len(all_locks):
+                storm.notes.append(
+                    f"kernel lock spans sampled: {len(locks)} of {len(all_locks)} kept "
+                    f"(all {', '.join(KEY_LOCKS)} waits of sandboxes first, then the longest)"
+                )
+        used_pools = {"netns": len(storm.pool_netns)} if storm.pool_netns else {}
+        header = TraceHeader(
+            source="testbed",
+            clock="monotonic",
+            origin_s=origin_s,
+            stages=STAGES,
+            host=_host_facts(),
+            config=options.config,
+            scenario=ScenarioFacts(
+                sandboxes=options.sandboxes,
+                cni=f"veth-peer-{options.peer}",
+                vm="qemu-microvm" if storm.runner.mode == "qemu-microvm" else "process",
+                vm_memory_mib=options.vm_memory_mib
+                if storm.runner.mode == "qemu-microvm"
+                else None,
+                mem_prealloc=options.mem_prealloc and storm.runner.mode == "qemu-microvm",
+                netprio_ifpriomap=options.netprio_ifpriomap,
+                pools=used_pools,
+            ),
+            kernel_trace=kernel_facts,
+            created_at=datetime.now(UTC),
+            notes=tuple(storm.notes),
+        )
+        trace = Trace(
+            header=header,
+            spans=tuple(spans),
+            locks=tuple(locks),
+            softirqs=tuple(softirqs),
+            admits=tuple(
+                sorted((a for sb in storm.sandboxes for a in sb.admits), key=lambda a: a.start_s)
+            ),
+            arrivals=tuple(Arrival(sandbox=sb.index, t_s=origin_s) for sb in storm.sandboxes),
+        )
+        failures = tuple(f"{sb.index}: {sb.error}" for sb in storm.sandboxes if sb.error)
+        return StormResult(trace=trace, failures=failures, run=storm.run)
+    finally:
+        try:
+            if collector is not None:
+                collector.close()
+        finally:
+            storm.cleanup()
