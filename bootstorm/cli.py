@@ -182,8 +182,30 @@ def calibrate(
         bool, typer.Option("--check", help="Only print the error table of the current profile.")
     ] = False,
     max_evaluations: Annotated[int, typer.Option(help="Budget of objective evaluations.")] = 150,
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="Fit a local testbed profile to this recorded storm instead."),
+    ] = None,
+    bootstrap: Annotated[
+        int, typer.Option(help="With --trace: refits on resampled sandboxes for an interval.")
+    ] = 0,
+    predict_sandboxes: Annotated[
+        int | None, typer.Option(help="With --bootstrap: the storm size to predict.")
+    ] = None,
 ) -> None:
-    """Fit a profile to a paper's *fit* rows and print the per-target error table."""
+    """Fit a profile to a paper's *fit* rows (or to a recorded storm, --trace)
+    and print the per-target error table."""
+    if trace is not None:
+        from ._cli_validate import calibrate_trace
+
+        calibrate_trace(
+            trace,
+            output=output,
+            bootstrap=bootstrap,
+            predict_sandboxes=predict_sandboxes,
+            max_evaluations=max_evaluations,
+        )
+        return
     from .calibration import TARGET_SETS, check_targets
     from .models import load_profile
 
@@ -217,6 +239,42 @@ def calibrate(
         console.print(f"[yellow]outside ±5%: {miss.target.id} {miss.target.label} ({how})[/]")
     if not report.all_within:
         raise typer.Exit(1)
+
+
+@app.command()
+def validate(
+    sandboxes: Annotated[int, typer.Option(help="Sandboxes the testbed starts at once.")] = 100,
+    config: Annotated[
+        Path | None, typer.Option(help="Tuned config: stage limits and pools, both sides.")
+    ] = None,
+    profile: Annotated[Path | None, typer.Option(help="The node's fitted profile YAML.")] = None,
+    calibrate_from: Annotated[
+        Path | None, typer.Option(help="Fit the node's profile to this recorded storm first.")
+    ] = None,
+    measured: Annotated[
+        Path | None, typer.Option(help="Compare this recorded storm instead of running one.")
+    ] = None,
+    trace: Annotated[Path | None, typer.Option(help="Write the measured storm here.")] = None,
+    threshold: Annotated[
+        float, typer.Option(help="Exit 1 if makespan, mean or p99 is off by more (0.15 = 15%).")
+    ] = 0.15,
+    vm: Annotated[bool, typer.Option("--vm/--no-vm", help="QEMU microVMs in StartVM.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Run the storm on this host (root), simulate it, print predicted vs measured."""
+    from ._cli_validate import validate_storm
+
+    validate_storm(
+        sandboxes=sandboxes,
+        config=config,
+        profile=profile,
+        calibrate_from=calibrate_from,
+        measured=measured,
+        trace_out=trace,
+        threshold=threshold,
+        vm=vm,
+        as_json=as_json,
+    )
 
 
 @app.command()

@@ -16,7 +16,15 @@ from .cni import (
     vport_creators,
 )
 from .compile import SeedLike, compile_scenario, service_streams
-from .profile import CostTable, HostSpec, Profile, available_profiles, load_profile
+from .profile import (
+    CostTable,
+    HostSpec,
+    Profile,
+    SriovCostTable,
+    TestbedCostTable,
+    available_profiles,
+    load_profile,
+)
 from .scenario import CNI_NAMES, CniName, Scenario
 from .tuned import TUNED_CONFIG_SCHEMA_VERSION, ConfigOrigin, TunedConfig
 
@@ -35,6 +43,8 @@ __all__ = [
     "RtnlOps",
     "Scenario",
     "SeedLike",
+    "SriovCostTable",
+    "TestbedCostTable",
     "TunedConfig",
     "available_profiles",
     "cni_stages",

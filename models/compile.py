@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..simulator import GateSpec, MachineSpec, PoolSpec, Program, compile_program
+from ..simulator import GateSpec, LockSpec, MachineSpec, PoolSpec, Program, compile_program
 from ._errors import ConfigError
 from .cni import cni_stages, lock_specs, pool_kinds, sandbox_plan, vport_creators
 from .profile import Profile, load_profile
@@ -18,6 +18,14 @@ from .sriov import (
     sriov_lock_specs,
     sriov_plan,
     sriov_profile_costs,
+)
+from .testbed import (
+    TESTBED_CNIS,
+    TESTBED_POOL_KINDS,
+    TESTBED_STAGES,
+    testbed_costs,
+    testbed_lock_specs,
+    testbed_plan,
 )
 
 __all__ = ["SeedLike", "compile_scenario", "scenario_stages", "service_streams"]
@@ -47,6 +55,8 @@ def _check_names(field: str, given: dict[str, int], allowed: tuple[str, ...], wh
 
 def scenario_stages(cni: str) -> tuple[str, ...]:
     """The stages a sandbox of ``cni`` passes through (where limits may apply)."""
+    if cni in TESTBED_CNIS:
+        return TESTBED_STAGES
     variant = SRIOV_VARIANTS.get(cni)
     if variant is None:
         return cni_stages(cni)
@@ -69,7 +79,7 @@ def _sriov_plans(scenario: Scenario, prof: Profile, variant: SriovVariant) -> li
         )
     hugepages = sriov.hugepages if scenario.hugepages is None else scenario.hugepages
     return [
-        sriov_plan(scenario, prof.costs, sriov, variant, vf=i, hugepages=hugepages)
+        sriov_plan(scenario, prof.require_costs(), sriov, variant, vf=i, hugepages=hugepages)
         for i in range(scenario.sandboxes)
     ]
 
@@ -85,26 +95,39 @@ def compile_scenario(
     prof = profile if profile is not None else load_profile(scenario.profile)
     cni = scenario.cni
     variant = SRIOV_VARIANTS.get(cni)
-    _check_names("pools", scenario.pools, pool_kinds(cni) if variant is None else (), "pool kind")
+    kinds = (
+        TESTBED_POOL_KINDS if cni in TESTBED_CNIS else pool_kinds(cni) if variant is None else ()
+    )
+    _check_names("pools", scenario.pools, kinds, "pool kind")
+    # Memory of a pooled device: the profile's, or nothing known (a testbed host).
+    pool_memory = prof.costs.pool_device_mib if prof.costs is not None else {"netns": 0.0}
     _check_names("limits", scenario.limits, scenario_stages(cni), "stage")
     _check_names("rtnl_priority", scenario.rtnl_priority, scenario_stages(cni), "stage")
     for kind in scenario.pools:
-        if kind not in prof.costs.pool_device_mib:
+        if kind not in pool_memory:
             raise ConfigError(
                 f"pools: profile {prof.name!r} has no memory cost for pooled {kind!r} devices"
             )
     _, service = service_streams(scenario.seed if seed is None else seed)
 
-    locks = lock_specs(prof.costs, scenario.rtnl_priority)
-    if variant is not None:
+    locks: list[LockSpec]
+    plans: list[Any]
+    if cni in TESTBED_CNIS:
+        tb = testbed_costs(prof)
+        plan = testbed_plan(scenario, tb, peer=TESTBED_CNIS[cni])
+        plans = [plan] * scenario.sandboxes
+        locks = testbed_lock_specs()
+    elif variant is not None:
+        locks = lock_specs(prof.require_costs(), scenario.rtnl_priority)
         plans = _sriov_plans(scenario, prof, variant)
         locks += sriov_lock_specs(variant, scenario.sandboxes)
     else:
+        locks = lock_specs(prof.require_costs(), scenario.rtnl_priority)
         # Sandbox i belongs to tenant i % tenants, so the first sandboxes are
         # the first of their tenants: they create the shared vPorts.
         n_creators = vport_creators(cni, scenario.tenants)
-        first = sandbox_plan(scenario, prof.costs, creates_vport=True)
-        rest = sandbox_plan(scenario, prof.costs, creates_vport=False)
+        first = sandbox_plan(scenario, prof.require_costs(), creates_vport=True)
+        rest = sandbox_plan(scenario, prof.require_costs(), creates_vport=False)
         plans = [first if i < n_creators else rest for i in range(scenario.sandboxes)]
 
     host = prof.host
@@ -113,6 +136,7 @@ def compile_scenario(
         zero_bytes_per_core_s=host.zero_gib_s_per_core * GIB,
         memory_bandwidth_bytes_s=host.memory_bandwidth_gib_s * GIB,
         guest_cpu_quota=scenario.vcpus or host.sandbox_vcpus,
+        background_jobs=scenario.background_load,
     )
     return compile_program(
         plans,
@@ -120,7 +144,7 @@ def compile_scenario(
         locks=locks,
         gates=[GateSpec(name=s, permits=k) for s, k in scenario.limits.items()],
         pools=[
-            PoolSpec(name=k, capacity=n, memory_mib_per_device=prof.costs.pool_device_mib[k])
+            PoolSpec(name=k, capacity=n, memory_mib_per_device=pool_memory[k])
             for k, n in scenario.pools.items()
         ],
         arrival_s=scenario.arrival_s,

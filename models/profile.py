@@ -125,6 +125,32 @@ class SriovCostTable(_Frozen):
     vf_pf_service_per_vf_s: Seconds
 
 
+class TestbedCostTable(_Frozen):
+    """The testbed's own sandboxes (``bootstorm testbed run``) on one host.
+
+    Every operation is one Python call in the sandbox's thread (``py_op_cpu_s``
+    under the GIL: pyroute2 building and parsing the message) and the kernel's
+    work it asks for: ``*_hold_s`` is CPU work under the lock the operation
+    takes (RTNL, cgroup_mutex), ``*_cpu_s`` work outside locks, ``*_s`` alone
+    off-CPU waiting.
+    """
+
+    py_op_cpu_s: Seconds
+    netns_create_cpu_s: Seconds
+    rtnl_netns_hold_s: Seconds
+    rtnl_veth_hold_s: Seconds
+    rtnl_small_hold_s: Seconds
+    rtnl_tap_hold_s: Seconds
+    rtnl_tc_hold_s: Seconds
+    rcu_grace_s: Seconds
+    cgroup_mkdir_hold_s: Seconds
+    cgroup_attach_hold_s: Seconds
+    vm_spawn_cpu_s: Seconds
+    vm_tap_ioctls: Annotated[int, Field(ge=0)]
+    vm_boot_cpu_s: Seconds
+    vm_boot_s: Seconds
+
+
 class Profile(_Frozen):
     """A named, versioned set of host facts and operation costs with sources."""
 
@@ -133,8 +159,10 @@ class Profile(_Frozen):
     description: str
     host: HostSpec
     service_cv: Annotated[float, Field(ge=0.0, le=2.0)]
-    costs: CostTable
+    #: The seed-000 operations; a profile of a testbed host may have none.
+    costs: CostTable | None = None
     sriov: SriovCostTable | None = None
+    testbed: TestbedCostTable | None = None
     sources: dict[str, str]
 
     @model_validator(mode="after")
@@ -154,15 +182,27 @@ class Profile(_Frozen):
     def numeric_paths(self) -> list[str]:
         paths = [f"host.{k}" for k in HostSpec.model_fields]
         paths.append("service_cv")
-        for k in CostTable.model_fields:
-            value = getattr(self.costs, k)
-            if isinstance(value, dict):
-                paths += [f"costs.{k}.{kind}" for kind in value]
-            else:
-                paths.append(f"costs.{k}")
+        if self.costs is not None:
+            for k in CostTable.model_fields:
+                value = getattr(self.costs, k)
+                if isinstance(value, dict):
+                    paths += [f"costs.{k}.{kind}" for kind in value]
+                else:
+                    paths.append(f"costs.{k}")
         if self.sriov is not None:
             paths += [f"sriov.{k}" for k in SriovCostTable.model_fields]
+        if self.testbed is not None:
+            paths += [f"testbed.{k}" for k in TestbedCostTable.model_fields]
         return paths
+
+    def require_costs(self) -> CostTable:
+        """The seed-000 operation costs, or a clear error if the profile has none."""
+        if self.costs is None:
+            raise ConfigError(
+                f"profile: {self.name!r} has no `costs` section (the seed-000 operations); "
+                "it models another kind of sandbox (see its `testbed` or `sriov` section)"
+            )
+        return self.costs
 
     def with_values(self, values: Mapping[str, float], *, source: str | None = None) -> Profile:
         """A validated copy with numbers replaced by dotted path (``costs.vm_boot_cpu_s``,

@@ -31,6 +31,9 @@ CniName = Literal[
     "prezero-10",
     "prezero-50",
     "prezero-100",
+    # The testbed's own sandboxes (``bootstorm testbed run``), on a profile fitted to a trace.
+    "testbed-veth",
+    "testbed-veth-moved",
 ]
 CNI_NAMES: tuple[str, ...] = get_args(CniName)
 
@@ -79,6 +82,9 @@ class Scenario(BaseModel):
         Override the VFs the profile's NIC offers (SR-IOV: one per sandbox).
     hugepages:
         Override whether guest memory is backed by hugepages (SR-IOV DMA mapping).
+    background_load:
+        Other work on the node: that many always-runnable tasks share its
+        cores with the storm (a shared host's load average).
     seed:
         Seed of the service-time and arrival streams.
     """
@@ -100,6 +106,7 @@ class Scenario(BaseModel):
     cores: PositiveInt | None = None
     nic_vfs: PositiveInt | None = None
     hugepages: bool | None = None
+    background_load: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 0.0
     seed: NonNegativeInt = 0
 
     def __init__(self, **data: Any) -> None:

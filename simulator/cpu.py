@@ -28,6 +28,10 @@ Within the shared tier there are four kinds:
 - *spinning* (a mutex's optimistic spin, which yields when asked): holds a
   share until told to stop, never completes by itself.
 
+Other work on the node (``background_jobs`` always-runnable tasks, e.g. the
+load average of a shared host) takes shares in this tier like any job and is
+neither accounted nor reported.
+
 Every job's core-seconds are its tier clock's advance over its life, so CPU
 accounting is exact and costs nothing per event. One timer is pending at a
 time; a timer made stale by a later change is ignored when it fires.
@@ -92,11 +96,13 @@ class ProcessorSharingCPU:
         zero_bytes_per_core_s: float,
         memory_bandwidth_bytes_s: float,
         guest_cap: float = 1.0,
+        background_jobs: float = 0.0,
         on_change: Callable[[float, float, float, float], None] | None = None,
     ) -> None:
         self.env = env
         self.cores = cores
         self.guest_cap = guest_cap
+        self.background_jobs = background_jobs
         self.zero_rate = zero_bytes_per_core_s
         self.bandwidth = memory_bandwidth_bytes_s
         self._on_change = on_change
@@ -166,13 +172,15 @@ class ProcessorSharingCPU:
         m = len(zeroing)
         n_guest = len(guest)
         k = len(work) + m + self._spinning
-        fair = 1.0 if k + n_guest <= left else left / (k + n_guest)
+        # Other work on the node: always-runnable tasks that take their share too.
+        bg = self.background_jobs
+        fair = 1.0 if k + n_guest + bg <= left else left / (k + n_guest + bg)
         cap = self.guest_cap
         if n_guest and fair > cap:
             # The guests are held to their quota; the others split the rest.
             guest_share = cap
             rest = left - n_guest * cap
-            share = 1.0 if k <= rest else rest / k
+            share = 1.0 if k + bg <= rest else rest / (k + bg)
         else:
             guest_share = share = fair
         if m:

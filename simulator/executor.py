@@ -84,6 +84,7 @@ class _Run:
             zero_bytes_per_core_s=m.zero_bytes_per_core_s,
             memory_bandwidth_bytes_s=m.memory_bandwidth_bytes_s,
             guest_cap=m.guest_cpu_quota,
+            background_jobs=m.background_jobs,
             on_change=self.rec.cpu_change if self.rec is not None else None,
         )
         self.account = [

@@ -159,13 +159,15 @@ class MachineSpec:
     ``zero_bytes_per_core_s`` is how fast one core clears memory;
     ``memory_bandwidth_bytes_s`` caps all zeroing running at one moment;
     ``guest_cpu_quota`` is each sandbox's CPU quota in cores (its vCPUs):
-    guest work never runs faster than that.
+    guest work never runs faster than that. ``background_jobs`` is other
+    work on the node: that many always-runnable tasks share the cores.
     """
 
     cores: int
     zero_bytes_per_core_s: float = 10e9
     memory_bandwidth_bytes_s: float = 100e9
     guest_cpu_quota: float = 1.0
+    background_jobs: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cores < 1:
@@ -179,6 +181,8 @@ class MachineSpec:
                 "`memory_bandwidth_bytes_s > 0` must hold, "
                 f"but got {self.memory_bandwidth_bytes_s=}"
             )
+        if not (self.background_jobs >= 0.0 and np.isfinite(self.background_jobs)):
+            raise ProgramError(f"`background_jobs >= 0` must hold, but got {self.background_jobs=}")
         if not (self.guest_cpu_quota > 0.0 and np.isfinite(self.guest_cpu_quota)):
             raise ProgramError(f"`guest_cpu_quota > 0` must hold, but got {self.guest_cpu_quota=}")
 

@@ -1,0 +1,184 @@
+"""``bootstorm validate`` and ``bootstorm calibrate --trace``: a model of this
+host, fitted to one real storm, against another real storm."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ._io import write_atomically
+from .models import ConfigError, Profile, TunedConfig
+
+__all__ = ["calibrate_trace", "validate_storm"]
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=140)
+
+
+def calibrate_trace(
+    trace_path: Path,
+    *,
+    output: Path | None,
+    bootstrap: int,
+    predict_sandboxes: int | None,
+    max_evaluations: int,
+) -> None:
+    """Fit a ``local`` profile to a recorded storm and print its error table."""
+    from ._render import target_table
+    from .calibration.trace_fit import StormStats, bootstrap_prediction, fit_trace
+    from .traces import read_trace
+
+    console = _console()
+    trace = read_trace(trace_path)
+    with console.status(f"fitting a local profile to {trace_path.name} …") as status:
+        report = fit_trace(
+            trace,
+            max_evaluations=max_evaluations,
+            on_evaluation=lambda n, cost: status.update(
+                f"fitting a local profile to {trace_path.name} … evaluation {n}, cost {cost:.4g}"
+            ),
+        )
+    console.print(
+        target_table(
+            f"local profile vs {trace_path.name} ({report.evaluations} evaluations)",
+            report.checks,
+        )
+    )
+    if output is not None:
+        write_atomically(output, report.profile.to_yaml())
+        console.print(f"profile written to [bold]{output}[/]")
+    if bootstrap:
+        stats = StormStats.of(trace)
+        what_if = stats.scenario(sandboxes=predict_sandboxes or stats.sandboxes)
+        with console.status(f"bootstrap: {bootstrap} refits …"):
+            interval = bootstrap_prediction(
+                trace, report.profile, what_if, resamples=bootstrap, max_evaluations=40
+            )
+        console.print(
+            f"predicted makespan of {what_if.sandboxes} sandboxes: {interval.point:.2f} s "
+            f"({interval.level:.0%} bootstrap interval {interval.low:.2f} … {interval.high:.2f} s)"
+        )
+
+
+def _rows(measured: Any, predicted: Any) -> list[tuple[str, float, float]]:
+    rows = [
+        ("makespan_s", measured.makespan_s, predicted.makespan_s),
+        ("startup mean_s", float(measured.latency_s.mean()), predicted.startup.mean),
+        ("startup p99_s", float(_p99(measured.latency_s)), predicted.startup.p99),
+    ]
+    for stage, times in measured.stage_s.items():
+        rows.append((f"{stage} mean_s", float(times.mean()), predicted.stages[stage].mean_s))
+    return rows
+
+
+def _p99(x: Any) -> float:
+    import numpy as np
+
+    return float(np.percentile(x, 99.0))
+
+
+def validate_storm(
+    *,
+    sandboxes: int,
+    config: Path | None,
+    profile: Path | None,
+    calibrate_from: Path | None,
+    measured: Path | None,
+    trace_out: Path | None,
+    threshold: float,
+    vm: bool,
+    as_json: bool,
+) -> None:
+    """Measure a storm (or read one), predict it, print both and the errors."""
+    from .calibration.trace_fit import StormStats, fit_trace
+    from .models import compile_scenario
+    from .simulator import run_program
+    from .traces import read_trace, write_trace
+
+    if not threshold > 0.0:
+        raise ConfigError(f"threshold: must be > 0, but got {threshold}")
+    if (profile is None) == (calibrate_from is None):
+        raise ConfigError("profile: give exactly one of --profile FILE or --calibrate-from TRACE")
+    console = _console()
+    tuned = TunedConfig.from_yaml(config) if config is not None else None
+    if profile is not None:
+        local = Profile.from_yaml(profile)
+    else:
+        assert calibrate_from is not None
+        with console.status(f"fitting a local profile to {calibrate_from.name} …"):
+            local = fit_trace(read_trace(calibrate_from)).profile
+    if measured is not None:
+        trace = read_trace(measured)
+    else:
+        trace = _run_testbed(sandboxes, tuned, vm, console)
+        if trace_out is not None:
+            write_trace(trace, trace_out)
+    stats = StormStats.of(trace)
+    scenario = stats.scenario()
+    predicted = run_program(compile_scenario(scenario, profile=local))
+    rows = _rows(stats, predicted)
+    errors = {name: (p - m) / m if m else float("inf") for name, m, p in rows}
+    headline = ("makespan_s", "startup mean_s", "startup p99_s")
+    failed = [k for k in headline if abs(errors[k]) > threshold]
+    if as_json:
+        payload = {
+            "sandboxes": stats.sandboxes,
+            "scenario": scenario.model_dump(mode="json"),
+            "rows": [
+                {"metric": n, "measured": m, "predicted": p, "rel_error": errors[n]}
+                for n, m, p in rows
+            ],
+            "threshold": threshold,
+            "within": not failed,
+        }
+        sys.stdout.write(json.dumps(payload) + "\n")
+    else:
+        table = Table(title=f"{stats.sandboxes} × {stats.cni}: predicted vs measured")
+        for col in ("metric", "measured", "predicted", "error"):
+            table.add_column(col, justify="left" if col == "metric" else "right")
+        for name, m, p in rows:
+            color = "red" if name in failed else "green" if name in headline else "white"
+            table.add_row(name, f"{m:.3f}", f"{p:.3f}", f"[{color}]{errors[name]:+.1%}[/]")
+        console.print(table)
+        if stats.background_load:
+            console.print(
+                f"[dim]the host's load average before the storm ({stats.background_load:.1f}) "
+                "is simulated as that many always-runnable tasks[/]"
+            )
+    if failed:
+        if not as_json:
+            console.print(f"[red]outside ±{threshold:.0%}: {', '.join(failed)}[/]")
+        raise typer.Exit(1)
+
+
+def _run_testbed(sandboxes: int, tuned: TunedConfig | None, vm: bool, console: Console) -> Any:
+    from .validation.testbed import StormOptions, TestbedError, run_storm
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    options = StormOptions(sandboxes=sandboxes, vm=vm, config=tuned)
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with console.status(f"testbed storm of {sandboxes} sandboxes …"):
+            result = run_storm(options)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: everything the run made was removed[/]")
+        raise typer.Exit(130) from None
+    except (TestbedError, OSError) as exc:
+        raise ConfigError(f"testbed: {exc}") from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if result.failures:
+        raise ConfigError(f"testbed: {len(result.failures)} sandboxes failed: {result.failures[0]}")
+    return result.trace

@@ -1,0 +1,367 @@
+"""Fit a testbed profile to a recorded storm (``bootstorm calibrate --trace``).
+
+A recorded storm (``bootstorm testbed run --trace``) measures, per sandbox
+and stage, how long each stage took under the contention of that storm. The
+fit turns that into per-operation costs of the testbed catalog
+(:mod:`bootstorm.models.testbed`) by simulation: the same storm is simulated
+and the costs are moved (SciPy least squares over relative errors, common
+random numbers) until each stage's *fastest* instance — the closest a storm
+gets to an uncontended service time — and its mean, the mean startup and the
+makespan match. Contention is never a fitted number: the simulator produces
+it from the holds, and the kernel's own measure of it (RTNL waits) is a
+check the report shows, not a target.
+
+Service-time variability: each operation is the profile's lognormal jitter
+(``service_cv``), the family the simulator draws from; its coefficient of
+variation is the one of the fastest half of the NetNS-less stage times of
+the storm (the least contended), a stated, not fitted, estimate.
+
+Uncertainty: a bootstrap over the storm's sandboxes (resampled with
+replacement, refitted) gives a confidence interval on any prediction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..models import HostSpec, Profile, Scenario, TestbedCostTable
+from ..models.testbed import TESTBED_STAGES
+from ..simulator import Result
+from ..traces import Trace
+from ._fit import FitReport, FreeParameter, least_squares_fit
+from .targets import Metric, PaperTarget, check_targets, makespan
+
+__all__ = [
+    "TRACE_FREE_PARAMETERS",
+    "Interval",
+    "StormStats",
+    "bootstrap_prediction",
+    "fit_trace",
+    "testbed_template",
+]
+
+log = logging.getLogger(__name__)
+
+_CNI_OF_VARIANT = {"veth-peer-in-netns": "testbed-veth", "veth-peer-moved": "testbed-veth-moved"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StormStats:
+    """What one storm measured, in the terms a simulated storm reports."""
+
+    sandboxes: int
+    cni: str
+    cores: int
+    pools: dict[str, int] = field(default_factory=dict)
+    limits: dict[str, int] = field(default_factory=dict)
+    latency_s: np.ndarray
+    stage_s: dict[str, np.ndarray]
+    rtnl_wait_s: float
+    #: The sandboxes that passed every stage (those a resample draws from).
+    complete: np.ndarray
+    #: The host's 1-minute load average before the storm (its other work), if noted.
+    background_load: float = 0.0
+
+    @classmethod
+    def of(cls, trace: Trace, *, sandboxes: Sequence[int] | None = None) -> StormStats:
+        """The storm's numbers, over ``sandboxes`` (a resample; default: all)."""
+        h = trace.header
+        variant = h.scenario.cni
+        if variant not in _CNI_OF_VARIANT:
+            raise ValueError(
+                f"trace: scenario.cni {variant!r} is not a testbed variant "
+                f"({', '.join(_CNI_OF_VARIANT)})"
+            )
+        n = h.scenario.sandboxes
+        arrival = np.full(n, h.origin_s)
+        for a in trace.arrivals:
+            arrival[a.sandbox] = a.t_s
+        end = np.full(n, np.nan)
+        per_stage = {s: np.full(n, np.nan) for s in TESTBED_STAGES}
+        for span in trace.spans:
+            end[span.sandbox] = np.fmax(end[span.sandbox], span.end_s)
+            if span.stage in per_stage:
+                per_stage[span.stage][span.sandbox] = span.end_s - span.start_s
+        done = ~np.isnan(end)
+        for st in per_stage.values():
+            done &= ~np.isnan(st)
+        if not done.any():
+            raise ValueError("trace: no sandbox passed every stage")
+        complete = np.flatnonzero(done)
+        chosen = complete if sandboxes is None else np.asarray(sandboxes, dtype=np.int64)
+        if not np.all(done[chosen]):
+            raise ValueError("trace: a resample may only draw sandboxes that passed every stage")
+        rtnl = sum(
+            lk.end_s - lk.start_s
+            for lk in trace.locks
+            if lk.lock == "rtnl" and lk.sandbox is not None and lk.what == "wait"
+        )
+        config = h.config
+        return cls(
+            sandboxes=n,
+            cni=_CNI_OF_VARIANT[variant],
+            cores=h.host.cores if h.host is not None else 1,
+            pools=dict(h.scenario.pools) or (dict(config.pools) if config else {}),
+            limits=dict(config.limits) if config else {},
+            latency_s=(end - arrival)[chosen],
+            stage_s={s: v[chosen] for s, v in per_stage.items()},
+            rtnl_wait_s=float(rtnl),
+            complete=complete,
+            background_load=_load_before(h.notes),
+        )
+
+    def scenario(
+        self, *, sandboxes: int | None = None, pools: dict[str, int] | None = None
+    ) -> Scenario:
+        """The simulated storm this one is, or a what-if of it."""
+        n = self.sandboxes if sandboxes is None else sandboxes
+        chosen_pools = self.pools if pools is None else pools
+        return Scenario(
+            cni=self.cni,
+            sandboxes=n,
+            profile="local",
+            pools={k: min(v, n) for k, v in chosen_pools.items()},
+            limits=self.limits,
+            background_load=self.background_load,
+        )
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.latency_s.max())
+
+    def targets(self) -> list[PaperTarget]:
+        """Each stage's fastest and mean time, the mean startup and the makespan."""
+        scenario = self.scenario()
+        out = []
+        for stage, times in self.stage_s.items():
+            fastest = float(times.min())
+            # Below the timer's and Python's noise a relative error means nothing.
+            weight = 0.5 if fastest >= _MEANINGFUL_S else 0.0
+            out.append(_target(f"{stage} fastest", scenario, _stage_min(stage), fastest, weight))
+            mean = float(times.mean())
+            weight = 1.0 if mean >= _MEANINGFUL_S else 0.0
+            out.append(_target(f"{stage} mean", scenario, _stage_mean(stage), mean, weight))
+        out.append(_target("startup mean", scenario, _latency_mean, float(self.latency_s.mean())))
+        out.append(_target("makespan", scenario, makespan, self.makespan_s))
+        # The kernel's own count of RTNL contention: a check, never fitted.
+        out.append(_target("RTNL wait (sum)", scenario, _rtnl_wait, self.rtnl_wait_s, 0.0))
+        return out
+
+
+def _load_before(notes: Sequence[str]) -> float:
+    """The 1-minute load average the testbed notes before a storm, or 0."""
+    for note in notes:
+        if note.startswith("load average before the storm:"):
+            try:
+                return float(note.split(":", 1)[1].split()[0])
+            except (IndexError, ValueError):
+                return 0.0
+    return 0.0
+
+
+def _stage_min(stage: str) -> Metric:
+    return Metric(f"stages.{stage}.min_s", lambda r: float(r.stage_time_s[stage].min()))
+
+
+def _stage_mean(stage: str) -> Metric:
+    return Metric(f"stages.{stage}.mean_s", lambda r: float(r.stage_time_s[stage].mean()))
+
+
+_latency_mean = Metric("startup.mean_s", lambda r: r.startup.mean)
+_rtnl_wait = Metric("locks.rtnl.wait_s", lambda r: r.locks["rtnl"].wait_s)
+_MEANINGFUL_S = 5e-3
+
+
+def _target(
+    label: str, scenario: Scenario, metric: Metric, value: float, weight: float = 1.0
+) -> PaperTarget:
+    return PaperTarget(
+        id="trace",
+        role="fit",
+        label=label,
+        scenario=scenario,
+        metric=metric,
+        value=max(value, 1e-6),
+        source="the recorded storm",
+        tolerance_rel=0.15,
+        weight=weight,
+    )
+
+
+# Where the fit starts, and how far each cost may go.
+TRACE_FREE_PARAMETERS: tuple[FreeParameter, ...] = (
+    FreeParameter(path="testbed.py_op_cpu_s", start=2e-3, low=1e-5, high=0.1),
+    FreeParameter(path="testbed.netns_create_cpu_s", start=5e-3, low=1e-5, high=0.5),
+    FreeParameter(path="testbed.rtnl_veth_hold_s", start=2e-3, low=1e-5, high=0.1),
+    FreeParameter(path="testbed.rtnl_small_hold_s", start=3e-4, low=1e-6, high=0.05),
+    FreeParameter(path="testbed.rtnl_tap_hold_s", start=1e-3, low=1e-5, high=0.1),
+    FreeParameter(path="testbed.rtnl_tc_hold_s", start=1e-3, low=1e-5, high=0.1),
+    FreeParameter(path="testbed.cgroup_mkdir_hold_s", start=5e-4, low=1e-6, high=0.05),
+    FreeParameter(path="testbed.vm_spawn_cpu_s", start=1e-2, low=1e-4, high=0.5),
+    FreeParameter(path="testbed.vm_boot_cpu_s", start=5e-2, low=1e-4, high=2.0),
+    FreeParameter(path="testbed.vm_boot_s", start=0.2, low=1e-3, high=5.0),
+)
+
+_START = (
+    "start value of `bootstorm calibrate --trace`; replaced by the fit (calibration/trace_fit.py)"
+)
+
+
+def testbed_template(
+    *, cores: int, memory_mib: int, service_cv: float, name: str = "local"
+) -> Profile:
+    """A testbed profile at the fit's starting point, for a host of ``cores``."""
+    testbed = TestbedCostTable(
+        **{p.path.split(".", 1)[1]: p.start for p in TRACE_FREE_PARAMETERS},
+        rtnl_netns_hold_s=5e-4,
+        rcu_grace_s=5e-4,
+        cgroup_attach_hold_s=5e-4,
+        vm_tap_ioctls=4,
+    )
+    host = HostSpec(
+        cores=cores,
+        memory_gib=memory_mib / 1024,
+        memory_bandwidth_gib_s=10.0,
+        zero_gib_s_per_core=5.0,
+        sandbox_vcpus=1.0,
+    )
+    sources = {f"testbed.{p.path.split('.', 1)[1]}": _START for p in TRACE_FREE_PARAMETERS}
+    sources.update(
+        {
+            "host.cores": "the trace header: the host's CPUs",
+            "host.memory_gib": "the trace header: the host's memory",
+            "host.memory_bandwidth_gib_s": "assumption: unused by the testbed catalog (no zeroing)",
+            "host.zero_gib_s_per_core": "assumption: unused by the testbed catalog (no zeroing)",
+            "host.sandbox_vcpus": "the testbed's QEMU runs one vCPU",
+            "service_cv": "the recorded storm: CV of the fastest half of its stage times",
+            "testbed.rtnl_netns_hold_s": "assumption: the new namespace's loopback, 0.5 ms",
+            "testbed.rcu_grace_s": "assumption: an expedited RCU grace period, 0.5 ms",
+            "testbed.cgroup_attach_hold_s": "assumption: a cgroup.procs write, as a mkdir",
+            "testbed.vm_tap_ioctls": "QEMU's tap setup on an fd: TUNGETIFF, TUNSETVNETHDRSZ, "
+            "TUNSETOFFLOAD, TUNSETSNDBUF (each takes RTNL in __tun_chr_ioctl)",
+        }
+    )
+    return Profile(
+        schema_version=1,
+        name=name,
+        description=f"a testbed host of {cores} CPUs, fitted to a recorded storm",
+        host=host,
+        service_cv=service_cv,
+        testbed=testbed,
+        sources=sources,
+    )
+
+
+def _service_cv(stats: StormStats) -> float:
+    """The spread of the fastest half of each stage's times (least contended), pooled."""
+    cvs = []
+    for stage, times in stats.stage_s.items():
+        if stage == "NetNS" or times.size < 4:
+            continue
+        fast = np.sort(times)[: times.size // 2]
+        if fast.mean() > 0:
+            cvs.append(float(fast.std() / fast.mean()))
+    return float(np.clip(np.median(cvs), 0.0, 1.0)) if cvs else 0.1
+
+
+def fit_trace(
+    trace: Trace,
+    *,
+    seed: int = 0,
+    max_evaluations: int = 120,
+    sandboxes: Sequence[int] | None = None,
+    start: Profile | None = None,
+    on_evaluation: Callable[[int, float], None] | None = None,
+) -> FitReport:
+    """Fit a ``local`` testbed profile to ``trace`` (over ``sandboxes``, for a resample)."""
+    stats = StormStats.of(trace, sandboxes=sandboxes)
+    h = trace.header
+    base = start or testbed_template(
+        cores=stats.cores,
+        memory_mib=h.host.memory_mib if h.host is not None else 1024,
+        service_cv=round(_service_cv(stats), 4),
+    )
+    params = TRACE_FREE_PARAMETERS
+    if start is not None:  # warm start (a bootstrap refit): from the given profile's values
+        assert start.testbed is not None
+        params = tuple(
+            FreeParameter(
+                path=p.path,
+                start=float(
+                    np.clip(getattr(start.testbed, p.path.split(".", 1)[1]), p.low, p.high)
+                ),
+                low=p.low,
+                high=p.high,
+            )
+            for p in params
+        )
+    targets = stats.targets()
+    fitted, calls, cost = least_squares_fit(
+        base,
+        targets,
+        params,
+        source_for=lambda _ids: (
+            "fit: the recorded storm by `bootstorm calibrate --trace` (calibration/trace_fit.py)"
+        ),
+        seed=seed,
+        max_evaluations=max_evaluations,
+        on_evaluation=on_evaluation,
+    )
+    checks = tuple(check_targets(targets, fitted, seed=seed))
+    return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interval:
+    """A prediction and its bootstrap confidence interval."""
+
+    point: float
+    low: float
+    high: float
+    level: float
+    samples: tuple[float, ...]
+
+
+def bootstrap_prediction(
+    trace: Trace,
+    profile: Profile,
+    scenario: Scenario,
+    *,
+    metric: Callable[[Result], float] = lambda r: r.makespan_s,
+    resamples: int = 20,
+    level: float = 0.9,
+    seed: int = 0,
+    max_evaluations: int = 40,
+) -> Interval:
+    """``metric`` of ``scenario`` under ``profile``, with a bootstrap interval:
+    the trace's sandboxes resampled with replacement, each resample refitted
+    (warm-started from ``profile``) and ``scenario`` simulated under it."""
+    from ..models import compile_scenario
+    from ..simulator import run_program
+
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"`0 < level < 1` must hold, but got {level=}")
+    if resamples < 2:
+        raise ValueError(f"`resamples >= 2` must hold, but got {resamples=}")
+    point = metric(run_program(compile_scenario(scenario, seed=seed, profile=profile)))
+    rng = np.random.default_rng(seed)
+    complete = StormStats.of(trace).complete
+    samples = []
+    for _ in range(resamples):
+        pick = rng.choice(complete, size=complete.size, replace=True)
+        refit = fit_trace(
+            trace,
+            seed=seed,
+            sandboxes=pick.tolist(),
+            start=profile,
+            max_evaluations=max_evaluations,
+        )
+        samples.append(
+            metric(run_program(compile_scenario(scenario, seed=seed, profile=refit.profile)))
+        )
+    lo, hi = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
+    return Interval(point=point, low=float(lo), high=float(hi), level=level, samples=tuple(samples))
