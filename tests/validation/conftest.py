@@ -82,10 +82,13 @@ def process_agent(
     )
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if "listening on" not in line:
-            rest = proc.communicate(timeout=10)[0]
-            raise AssertionError(f"agent did not start: {line}{rest}")
+        seen = []
+        for line in proc.stdout:  # log lines (stderr) may come first
+            seen.append(line)
+            if "listening on" in line:
+                break
+        else:
+            raise AssertionError(f"agent did not start: {''.join(seen)}")
         yield AgentProcess(proc, line.rsplit(" ", 1)[-1].strip())
     finally:
         if proc.poll() is None:
