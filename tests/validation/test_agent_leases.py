@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -193,3 +195,31 @@ def test_stage_context_manager_acquires_and_releases(agent: AgentFactory) -> Non
         with pytest.raises(RuntimeError), client.stage("AttachIf", "sb-3"):
             raise RuntimeError("boot failed")
         client.release(client.acquire("AttachIf", "sb-4", wait_s=0))  # released on error too
+
+
+def test_one_sync_client_shared_by_400_threads(agent: AgentFactory) -> None:
+    """The testbed's way: one AgentClient, a thread per sandbox. Long-polling acquires
+    must not starve the releases of connections (the client has no connection cap)."""
+    limit = 8
+    lock = threading.Lock()
+    holding = most = 0
+    with agent(TunedConfig(limits={"StartVM": limit})) as client:
+
+        def sandbox(i: int) -> str:
+            nonlocal holding, most
+            with client.stage("StartVM", f"sb-{i}", wait_s=50) as lease:
+                with lock:
+                    holding += 1
+                    most = max(most, holding)
+                time.sleep(0.002)
+                with lock:
+                    holding -= 1
+            return lease.lease_id
+
+        with ThreadPoolExecutor(max_workers=400) as pool:
+            lease_ids = list(pool.map(sandbox, range(400)))
+        m = samples(client.metrics())
+    assert len(set(lease_ids)) == 400
+    assert 1 <= most <= limit
+    assert m[("bootstorm_agent_stage_permits_high_water", (("stage", "StartVM"),))] <= limit
+    assert m[("bootstorm_agent_leases_released_total", (("stage", "StartVM"),))] == 400

@@ -305,7 +305,12 @@ async def serve(
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ConfigError(
+                f"port: cannot listen on {settings.host}:{settings.port} ({exc.strerror})"
+            ) from None
         host, port = runner.addresses[0][:2]
         shown = f"[{host}]" if ":" in host else host
         if on_ready is not None:

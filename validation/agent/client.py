@@ -79,6 +79,9 @@ class AgentClient:
             base_url=self.base_url,
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout_s,
+            # No cap on connections: with a cap, long-polling acquires could take
+            # every connection and leave none for the releases that would serve them.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
             transport=transport,
         )
 
