@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import aiohttp
+import httpx
 import pytest
 from conftest import TOKEN, process_agent
 from prometheus_client.parser import text_string_to_metric_families
@@ -223,3 +224,45 @@ def test_one_sync_client_shared_by_400_threads(agent: AgentFactory) -> None:
     assert 1 <= most <= limit
     assert m[("bootstorm_agent_stage_permits_high_water", (("stage", "StartVM"),))] <= limit
     assert m[("bootstorm_agent_leases_released_total", (("stage", "StartVM"),))] == 400
+
+
+def test_a_waiter_that_hangs_up_leaves_the_queue(agent: AgentFactory) -> None:
+    with agent(TunedConfig(limits={"StartVM": 1})) as client:
+        held = client.acquire("StartVM", "holder")
+        # A client that gives up (its own timeout) long before its wait_s runs out.
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(
+                client.base_url + "/v1/stages/StartVM/acquire",
+                json={"holder": "impatient", "wait_s": 30},
+                headers={"Authorization": f"Bearer {TOKEN}"},
+                timeout=0.3,
+            )
+        deadline = time.monotonic() + 5
+        while samples(client.metrics())[
+            ("bootstorm_agent_stage_queue_length", (("stage", "StartVM"),))
+        ]:
+            assert time.monotonic() < deadline, "the departed waiter is still queued"
+            time.sleep(0.02)
+        client.release(held)
+        # The permit is free: the departed waiter was not granted it.
+        client.release(client.acquire("StartVM", "next", wait_s=0))
+
+
+def test_shutdown_turns_waiters_away_at_once(agent: AgentFactory) -> None:
+    errors: list[AgentError] = []
+    with agent(TunedConfig(limits={"StartVM": 1})) as client:
+        client.acquire("StartVM", "holder")
+
+        def wait() -> None:
+            try:
+                client.acquire("StartVM", "waiter", wait_s=30)
+            except AgentError as exc:
+                errors.append(exc)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.2)
+        stopping = time.monotonic()
+    waiter.join(5)
+    assert time.monotonic() - stopping < 3  # not the 30 s of the long-poll
+    assert [(e.status, e.reason) for e in errors] == [(503, "shutting_down")]

@@ -79,6 +79,10 @@ class _Gate:
         return self.limit is None or len(self.holders) < self.limit
 
 
+def _shutting_down() -> LeaseError:
+    return LeaseError(503, "shutting_down", "the agent is shutting down")
+
+
 class LeaseTable:
     """All stage gates of one agent and the leases they granted."""
 
@@ -91,6 +95,7 @@ class LeaseTable:
         self._gates: dict[str, _Gate] = {}
         self._leases: dict[str, ServerLease] = {}
         self._ended: OrderedDict[str, Literal["released", "expired"]] = OrderedDict()
+        self._closing = False
         for stage in self._limits:
             self._gate(stage)
 
@@ -98,6 +103,8 @@ class LeaseTable:
 
     async def acquire(self, stage: str, holder: str, wait_s: float) -> ServerLease:
         """A lease on ``stage``, waiting FIFO up to ``wait_s`` (then a 408 LeaseError)."""
+        if self._closing:
+            raise _shutting_down()
         loop = asyncio.get_running_loop()
         gate = self._gate(stage)
         now = loop.time()
@@ -122,6 +129,8 @@ class LeaseTable:
                 f"no permit of stage {stage!r} within wait_s={wait_s:g} "
                 f"(limit {gate.limit}, {len(gate.holders)} held, {len(gate.waiters)} waiting)",
             )
+        if waiter.future.cancelled():  # turned away by close()
+            raise _shutting_down()
         return waiter.future.result()
 
     def release(self, lease_id: str) -> ServerLease:
@@ -155,6 +164,7 @@ class LeaseTable:
 
     def close(self) -> None:
         """Stop every timer and turn every waiter away (the agent is going down)."""
+        self._closing = True
         for lease in self._leases.values():
             if lease.timer is not None:
                 lease.timer.cancel()

@@ -264,8 +264,14 @@ def create_app(
         try:
             yield
         finally:
-            leases.close()
             await pools.close()
+
+    async def turn_waiters_away(app: web.Application) -> None:
+        # Before aiohttp waits for running handlers: long-polls answer 503 now
+        # rather than hold the shutdown (and the pool clean-up) for up to wait_s.
+        leases.close()
+
+    app.on_shutdown.append(turn_waiters_away)
 
     app.cleanup_ctx.append(lifecycle)
     app.router.add_post("/v1/stages/{stage}/acquire", _acquire)
@@ -301,7 +307,10 @@ async def serve(
             handled.append(sig)
     except (RuntimeError, ValueError):  # not the main thread: the caller sets `stop`
         pass
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # handler_cancellation: a client that hangs up while queued leaves the queue at
+    # once instead of being granted a permit nobody will release before the TTL.
+    # Safe because no handler awaits between reading and changing agent state.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.host, settings.port)

@@ -130,7 +130,7 @@ class AgentClient:
         try:
             data = self._call("POST", f"/v1/pools/{kind}/take", json=body)
         except AgentError as exc:
-            if exc.status == 404:
+            if exc.status == 404 and exc.message == "pool empty":
                 return None
             raise
         return PooledDevice.model_validate(data)
