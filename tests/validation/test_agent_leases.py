@@ -254,10 +254,12 @@ def test_shutdown_turns_waiters_away_at_once(agent: AgentFactory) -> None:
         client.acquire("StartVM", "holder")
 
         def wait() -> None:
-            try:
-                client.acquire("StartVM", "waiter", wait_s=30)
-            except AgentError as exc:
-                errors.append(exc)
+            # A client of its own: the fixture closes `client` before the agent stops.
+            with AgentClient(client.base_url, token=TOKEN) as own:
+                try:
+                    own.acquire("StartVM", "waiter", wait_s=30)
+                except AgentError as exc:
+                    errors.append(exc)
 
         waiter = threading.Thread(target=wait)
         waiter.start()
