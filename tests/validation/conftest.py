@@ -63,7 +63,11 @@ class AgentProcess:
 
 @contextmanager
 def process_agent(
-    tmp_path: Path, *args: str, config: TunedConfig | None = None, token: str = TOKEN
+    tmp_path: Path,
+    *args: str,
+    config: TunedConfig | None = None,
+    token: str = TOKEN,
+    prefix: tuple[str, ...] = (),
 ) -> Iterator[AgentProcess]:
     """``bootstorm agent serve --port 0`` in a child process, stopped by PID at the end."""
     token_file = tmp_path / f"token-{len(list(tmp_path.iterdir()))}"
@@ -75,7 +79,7 @@ def process_agent(
         argv += ["--config", str(config_file)]
     code = "from bootstorm.cli import main; main()"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, *argv],
+        [*prefix, sys.executable, "-c", code, *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

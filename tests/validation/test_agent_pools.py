@@ -119,3 +119,32 @@ def test_sigterm_cleans_up_and_a_restart_sweeps_a_killed_agents_leftovers(
         assert agent.proc.returncode == 0, out
         assert "pooled devices removed" in out
     assert not pooled_on_host(pool_id)
+
+
+def test_without_privileges_the_pools_stay_empty_and_the_agent_serves(tmp_path: Path) -> None:
+    """In a user namespace of its own the agent may not create devices (EPERM from the
+    kernel): it keeps serving, counts the errors, and answers 'pool empty'."""
+    probe = subprocess.run(["unshare", "-U", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare -U not allowed here: {probe.stderr.decode().strip()}")
+    config = TunedConfig(limits={"StartVM": 1}, pools={"netns": 1, "veth": 1, "tap": 1})
+    with process_agent(tmp_path, config=config, prefix=("unshare", "-U")) as agent:
+        with AgentClient(agent.url, token=TOKEN) as client:
+            deadline = time.monotonic() + 10
+            while True:
+                errors = {
+                    s.labels["kind"]: s.value
+                    for f in text_string_to_metric_families(client.metrics())
+                    if f.name == "bootstorm_agent_pool_errors"
+                    for s in f.samples
+                    if s.name.endswith("_total")
+                }
+                if set(errors) == {"netns", "veth", "tap"}:
+                    break
+                assert time.monotonic() < deadline, errors
+                time.sleep(0.1)
+            assert client.take("veth", "sb-1") is None
+            client.release(client.acquire("StartVM", "sb-1", wait_s=1))
+        out = agent.stop()
+    assert agent.proc.returncode == 0, out
+    assert "refill failed" in out

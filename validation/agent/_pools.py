@@ -158,7 +158,6 @@ class PoolManager:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bootstorm-netlink")
         self._wake = asyncio.Event()
         self._stopping = False
-        self._stopped = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -203,7 +202,6 @@ class PoolManager:
     async def close(self) -> None:
         """Stop refilling and remove every device still in a pool."""
         self._stopping = True
-        self._stopped.set()
         self._wake.set()
         if self._task is not None:
             # Not cancelled: the refill loop stops between two netlink calls, so a
@@ -222,25 +220,34 @@ class PoolManager:
         self._executor.shutdown(wait=True)
 
     async def _run(self) -> None:
-        failures = 0
+        loop = asyncio.get_running_loop()
+        # Per kind, so a kind that cannot be made (no root, no tun module) neither
+        # blocks the others nor floods the log.
+        failures = dict.fromkeys(POOL_KINDS, 0)
+        retry_at = dict.fromkeys(POOL_KINDS, 0.0)
         while not self._stopping:
             self._wake.clear()
             worked = False
-            try:
-                # One device per kind per pass, so one big pool does not starve the others.
-                for kind in POOL_KINDS:
-                    if self._stopping:
-                        break
+            # One device per kind per pass, so one big pool does not starve the others.
+            for kind in POOL_KINDS:
+                if self._stopping:
+                    break
+                if retry_at[kind] > loop.time():
+                    continue
+                try:
                     worked |= await self._step(kind)
-                failures = 0
-            except Exception as exc:
-                delay = _BACKOFF_S[min(failures, len(_BACKOFF_S) - 1)]
-                failures += 1
-                log.error("pool refill failed (%s); retrying in %gs", exc, delay)
-                await self._sleep(delay)
+                    failures[kind] = 0
+                except Exception as exc:
+                    delay = _BACKOFF_S[min(failures[kind], len(_BACKOFF_S) - 1)]
+                    failures[kind] += 1
+                    retry_at[kind] = loop.time() + delay
+                    log.error("%s pool: refill failed (%s); retrying in %gs", kind, exc, delay)
+            if worked or self._stopping:
                 continue
-            if not worked:
-                await self._wake.wait()
+            # Idle until a take, a new config, a shutdown, or the next retry is due.
+            due = [t - loop.time() for t in retry_at.values() if t > loop.time()]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=min(due) if due else None)
 
     async def _step(self, kind: str) -> bool:
         loop = asyncio.get_running_loop()
@@ -278,11 +285,6 @@ class PoolManager:
                 raise _NameTakenError(device.name) from exc
             self._metrics.pool_errors.labels(kind).inc()
             raise
-
-    async def _sleep(self, delay_s: float) -> None:
-        # Only a shutdown cuts a back-off short; takes and new configs do not.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopped.wait(), timeout=delay_s)
 
 
 class _NameTakenError(Exception):
