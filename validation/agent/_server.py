@@ -1,11 +1,12 @@
 """The node agent's HTTP service (aiohttp).
 
-Endpoints (all bodies JSON; mutating calls need ``Authorization: Bearer <token>``):
+Endpoints (all bodies JSON; mutating calls need ``Authorization: Bearer <token>``,
+else 401; errors are ``{"error": message, "reason"?: word}``):
 
-=======  ==================================  ==========================================
+=======  ==================================  ======================================================
 method   path                                answer
-=======  ==================================  ==========================================
-POST     /v1/stages/{stage}/acquire          200 lease, 408 no permit within ``wait_s``
+=======  ==================================  ======================================================
+POST     /v1/stages/{stage}/acquire          200 lease, 408 none within ``wait_s``, 503 stopping
 POST     /v1/leases/{lease_id}/release       200, 404 unknown / expired / released
 POST     /v1/leases/{lease_id}/renew         200 lease with a new expiry, 404 as above
 POST     /v1/pools/{kind}/take               200 device, 404 ``pool empty``
@@ -13,7 +14,7 @@ PUT      /config                             200 ``{generation, config}``, 422 r
 GET      /config                             the TunedConfig in force
 GET      /metrics                            Prometheus text format
 GET      /healthz                            ``{"status": "ok", ...}``
-=======  ==================================  ==========================================
+=======  ==================================  ======================================================
 """
 
 from __future__ import annotations
