@@ -150,6 +150,9 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
         if exc.status < 400:
             raise
         return _error(exc.status, f"{exc.reason}: {request.method} {request.path}")
+    except Exception as exc:  # a bug: log it whole, answer in the same JSON shape
+        log.exception("%s %s failed", request.method, request.path)
+        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
 
 
 async def _acquire(request: web.Request) -> web.Response:
