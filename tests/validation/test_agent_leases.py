@@ -90,7 +90,7 @@ def test_an_expired_lease_frees_the_permit_for_the_next_waiter(agent: AgentFacto
         started = time.monotonic()
         nxt = client.acquire("Cgroup", "next", wait_s=5)  # waits for the expiry
         waited = time.monotonic() - started
-        assert 0.1 < waited < 2.0
+        assert 0.1 < waited < 10.0  # the TTL, not the 5 s wait (generous: shared machines)
         with pytest.raises(AgentError) as err:
             client.release(crashed)
         assert err.value.status == 404 and err.value.reason == "expired"
@@ -101,13 +101,13 @@ def test_an_expired_lease_frees_the_permit_for_the_next_waiter(agent: AgentFacto
 
 
 def test_renew_keeps_a_lease_past_its_ttl(agent: AgentFactory) -> None:
-    with agent(TunedConfig(limits={"Cgroup": 1}, lease_ttl_s=0.4)) as client:
+    with agent(TunedConfig(limits={"Cgroup": 1}, lease_ttl_s=1.5)) as client:
         lease = client.acquire("Cgroup", "slow")
         for _ in range(4):
-            time.sleep(0.2)
+            time.sleep(0.5)  # 1 s of slack per renewal for a loaded machine
             renewed = client.renew(lease)
             assert renewed.expires_at_s > lease.expires_at_s
-        client.release(lease)  # still valid after 0.8 s > ttl
+        client.release(lease)  # still valid after 2 s > ttl
 
 
 def test_release_twice_and_unknown_leases_are_404(agent: AgentFactory) -> None:
@@ -137,6 +137,17 @@ def test_a_stage_without_limit_admits_at_once(agent: AgentFactory) -> None:
             client.release(lease)
 
 
+async def queued(http: aiohttp.ClientSession, n: int, stage: str = "S") -> None:
+    """Wait until ``n`` clients wait on ``stage``, as the agent's metrics say."""
+    for _ in range(500):
+        async with http.get("/metrics") as r:
+            m = samples(await r.text())
+        if m.get(("bootstorm_agent_stage_queue_length", (("stage", stage),))) == n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never {n} waiting on {stage}")
+
+
 def test_waiters_are_served_first_come_first_served(tmp_path: Path) -> None:
     async def run(url: str) -> list[str]:
         order: list[str] = []
@@ -156,7 +167,7 @@ def test_waiters_are_served_first_come_first_served(tmp_path: Path) -> None:
             tasks = []
             for i in range(5):
                 tasks.append(asyncio.create_task(wait(f"w{i}")))
-                await asyncio.sleep(0.05)  # queued in this order
+                await queued(http, i + 1)  # in the agent's queue before the next one starts
             async with http.post(f"/v1/leases/{first['lease_id']}/release"):
                 pass
             await asyncio.gather(*tasks)
@@ -266,5 +277,5 @@ def test_shutdown_turns_waiters_away_at_once(agent: AgentFactory) -> None:
         time.sleep(0.2)
         stopping = time.monotonic()
     waiter.join(5)
-    assert time.monotonic() - stopping < 3  # not the 30 s of the long-poll
+    assert time.monotonic() - stopping < 15  # not the 30 s of the long-poll
     assert [(e.status, e.reason) for e in errors] == [(503, "shutting_down")]

@@ -37,7 +37,7 @@ def levels(client: AgentClient) -> dict[str, float]:
     raise AssertionError("no pool levels in the metrics")
 
 
-def wait_for_levels(client: AgentClient, want: dict[str, int], timeout_s: float = 10.0) -> None:
+def wait_for_levels(client: AgentClient, want: dict[str, int], timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while (got := levels(client)) != want:
         assert time.monotonic() < deadline, f"pool levels {got}, wanted {want}"

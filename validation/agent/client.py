@@ -81,7 +81,10 @@ class AgentClient:
             timeout=timeout_s,
             # No cap on connections: with a cap, long-polling acquires could take
             # every connection and leave none for the releases that would serve them.
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            # No cap on idle ones either: closing surplus keep-alive connections races
+            # with threads they were just handed to (encode/httpcore#1110; seen here as
+            # EBADF under 400 threads), and idle ones expire after 5 s anyway.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
             transport=transport,
         )
 
