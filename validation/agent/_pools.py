@@ -254,7 +254,11 @@ class PoolManager:
         ready = self._ready[kind]
         if len(ready) > self._targets[kind]:
             device = ready.pop()  # newest first: the oldest go out on the next take
-            await self._call(kind, self._ops.remove, device)
+            try:
+                await self._call(kind, self._ops.remove, device)
+            except Exception:
+                ready.append(device)  # still ours: retried, and removed at shutdown
+                raise
             return True
         if len(ready) == self._targets[kind]:
             return False
