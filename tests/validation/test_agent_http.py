@@ -171,3 +171,12 @@ def test_an_unreachable_agent_is_an_agent_error_without_status() -> None:
     ):
         client.healthz()
     assert err.value.status is None
+
+
+def test_a_closed_client_says_so(agent: AgentFactory) -> None:
+    with agent() as client:
+        other = AgentClient(client.base_url, token=TOKEN)
+        assert other.healthz()["status"] == "ok"
+        other.close()
+        with pytest.raises(AgentError, match="client is closed"):
+            other.healthz()

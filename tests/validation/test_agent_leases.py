@@ -274,7 +274,11 @@ def test_shutdown_turns_waiters_away_at_once(agent: AgentFactory) -> None:
 
         waiter = threading.Thread(target=wait)
         waiter.start()
-        time.sleep(0.2)
+        queue = ("bootstorm_agent_stage_queue_length", (("stage", "StartVM"),))
+        deadline = time.monotonic() + 10
+        while samples(client.metrics())[queue] != 1:  # the waiter is in the queue
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
         stopping = time.monotonic()
     waiter.join(5)
     assert time.monotonic() - stopping < 15  # not the 30 s of the long-poll

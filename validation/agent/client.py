@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -63,7 +65,15 @@ class PooledDevice(_Answer):
 
 
 class AgentClient:
-    """Talks to one node agent. Thread-safe (httpx clients are)."""
+    """Talks to one node agent; share one between threads freely.
+
+    Each thread gets its own httpx connection pool: a shared pool under hundreds
+    of threads either caps connections (long-polling acquires then take them all
+    and starve the releases that would serve them), or keeps hundreds idle and
+    slows down, and its closing of surplus idle connections races with threads
+    they were just handed to (encode/httpcore#1110: EBADF, or a hang until the
+    read timeout). One thread, one connection: none of that.
+    """
 
     def __init__(
         self,
@@ -75,18 +85,33 @@ class AgentClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout_s,
-            # No cap on connections: with a cap, long-polling acquires could take
-            # every connection and leave none for the releases that would serve them.
-            # No cap on idle ones either: closing surplus keep-alive connections races
-            # with threads they were just handed to (encode/httpcore#1110; seen here as
-            # EBADF under 400 threads), and idle ones expire after 5 s anyway.
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-            transport=transport,
-        )
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._transport = transport
+        # One TLS context for all threads' pools: building one costs milliseconds.
+        self._tls = ssl.create_default_context()
+        self._local = threading.local()
+        self._pools: list[httpx.Client] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _http(self) -> httpx.Client:
+        if self._closed:
+            raise AgentError(None, f"{self.base_url}: client is closed")
+        http: httpx.Client | None = getattr(self._local, "http", None)
+        if http is None:
+            with self._lock:
+                if self._closed:
+                    raise AgentError(None, f"{self.base_url}: client is closed")
+                http = httpx.Client(
+                    base_url=self.base_url,
+                    headers=self._headers,
+                    timeout=self._timeout_s,
+                    verify=self._tls,
+                    transport=self._transport,
+                )
+                self._pools.append(http)
+            self._local.http = http
+        return http
 
     # -- stages -----------------------------------------------------------------
 
@@ -158,7 +183,11 @@ class AgentClient:
     # -- plumbing -----------------------------------------------------------------
 
     def close(self) -> None:
-        self._http.close()
+        with self._lock:
+            self._closed = True
+            pools, self._pools = self._pools, []
+        for http in pools:
+            http.close()
 
     def __enter__(self) -> AgentClient:
         return self
@@ -181,7 +210,7 @@ class AgentClient:
     def _send(self, method: str, path: str, *, extra_s: float = 0.0, **kw: Any) -> httpx.Response:
         timeout = self._timeout_s + extra_s
         try:
-            response = self._http.request(method, path, timeout=timeout, **kw)
+            response = self._http().request(method, path, timeout=timeout, **kw)
         except httpx.HTTPError as exc:
             raise AgentError(None, f"{method} {self.base_url}{path}: {exc}") from None
         if response.status_code >= 400:
