@@ -124,3 +124,39 @@ def test_serve_refuses_a_remote_address_without_the_flag_and_a_missing_token(
     assert "token-file:" in capsys.readouterr().err
     assert run(["agent", "serve", "--token-file", str(token_file), "--port", "70000"]) == 2
     assert capsys.readouterr().err.strip() == "error: port: must be within 0..65535 (got 70000)"
+
+
+def test_serve_refuses_a_bad_start_config_and_a_busy_port(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    bad = tmp_path / "tuned.yaml"
+    bad.write_text("lease_ttl_s: 0\n")
+    argv = ["agent", "serve", "--port", "0", "--token-file", str(token_file)]
+    assert run([*argv, "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {bad}: config: lease_ttl_s:") and err.endswith("(got 0)")
+    with thread_agent() as busy:
+        port = busy.base_url.rsplit(":", 1)[1]
+        argv = ["agent", "serve", "--port", port, "--token-file", str(token_file)]
+        assert run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: port: cannot listen on 127.0.0.1:{port}")
+
+
+def test_an_inventory_names_each_node_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_file = tmp_path / "tuned.yaml"
+    config_file.write_text(TUNED.to_yaml())
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        "- {name: a, url: 'http://127.0.0.1:1', token_env: X}\n"
+        "- {name: a, url: 'http://127.0.0.1:2', token_env: X}\n"
+    )
+    assert run(["config", "push", "--nodes", str(inventory), str(config_file)]) == 2
+    assert "node names must be unique, but got ['a'] more than once" in capsys.readouterr().err
+    inventory.write_text("- {name: b, url: 'http://127.0.0.1:3', token_env: X, token_file: /t}\n")
+    assert run(["config", "push", "--nodes", str(inventory), str(config_file)]) == 2
+    assert "exactly one of token_env and token_file" in capsys.readouterr().err
