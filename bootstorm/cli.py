@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from ._api import simulate
+from ._cli_agent import register as register_agent_commands
 from ._cli_testbed import testbed_app
 from ._io import write_atomically
 from ._render import comparison_table, result_tables, target_table
@@ -35,6 +36,7 @@ console = Console()
 if not console.is_terminal:  # piped or captured: don't squeeze tables into 80 columns
     console = Console(width=140)
 log = logging.getLogger("bootstorm")
+register_agent_commands(app)  # `agent serve`, `config push` (bootstorm/_cli_agent.py)
 
 
 def _pairs(field: str, items: list[str] | None) -> dict[str, int]:

@@ -1,0 +1,142 @@
+"""``bootstorm agent serve`` and ``bootstorm config push``: the node agent's commands.
+
+Kept apart from :mod:`bootstorm.cli` (one ``register`` call there), and the
+agent's own imports (aiohttp, pyroute2) wait until a command runs, so
+``bootstorm simulate`` does not pay for them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .models import ConfigError, TunedConfig
+
+__all__ = ["TOKEN_ENV", "register"]
+
+#: Environment variable holding the agent's bearer token when no file is given.
+TOKEN_ENV = "BOOTSTORM_AGENT_TOKEN"
+
+agent_app = typer.Typer(help="The node agent: stage permits, device pools, tuned config.")
+config_app = typer.Typer(help="Tuned configs on nodes.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``agent`` and ``config`` command groups to the main app."""
+    app.add_typer(agent_app, name="agent")
+    app.add_typer(config_app, name="config")
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=140)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere
+
+
+def _token(token_file: Path | None) -> str:
+    from .validation.agent.inventory import read_token_file
+
+    if token_file is not None:
+        from_file: str = read_token_file(token_file, field="token-file")
+        return from_file
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise ConfigError(f"token: none given; pass --token-file or set {TOKEN_ENV}")
+    return token
+
+
+@agent_app.command("serve")
+def serve_cmd(
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one.")] = 8787,
+    token_file: Annotated[
+        Path | None, typer.Option(help=f"File holding the bearer token (else ${TOKEN_ENV}).")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="Tuned config YAML to start with (else no limits/pools)."),
+    ] = None,
+    pool_id: Annotated[
+        int, typer.Option(help="Number in pooled device names; one per agent on a host.")
+    ] = 0,
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="Allow a non-loopback --host.")
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+) -> None:
+    """Run the node agent until SIGTERM or SIGINT; pooled devices are removed on the way out."""
+    import asyncio
+
+    from pydantic import SecretStr
+
+    from .validation.agent import AgentSettings, serve
+    from .validation.agent._pools import MAX_POOL_ID
+
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"port: must be within 0..65535 (got {port})")
+    if not 0 <= pool_id <= MAX_POOL_ID:
+        raise ConfigError(f"pool-id: must be within 0..{MAX_POOL_ID} (got {pool_id})")
+    if not _loopback(host) and not allow_remote:
+        raise ConfigError(f"host: {host!r} is not loopback; pass --allow-remote to serve it")
+    token = _token(token_file)
+    tuned = TunedConfig.from_yaml(config) if config is not None else TunedConfig()
+    if verbose:
+        logging.getLogger("bootstorm").setLevel(logging.INFO)
+    settings = AgentSettings(token=SecretStr(token), host=host, port=port, pool_id=pool_id)
+    console = _console()
+
+    def ready(url: str) -> None:
+        console.print(f"bootstorm agent listening on {url}", soft_wrap=True, highlight=False)
+        sys.stdout.flush()
+
+    asyncio.run(serve(settings, tuned, on_ready=ready))
+    console.print("bootstorm agent stopped; pooled devices removed", highlight=False)
+
+
+@config_app.command("push")
+def push_cmd(
+    config: Annotated[Path, typer.Argument(help="Tuned config YAML.")],
+    nodes: Annotated[Path, typer.Option(help="Inventory YAML: a list of nodes.")],
+    timeout_s: Annotated[float, typer.Option("--timeout-s", help="Per-node timeout.")] = 10.0,
+) -> None:
+    """Push one tuned config to every node at once; exit 1 if any node refused."""
+    from .validation.agent import Inventory, push_config
+
+    tuned = TunedConfig.from_yaml(config)  # refused here, before any node sees it
+    inventory = Inventory.from_yaml(nodes)
+    if not timeout_s > 0:
+        raise ConfigError(f"timeout-s: must be > 0 (got {timeout_s})")
+    results = push_config(inventory, tuned, timeout_s=timeout_s)
+    table = Table(title=f"{config} → {len(results)} nodes")
+    for column in ("node", "url", "result", "status", "generation", "detail"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(
+            r.node,
+            r.url,
+            "[green]applied[/]" if r.ok else "[red]refused[/]",
+            "-" if r.status is None else str(r.status),
+            "-" if r.generation is None else str(r.generation),
+            r.message,
+        )
+    _console().print(table)
+    if not all(r.ok for r in results):
+        raise typer.Exit(1)

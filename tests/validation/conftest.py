@@ -1,0 +1,104 @@
+"""Real agents for the tests: on a thread of this process, or as a child process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from bootstorm.models import TunedConfig
+from bootstorm.validation.agent import AgentClient, AgentSettings, agent_in_thread
+
+TOKEN = "test-token-0123456789abcdef"
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: creates real netns, veth and tap devices"
+)
+
+
+def free_pool_id() -> int:
+    """A pool id of this test process: xdist workers never share pooled names."""
+    return 1000 + os.getpid() % 8000
+
+
+@contextmanager
+def thread_agent(
+    config: TunedConfig | None = None, *, pool_id: int | None = None
+) -> Iterator[AgentClient]:
+    settings = AgentSettings(
+        token=SecretStr(TOKEN),
+        port=0,
+        pool_id=free_pool_id() if pool_id is None else pool_id,
+    )
+    with agent_in_thread(settings, config) as url, AgentClient(url, token=TOKEN) as client:
+        yield client
+
+
+@pytest.fixture
+def agent() -> Callable[..., AbstractContextManager[AgentClient]]:
+    """``with agent(config) as client:`` — an agent on a free loopback port."""
+    return thread_agent
+
+
+@dataclass
+class AgentProcess:
+    proc: subprocess.Popen[str]
+    url: str
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout_s: float = 15.0) -> str:
+        """Signal the agent (by its PID) and return what it printed afterwards."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        out, _ = self.proc.communicate(timeout=timeout_s)
+        return out
+
+
+@contextmanager
+def process_agent(
+    tmp_path: Path,
+    *args: str,
+    config: TunedConfig | None = None,
+    token: str = TOKEN,
+    prefix: tuple[str, ...] = (),
+) -> Iterator[AgentProcess]:
+    """``bootstorm agent serve --port 0`` in a child process, stopped by PID at the end."""
+    token_file = tmp_path / f"token-{len(list(tmp_path.iterdir()))}"
+    token_file.write_text(token + "\n")
+    argv = ["agent", "serve", "--port", "0", "--token-file", str(token_file), *args]
+    if config is not None:
+        config_file = tmp_path / f"config-{len(list(tmp_path.iterdir()))}.yaml"
+        config_file.write_text(config.to_yaml())
+        argv += ["--config", str(config_file)]
+    code = "from bootstorm.cli import main; main()"
+    proc = subprocess.Popen(
+        [*prefix, sys.executable, "-c", code, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:  # log lines (stderr) may come first
+            seen.append(line)
+            if "listening on" in line:
+                break
+        else:
+            raise AssertionError(f"agent did not start: {''.join(seen)}")
+        yield AgentProcess(proc, line.rsplit(" ", 1)[-1].strip())
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()

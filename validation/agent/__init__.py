@@ -1,0 +1,31 @@
+"""bootstorm.validation.agent — the node agent and its client.
+
+The agent is an HTTP service on each node (``bootstorm agent serve``): per-stage
+permits with leases that expire when a client dies, pools of devices
+pre-created through netlink, ``PUT /config`` for a :class:`TunedConfig`,
+Prometheus metrics, and a bearer token on every call that changes something.
+"""
+
+from ._protocol import DEFAULT_WAIT_S, MAX_WAIT_S, POOL_KINDS
+from ._runner import agent_in_thread
+from ._server import AgentSettings, create_app, serve
+from .client import AgentClient, AgentError, Lease, PooledDevice
+from .inventory import Inventory, InventoryNode, PushResult, push_config
+
+__all__ = [
+    "DEFAULT_WAIT_S",
+    "MAX_WAIT_S",
+    "POOL_KINDS",
+    "AgentClient",
+    "AgentError",
+    "AgentSettings",
+    "Inventory",
+    "InventoryNode",
+    "Lease",
+    "PooledDevice",
+    "PushResult",
+    "agent_in_thread",
+    "create_app",
+    "push_config",
+    "serve",
+]

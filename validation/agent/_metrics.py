@@ -1,0 +1,151 @@
+"""The agent's Prometheus metrics, in a registry of its own (no global state).
+
+Counters and histograms are updated where things happen; levels (permits in
+use, queue lengths, pool levels, the config generation) are read from the
+live state at scrape time, so they can never drift from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["AgentMetrics", "LiveSnapshot", "PoolSnapshot", "StageSnapshot"]
+
+_WAIT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_CREATE_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class StageSnapshot:
+    stage: str
+    limit: int | None
+    in_use: int
+    queued: int
+    high_water: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSnapshot:
+    kind: str
+    level: int
+    target: int
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSnapshot:
+    stages: list[StageSnapshot]
+    pools: list[PoolSnapshot]
+    config_generation: int
+
+
+class _Live(Collector):
+    def __init__(self, snapshot: Callable[[], LiveSnapshot]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        snap = self._snapshot()
+        in_use = GaugeMetricFamily(
+            "bootstorm_agent_stage_permits_in_use", "Leases held on a stage.", labels=["stage"]
+        )
+        limit = GaugeMetricFamily(
+            "bootstorm_agent_stage_limit",
+            "Concurrency limit of a stage (absent: unlimited).",
+            labels=["stage"],
+        )
+        queued = GaugeMetricFamily(
+            "bootstorm_agent_stage_queue_length", "Clients waiting for a permit.", labels=["stage"]
+        )
+        high = GaugeMetricFamily(
+            "bootstorm_agent_stage_permits_high_water",
+            "Most leases held on a stage at once since the agent started.",
+            labels=["stage"],
+        )
+        for s in snap.stages:
+            in_use.add_metric([s.stage], s.in_use)
+            queued.add_metric([s.stage], s.queued)
+            high.add_metric([s.stage], s.high_water)
+            if s.limit is not None:
+                limit.add_metric([s.stage], s.limit)
+        level = GaugeMetricFamily(
+            "bootstorm_agent_pool_level", "Pre-created devices ready.", labels=["kind"]
+        )
+        target = GaugeMetricFamily(
+            "bootstorm_agent_pool_target", "Pool size the config asks for.", labels=["kind"]
+        )
+        for p in snap.pools:
+            level.add_metric([p.kind], p.level)
+            target.add_metric([p.kind], p.target)
+        generation = GaugeMetricFamily(
+            "bootstorm_agent_config_generation",
+            "Configs applied since start (1 = the start-up config).",
+        )
+        generation.add_metric([], snap.config_generation)
+        yield from (in_use, limit, queued, high, level, target, generation)
+
+
+class AgentMetrics:
+    """The metrics of one agent."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.lease_wait_s = Histogram(
+            "bootstorm_agent_lease_wait_seconds",
+            "Time from an acquire's arrival to its grant.",
+            ["stage"],
+            buckets=_WAIT_BUCKETS_S,
+            registry=r,
+        )
+        self.leases_granted = Counter(
+            "bootstorm_agent_leases_granted", "Leases granted.", ["stage"], registry=r
+        )
+        self.leases_released = Counter(
+            "bootstorm_agent_leases_released",
+            "Leases released by their holder.",
+            ["stage"],
+            registry=r,
+        )
+        self.leases_expired = Counter(
+            "bootstorm_agent_leases_expired",
+            "Leases whose TTL ran out; their permit went to the next waiter.",
+            ["stage"],
+            registry=r,
+        )
+        self.lease_timeouts = Counter(
+            "bootstorm_agent_lease_wait_timeouts",
+            "Acquires that waited wait_s without a grant (HTTP 408).",
+            ["stage"],
+            registry=r,
+        )
+        self.pool_refill_s = Histogram(
+            "bootstorm_agent_pool_refill_seconds",
+            "Time to create one device and add it to its pool (netlink, in the executor).",
+            ["kind"],
+            buckets=_CREATE_BUCKETS_S,
+            registry=r,
+        )
+        self.pool_taken = Counter(
+            "bootstorm_agent_pool_taken", "Devices handed out.", ["kind"], registry=r
+        )
+        self.pool_empty = Counter(
+            "bootstorm_agent_pool_empty", "Takes answered 'pool empty'.", ["kind"], registry=r
+        )
+        self.pool_errors = Counter(
+            "bootstorm_agent_pool_errors",
+            "Failed device creations or removals.",
+            ["kind"],
+            registry=r,
+        )
+
+    def watch(self, snapshot: Callable[[], LiveSnapshot]) -> None:
+        """Read levels from ``snapshot`` at every scrape."""
+        self.registry.register(_Live(snapshot))
+
+    def exposition(self) -> bytes:
+        """The Prometheus text exposition format (version 0.0.4)."""
+        return generate_latest(self.registry)
