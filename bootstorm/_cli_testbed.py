@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -41,6 +41,31 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
 
 def _ms(x: float) -> str:
     return "-" if math.isnan(x) else f"{x * 1e3:,.1f}"
+
+
+def agent_admission(url: str, token_file: Path | None, tuned: TunedConfig | None) -> Any:
+    """An :class:`AgentAdmission` for the agent at ``url``; the tuned config, if
+    given, is pushed to it first so both ends run the same limits and pools."""
+    from .validation.agent.client import AgentClient, AgentError
+    from .validation.testbed import AgentAdmission
+
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"token_file: cannot read {token_file} ({exc.strerror})") from None
+    else:
+        token = os.environ.get("BOOTSTORM_AGENT_TOKEN", "")
+    if not token:
+        raise ConfigError("token: give --token-file or set BOOTSTORM_AGENT_TOKEN for --agent")
+    client = AgentClient(url, token=token)
+    try:
+        if tuned is not None:
+            client.put_config(tuned)
+        client.healthz()
+    except AgentError as exc:
+        raise ConfigError(f"agent: {url}: {exc}") from None
+    return AgentAdmission(client)
 
 
 @testbed_app.command("run")
@@ -85,6 +110,16 @@ def run_cmd(
     max_lock_spans: Annotated[
         int | None, typer.Option(help="Keep at most this many kernel lock spans in the trace.")
     ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            help="Admit stages and take devices through this node agent (URL); its token "
+            "from --token-file or BOOTSTORM_AGENT_TOKEN."
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None, typer.Option(help="File holding the agent's bearer token.")
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
@@ -112,10 +147,11 @@ def run_cmd(
         raise ConfigError(format_validation_error(exc)) from None
     # Installed even where SIGINT was ignored (a shell's background job): a
     # Ctrl-C or kill -INT must always unwind through the cleanup.
+    admission = agent_admission(agent, token_file, tuned) if agent is not None else None
     previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with console.status(f"storm of {sandboxes} sandboxes …"):
-            result = run_storm(options)
+            result = run_storm(options, admission=admission)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: everything the run made was removed[/]")
         raise typer.Exit(130) from None

@@ -97,6 +97,8 @@ def validate_storm(
     threshold: float,
     vm: bool,
     as_json: bool,
+    agent: str | None = None,
+    token_file: Path | None = None,
 ) -> None:
     """Measure a storm (or read one), predict it, print both and the errors."""
     from .calibration.trace_fit import StormStats, fit_trace
@@ -119,7 +121,12 @@ def validate_storm(
     if measured is not None:
         trace = read_trace(measured)
     else:
-        trace = _run_testbed(sandboxes, tuned, vm, console)
+        admission = None
+        if agent is not None:
+            from ._cli_testbed import agent_admission
+
+            admission = agent_admission(agent, token_file, tuned)
+        trace = _run_testbed(sandboxes, tuned, vm, console, admission)
         if trace_out is not None:
             write_trace(trace, trace_out)
     stats = StormStats.of(trace)
@@ -160,7 +167,9 @@ def validate_storm(
         raise typer.Exit(1)
 
 
-def _run_testbed(sandboxes: int, tuned: TunedConfig | None, vm: bool, console: Console) -> Any:
+def _run_testbed(
+    sandboxes: int, tuned: TunedConfig | None, vm: bool, console: Console, admission: Any
+) -> Any:
     from .validation.testbed import StormOptions, TestbedError, run_storm
 
     def interrupt(signum: int, _frame: object) -> None:
@@ -170,7 +179,7 @@ def _run_testbed(sandboxes: int, tuned: TunedConfig | None, vm: bool, console: C
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with console.status(f"testbed storm of {sandboxes} sandboxes …"):
-            result = run_storm(options)
+            result = run_storm(options, admission=admission)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: everything the run made was removed[/]")
         raise typer.Exit(130) from None

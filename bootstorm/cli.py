@@ -261,6 +261,10 @@ def validate(
         float, typer.Option(help="Exit 1 if makespan, mean or p99 is off by more (0.15 = 15%).")
     ] = 0.15,
     vm: Annotated[bool, typer.Option("--vm/--no-vm", help="QEMU microVMs in StartVM.")] = True,
+    agent: Annotated[
+        str | None, typer.Option(help="Admit the testbed's stages through this node agent.")
+    ] = None,
+    token_file: Annotated[Path | None, typer.Option(help="The agent's bearer token.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Run the storm on this host (root), simulate it, print predicted vs measured."""
@@ -276,6 +280,8 @@ def validate(
         threshold=threshold,
         vm=vm,
         as_json=as_json,
+        agent=agent,
+        token_file=token_file,
     )
 
 

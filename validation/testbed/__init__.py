@@ -6,13 +6,14 @@ removes what a killed run left. Needs root; the module imports without it.
 """
 
 from ._leftovers import SweepReport, sweep_leftovers
-from .admission import Admission, LocalAdmission
+from .admission import Admission, AgentAdmission, LocalAdmission
 from .driver import STAGES, StormOptions, StormResult, TestbedError, run_storm
 from .summary import LockSummary, StormSummary, summarize
 
 __all__ = [
     "STAGES",
     "Admission",
+    "AgentAdmission",
     "LocalAdmission",
     "LockSummary",
     "StormOptions",

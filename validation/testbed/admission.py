@@ -12,9 +12,12 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["Admission", "LocalAdmission"]
+if TYPE_CHECKING:
+    from ..agent.client import AgentClient
+
+__all__ = ["Admission", "AgentAdmission", "LocalAdmission"]
 
 
 class Admission(Protocol):
@@ -67,3 +70,26 @@ class LocalAdmission:
         """Devices of ``kind`` still in the pool (the driver removes them after)."""
         with self._lock:
             return list(self._pools.get(kind, ()))
+
+
+class AgentAdmission:
+    """Admission by a node agent (``bootstorm agent serve``) over HTTP.
+
+    Each stage is a lease the agent grants under its pushed limits (waiting
+    up to ``wait_s`` for a permit); ``take`` asks the agent's pools. A device
+    handed out is the sandbox's from then on: the driver removes it after
+    the storm like one it made.
+    """
+
+    def __init__(self, client: AgentClient, *, wait_s: float = 300.0) -> None:
+        self.client = client
+        self.wait_s = wait_s
+
+    @contextlib.contextmanager
+    def stage(self, name: str, holder: str) -> Iterator[None]:
+        with self.client.stage(name, holder, wait_s=self.wait_s):
+            yield
+
+    def take(self, kind: str, holder: str) -> str | None:
+        device = self.client.take(kind, holder)
+        return None if device is None else device.name
