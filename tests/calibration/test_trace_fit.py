@@ -1,0 +1,139 @@
+"""Fitting a testbed profile to a recorded storm, and validating against another."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bootstorm import simulate
+from bootstorm.calibration.trace_fit import StormStats, bootstrap_prediction, fit_trace
+from bootstorm.models import ConfigError, Profile, Scenario, compile_scenario
+from bootstorm.traces import read_trace
+
+DATA = Path(__file__).resolve().parents[2] / "traces" / "data"
+SMALL = DATA / "testbed-veth-qemu-25.jsonl.gz"
+POOLED = DATA / "testbed-veth-qemu-25-netns-pool.jsonl.gz"
+
+
+@pytest.fixture(scope="module")
+def fitted() -> Profile:
+    return fit_trace(read_trace(SMALL), max_evaluations=60).profile
+
+
+def test_storm_stats_read_what_the_testbed_measured() -> None:
+    stats = StormStats.of(read_trace(SMALL))
+    assert stats.sandboxes == 25 and stats.cni == "testbed-veth" and stats.cores >= 1
+    assert stats.latency_s.size == stats.complete.size > 0
+    assert set(stats.stage_s) == {"NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM"}
+    # A sandbox's startup covers its stages.
+    total = sum(stats.stage_s.values())
+    assert np.all(stats.latency_s >= total - 1e-9)
+    pooled = StormStats.of(read_trace(POOLED))
+    assert pooled.pools == {"netns": 25}
+
+
+def test_the_fitted_profile_is_a_valid_profile_with_sources(
+    fitted: Profile, tmp_path: Path
+) -> None:
+    assert fitted.testbed is not None and fitted.costs is None
+    path = tmp_path / "local.yaml"
+    path.write_text(fitted.to_yaml())
+    again = Profile.from_yaml(path)
+    assert again == fitted
+    assert all(again.sources[p] for p in again.numeric_paths())
+
+
+def test_the_fit_is_reproducible() -> None:
+    trace = read_trace(SMALL)
+    a = fit_trace(trace, max_evaluations=15).profile
+    b = fit_trace(trace, max_evaluations=15).profile
+    assert a.to_yaml() == b.to_yaml()
+
+
+def test_the_fit_brings_the_storm_closer(fitted: Profile) -> None:
+    """The fitted costs reproduce the storm they were fitted to better than
+    the starting point does (contention itself is simulated, never fitted)."""
+    from bootstorm.calibration.trace_fit import testbed_template
+
+    trace = read_trace(SMALL)
+    stats = StormStats.of(trace)
+    start = testbed_template(cores=stats.cores, memory_mib=1024, service_cv=0.1)
+    measured = stats.makespan_s
+
+    def err(profile: Profile) -> float:
+        return abs(simulate(stats.scenario(), profile=profile).makespan_s - measured) / measured
+
+    assert err(fitted) < err(start)
+
+
+def test_a_pool_replaces_namespace_creation_with_a_fetch(fitted: Profile) -> None:
+    stats = StormStats.of(read_trace(SMALL))
+    plain = simulate(stats.scenario(), profile=fitted)
+    pooled = simulate(stats.scenario(pools={"netns": 25}), profile=fitted)
+    assert pooled.pools["netns"].taken == 25
+    assert pooled.stages["NetNS"].mean_s < plain.stages["NetNS"].mean_s
+
+
+def test_bootstrap_gives_an_interval(fitted: Profile) -> None:
+    trace = read_trace(SMALL)
+    what_if = StormStats.of(trace).scenario(sandboxes=50)
+    interval = bootstrap_prediction(
+        trace, fitted, what_if, resamples=3, max_evaluations=8, level=0.8
+    )
+    assert len(interval.samples) == 3
+    assert interval.low <= interval.high
+    assert all(s > 0 for s in interval.samples)
+    with pytest.raises(ValueError, match="resamples >= 2"):
+        bootstrap_prediction(trace, fitted, what_if, resamples=1)
+
+
+def test_testbed_scenarios_need_a_testbed_profile() -> None:
+    with pytest.raises(ConfigError, match="has no `testbed` section"):
+        compile_scenario(Scenario(cni="testbed-veth", sandboxes=3))
+    with pytest.raises(ConfigError, match="has no `costs` section"):
+        from bootstorm.calibration.trace_fit import testbed_template
+
+        local = testbed_template(cores=2, memory_mib=1024, service_cv=0.1)
+        compile_scenario(Scenario(cni="ipvtap", sandboxes=3), profile=local)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    code = "from bootstorm.cli import main; main()"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def test_calibrate_trace_prints_its_error_table_and_writes_the_profile(tmp_path: Path) -> None:
+    out_file = tmp_path / "local.yaml"
+    out = _cli(
+        "calibrate", "--trace", str(SMALL), "--output", str(out_file), "--max-evaluations", "10"
+    )
+    assert out.returncode == 0, out.stderr
+    assert "AttachIf mean" in out.stdout and "RTNL wait" in out.stdout
+    assert Profile.from_yaml(out_file).testbed is not None
+
+
+def test_validate_a_recorded_storm_against_a_profile(tmp_path: Path, fitted: Profile) -> None:
+    profile = tmp_path / "local.yaml"
+    profile.write_text(fitted.to_yaml())
+    args = ("validate", "--profile", str(profile), "--measured", str(POOLED), "--json")
+    loose = _cli(*args, "--threshold", "100")
+    assert loose.returncode == 0, loose.stderr
+    data = json.loads(loose.stdout)
+    names = [row["metric"] for row in data["rows"]]
+    assert names[:3] == ["makespan_s", "startup mean_s", "startup p99_s"]
+    assert data["scenario"]["pools"] == {"netns": 25} and data["within"] is True
+    strict = _cli(*args, "--threshold", "1e-9")
+    assert strict.returncode == 1 and json.loads(strict.stdout)["within"] is False
+
+
+def test_validate_needs_exactly_one_profile_source() -> None:
+    out = _cli("validate", "--measured", str(SMALL))
+    assert out.returncode == 2
+    assert out.stderr.startswith("error: profile: give exactly one of --profile")
