@@ -65,6 +65,10 @@ class StormStats:
     complete: np.ndarray
     #: The host's 1-minute load average before the storm (its other work), if noted.
     background_load: float = 0.0
+    #: RTNL acquisitions the kernel saw contend, per sandbox: made by its VMM
+    #: in StartVM, and by kworkers on its behalf (no sandbox).
+    vm_rtnl_waits: int = 0
+    kworker_rtnl_waits: int = 0
 
     @classmethod
     def of(cls, trace: Trace, *, sandboxes: Sequence[int] | None = None) -> StormStats:
@@ -95,11 +99,13 @@ class StormStats:
         chosen = complete if sandboxes is None else np.asarray(sandboxes, dtype=np.int64)
         if not np.all(done[chosen]):
             raise ValueError("trace: a resample may only draw sandboxes that passed every stage")
-        rtnl = sum(
-            lk.end_s - lk.start_s
-            for lk in trace.locks
-            if lk.lock == "rtnl" and lk.sandbox is not None and lk.what == "wait"
+        rtnl_waits = [lk for lk in trace.locks if lk.lock == "rtnl" and lk.what == "wait"]
+        rtnl = sum(lk.end_s - lk.start_s for lk in rtnl_waits if lk.sandbox is not None)
+        vm_counts = np.bincount(
+            [lk.sandbox for lk in rtnl_waits if lk.stage == "StartVM" and lk.sandbox is not None],
+            minlength=n,
         )
+        kworker_waits = sum(1 for lk in rtnl_waits if lk.sandbox is None)
         config = h.config
         return cls(
             sandboxes=n,
@@ -112,6 +118,10 @@ class StormStats:
             rtnl_wait_s=float(rtnl),
             complete=complete,
             background_load=_load_before(h.notes),
+            # In a contended storm nearly every acquisition waits: the busiest
+            # sandbox's count is the VMM's acquisitions, the mean the kworkers'.
+            vm_rtnl_waits=int(vm_counts.max()) if vm_counts.size else 0,
+            kworker_rtnl_waits=round(kworker_waits / n),
         )
 
     def scenario(
@@ -212,7 +222,13 @@ _START = (
 
 
 def testbed_template(
-    *, cores: int, memory_mib: int, service_cv: float, name: str = "local"
+    *,
+    cores: int,
+    memory_mib: int,
+    service_cv: float,
+    vm_tap_ioctls: int = 4,
+    kworker_rtnl_ops: int = 0,
+    name: str = "local",
 ) -> Profile:
     """A testbed profile at the fit's starting point, for a host of ``cores``."""
     testbed = TestbedCostTable(
@@ -220,7 +236,8 @@ def testbed_template(
         rtnl_netns_hold_s=5e-4,
         rcu_grace_s=5e-4,
         cgroup_attach_hold_s=5e-4,
-        vm_tap_ioctls=4,
+        vm_tap_ioctls=vm_tap_ioctls,
+        kworker_rtnl_ops=kworker_rtnl_ops,
     )
     host = HostSpec(
         cores=cores,
@@ -241,8 +258,10 @@ def testbed_template(
             "testbed.rtnl_netns_hold_s": "assumption: the new namespace's loopback, 0.5 ms",
             "testbed.rcu_grace_s": "assumption: an expedited RCU grace period, 0.5 ms",
             "testbed.cgroup_attach_hold_s": "assumption: a cgroup.procs write, as a mkdir",
-            "testbed.vm_tap_ioctls": "QEMU's tap setup on an fd: TUNGETIFF, TUNSETVNETHDRSZ, "
-            "TUNSETOFFLOAD, TUNSETSNDBUF (each takes RTNL in __tun_chr_ioctl)",
+            "testbed.vm_tap_ioctls": "the recorded storm: RTNL waits of the busiest sandbox's "
+            "VMM in StartVM (QEMU's tap ioctls take RTNL in __tun_chr_ioctl)",
+            "testbed.kworker_rtnl_ops": "the recorded storm: RTNL waits by kworkers "
+            "(linkwatch, addrconf) per sandbox",
         }
     )
     return Profile(
@@ -284,6 +303,8 @@ def fit_trace(
         cores=stats.cores,
         memory_mib=h.host.memory_mib if h.host is not None else 1024,
         service_cv=round(_service_cv(stats), 4),
+        vm_tap_ioctls=stats.vm_rtnl_waits or 4,
+        kworker_rtnl_ops=stats.kworker_rtnl_waits,
     )
     params = TRACE_FREE_PARAMETERS
     if start is not None:  # warm start (a bootstrap refit): from the given profile's values

@@ -147,6 +147,9 @@ class TestbedCostTable(_Frozen):
     cgroup_attach_hold_s: Seconds
     vm_spawn_cpu_s: Seconds
     vm_tap_ioctls: Annotated[int, Field(ge=0)]
+    # Work the kernel defers to kworkers per sandbox (linkwatch events,
+    # addrconf DAD on the new links), each an RTNL hold like a small change.
+    kworker_rtnl_ops: Annotated[int, Field(ge=0)] = 0
     vm_boot_cpu_s: Seconds
     vm_boot_s: Seconds
 

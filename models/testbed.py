@@ -19,6 +19,9 @@ then the kernel's work, under the lock it takes:
   cgroup (cgroup_mutex, css_set_lock), QEMU's tap ioctls (RTNL each), then
   the VMM's and the guest's boot, outside the Python process.
 
+Links brought up make work for the kernel's kworkers (linkwatch, addrconf),
+which take RTNL too: a branch per sandbox nobody waits for.
+
 The GIL is a lock like the kernel's: the threads' Python work is serial.
 """
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..simulator import Cpu, Hold, LockSpec, Pooled, Sleep, Stage, Step
+from ..simulator import Async, Cpu, Hold, LockSpec, Pooled, Sleep, Stage, Step
 from ._errors import ConfigError
 from .cni import CGROUP_MUTEX, CSS_SET_LOCK, RTNL
 from .profile import Profile, TestbedCostTable
@@ -99,12 +102,22 @@ def testbed_plan(
             py("move peer"),
             Hold(RTNL, (Cpu(c.rtnl_small_hold_s, "move"), Sleep(c.rcu_grace_s, "synchronize_net"))),
         )
+    # New links up: the kernel queues linkwatch and address work for kworkers,
+    # which take RTNL behind the sandbox's back.
+    kworker: tuple[Step, ...] = ()
+    if c.kworker_rtnl_ops:
+        deferred = tuple(
+            Hold(RTNL, (Cpu(c.rtnl_small_hold_s, "linkwatch/addrconf"),))
+            for _ in range(c.kworker_rtnl_ops)
+        )
+        kworker = (Async("kworker", deferred),)
     add_cni: tuple[Step, ...] = (
         py("netlink socket"),
         *veth,
         *rtnl(c.rtnl_small_hold_s, "host end up"),
         *rtnl(c.rtnl_small_hold_s, "peer up"),
         *rtnl(c.rtnl_small_hold_s, "address"),
+        *kworker,
     )
     cgroup: tuple[Step, ...] = (
         py("mkdir"),
