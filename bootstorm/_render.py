@@ -11,7 +11,7 @@ from .calibration import TargetCheck
 from .models import Scenario
 from .simulator import LockStats, Result
 
-__all__ = ["comparison_table", "result_tables", "target_table"]
+__all__ = ["comparison_table", "lock_rows", "result_tables", "target_table"]
 
 
 def _headline(scenario: Scenario, result: Result) -> Table:
@@ -98,6 +98,36 @@ def _stages(result: Result) -> Table:
     return t
 
 
+LockRow = tuple[str, str, int, int, float, float, float, float]
+
+
+def lock_rows(result: Result) -> list[LockRow]:
+    """(lock, kind, acquisitions, contended, wait s, contended wall s, hold s,
+    spin core-s) of each lock taken; a family of one lock per object
+    ("vfio_vf/17") is one row."""
+    groups: dict[str, list[LockStats]] = {}
+    for name, lk in result.locks.items():
+        if lk.acquisitions:
+            family = name.split("/", 1)[0]
+            groups.setdefault(f"{family}/* " if "/" in name else name, []).append(lk)
+    rows = []
+    for name, group in groups.items():
+        label = f"{name}({len(group)} locks)" if name.endswith(" ") else name
+        rows.append(
+            (
+                label,
+                group[0].kind,
+                sum(g.acquisitions for g in group),
+                sum(g.contended for g in group),
+                sum(g.wait_s for g in group),
+                max(g.contended_wall_s for g in group),
+                sum(g.hold_s for g in group),
+                sum(g.spin_core_s for g in group),
+            )
+        )
+    return rows
+
+
 def _locks(result: Result) -> Table:
     t = Table(title="locks", title_justify="left")
     for col in (
@@ -111,23 +141,17 @@ def _locks(result: Result) -> Table:
         "spin core-s",
     ):
         t.add_column(col, justify="left" if col in ("lock", "kind") else "right")
-    # Families of one lock per object ("vfio_vf/17") are one row.
-    rows: dict[str, list[LockStats]] = {}
-    for name, lk in result.locks.items():
-        if lk.acquisitions:
-            family = name.split("/", 1)[0]
-            rows.setdefault(f"{family}/* " if "/" in name else name, []).append(lk)
-    for name, group in rows.items():
-        label = f"{name}({len(group)} locks)" if name.endswith(" ") else name
+    for row in lock_rows(result):
+        label, kind, acq, cont, wait, wall, hold, spin = row
         t.add_row(
             label,
-            group[0].kind,
-            f"{sum(g.acquisitions for g in group):,}",
-            f"{sum(g.contended for g in group):,}",
-            f"{sum(g.wait_s for g in group):.2f}",
-            f"{max(g.contended_wall_s for g in group):.2f}",
-            f"{sum(g.hold_s for g in group):.2f}",
-            f"{sum(g.spin_core_s for g in group):.2f}",
+            kind,
+            f"{acq:,}",
+            f"{cont:,}",
+            f"{wait:.2f}",
+            f"{wall:.2f}",
+            f"{hold:.2f}",
+            f"{spin:.2f}",
         )
     return t
 

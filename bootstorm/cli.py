@@ -244,6 +244,67 @@ def calibrate(
 
 
 @app.command()
+def report(
+    source: Annotated[
+        str | None,
+        typer.Argument(
+            help="A scenario YAML (simulated), a trace (.jsonl[.gz], measured or simulated), "
+            "or an Optuna storage URL (sqlite:///study.db, postgresql://...). "
+            "Default: the scenario the options describe."
+        ),
+    ] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file.")] = Path(
+        "report.html"
+    ),
+    study_name: Annotated[
+        str | None, typer.Option(help="The study in the storage (if it holds several).")
+    ] = None,
+    cni: Annotated[str | None, typer.Option(help="As for simulate.")] = None,
+    sandboxes: Annotated[int | None, typer.Option(help="As for simulate.")] = None,
+    profile: Annotated[str | None, typer.Option(help="As for simulate.")] = None,
+) -> None:
+    """Write one self-contained HTML report (opens offline): timeline, stage
+    breakdown, locks, CPU; for a study, its history and Pareto front."""
+    from .report import write_report
+
+    title: str
+    kw: dict[str, Any] = {}
+    if source is not None and "://" in source:
+        import optuna
+
+        try:
+            study = optuna.load_study(study_name=study_name, storage=source)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(
+                f"study: cannot load {study_name or '(the only study)'} from {source}: {exc}"
+            ) from None
+        title = f"study {study.study_name}"
+        kw = {"study": study, "facts": [("trials", str(len(study.trials)))]}
+    elif source is not None and source.endswith((".jsonl", ".jsonl.gz")):
+        from .traces import read_trace, to_recording
+
+        trace = read_trace(Path(source))
+        h = trace.header
+        title = f"{h.scenario.sandboxes} × {h.scenario.cni} ({h.source})"
+        facts = [("trace", Path(source).name), ("source", h.source)]
+        if h.host is not None:
+            facts.append(("host", f"{h.host.cores} CPUs, kernel {h.host.kernel}"))
+        kw = {"recording": to_recording(trace), "facts": facts}
+    else:
+        scenario = _scenario(
+            Path(source) if source is not None else None,
+            cni=cni,
+            sandboxes=sandboxes,
+            profile=profile,
+        )
+        result = simulate(scenario, record=True)
+        title = f"{scenario.sandboxes} × {scenario.cni} on {scenario.profile}"
+        kw = {"recording": result.recording, "result": result}
+    write_report(output, title=title, **kw)
+    console.print(f"report written to [bold]{output}[/] (self-contained; open it in a browser)")
+
+
+@app.command()
 def validate(
     sandboxes: Annotated[int, typer.Option(help="Sandboxes the testbed starts at once.")] = 100,
     config: Annotated[

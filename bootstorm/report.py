@@ -1,0 +1,321 @@
+"""One self-contained HTML report of a storm (simulated or measured) or a study.
+
+The report holds Plotly figures with plotly.js embedded once, so the file
+opens offline and can be mailed to a colleague:
+
+- the **timeline**: one row per sandbox, one colour per stage (seed 001 Fig. 4);
+- the **stage breakdown**: mean time per stage and its share of the mean
+  and of the p99 tail's startup (seed 001 Table 1, seed 000 Fig. 6);
+- **lock statistics**: acquisitions, waits and holds per lock;
+- the **CPU timeline**: busy and spinning cores, and the memory bandwidth
+  zeroing takes (seed 000 Fig. 10c);
+- for an Optuna **study**: the optimisation history, parameter importances
+  and, with two objectives, the Pareto front.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._io import write_atomically
+from .simulator import Recording, Result
+
+__all__ = ["report_html", "write_report"]
+
+# Enough rows to see the shape of a storm without a multi-megabyte page.
+MAX_TIMELINE_ROWS = 200
+_PALETTE = (
+    "#4C78A8",
+    "#F58518",
+    "#54A24B",
+    "#E45756",
+    "#72B7B2",
+    "#B279A2",
+    "#FF9DA6",
+    "#9D755D",
+    "#BAB0AC",
+    "#EECA3B",
+)
+
+
+def _go() -> Any:
+    import plotly.graph_objects as go
+
+    return go
+
+
+def timeline_figure(recording: Recording, *, max_rows: int = MAX_TIMELINE_ROWS) -> Any:
+    """One row per sandbox (an even sample past ``max_rows``), one colour per stage."""
+    go = _go()
+    frame = recording.stage_frame()
+    sandboxes = np.sort(frame["sandbox"].unique())
+    if sandboxes.size > max_rows:
+        keep = sandboxes[np.linspace(0, sandboxes.size - 1, max_rows).astype(int)]
+        frame = frame[frame["sandbox"].isin(keep)]
+    fig = go.Figure()
+    stages = list(dict.fromkeys(frame["stage"]))
+    for k, stage in enumerate(stages):
+        part = frame[frame["stage"] == stage]
+        fig.add_trace(
+            go.Bar(
+                name=stage,
+                orientation="h",
+                y=part["sandbox"],
+                x=part["duration_s"],
+                base=part["begin_s"],
+                marker_color=_PALETTE[k % len(_PALETTE)],
+                marker_opacity=np.where(part["branch"], 0.45, 1.0),
+                hovertemplate=f"sandbox %{{y}}<br>{html.escape(stage)}: "
+                "%{base:.3f} s + %{x:.3f} s<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title="Timeline: one row per sandbox, one colour per stage (faded: in the background)",
+        barmode="overlay",
+        xaxis_title="time since the burst, s",
+        yaxis_title="sandbox",
+        yaxis_autorange="reversed",
+        height=max(400, min(900, 4 * frame["sandbox"].nunique() + 150)),
+        bargap=0.1,
+    )
+    return fig
+
+
+def _stage_table(
+    recording: Recording, result: Result | None
+) -> list[tuple[str, float, float | None, float | None]]:
+    """(stage, mean s, share of mean, share of the p99 tail)."""
+    if result is not None:
+        return [(name, st.mean_s, st.mean_share, st.p99_share) for name, st in result.steps.items()]
+    frame = recording.stage_frame()
+    per = frame.pivot_table(index="sandbox", columns="stage", values="duration_s", aggfunc="sum")
+    per = per.fillna(0.0)
+    ends = frame.groupby("sandbox")["end_s"].max()
+    latency = ends.to_numpy()
+    tail = latency >= np.percentile(latency, 99.0)
+    rows: list[tuple[str, float, float | None, float | None]] = []
+    for stage in dict.fromkeys(frame["stage"]):
+        times = per[stage].reindex(ends.index).to_numpy()
+        rows.append(
+            (
+                str(stage),
+                float(times.mean()),
+                float(times.mean() / latency.mean()),
+                float(times[tail].mean() / latency[tail].mean()),
+            )
+        )
+    return rows
+
+
+def breakdown_figure(recording: Recording, result: Result | None = None) -> Any:
+    go = _go()
+    rows = _stage_table(recording, result)
+    on_path = set() if result is None else {n for n, st in result.steps.items() if st.on_path}
+    names = [r[0] if result is None or r[0] in on_path else f"{r[0]} (background)" for r in rows]
+    fig = go.Figure(
+        [
+            go.Bar(
+                name="mean s",
+                x=names,
+                y=[r[1] for r in rows],
+                marker_color=[_PALETTE[k % len(_PALETTE)] for k in range(len(rows))],
+                text=[
+                    "" if r[2] is None else f"{r[2]:.1%} of mean, {r[3]:.1%} of p99" for r in rows
+                ],
+                textposition="outside",
+            )
+        ]
+    )
+    fig.update_layout(
+        title="Stage breakdown: mean time, share of the mean and of the p99 tail's startup",
+        yaxis_title="mean time in the stage, s",
+        showlegend=False,
+    )
+    return fig
+
+
+def lock_figure(recording: Recording, result: Result | None = None) -> Any:
+    go = _go()
+    if result is not None:
+        rows = [
+            (
+                name,
+                lk.kind,
+                lk.acquisitions,
+                lk.contended,
+                lk.wait_s,
+                lk.contended_wall_s,
+                lk.hold_s,
+            )
+            for name, lk in result.locks.items()
+            if lk.acquisitions
+        ]
+        header = [
+            "lock",
+            "kind",
+            "acquisitions",
+            "contended",
+            "wait s (sum)",
+            "contended wall s",
+            "hold s",
+        ]
+    else:
+        # A measured storm: the kernel reports waits (contention), not holds.
+        frame = recording.lock_frame()
+        waits = frame[frame["what"] == "wait"]
+        rows = [
+            (lock, len(part), float(part["duration_s"].sum()), float(part["duration_s"].max()))
+            for lock, part in waits.groupby("lock")
+        ]
+        rows.sort(key=lambda r: -r[2])
+        header = ["lock", "waits", "wait s (sum)", "longest wait s"]
+    columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [[] for _ in header]
+    cells = [
+        [
+            f"{v:,.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else v
+            for v in col
+        ]
+        for col in columns
+    ]
+    fig = go.Figure([go.Table(header={"values": header}, cells={"values": cells})])
+    fig.update_layout(title="Locks", height=120 + 30 * max(len(rows), 1))
+    return fig
+
+
+def cpu_figure(recording: Recording) -> Any:
+    go = _go()
+    frame = recording.cpu_frame()
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(x=frame["time_s"], y=frame["busy_cores"], name="busy cores", line_shape="hv")
+    )
+    fig.add_trace(
+        go.Scatter(x=frame["time_s"], y=frame["spin_cores"], name="spinning cores", line_shape="hv")
+    )
+    if (frame["zero_gib_s"] > 0).any():
+        fig.add_trace(
+            go.Scatter(
+                x=frame["time_s"],
+                y=frame["zero_gib_s"],
+                name="zeroing, GiB/s",
+                line_shape="hv",
+                yaxis="y2",
+            )
+        )
+        fig.update_layout(yaxis2={"title": "GiB/s", "overlaying": "y", "side": "right"})
+    fig.update_layout(
+        title=f"CPU: busy and spinning cores of {recording.cores}",
+        xaxis_title="time since the burst, s",
+        yaxis_title="cores",
+    )
+    return fig
+
+
+def study_figures(study: Any) -> list[Any]:
+    """Optuna's own Plotly figures: history, importances, Pareto front."""
+    import optuna.visualization as vis
+
+    figures: list[Any] = []
+    multi = len(study.directions) > 1
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    if not complete:
+        return figures
+    if multi:
+        figures.append(vis.plot_pareto_front(study))
+        for k in range(len(study.directions)):
+            figures.append(
+                vis.plot_optimization_history(
+                    study, target=lambda t, k=k: t.values[k], target_name=f"objective {k}"
+                )
+            )
+    else:
+        figures.append(vis.plot_optimization_history(study))
+    if len(complete) >= 5 and len(complete[0].params) >= 2:
+        target = (lambda t: t.values[0]) if multi else None
+        # Too little variation to rank the parameters: leave the figure out.
+        with contextlib.suppress(RuntimeError, ValueError):
+            figures.append(vis.plot_param_importances(study, target=target))
+    return figures
+
+
+def _headline(result: Result | None, facts: Sequence[tuple[str, str]]) -> str:
+    rows = list(facts)
+    if result is not None:
+        s = result.startup
+        rows += [
+            ("makespan (last sandbox up)", f"{result.makespan_s:.2f} s"),
+            ("startup mean / p50 / p99", f"{s.mean:.2f} / {s.p50:.2f} / {s.p99:.2f} s"),
+            (
+                "CPU busy / spinning",
+                f"{result.cpu.busy_core_s:.1f} / {result.cpu.spin_core_s:.2f} core-s",
+            ),
+        ]
+        if result.ready is not None:
+            rows.append(
+                (
+                    "ready (network usable) mean / p99",
+                    f"{result.ready.mean:.2f} / {result.ready.p99:.2f} s",
+                )
+            )
+        if result.pool_memory_mib:
+            rows.append(("pooled memory", f"{result.pool_memory_mib:,.0f} MiB"))
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f"<table class='facts'>{body}</table>"
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.2em; margin-top: 2em; }
+table.facts { border-collapse: collapse; }
+table.facts th { text-align: left; padding: 4px 16px 4px 0; font-weight: 600; }
+table.facts td { text-align: right; padding: 4px 0; font-variant-numeric: tabular-nums; }
+footer { margin-top: 3em; color: #777; font-size: 0.85em; }
+"""
+
+
+def report_html(
+    *,
+    title: str,
+    recording: Recording | None = None,
+    result: Result | None = None,
+    study: Any = None,
+    facts: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The report as one HTML document (plotly.js embedded once)."""
+    if recording is None and study is None:
+        raise ValueError("a report needs a recorded storm, a study, or both")
+    sections: list[tuple[str, Any]] = []
+    if recording is not None:
+        sections += [
+            ("Timeline", timeline_figure(recording)),
+            ("Stage breakdown", breakdown_figure(recording, result)),
+            ("Locks", lock_figure(recording, result)),
+        ]
+        if recording.cpu_samples:  # a measured storm has no CPU timeline
+            sections.append(("CPU", cpu_figure(recording)))
+    if study is not None:
+        sections += [("Search", fig) for fig in study_figures(study)]
+    parts = []
+    for k, (heading, fig) in enumerate(sections):
+        div = fig.to_html(full_html=False, include_plotlyjs=(k == 0), default_width="100%")
+        parts.append(f"<h2>{html.escape(heading)}</h2>\n{div}")
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>{_headline(result, facts)}"
+        + "\n".join(parts)
+        + "<footer>bootstorm report — opens offline (plotly.js embedded)</footer></body></html>\n"
+    )
+
+
+def write_report(path: str | Path, **kw: Any) -> Path:
+    """Write :func:`report_html` to ``path`` atomically (never a half-written file)."""
+    dest = Path(path)
+    write_atomically(dest, report_html(**kw))
+    return dest
