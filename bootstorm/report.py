@@ -142,20 +142,11 @@ def breakdown_figure(recording: Recording, result: Result | None = None) -> Any:
 
 def lock_figure(recording: Recording, result: Result | None = None) -> Any:
     go = _go()
+    rows: list[tuple[Any, ...]]
     if result is not None:
-        rows = [
-            (
-                name,
-                lk.kind,
-                lk.acquisitions,
-                lk.contended,
-                lk.wait_s,
-                lk.contended_wall_s,
-                lk.hold_s,
-            )
-            for name, lk in result.locks.items()
-            if lk.acquisitions
-        ]
+        from ._render import lock_rows
+
+        rows = [tuple(row[:7]) for row in lock_rows(result)]
         header = [
             "lock",
             "kind",
