@@ -1,0 +1,113 @@
+"""The HTML report: self-contained (opens offline) and rendered by a real browser."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+from bootstorm import simulate
+from bootstorm.models import Scenario
+from bootstorm.report import report_html
+from bootstorm.traces import read_trace, to_recording
+
+TRACE = Path(__file__).resolve().parents[2] / "traces" / "data" / "testbed-veth-qemu-25.jsonl.gz"
+
+
+@pytest.fixture(scope="module")
+def fastiov_html() -> str:
+    r = simulate(Scenario(cni="fastiov", sandboxes=40, profile="paper-001"), record=True)
+    return report_html(title="40 × fastiov", recording=r.recording, result=r)
+
+
+def test_the_report_is_self_contained(fastiov_html: str) -> None:
+    # plotly.js is embedded once; nothing is fetched from the network.
+    assert fastiov_html.count("plotly.js v") >= 1
+    # No tag loads anything from elsewhere (plotly.js itself mentions URLs it never uses).
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", fastiov_html)
+    for heading in ("Timeline", "Stage breakdown", "Locks", "CPU"):
+        assert f"<h2>{heading}</h2>" in fastiov_html
+    assert "vf-driver (background)" in fastiov_html  # FastIOV's NIC comes up in a branch
+    assert "vfio_vf/* (40 locks)" in fastiov_html
+
+
+def test_a_measured_storm_reports_its_kernel_waits() -> None:
+    page = report_html(title="measured", recording=to_recording(read_trace(TRACE)))
+    assert "longest wait s" in page and "rtnl" in page
+    assert "<h2>CPU</h2>" not in page  # the testbed records no CPU timeline
+
+
+def test_a_report_needs_something_to_report() -> None:
+    with pytest.raises(ValueError, match="needs a recorded storm, a study, or both"):
+        report_html(title="nothing")
+
+
+def _png_is_not_blank(path: Path) -> bool:
+    """Whether the PNG has more than one colour (decoded with zlib, no imaging library)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width = 8, b"", 0
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width = struct.unpack(">I", body[:4])[0]
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    stride = 1 + 4 * width  # RGBA rows with a filter byte
+    rows = {raw[i + 1 : i + stride] for i in range(0, min(len(raw), stride * 400), stride)}
+    return len(rows) > 10
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (.ci/run)")
+def test_headless_chromium_renders_the_report(tmp_path: Path, fastiov_html: str) -> None:
+    page = tmp_path / "report.html"
+    page.write_text(fastiov_html)
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1200,1600",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    assert shot.stat().st_size > 20_000
+    assert _png_is_not_blank(shot)
+
+
+def test_cli_writes_a_report(tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from bootstorm.cli import main; main()",
+            "report",
+            str(TRACE),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().startswith("<!DOCTYPE html>")
