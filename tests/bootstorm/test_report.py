@@ -34,7 +34,7 @@ def test_the_report_is_self_contained(fastiov_html: str) -> None:
     for heading in ("Timeline", "Stage breakdown", "Locks", "CPU"):
         assert f"<h2>{heading}</h2>" in fastiov_html
     assert "vf-driver (background)" in fastiov_html  # FastIOV's NIC comes up in a branch
-    assert "vfio_vf/* (40 locks)" in fastiov_html
+    assert "(40 locks)" in fastiov_html  # one row for the per-VF mutexes
 
 
 def test_a_measured_storm_reports_its_kernel_waits() -> None:
