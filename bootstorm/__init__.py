@@ -7,7 +7,7 @@
 """
 
 from . import models, simulator
-from ._api import simulate
+from ._api import compare, simulate
 from .models import CNI_NAMES, ConfigError, Profile, Scenario, available_profiles, load_profile
 from .simulator import Result
 
@@ -18,6 +18,7 @@ __all__ = [
     "Result",
     "Scenario",
     "available_profiles",
+    "compare",
     "load_profile",
     "models",
     "simulate",

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from .models import Profile, Scenario, SeedLike, compile_scenario
 from .simulator import Result, run_program
 
-__all__ = ["simulate"]
+__all__ = ["compare", "simulate"]
 
 
 def simulate(
@@ -31,3 +34,29 @@ def simulate(
     """
     program = compile_scenario(scenario, seed=seed, profile=profile)
     return run_program(program, record=record)
+
+
+def compare(
+    scenarios: Mapping[str, Scenario], *, seed: SeedLike = None
+) -> tuple[Any, dict[str, Result]]:
+    """Simulate each what-if; return a table of their headline numbers (a pandas
+    DataFrame, one row per label) and the results by label."""
+    import pandas as pd
+
+    results = {label: simulate(s, seed=seed) for label, s in scenarios.items()}
+    rows = []
+    for label, r in results.items():
+        rtnl = r.locks.get("rtnl")
+        rows.append(
+            {
+                "what-if": label,
+                "makespan_s": r.makespan_s,
+                "mean_s": r.startup.mean,
+                "p99_s": r.startup.p99,
+                "rtnl_contended_wall_s": rtnl.contended_wall_s if rtnl else 0.0,
+                "spin_core_s": r.cpu.spin_core_s,
+                "busy_core_s": r.cpu.busy_core_s,
+                "pool_memory_mib": r.pool_memory_mib,
+            }
+        )
+    return pd.DataFrame(rows).set_index("what-if"), results

@@ -69,23 +69,6 @@ def calibrate_trace(
         )
 
 
-def _rows(measured: Any, predicted: Any) -> list[tuple[str, float, float]]:
-    rows = [
-        ("makespan_s", measured.makespan_s, predicted.makespan_s),
-        ("startup mean_s", float(measured.latency_s.mean()), predicted.startup.mean),
-        ("startup p99_s", float(_p99(measured.latency_s)), predicted.startup.p99),
-    ]
-    for stage, times in measured.stage_s.items():
-        rows.append((f"{stage} mean_s", float(times.mean()), predicted.stages[stage].mean_s))
-    return rows
-
-
-def _p99(x: Any) -> float:
-    import numpy as np
-
-    return float(np.percentile(x, 99.0))
-
-
 def validate_storm(
     *,
     sandboxes: int,
@@ -101,9 +84,7 @@ def validate_storm(
     token_file: Path | None = None,
 ) -> None:
     """Measure a storm (or read one), predict it, print both and the errors."""
-    from .calibration.trace_fit import StormStats, fit_trace
-    from .models import compile_scenario
-    from .simulator import run_program
+    from .calibration.trace_fit import StormStats, fit_trace, predicted_vs_measured
     from .traces import read_trace, write_trace
 
     if not threshold > 0.0:
@@ -131,9 +112,9 @@ def validate_storm(
             write_trace(trace, trace_out)
     stats = StormStats.of(trace)
     scenario = stats.scenario()
-    predicted = run_program(compile_scenario(scenario, profile=local))
-    rows = _rows(stats, predicted)
-    errors = {name: (p - m) / m if m else float("inf") for name, m, p in rows}
+    comparisons = predicted_vs_measured(trace, local)
+    rows = [(c.metric, c.measured, c.predicted) for c in comparisons]
+    errors = {c.metric: c.rel_error for c in comparisons}
     headline = ("makespan_s", "startup mean_s", "startup p99_s")
     failed = [k for k in headline if abs(errors[k]) > threshold]
     if as_json:

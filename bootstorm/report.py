@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,16 @@ import numpy as np
 from ._io import write_atomically
 from .simulator import Recording, Result
 
-__all__ = ["report_html", "write_report"]
+__all__ = [
+    "breakdown_figure",
+    "cpu_figure",
+    "lock_figure",
+    "report_html",
+    "stage_comparison_figure",
+    "study_figures",
+    "timeline_figure",
+    "write_report",
+]
 
 # Enough rows to see the shape of a storm without a multi-megabyte page.
 MAX_TIMELINE_ROWS = 200
@@ -136,6 +145,30 @@ def breakdown_figure(recording: Recording, result: Result | None = None) -> Any:
         title="Stage breakdown: mean time, share of the mean and of the p99 tail's startup",
         yaxis_title="mean time in the stage, s",
         showlegend=False,
+    )
+    return fig
+
+
+def stage_comparison_figure(results: Mapping[str, Result]) -> Any:
+    """Mean time per stage, stacked, one bar per what-if (seed 000 Fig. 6)."""
+    go = _go()
+    stages: list[str] = []
+    for r in results.values():
+        stages += [n for n, st in r.steps.items() if st.on_path and n not in stages]
+    fig = go.Figure()
+    for k, stage in enumerate(stages):
+        fig.add_trace(
+            go.Bar(
+                name=stage,
+                x=list(results),
+                y=[r.steps[stage].mean_s if stage in r.steps else 0.0 for r in results.values()],
+                marker_color=_PALETTE[k % len(_PALETTE)],
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        title="Mean startup by stage",
+        yaxis_title="mean time per sandbox, s",
     )
     return fig
 

@@ -37,10 +37,12 @@ from .targets import Metric, PaperTarget, check_targets, makespan
 
 __all__ = [
     "TRACE_FREE_PARAMETERS",
+    "Comparison",
     "Interval",
     "StormStats",
     "bootstrap_prediction",
     "fit_trace",
+    "predicted_vs_measured",
     "testbed_template",
 ]
 
@@ -386,3 +388,48 @@ def bootstrap_prediction(
         )
     lo, hi = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
     return Interval(point=point, low=float(lo), high=float(hi), level=level, samples=tuple(samples))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Comparison:
+    """One number of a storm, measured and predicted."""
+
+    metric: str
+    measured: float
+    predicted: float
+
+    @property
+    def rel_error(self) -> float:
+        return (self.predicted - self.measured) / self.measured if self.measured else float("inf")
+
+
+def predicted_vs_measured(trace: Trace, profile: Profile, *, seed: int = 0) -> list[Comparison]:
+    """Makespan, mean and p99 startup and each stage's mean: the recorded storm
+    against the same storm simulated under ``profile``."""
+    from ..models import compile_scenario
+    from ..simulator import run_program
+
+    stats = StormStats.of(trace)
+    result = run_program(compile_scenario(stats.scenario(), seed=seed, profile=profile))
+    rows = [
+        Comparison(metric="makespan_s", measured=stats.makespan_s, predicted=result.makespan_s),
+        Comparison(
+            metric="startup mean_s",
+            measured=float(stats.latency_s.mean()),
+            predicted=result.startup.mean,
+        ),
+        Comparison(
+            metric="startup p99_s",
+            measured=float(np.percentile(stats.latency_s, 99.0)),
+            predicted=result.startup.p99,
+        ),
+    ]
+    rows += [
+        Comparison(
+            metric=f"{stage} mean_s",
+            measured=float(times.mean()),
+            predicted=result.stages[stage].mean_s,
+        )
+        for stage, times in stats.stage_s.items()
+    ]
+    return rows
