@@ -69,7 +69,7 @@ def _sriov_plans(scenario: Scenario, prof: Profile, variant: SriovVariant) -> li
         )
     hugepages = sriov.hugepages if scenario.hugepages is None else scenario.hugepages
     return [
-        sriov_plan(scenario, prof.costs, sriov, variant, vf=i, hugepages=hugepages)
+        sriov_plan(scenario, prof.boot_costs(), sriov, variant, vf=i, hugepages=hugepages)
         for i in range(scenario.sandboxes)
     ]
 
@@ -83,19 +83,20 @@ def compile_scenario(
     scenario names (pass one to try a profile that is not on disk).
     """
     prof = profile if profile is not None else load_profile(scenario.profile)
+    costs = prof.boot_costs()
     cni = scenario.cni
     variant = SRIOV_VARIANTS.get(cni)
     _check_names("pools", scenario.pools, pool_kinds(cni) if variant is None else (), "pool kind")
     _check_names("limits", scenario.limits, scenario_stages(cni), "stage")
     _check_names("rtnl_priority", scenario.rtnl_priority, scenario_stages(cni), "stage")
     for kind in scenario.pools:
-        if kind not in prof.costs.pool_device_mib:
+        if kind not in costs.pool_device_mib:
             raise ConfigError(
                 f"pools: profile {prof.name!r} has no memory cost for pooled {kind!r} devices"
             )
     _, service = service_streams(scenario.seed if seed is None else seed)
 
-    locks = lock_specs(prof.costs, scenario.rtnl_priority)
+    locks = lock_specs(costs, scenario.rtnl_priority)
     if variant is not None:
         plans = _sriov_plans(scenario, prof, variant)
         locks += sriov_lock_specs(variant, scenario.sandboxes)
@@ -103,8 +104,8 @@ def compile_scenario(
         # Sandbox i belongs to tenant i % tenants, so the first sandboxes are
         # the first of their tenants: they create the shared vPorts.
         n_creators = vport_creators(cni, scenario.tenants)
-        first = sandbox_plan(scenario, prof.costs, creates_vport=True)
-        rest = sandbox_plan(scenario, prof.costs, creates_vport=False)
+        first = sandbox_plan(scenario, costs, creates_vport=True)
+        rest = sandbox_plan(scenario, costs, creates_vport=False)
         plans = [first if i < n_creators else rest for i in range(scenario.sandboxes)]
 
     host = prof.host
@@ -120,7 +121,7 @@ def compile_scenario(
         locks=locks,
         gates=[GateSpec(name=s, permits=k) for s, k in scenario.limits.items()],
         pools=[
-            PoolSpec(name=k, capacity=n, memory_mib_per_device=prof.costs.pool_device_mib[k])
+            PoolSpec(name=k, capacity=n, memory_mib_per_device=costs.pool_device_mib[k])
             for k, n in scenario.pools.items()
         ],
         arrival_s=scenario.arrival_s,

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ._errors import ConfigError, format_validation_error, load_yaml_model
+from .dataplane import DataplaneCostTable
 
 __all__ = [
     "PROFILE_SCHEMA_VERSION",
@@ -133,8 +134,11 @@ class Profile(_Frozen):
     description: str
     host: HostSpec
     service_cv: Annotated[float, Field(ge=0.0, le=2.0)]
-    costs: CostTable
+    costs: CostTable | None = None
+    """The boot storm's operation costs; ``None`` in a data-plane-only profile."""
     sriov: SriovCostTable | None = None
+    dataplane: DataplaneCostTable | None = None
+    """The receive data plane (softirq chains); ``None`` if never measured."""
     sources: dict[str, str]
 
     @model_validator(mode="after")
@@ -154,15 +158,45 @@ class Profile(_Frozen):
     def numeric_paths(self) -> list[str]:
         paths = [f"host.{k}" for k in HostSpec.model_fields]
         paths.append("service_cv")
-        for k in CostTable.model_fields:
-            value = getattr(self.costs, k)
-            if isinstance(value, dict):
-                paths += [f"costs.{k}.{kind}" for kind in value]
-            else:
-                paths.append(f"costs.{k}")
+        if self.costs is not None:
+            for k in CostTable.model_fields:
+                value = getattr(self.costs, k)
+                if isinstance(value, dict):
+                    paths += [f"costs.{k}.{kind}" for kind in value]
+                else:
+                    paths.append(f"costs.{k}")
         if self.sriov is not None:
             paths += [f"sriov.{k}" for k in SriovCostTable.model_fields]
+        if self.dataplane is not None:
+            for k in DataplaneCostTable.model_fields:
+                if k == "stages":
+                    paths += [
+                        f"dataplane.stages.{name}.{field}"
+                        for name in self.dataplane.stages
+                        for field in ("per_packet_s", "per_byte_s")
+                    ]
+                else:
+                    paths.append(f"dataplane.{k}")
         return paths
+
+    def boot_costs(self) -> CostTable:
+        """The ``costs`` section, or a :class:`ConfigError` naming its absence."""
+        if self.costs is None:
+            raise ConfigError(
+                f"profile {self.name!r} has no `costs` section: it describes only the "
+                "data plane and cannot run a boot storm"
+            )
+        return self.costs
+
+    def dataplane_costs(self) -> DataplaneCostTable:
+        """The ``dataplane`` section, or a :class:`ConfigError` naming its absence."""
+        if self.dataplane is None:
+            raise ConfigError(
+                f"profile {self.name!r} has no `dataplane` section (the softirq-chain "
+                "costs that background traffic needs); use a profile that has one, "
+                "e.g. paper-004, or add it"
+            )
+        return self.dataplane
 
     def with_values(self, values: Mapping[str, float], *, source: str | None = None) -> Profile:
         """A validated copy with numbers replaced by dotted path (``costs.vm_boot_cpu_s``,
