@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from ._api import simulate
+from ._cli_dataplane import dataplane_cmd
 from ._io import write_atomically
 from ._render import comparison_table, result_tables, target_table
 from .models import ConfigError, Scenario, available_profiles
@@ -105,6 +106,13 @@ def simulate_cmd(
         bool | None,
         typer.Option("--hugepages/--no-hugepages", help="Guest memory on hugepages (SR-IOV)."),
     ] = None,
+    background_flows: Annotated[
+        int | None, typer.Option(help="Flows of traffic received during the storm.")
+    ] = None,
+    flow_gbps: Annotated[float | None, typer.Option(help="Offered Gbps per flow.")] = None,
+    background_path: Annotated[
+        str | None, typer.Option(help="Their data path (default: the CNI's).")
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
@@ -130,6 +138,9 @@ def simulate_cmd(
         vcpus=vcpus,
         nic_vfs=nic_vfs,
         hugepages=hugepages,
+        background_flows=background_flows,
+        flow_gbps=flow_gbps,
+        background_path=background_path,
     )
     result = simulate(scenario, record=trace is not None)
     if trace is not None:
@@ -215,6 +226,9 @@ def calibrate(
         console.print(f"[yellow]outside ±5%: {miss.target.id} {miss.target.label} ({how})[/]")
     if not report.all_within:
         raise typer.Exit(1)
+
+
+app.command("dataplane")(dataplane_cmd)
 
 
 @app.command()

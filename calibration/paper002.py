@@ -21,7 +21,7 @@ from ._dataplane import dataplane_evaluator
 from ._fit import FitReport, FreeParameter, least_squares_fit
 from .targets import PaperTarget, check_targets
 
-__all__ = ["FREE_PARAMETERS_002", "PAPER_002_FIT", "PAIRS", "fit_paper_002", "pairs_traffic"]
+__all__ = ["FREE_PARAMETERS_002", "PAIRS", "PAPER_002_FIT", "fit_paper_002", "pairs_traffic"]
 
 PROFILE = "paper-002"
 PAIRS = 50  # seed 002 Fig. 2 runs 1 to 50 pairs; the plateau is read at 50

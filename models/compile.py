@@ -9,8 +9,10 @@ import numpy as np
 from ..simulator import GateSpec, MachineSpec, PoolSpec, Program, compile_program
 from ._errors import ConfigError
 from .cni import cni_stages, lock_specs, pool_kinds, sandbox_plan, vport_creators
+from .dataplane import Traffic, path_for_cni
 from .profile import Profile, load_profile
 from .scenario import Scenario
+from .softirq import solve_on_profile
 from .sriov import (
     SRIOV_STAGES,
     SRIOV_VARIANTS,
@@ -20,7 +22,13 @@ from .sriov import (
     sriov_profile_costs,
 )
 
-__all__ = ["SeedLike", "compile_scenario", "scenario_stages", "service_streams"]
+__all__ = [
+    "SeedLike",
+    "background_softirq_cores",
+    "compile_scenario",
+    "scenario_stages",
+    "service_streams",
+]
 
 SeedLike = int | np.random.Generator | None
 
@@ -74,6 +82,21 @@ def _sriov_plans(scenario: Scenario, prof: Profile, variant: SriovVariant) -> li
     ]
 
 
+def background_softirq_cores(scenario: Scenario, profile: Profile) -> float:
+    """Cores the IRQs and softirqs of ``scenario``'s background traffic keep
+    busy (0 without background flows), by the data-plane model."""
+    if scenario.background_flows == 0:
+        return 0.0
+    traffic = Traffic(
+        path=scenario.background_path or path_for_cni(scenario.cni),  # type: ignore[arg-type]
+        flows=scenario.background_flows,
+        flow_gbps=scenario.flow_gbps,
+        cores=scenario.cores or profile.host.cores,
+        seed=scenario.seed,
+    )
+    return solve_on_profile(profile, traffic).softirq_core_demand
+
+
 def compile_scenario(
     scenario: Scenario, *, seed: SeedLike = None, profile: Profile | None = None
 ) -> Program:
@@ -109,8 +132,16 @@ def compile_scenario(
         plans = [first if i < n_creators else rest for i in range(scenario.sandboxes)]
 
     host = prof.host
+    cores = scenario.cores or host.cores
+    reserved = background_softirq_cores(scenario, prof)
+    if reserved >= cores:
+        raise ConfigError(
+            f"background_flows: {scenario.background_flows} flows of {scenario.flow_gbps} Gbps "
+            f"keep {reserved:.3g} cores busy in softirq, all {cores} of the node"
+        )
     machine = MachineSpec(
-        cores=scenario.cores or host.cores,
+        cores=cores,
+        reserved_cores=reserved,
         zero_bytes_per_core_s=host.zero_gib_s_per_core * GIB,
         memory_bandwidth_bytes_s=host.memory_bandwidth_gib_s * GIB,
         guest_cpu_quota=scenario.vcpus or host.sandbox_vcpus,

@@ -24,9 +24,9 @@ from ._errors import ConfigError, format_validation_error
 
 __all__ = [
     "DATA_PATHS",
+    "PATH_NAMES",
     "DataPath",
     "DataplaneCostTable",
-    "PATH_NAMES",
     "PathName",
     "Stage",
     "StageCost",

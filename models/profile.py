@@ -193,8 +193,8 @@ class Profile(_Frozen):
         if self.dataplane is None:
             raise ConfigError(
                 f"profile {self.name!r} has no `dataplane` section (the softirq-chain "
-                "costs that background traffic needs); use a profile that has one, "
-                "e.g. paper-004, or add it"
+                "costs that background traffic needs): add one (paper-004.yaml shows "
+                "its shape) or use a profile that has one, such as paper-000"
             )
         return self.dataplane
 

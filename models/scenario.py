@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ._errors import ConfigError, format_validation_error, load_yaml_model
+from .dataplane import PathName
 
 __all__ = ["CNI_NAMES", "CniName", "Scenario"]
 
@@ -79,6 +80,15 @@ class Scenario(BaseModel):
         Override the VFs the profile's NIC offers (SR-IOV: one per sandbox).
     hugepages:
         Override whether guest memory is backed by hugepages (SR-IOV DMA mapping).
+    background_flows:
+        Flows of traffic the node receives during the storm; their IRQs and
+        softirqs take cores from it (the profile needs a ``dataplane`` section).
+    flow_gbps:
+        Offered load of each background flow, Gbps.
+    background_path:
+        Their receive data path; ``None``: the CNI's (ipvlan/ipvtap/macvlan/
+        macvtap: ``kata-tap``; veth and the other software CNIs: ``kata-veth``;
+        SR-IOV: ``sriov``, which costs the host nothing).
     seed:
         Seed of the service-time and arrival streams.
     """
@@ -100,6 +110,9 @@ class Scenario(BaseModel):
     cores: PositiveInt | None = None
     nic_vfs: PositiveInt | None = None
     hugepages: bool | None = None
+    background_flows: NonNegativeInt = 0
+    flow_gbps: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] = 1.0
+    background_path: PathName | None = None
     seed: NonNegativeInt = 0
 
     def __init__(self, **data: Any) -> None:

@@ -49,13 +49,20 @@ from .dataplane import (
     IP_HEADER_BYTES,
     TCP_HEADER_BYTES,
     UDP_HEADER_BYTES,
-    DataplaneCostTable,
     DataPath,
+    DataplaneCostTable,
     Traffic,
 )
 from .profile import Profile
 
-__all__ = ["DataplaneResult", "FlowCosts", "flow_costs", "max_min_rates", "solve_dataplane", "solve_on_profile"]
+__all__ = [
+    "DataplaneResult",
+    "FlowCosts",
+    "flow_costs",
+    "max_min_rates",
+    "solve_dataplane",
+    "solve_on_profile",
+]
 
 BITS_PER_GBIT = 1e9
 _F64 = npt.NDArray[np.float64]
@@ -239,7 +246,12 @@ class DataplaneResult:
 
     @property
     def cpu_total_cores(self) -> float:
-        return self.cpu_irq_cores + self.cpu_softirq_cores + self.cpu_system_cores + self.cpu_user_cores
+        return (
+            self.cpu_irq_cores
+            + self.cpu_softirq_cores
+            + self.cpu_system_cores
+            + self.cpu_user_cores
+        )
 
     @property
     def softirq_core_demand(self) -> float:
@@ -256,7 +268,11 @@ class DataplaneResult:
 
 
 def _placement(
-    traffic: Traffic, path: DataPath, costs: DataplaneCostTable, cores: int, rng: np.random.Generator
+    traffic: Traffic,
+    path: DataPath,
+    costs: DataplaneCostTable,
+    cores: int,
+    rng: np.random.Generator,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """(RSS core, receiver core, sender core) per flow."""
     n = traffic.flows
