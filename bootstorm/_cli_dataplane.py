@@ -93,12 +93,12 @@ def dataplane_cmd(
         solve_on_profile(
             prof,
             Traffic(
-                path=path,  # type: ignore[arg-type]  # validated by Traffic
-                proto=proto,  # type: ignore[arg-type]
+                path=path,  # validated by Traffic
+                proto=proto,
                 flows=n,
                 message_bytes=message_bytes,
                 flow_gbps=flow_gbps,
-                placement=placement,  # type: ignore[arg-type]
+                placement=placement,
                 seed=seed,
             ),
         )

@@ -29,11 +29,11 @@ PAIRS = 50  # seed 002 Fig. 2 runs 1 to 50 pairs; the plateau is read at 50
 
 def pairs_traffic(path: str, pairs: int = PAIRS, **changes: object) -> Traffic:
     """``pairs`` iperf TCP pairs through the VM's ``path`` (bridge-intra, ovs-intra)."""
-    return Traffic(path=path, proto="tcp", flows=pairs, draws=32, **changes)  # type: ignore[arg-type]
+    return Traffic(path=path, proto="tcp", flows=pairs, draws=32, **changes)
 
 
 def _aggregate(r: DataplaneResult) -> float:
-    return r.aggregate_gbps
+    return float(r.aggregate_gbps)
 
 
 def _row(label: str, path: str, gbps: float) -> PaperTarget:

@@ -28,12 +28,12 @@ PROFILE = "paper-004"
 
 
 def _ceiling(r: DataplaneResult) -> float:
-    return r.per_flow_ceiling_gbps
+    return float(r.per_flow_ceiling_gbps)
 
 
 def single_flow(path: str, proto: str) -> Callable[[Profile | None], float]:
     """One iperf3 flow's throughput, Gbps (seed 004 Figs. 3 and 5 at one pair)."""
-    traffic = Traffic(path=path, proto=proto, flows=1, draws=1)  # type: ignore[arg-type]
+    traffic = Traffic(path=path, proto=proto, flows=1, draws=1)
     return dataplane_evaluator(PROFILE, traffic, _ceiling)
 
 

@@ -88,7 +88,7 @@ def background_softirq_cores(scenario: Scenario, profile: Profile) -> float:
     if scenario.background_flows == 0:
         return 0.0
     traffic = Traffic(
-        path=scenario.background_path or path_for_cni(scenario.cni),  # type: ignore[arg-type]
+        path=scenario.background_path or path_for_cni(scenario.cni),
         flows=scenario.background_flows,
         flow_gbps=scenario.flow_gbps,
         cores=scenario.cores or profile.host.cores,
