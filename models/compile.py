@@ -134,7 +134,7 @@ def compile_scenario(
     host = prof.host
     cores = scenario.cores or host.cores
     reserved = background_softirq_cores(scenario, prof)
-    if reserved >= cores:
+    if reserved >= cores * (1.0 - 1e-9):  # a full core, up to rounding
         raise ConfigError(
             f"background_flows: {scenario.background_flows} flows of {scenario.flow_gbps} Gbps "
             f"keep {reserved:.3g} cores busy in softirq, all {cores} of the node"
