@@ -181,7 +181,7 @@ def demo(
 @app.command()
 def calibrate(
     targets: Annotated[
-        str, typer.Option(help="Published targets to fit: paper-000, paper-001.")
+        str, typer.Option(help="Published targets to fit: paper-000, -001, -002, -004.")
     ] = "paper-000",
     write: Annotated[
         bool, typer.Option(help="Overwrite the built-in profile with the fit.")

@@ -7,6 +7,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bootstorm import simulate
 from bootstorm.models import ConfigError, Scenario, load_profile
@@ -147,6 +149,70 @@ def test_native_udp_flows_share_one_core() -> None:
 def test_same_seed_same_result_other_seed_may_differ() -> None:
     t = Traffic(path="docker-overlay", flows=6, draws=4, seed=3)
     assert solve_on_profile(P004, t) == solve_on_profile(P004, t)
+
+
+#: Every stage of the catalog priced, with IRQ, copy and syscall costs.
+EVERY_STAGE = DataplaneCostTable(
+    link_gbps=40.0,
+    mtu_bytes=1500,
+    rx_queues=16,
+    napi_budget=64,
+    coalesce_frames=44,
+    gro_max_bytes=65536,
+    irq_s=1e-6,
+    copy_per_byte_s=3e-10,
+    syscall_s=5e-7,
+    user_per_byte_s=1e-11,
+    stages={
+        name: StageCost(per_packet_s=(i + 1) * 2e-7, per_byte_s=1e-12 * i)
+        for i, name in enumerate(sorted({s.cost for p in DATA_PATHS.values() for s in p.stages}))
+    },
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    path=st.sampled_from(sorted(DATA_PATHS)),
+    proto=st.sampled_from(["tcp", "udp"]),
+    flows=st.integers(1, 40),
+    cores=st.integers(1, 24),
+    flow_gbps=st.one_of(st.none(), st.floats(0.05, 50.0)),
+    placement=st.sampled_from(["random", "pinned-apart", "pinned-together"]),
+    seed=st.integers(0, 2**16),
+)
+def test_invariants(
+    path: str,
+    proto: str,
+    flows: int,
+    cores: int,
+    flow_gbps: float | None,
+    placement: str,
+    seed: int,
+) -> None:
+    """Whatever the load: no core over full, the link never over its goodput,
+    CPU equals throughput times the per-Gbit cost, softirqs between 1x and
+    k x the batches, and no flow above its ceiling or its offered load."""
+    traffic = Traffic(
+        path=path,  # type: ignore[arg-type]
+        proto=proto,  # type: ignore[arg-type]
+        flows=flows,
+        cores=cores,
+        flow_gbps=flow_gbps,
+        placement=placement,  # type: ignore[arg-type]
+        draws=2,
+        seed=seed,
+    )
+    costs = EVERY_STAGE
+    r = solve_dataplane(costs, traffic, cores=cores)
+    fc = flow_costs(costs, DATA_PATHS[path], proto, traffic.message)
+    assert r.cpu_total_cores <= cores * (1 + 1e-9)
+    assert r.cpu_total_cores == pytest.approx(r.aggregate_gbps * fc.core_s_per_gbit, rel=1e-9)
+    if not DATA_PATHS[path].intra_host:
+        assert r.aggregate_gbps * fc.wire_gbit <= costs.link_gbps * (1 + 1e-9)
+    assert r.flow_max_gbps <= r.per_flow_ceiling_gbps * (1 + 1e-9)
+    assert r.irq_per_s <= r.softirq_per_s * (1 + 1e-9) or fc.softirqs_per_batch == 0
+    k = fc.softirqs_per_batch
+    assert r.softirq_per_s <= k * r.aggregate_gbps * fc.batches * (1 + 1e-9)
 
 
 # -- validation ----------------------------------------------------------------------
