@@ -10,11 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .models import ConfigError, load_profile
+from .models import ConfigError, Scenario, load_profile
+from .models.compile import background_traffic
 from .models.dataplane import PATH_NAMES, Traffic
 from .models.softirq import DataplaneResult, solve_on_profile
 
-__all__ = ["dataplane_cmd", "dataplane_table", "parse_flows"]
+__all__ = ["background_summary", "dataplane_cmd", "dataplane_table", "parse_flows"]
 
 
 def parse_flows(text: str) -> list[int]:
@@ -31,6 +32,20 @@ def parse_flows(text: str) -> list[int]:
             raise ConfigError(f"flows: each count must be >= 1, but got {n}")
         out.append(n)
     return out
+
+
+def background_summary(scenario: Scenario) -> dict[str, object] | None:
+    """What ``scenario``'s background traffic delivers and the cores it takes."""
+    result = background_traffic(scenario, load_profile(scenario.profile))
+    if result is None:
+        return None
+    return {
+        "path": result.traffic.path,
+        "delivered_gbps": result.aggregate_gbps,
+        "softirq_cores": result.softirq_core_demand,
+        "system_cores": result.cpu_system_cores,
+        "cores_taken": result.cpu_total_cores,
+    }
 
 
 def dataplane_table(title: str, results: list[DataplaneResult]) -> Table:

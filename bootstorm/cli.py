@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from ._api import simulate
-from ._cli_dataplane import dataplane_cmd
+from ._cli_dataplane import background_summary, dataplane_cmd
 from ._io import write_atomically
 from ._render import comparison_table, result_tables, target_table
 from .models import ConfigError, Scenario, available_profiles
@@ -148,12 +148,21 @@ def simulate_cmd(
 
         assert result.recording is not None
         write_chrome_trace(result.recording, trace, title=f"{scenario.sandboxes} x {scenario.cni}")
+    background = background_summary(scenario)
     if as_json:
         payload = {"scenario": scenario.model_dump(mode="json"), **result.to_dict()}
         payload["startup_s"] = {k: payload["startup_s"][k] for k in ("mean", "p50", "p99", "max")}
+        if background is not None:
+            payload["background"] = background
         sys.stdout.write(json.dumps(payload) + "\n")
         return
     console.print(result_tables(scenario, result))
+    if background is not None:
+        console.print(
+            f"background traffic on {background['path']}: {background['delivered_gbps']:.1f} Gbps "
+            f"delivered, {background['cores_taken']:.2f} cores taken from the storm "
+            f"({background['softirq_cores']:.2f} by IRQs and softirqs)"
+        )
     if trace is not None:
         console.print(f"trace written to [bold]{trace}[/] — open it in https://ui.perfetto.dev")
 

@@ -81,8 +81,9 @@ class Scenario(BaseModel):
     hugepages:
         Override whether guest memory is backed by hugepages (SR-IOV DMA mapping).
     background_flows:
-        Flows of traffic the node receives during the storm; their IRQs and
-        softirqs take cores from it (the profile needs a ``dataplane`` section).
+        Flows of traffic the node receives during the storm; the host CPU
+        they need (IRQs, softirqs, vhost-net) is taken from it (the profile
+        needs a ``dataplane`` section).
     flow_gbps:
         Offered load of each background flow, Gbps.
     background_path:

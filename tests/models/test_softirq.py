@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bootstorm import simulate
 from bootstorm.models import ConfigError, Scenario, load_profile
-from bootstorm.models.compile import background_softirq_cores, compile_scenario
+from bootstorm.models.compile import background_cores, compile_scenario
 from bootstorm.models.dataplane import (
     DATA_PATHS,
     IP_HEADER_BYTES,
@@ -293,7 +293,7 @@ def test_zero_flows_is_the_storm_bit_for_bit() -> None:
 def test_background_traffic_slows_the_storm_monotonically() -> None:
     flows = (0, 5, 20, 60)
     reserved = [
-        background_softirq_cores(STORM.replace(background_flows=n), load_profile("paper-000"))
+        background_cores(STORM.replace(background_flows=n), load_profile("paper-000"))
         for n in flows
     ]
     assert reserved[0] == 0.0
@@ -304,7 +304,7 @@ def test_background_traffic_slows_the_storm_monotonically() -> None:
 
 def test_sriov_background_traffic_takes_no_core() -> None:
     s = Scenario(cni="sriov-vanilla", sandboxes=10, profile="paper-001", background_flows=50)
-    assert background_softirq_cores(s, load_profile("paper-000")) == 0.0
+    assert background_cores(s, load_profile("paper-000")) == 0.0
 
 
 def test_traffic_that_fills_every_core_is_refused() -> None:
