@@ -51,3 +51,8 @@ def test_simulate_with_background_flows(capsys: pytest.CaptureFixture[str]) -> N
     busy = json.loads(capsys.readouterr().out)
     assert busy["scenario"]["background_flows"] == 30
     assert busy["makespan_s"] > quiet["makespan_s"]
+    assert "background" not in quiet
+    taken = busy["background"]
+    assert taken["path"] == "kata-tap"  # ipvtap's sandboxes receive through a tap
+    assert taken["delivered_gbps"] == pytest.approx(30.0)
+    assert taken["cores_taken"] > taken["softirq_cores"] > 0.0
