@@ -328,3 +328,14 @@ def test_scenario_validates_the_new_fields() -> None:
         Scenario(background_flows=-1)
     with pytest.raises(ConfigError, match=r"flow_gbps: .*\(got 0.0\)"):
         Scenario(flow_gbps=0.0)
+
+
+def test_aggregate_grows_with_cores_until_the_link() -> None:
+    agg = [
+        solve_on_profile(P004, Traffic(path="docker-overlay", flows=12, cores=c)).aggregate_gbps
+        for c in (1, 2, 4, 20)
+    ]
+    assert agg == sorted(agg)
+    # One core does everything: 1 / (all the work per Gbit).
+    fc = flow_costs(P004.dataplane_costs(), DATA_PATHS["docker-overlay"], "tcp", 131072)
+    assert agg[0] == pytest.approx(1.0 / fc.core_s_per_gbit, rel=1e-9)
