@@ -17,6 +17,7 @@ from rich.console import Console
 
 from ._api import simulate
 from ._cli_agent import register as register_agent_commands
+from ._cli_dataplane import background_summary, dataplane_cmd
 from ._cli_testbed import testbed_app
 from ._io import write_atomically
 from ._render import comparison_table, result_tables, target_table
@@ -109,6 +110,13 @@ def simulate_cmd(
         bool | None,
         typer.Option("--hugepages/--no-hugepages", help="Guest memory on hugepages (SR-IOV)."),
     ] = None,
+    background_flows: Annotated[
+        int | None, typer.Option(help="Flows of traffic received during the storm.")
+    ] = None,
+    flow_gbps: Annotated[float | None, typer.Option(help="Offered Gbps per flow.")] = None,
+    background_path: Annotated[
+        str | None, typer.Option(help="Their data path (default: the CNI's).")
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
@@ -134,6 +142,9 @@ def simulate_cmd(
         vcpus=vcpus,
         nic_vfs=nic_vfs,
         hugepages=hugepages,
+        background_flows=background_flows,
+        flow_gbps=flow_gbps,
+        background_path=background_path,
     )
     result = simulate(scenario, record=trace is not None)
     if trace is not None:
@@ -141,12 +152,21 @@ def simulate_cmd(
 
         assert result.recording is not None
         write_chrome_trace(result.recording, trace, title=f"{scenario.sandboxes} x {scenario.cni}")
+    background = background_summary(scenario)
     if as_json:
         payload = {"scenario": scenario.model_dump(mode="json"), **result.to_dict()}
         payload["startup_s"] = {k: payload["startup_s"][k] for k in ("mean", "p50", "p99", "max")}
+        if background is not None:
+            payload["background"] = background
         sys.stdout.write(json.dumps(payload) + "\n")
         return
     console.print(result_tables(scenario, result))
+    if background is not None:
+        console.print(
+            f"background traffic on {background['path']}: {background['delivered_gbps']:.1f} Gbps "
+            f"delivered, {background['cores_taken']:.2f} cores taken from the storm "
+            f"({background['softirq_cores']:.2f} by IRQs and softirqs)"
+        )
     if trace is not None:
         console.print(f"trace written to [bold]{trace}[/] — open it in https://ui.perfetto.dev")
 
@@ -174,7 +194,7 @@ def demo(
 @app.command()
 def calibrate(
     targets: Annotated[
-        str, typer.Option(help="Published targets to fit: paper-000, paper-001.")
+        str, typer.Option(help="Published targets to fit: paper-000, -001, -002, -004.")
     ] = "paper-000",
     write: Annotated[
         bool, typer.Option(help="Overwrite the built-in profile with the fit.")
@@ -241,6 +261,9 @@ def calibrate(
         console.print(f"[yellow]outside ±5%: {miss.target.id} {miss.target.label} ({how})[/]")
     if not report.all_within:
         raise typer.Exit(1)
+
+
+app.command("dataplane")(dataplane_cmd)
 
 
 @app.command()

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from ._fit import FitReport, FreeParameter
 from .paper000 import FREE_PARAMETERS, fit_paper_000, solve_single
 from .paper001 import FREE_PARAMETERS_001, PAPER_001_FIT, TABLE_1, fit_paper_001
+from .paper002 import FREE_PARAMETERS_002, PAPER_002_FIT, fit_paper_002
+from .paper004 import FREE_PARAMETERS_004, PAPER_004_FIT, fit_paper_004
 from .targets import (
     FIT_TOLERANCE,
     PAPER_000_FIT,
@@ -24,8 +26,12 @@ __all__ = [
     "FIT_TOLERANCE",
     "FREE_PARAMETERS",
     "FREE_PARAMETERS_001",
+    "FREE_PARAMETERS_002",
+    "FREE_PARAMETERS_004",
     "PAPER_000_FIT",
     "PAPER_001_FIT",
+    "PAPER_002_FIT",
+    "PAPER_004_FIT",
     "PREDICT_TOLERANCE",
     "TABLE_1",
     "TARGET_SETS",
@@ -38,6 +44,8 @@ __all__ = [
     "check_targets",
     "fit_paper_000",
     "fit_paper_001",
+    "fit_paper_002",
+    "fit_paper_004",
     "makespan",
     "rtnl_acquisitions",
     "rtnl_contended_wall",
@@ -58,4 +66,6 @@ class TargetSet:
 TARGET_SETS: dict[str, TargetSet] = {
     "paper-000": TargetSet(rows=PAPER_000_FIT, fit=fit_paper_000),
     "paper-001": TargetSet(rows=PAPER_001_FIT, fit=fit_paper_001),
+    "paper-002": TargetSet(rows=PAPER_002_FIT, fit=fit_paper_002),
+    "paper-004": TargetSet(rows=PAPER_004_FIT, fit=fit_paper_004),
 }

@@ -59,17 +59,32 @@ def rtnl_share_in(*stages: str) -> Metric:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PaperTarget:
+    """One published number: a boot storm (``scenario`` and ``metric``) or,
+    for a model that is not a simulation (the data plane), ``evaluate``,
+    which computes the number on a profile (``None``: the built-in one)."""
+
     id: str
     role: Literal["fit", "predict"]
     label: str
-    scenario: Scenario
-    metric: Metric
+    scenario: Scenario | None = None
+    metric: Metric | None = None
+    evaluate: Callable[[Profile | None], float] | None = None
     value: float
     source: str
     tolerance_rel: float = FIT_TOLERANCE
     weight: float = 1.0
     at_least: bool = False
     """The row is a lower bound ("> 93%"): anything above ``value`` holds."""
+
+    def __post_init__(self) -> None:
+        simulated = self.scenario is not None and self.metric is not None
+        if simulated == (self.evaluate is not None) or (
+            (self.scenario is None) != (self.metric is None)
+        ):
+            raise ValueError(
+                "a target needs `scenario` and `metric`, or `evaluate`, but got "
+                f"({self.scenario=}, {self.metric=}, {self.evaluate=})"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -236,6 +251,10 @@ def check_targets(
     results = cache if cache is not None else {}
     checks = []
     for t in targets:
+        if t.evaluate is not None:
+            checks.append(TargetCheck(target=t, model=t.evaluate(profile)))
+            continue
+        assert t.scenario is not None and t.metric is not None  # checked when built
         key = t.scenario.model_dump_json()
         if key not in results:
             results[key] = run_program(compile_scenario(t.scenario, seed=seed, profile=profile))

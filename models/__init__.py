@@ -1,4 +1,4 @@
-"""bootstorm.models — scenarios, calibration profiles and the seed-000 CNI catalog.
+"""bootstorm.models — scenarios, calibration profiles, the CNI catalogs and the data plane.
 
 A :class:`Scenario` (the what-if) and a :class:`Profile` (the node's costs)
 compile into the simulator's flat program with :func:`compile_scenario`.
@@ -16,6 +16,7 @@ from .cni import (
     vport_creators,
 )
 from .compile import SeedLike, compile_scenario, service_streams
+from .dataplane import DATA_PATHS, DataPath, DataplaneCostTable, Traffic
 from .profile import (
     CostTable,
     HostSpec,
@@ -26,10 +27,12 @@ from .profile import (
     load_profile,
 )
 from .scenario import CNI_NAMES, CniName, Scenario
+from .softirq import DataplaneResult, solve_dataplane, solve_on_profile
 from .tuned import TUNED_CONFIG_SCHEMA_VERSION, ConfigOrigin, TunedConfig
 
 __all__ = [
     "CNI_NAMES",
+    "DATA_PATHS",
     "RTNL",
     "RTNL_OPS",
     "STAGES",
@@ -38,6 +41,9 @@ __all__ = [
     "ConfigError",
     "ConfigOrigin",
     "CostTable",
+    "DataPath",
+    "DataplaneCostTable",
+    "DataplaneResult",
     "HostSpec",
     "Profile",
     "RtnlOps",
@@ -45,6 +51,7 @@ __all__ = [
     "SeedLike",
     "SriovCostTable",
     "TestbedCostTable",
+    "Traffic",
     "TunedConfig",
     "available_profiles",
     "cni_stages",
@@ -53,5 +60,7 @@ __all__ = [
     "pool_kinds",
     "sandbox_plan",
     "service_streams",
+    "solve_dataplane",
+    "solve_on_profile",
     "vport_creators",
 ]

@@ -9,8 +9,10 @@ import numpy as np
 from ..simulator import GateSpec, LockSpec, MachineSpec, PoolSpec, Program, compile_program
 from ._errors import ConfigError
 from .cni import cni_stages, lock_specs, pool_kinds, sandbox_plan, vport_creators
+from .dataplane import Traffic, path_for_cni
 from .profile import Profile, load_profile
 from .scenario import Scenario
+from .softirq import DataplaneResult, solve_on_profile
 from .sriov import (
     SRIOV_STAGES,
     SRIOV_VARIANTS,
@@ -28,7 +30,14 @@ from .testbed import (
     testbed_plan,
 )
 
-__all__ = ["SeedLike", "compile_scenario", "scenario_stages", "service_streams"]
+__all__ = [
+    "SeedLike",
+    "background_cores",
+    "background_traffic",
+    "compile_scenario",
+    "scenario_stages",
+    "service_streams",
+]
 
 SeedLike = int | np.random.Generator | None
 
@@ -79,9 +88,37 @@ def _sriov_plans(scenario: Scenario, prof: Profile, variant: SriovVariant) -> li
         )
     hugepages = sriov.hugepages if scenario.hugepages is None else scenario.hugepages
     return [
-        sriov_plan(scenario, prof.require_costs(), sriov, variant, vf=i, hugepages=hugepages)
+        sriov_plan(scenario, prof.boot_costs(), sriov, variant, vf=i, hugepages=hugepages)
         for i in range(scenario.sandboxes)
     ]
+
+
+def background_traffic(scenario: Scenario, profile: Profile) -> DataplaneResult | None:
+    """The steady state of ``scenario``'s background traffic on ``profile``
+    (``None`` without background flows), by the data-plane model."""
+    if scenario.background_flows == 0:
+        return None
+    traffic = Traffic(
+        path=scenario.background_path or path_for_cni(scenario.cni),
+        flows=scenario.background_flows,
+        flow_gbps=scenario.flow_gbps,
+        cores=scenario.cores or profile.host.cores,
+        seed=scenario.seed,
+    )
+    return solve_on_profile(profile, traffic)
+
+
+def background_cores(scenario: Scenario, profile: Profile) -> float:
+    """Host cores ``scenario``'s background traffic keeps busy (0 without it).
+
+    Its IRQs and softirqs run with preemption off, so the storm never gets
+    their cores; its threads (vhost-net, host receivers) each want far less
+    than a fair share of a core, and processor sharing gives a job below its
+    fair share all it wants — so they are taken from the storm too. The
+    sandboxes' guest work on the traffic is not modelled.
+    """
+    result = background_traffic(scenario, profile)
+    return 0.0 if result is None else result.cpu_total_cores
 
 
 def compile_scenario(
@@ -118,21 +155,30 @@ def compile_scenario(
         plans = [plan] * scenario.sandboxes
         locks = testbed_lock_specs()
     elif variant is not None:
-        locks = lock_specs(prof.require_costs(), scenario.rtnl_priority)
+        locks = lock_specs(prof.boot_costs(), scenario.rtnl_priority)
         plans = _sriov_plans(scenario, prof, variant)
         locks += sriov_lock_specs(variant, scenario.sandboxes)
     else:
-        locks = lock_specs(prof.require_costs(), scenario.rtnl_priority)
+        costs = prof.boot_costs()
+        locks = lock_specs(costs, scenario.rtnl_priority)
         # Sandbox i belongs to tenant i % tenants, so the first sandboxes are
         # the first of their tenants: they create the shared vPorts.
         n_creators = vport_creators(cni, scenario.tenants)
-        first = sandbox_plan(scenario, prof.require_costs(), creates_vport=True)
-        rest = sandbox_plan(scenario, prof.require_costs(), creates_vport=False)
+        first = sandbox_plan(scenario, costs, creates_vport=True)
+        rest = sandbox_plan(scenario, costs, creates_vport=False)
         plans = [first if i < n_creators else rest for i in range(scenario.sandboxes)]
 
     host = prof.host
+    cores = scenario.cores or host.cores
+    reserved = background_cores(scenario, prof)
+    if reserved >= cores * (1.0 - 1e-9):  # a full core, up to rounding
+        raise ConfigError(
+            f"background_flows: {scenario.background_flows} flows of {scenario.flow_gbps} Gbps "
+            f"keep {reserved:.3g} cores busy, all {cores} of the node"
+        )
     machine = MachineSpec(
-        cores=scenario.cores or host.cores,
+        cores=cores,
+        reserved_cores=reserved,
         zero_bytes_per_core_s=host.zero_gib_s_per_core * GIB,
         memory_bandwidth_bytes_s=host.memory_bandwidth_gib_s * GIB,
         guest_cpu_quota=scenario.vcpus or host.sandbox_vcpus,

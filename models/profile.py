@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ._errors import ConfigError, format_validation_error, load_yaml_model
+from .dataplane import DataplaneCostTable
 
 __all__ = [
     "PROFILE_SCHEMA_VERSION",
@@ -162,10 +163,14 @@ class Profile(_Frozen):
     description: str
     host: HostSpec
     service_cv: Annotated[float, Field(ge=0.0, le=2.0)]
-    #: The seed-000 operations; a profile of a testbed host may have none.
     costs: CostTable | None = None
+    """The seed-000 operation costs; ``None`` in a data-plane-only profile or a
+    testbed host's."""
     sriov: SriovCostTable | None = None
     testbed: TestbedCostTable | None = None
+    """The testbed's own sandboxes, fitted to a recorded storm."""
+    dataplane: DataplaneCostTable | None = None
+    """The receive data plane (softirq chains); ``None`` if never measured."""
     sources: dict[str, str]
 
     @model_validator(mode="after")
@@ -196,16 +201,37 @@ class Profile(_Frozen):
             paths += [f"sriov.{k}" for k in SriovCostTable.model_fields]
         if self.testbed is not None:
             paths += [f"testbed.{k}" for k in TestbedCostTable.model_fields]
+        if self.dataplane is not None:
+            for k in DataplaneCostTable.model_fields:
+                if k == "stages":
+                    paths += [
+                        f"dataplane.stages.{name}.{field}"
+                        for name in self.dataplane.stages
+                        for field in ("per_packet_s", "per_byte_s")
+                    ]
+                else:
+                    paths.append(f"dataplane.{k}")
         return paths
 
-    def require_costs(self) -> CostTable:
-        """The seed-000 operation costs, or a clear error if the profile has none."""
+    def boot_costs(self) -> CostTable:
+        """The ``costs`` section, or a :class:`ConfigError` naming its absence."""
         if self.costs is None:
             raise ConfigError(
-                f"profile: {self.name!r} has no `costs` section (the seed-000 operations); "
-                "it models another kind of sandbox (see its `testbed` or `sriov` section)"
+                f"profile: {self.name!r} has no `costs` section (the seed-000 operations): "
+                "it describes another kind of node (its `testbed`, `sriov` or `dataplane` "
+                "section) and cannot run this storm"
             )
         return self.costs
+
+    def dataplane_costs(self) -> DataplaneCostTable:
+        """The ``dataplane`` section, or a :class:`ConfigError` naming its absence."""
+        if self.dataplane is None:
+            raise ConfigError(
+                f"profile {self.name!r} has no `dataplane` section (the softirq-chain "
+                "costs that background traffic needs): add one (paper-004.yaml shows "
+                "its shape) or use a profile that has one, such as paper-000"
+            )
+        return self.dataplane
 
     def with_values(self, values: Mapping[str, float], *, source: str | None = None) -> Profile:
         """A validated copy with numbers replaced by dotted path (``costs.vm_boot_cpu_s``,

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ._errors import ConfigError, format_validation_error, load_yaml_model
+from .dataplane import PathName
 
 __all__ = ["CNI_NAMES", "CniName", "Scenario"]
 
@@ -85,6 +86,16 @@ class Scenario(BaseModel):
     background_load:
         Other work on the node: that many always-runnable tasks share its
         cores with the storm (a shared host's load average).
+    background_flows:
+        Flows of traffic the node receives during the storm; the host CPU
+        they need (IRQs, softirqs, vhost-net) is taken from it (the profile
+        needs a ``dataplane`` section).
+    flow_gbps:
+        Offered load of each background flow, Gbps.
+    background_path:
+        Their receive data path; ``None``: the CNI's (ipvlan/ipvtap/macvlan/
+        macvtap: ``kata-tap``; veth and the other software CNIs: ``kata-veth``;
+        SR-IOV: ``sriov``, which costs the host nothing).
     seed:
         Seed of the service-time and arrival streams.
     """
@@ -107,6 +118,9 @@ class Scenario(BaseModel):
     nic_vfs: PositiveInt | None = None
     hugepages: bool | None = None
     background_load: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 0.0
+    background_flows: NonNegativeInt = 0
+    flow_gbps: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] = 1.0
+    background_path: PathName | None = None
     seed: NonNegativeInt = 0
 
     def __init__(self, **data: Any) -> None:

@@ -92,7 +92,7 @@ class ProcessorSharingCPU:
         self,
         env: simpy.Environment,
         *,
-        cores: int,
+        cores: float,
         zero_bytes_per_core_s: float,
         memory_bandwidth_bytes_s: float,
         guest_cap: float = 1.0,

@@ -80,7 +80,8 @@ class _Run:
         m = program.machine
         self.cpu = ProcessorSharingCPU(
             env,
-            cores=m.cores,
+            # Softirqs run with preemption off: the storm shares what they leave.
+            cores=m.cores - m.reserved_cores if m.reserved_cores else m.cores,
             zero_bytes_per_core_s=m.zero_bytes_per_core_s,
             memory_bandwidth_bytes_s=m.memory_bandwidth_bytes_s,
             guest_cap=m.guest_cpu_quota,

@@ -159,19 +159,29 @@ class MachineSpec:
     ``zero_bytes_per_core_s`` is how fast one core clears memory;
     ``memory_bandwidth_bytes_s`` caps all zeroing running at one moment;
     ``guest_cpu_quota`` is each sandbox's CPU quota in cores (its vCPUs):
-    guest work never runs faster than that. ``background_jobs`` is other
-    work on the node: that many always-runnable tasks share the cores.
+    guest work never runs faster than that; ``reserved_cores`` is capacity
+    the program never gets; ``background_jobs`` is other work on the node:
+    that many always-runnable tasks share the cores.
     """
 
     cores: int
     zero_bytes_per_core_s: float = 10e9
     memory_bandwidth_bytes_s: float = 100e9
     guest_cpu_quota: float = 1.0
+    reserved_cores: float = 0.0
+    """Capacity taken by work that preempts the program's (softirqs of
+    background traffic): the program shares ``cores - reserved_cores``."""
     background_jobs: float = 0.0
+    """Other work on the node: always-runnable tasks that share the cores."""
 
     def __post_init__(self) -> None:
         if self.cores < 1:
             raise ProgramError(f"`cores >= 1` must hold, but got {self.cores=}")
+        if not (0.0 <= self.reserved_cores < self.cores):
+            raise ProgramError(
+                "`0 <= reserved_cores < cores` must hold, "
+                f"but got ({self.reserved_cores=}, {self.cores=})"
+            )
         if not (self.zero_bytes_per_core_s > 0.0):
             raise ProgramError(
                 f"`zero_bytes_per_core_s > 0` must hold, but got {self.zero_bytes_per_core_s=}"

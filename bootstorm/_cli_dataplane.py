@@ -1,0 +1,129 @@
+"""``bootstorm dataplane``: throughput ceilings and CPU of a traffic load."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .models import ConfigError, Scenario, load_profile
+from .models.compile import background_traffic
+from .models.dataplane import PATH_NAMES, Traffic
+from .models.softirq import DataplaneResult, solve_on_profile
+
+__all__ = ["background_summary", "dataplane_cmd", "dataplane_table", "parse_flows"]
+
+
+def parse_flows(text: str) -> list[int]:
+    """``"1,2,4,6"`` as flow counts; a bad item is a :class:`ConfigError`."""
+    out = []
+    for item in text.split(","):
+        try:
+            n = int(item)
+        except ValueError:
+            raise ConfigError(
+                f"flows: expected integers separated by commas, but got {text!r}"
+            ) from None
+        if n < 1:
+            raise ConfigError(f"flows: each count must be >= 1, but got {n}")
+        out.append(n)
+    return out
+
+
+def background_summary(scenario: Scenario) -> dict[str, object] | None:
+    """What ``scenario``'s background traffic delivers and the cores it takes."""
+    result = background_traffic(scenario, load_profile(scenario.profile))
+    if result is None:
+        return None
+    return {
+        "path": result.traffic.path,
+        "delivered_gbps": result.aggregate_gbps,
+        "softirq_cores": result.softirq_core_demand,
+        "system_cores": result.cpu_system_cores,
+        "cores_taken": result.cpu_total_cores,
+    }
+
+
+def dataplane_table(title: str, results: list[DataplaneResult]) -> Table:
+    """One row per traffic load: throughput, CPU by kind, IRQ and softirq rates."""
+    t = Table(title=title, title_justify="left")
+    cols = (
+        "flows",
+        "ceiling/flow Gbps",
+        "per flow Gbps",
+        "aggregate Gbps",
+        "spread",
+        "irq cores",
+        "softirq cores",
+        "system cores",
+        "user cores",
+        "IRQ/s",
+        "softirq/s",
+    )
+    for col in cols:
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(
+            str(r.traffic.flows),
+            f"{r.per_flow_ceiling_gbps:.2f}",
+            f"{r.per_flow_gbps:.2f}",
+            f"{r.aggregate_gbps:.2f}",
+            f"{r.flow_spread:.2f}x",
+            f"{r.cpu_irq_cores:.2f}",
+            f"{r.cpu_softirq_cores:.2f}",
+            f"{r.cpu_system_cores:.2f}",
+            f"{r.cpu_user_cores:.2f}",
+            f"{r.irq_per_s:,.0f}",
+            f"{r.softirq_per_s:,.0f}",
+        )
+    return t
+
+
+def dataplane_cmd(
+    profile: Annotated[str, typer.Option(help="Profile with a `dataplane` section.")] = "paper-004",
+    path: Annotated[
+        str, typer.Option(help=f"Receive data path: {', '.join(PATH_NAMES)}.")
+    ] = "docker-overlay",
+    flows: Annotated[str, typer.Option(help="Flow counts, comma-separated.")] = "1,2,4,6",
+    proto: Annotated[str, typer.Option(help="tcp or udp.")] = "tcp",
+    message_bytes: Annotated[
+        int | None, typer.Option(help="Bytes per send/recv (default: 128 KiB TCP, 8 KiB UDP).")
+    ] = None,
+    flow_gbps: Annotated[float | None, typer.Option(help="Offered Gbps per flow.")] = None,
+    placement: Annotated[
+        str, typer.Option(help="random, pinned-apart or pinned-together.")
+    ] = "random",
+    seed: Annotated[int, typer.Option(help="Seed of the RSS and placement draws.")] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per line instead of a table.")
+    ] = False,
+) -> None:
+    """Per-flow throughput ceiling, aggregate throughput, CPU and IRQ/softirq rates."""
+    prof = load_profile(profile)
+    results = [
+        solve_on_profile(
+            prof,
+            Traffic(
+                path=path,  # validated by Traffic
+                proto=proto,
+                flows=n,
+                message_bytes=message_bytes,
+                flow_gbps=flow_gbps,
+                placement=placement,
+                seed=seed,
+            ),
+        )
+        for n in parse_flows(flows)
+    ]
+    if as_json:
+        for r in results:
+            sys.stdout.write(json.dumps({"profile": prof.name, **r.to_dict()}) + "\n")
+        return
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    console.print(dataplane_table(f"{path} {proto} on {prof.name}", results))

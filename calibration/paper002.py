@@ -1,0 +1,85 @@
+"""Fit the ``paper-002`` profile to seed 002's *fit* row S2-1.
+
+Container pairs on one 8-vCPU VM talk through the VM's bridge or OVS
+(intra-host): the aggregate plateaus at ≈56 Gbps (bridge) and ≈70 Gbps (OVS)
+because the vCPUs are exhausted. Two free costs, the bridge's and the OVS
+datapath's per-skb work; the copy, veth and stack costs are paper-004's
+fit scaled by clock (an assumption). The spread among pairs (S2-2) and the
+effect of pinning (S2-3) are predictions (tests/calibration/test_paper_002.py).
+
+Reproduce with ``bootstorm calibrate --targets paper-002 --write``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..models import Profile, load_profile
+from ..models.dataplane import Traffic
+from ..models.softirq import DataplaneResult
+from ._dataplane import dataplane_evaluator
+from ._fit import FitReport, FreeParameter, least_squares_fit
+from .targets import PaperTarget, check_targets
+
+__all__ = ["FREE_PARAMETERS_002", "PAIRS", "PAPER_002_FIT", "fit_paper_002", "pairs_traffic"]
+
+PROFILE = "paper-002"
+PAIRS = 50  # seed 002 Fig. 2 runs 1 to 50 pairs; the plateau is read at 50
+
+
+def pairs_traffic(path: str, pairs: int = PAIRS, **changes: object) -> Traffic:
+    """``pairs`` iperf TCP pairs through the VM's ``path`` (bridge-intra, ovs-intra)."""
+    return Traffic(path=path, proto="tcp", flows=pairs, draws=32, **changes)
+
+
+def _aggregate(r: DataplaneResult) -> float:
+    return float(r.aggregate_gbps)
+
+
+def _row(label: str, path: str, gbps: float) -> PaperTarget:
+    return PaperTarget(
+        id="S2-1",
+        role="fit",
+        label=label,
+        evaluate=dataplane_evaluator(PROFILE, pairs_traffic(path), _aggregate),
+        value=gbps,
+        source="seed 002 §III-B, Fig. 2",
+    )
+
+
+PAPER_002_FIT: tuple[PaperTarget, ...] = (
+    _row("bridge aggregate, 50 pairs (Gbps)", "bridge-intra", 56.0),
+    _row("OVS aggregate, 50 pairs (Gbps)", "ovs-intra", 70.0),
+)
+
+FREE_PARAMETERS_002: tuple[FreeParameter, ...] = (
+    FreeParameter(path="dataplane.stages.bridge.per_packet_s", start=2e-5, low=1e-8, high=1e-3),
+    FreeParameter(path="dataplane.stages.ovs.per_packet_s", start=5e-6, low=1e-8, high=1e-3),
+)
+
+
+def fit_paper_002(
+    *,
+    start: Profile | None = None,
+    targets: Sequence[PaperTarget] = PAPER_002_FIT,
+    params: Sequence[FreeParameter] = FREE_PARAMETERS_002,
+    seed: int = 0,
+    max_evaluations: int = 200,
+    on_evaluation: Callable[[int, float], None] | None = None,
+) -> FitReport:
+    """Fit ``params`` of ``start`` (default: the built-in ``paper-002``) to ``targets``."""
+    base = start if start is not None else load_profile(PROFILE)
+    fitted, calls, cost = least_squares_fit(
+        base,
+        targets,
+        params,
+        source_for=lambda ids: (
+            f"fit: {', '.join(ids)} by `bootstorm calibrate --targets "
+            "paper-002` (calibration/paper002.py)"
+        ),
+        seed=seed,
+        max_evaluations=max_evaluations,
+        on_evaluation=on_evaluation,
+    )
+    checks = tuple(check_targets([t for t in targets if t.role == "fit"], fitted, seed=seed))
+    return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)

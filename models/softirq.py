@@ -1,0 +1,382 @@
+"""Softirq chains: per-flow throughput ceilings and the CPU a traffic load costs.
+
+A received packet raises one IRQ on the core RSS picks for its flow (one per
+NAPI batch: the NIC coalesces frames and NAPI polls them together), then
+crosses the data path's stages (:mod:`bootstorm.models.dataplane`) in
+softirq context on that same core — RSS/RPS parallelise per flow, never per
+packet (seed 004 §3.2) — and is finally copied to the receiving application
+in system time on the core the scheduler gave it.
+
+Modelling choice: an **analytic fluid model**, not a simulation at batch
+granularity. In the steady state of long-lived flows each core delivers one
+core-second per second, each flow's work is a fixed number of core-seconds
+per bit on each core it touches (its RSS core, its receiver's core, and for
+intra-host pairs its sender's core), and the link carries a fixed goodput.
+Elastic TCP flows that share cores fairly settle at the *max-min fair*
+allocation of these linear capacity constraints, which progressive filling
+computes exactly. A SimPy run at NAPI-batch granularity would reach the same
+steady state after millions of events, and add only noise around it; the
+one thing it would add — queueing delay — is not an output here. What the
+fluid model cannot see is second-order: cache and memory-bandwidth
+inefficiency as contexts multiply (seed 004's explanation of the overlay's
+poor multi-flow scaling); it is not modelled, and the tests say where that
+shows.
+
+Batching enters as amortisation: a stage that sees GRO-merged skbs pays its
+per-packet cost once per merged skb (up to ``gro_max_bytes`` of TCP payload),
+IRQs come one per ``min(coalesce_frames, napi_budget)`` frames. Softirqs of
+one batch *merge* (run in one ``net_rx_action`` and count once) when they run
+back to back; a core busy with other work interrupts them, so a batch of a
+path with ``k`` softirq stages counts ``1 + (k - 1) * rho`` softirqs, where
+``rho`` is its core's utilisation (seed 004 §3.2: the overlay's softirqs
+reach ≈3x its IRQs because its saturated cores keep them from merging).
+
+Placement (RSS hash, scheduler) is random: results are means over
+``Traffic.draws`` seeded draws.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ._errors import ConfigError
+from .dataplane import (
+    ETHERNET_OVERHEAD_BYTES,
+    IP_HEADER_BYTES,
+    TCP_HEADER_BYTES,
+    UDP_HEADER_BYTES,
+    DataPath,
+    DataplaneCostTable,
+    Traffic,
+)
+from .profile import Profile
+
+__all__ = [
+    "DataplaneResult",
+    "FlowCosts",
+    "flow_costs",
+    "max_min_rates",
+    "solve_dataplane",
+    "solve_on_profile",
+]
+
+BITS_PER_GBIT = 1e9
+_F64 = npt.NDArray[np.float64]
+_EPS = 1e-12
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FlowCosts:
+    """One flow's work per Gbit of payload, by the core it runs on and by kind.
+
+    ``rx_*``: on the flow's RSS core (the sender's core for intra-host
+    pairs); ``app_*``: on the receiving application's core; ``tx_*``: on the
+    sending application's core (intra-host only); ``kthread_system``: in a
+    kernel thread (vhost-net) on a core of its own. All in core-seconds per
+    Gbit; ``irqs``, ``batches``, ``messages`` per Gbit; ``wire_gbit`` is the
+    link's bits per payload bit.
+    """
+
+    rx_irq: float
+    rx_softirq: float
+    app_system: float
+    app_user: float
+    tx_system: float
+    tx_user: float
+    kthread_system: float
+    irqs: float
+    batches: float
+    softirqs_per_batch: int
+    messages: float
+    wire_gbit: float
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ValueError(f"`{name} >= 0` must hold, but got {name}={value!r}")
+
+    @property
+    def core_s_per_gbit(self) -> float:
+        """All the flow's CPU, per Gbit."""
+        return (
+            self.rx_irq
+            + self.rx_softirq
+            + self.app_system
+            + self.app_user
+            + self.tx_system
+            + self.tx_user
+            + self.kthread_system
+        )
+
+
+def _stage_cost(costs: DataplaneCostTable, name: str) -> tuple[float, float]:
+    stage = costs.stages.get(name)
+    if stage is None:
+        raise ConfigError(
+            f"dataplane.stages: no cost for stage {name!r}; "
+            f"the profile has {', '.join(sorted(costs.stages)) or 'none'}"
+        )
+    return stage.per_packet_s, stage.per_byte_s
+
+
+def flow_costs(costs: DataplaneCostTable, path: DataPath, proto: str, message: int) -> FlowCosts:
+    """The work one flow of ``path`` asks per Gbit of payload (known-answer
+    checked in tests: one stage, per-packet cost ``c`` and packets of ``b``
+    bytes give a ceiling of ``8 b / c`` bits per second)."""
+    bytes_per_gbit = BITS_PER_GBIT / 8.0
+    mtu = costs.mtu_bytes
+    inner = mtu - path.encap_bytes  # the inner packet's MTU (VXLAN: 1450)
+    if path.intra_host:
+        # GSO: skbs as large as the message allows, never on a wire.
+        skb = float(min(costs.gro_max_bytes, message))
+        wire_pkts = merged = 1.0 / skb
+        wire_ratio = 0.0
+    elif proto == "tcp":
+        mss = inner - IP_HEADER_BYTES - TCP_HEADER_BYTES
+        wire_pkts = 1.0 / mss
+        merged = 1.0 / (mss * max(1, costs.gro_max_bytes // mss))
+        wire_ratio = (mtu + ETHERNET_OVERHEAD_BYTES) / mss
+    else:
+        # IP fragments of one datagram; UDP is not merged by GRO.
+        frag_payload = ((inner - IP_HEADER_BYTES) // 8) * 8
+        frags = math.ceil((message + UDP_HEADER_BYTES) / frag_payload)
+        wire_pkts = merged = frags / message
+        per_frame = IP_HEADER_BYTES + path.encap_bytes + ETHERNET_OVERHEAD_BYTES
+        wire_ratio = (message + UDP_HEADER_BYTES + frags * per_frame) / message
+
+    softirq = system = 0.0
+    for stage in path.stages:
+        per_packet, per_byte = _stage_cost(costs, stage.cost)
+        rate = merged if (stage.merged and proto == "tcp") or path.intra_host else wire_pkts
+        work = (per_packet * rate + per_byte) * bytes_per_gbit
+        if stage.context == "system":
+            system += work
+        else:
+            softirq += work
+    per_irq = min(costs.coalesce_frames, costs.napi_budget)
+    irqs = 0.0 if path.intra_host or not path.stages else wire_pkts * bytes_per_gbit / per_irq
+    batches = irqs if not path.intra_host else merged * bytes_per_gbit / costs.napi_budget
+    messages = bytes_per_gbit / message
+    receive = (costs.copy_per_byte_s * bytes_per_gbit + costs.syscall_s * messages) * float(
+        path.host_receiver
+    )
+    user = costs.user_per_byte_s * bytes_per_gbit * float(path.host_receiver)
+    return FlowCosts(
+        rx_irq=costs.irq_s * irqs,
+        rx_softirq=softirq,
+        app_system=receive,
+        app_user=user,
+        # The sender copies from user space as the receiver copies to it.
+        tx_system=receive if path.intra_host else 0.0,
+        tx_user=user if path.intra_host else 0.0,
+        kthread_system=system,
+        irqs=irqs,
+        batches=batches,
+        softirqs_per_batch=path.softirqs_per_batch,
+        messages=messages,
+        wire_gbit=wire_ratio,
+    )
+
+
+def max_min_rates(demand: _F64, capacity: _F64, cap: _F64) -> _F64:
+    """Max-min fair rates by progressive filling (exact).
+
+    ``demand[r, f]``: what one unit of flow ``f``'s rate uses of resource
+    ``r``; ``capacity[r]``; ``cap[f]``: each flow's own limit (may be inf).
+    All flows rise together; a flow stops when a resource it uses is full
+    or it reaches its cap.
+    """
+    n = demand.shape[1]
+    rate = np.zeros(n)
+    active = np.ones(n, dtype=bool)
+    for _ in range(demand.shape[0] + n + 1):
+        if not active.any():
+            break
+        left = capacity - demand @ rate
+        pull = demand[:, active].sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            room = np.where(pull > _EPS, left / pull, np.inf)
+        step = min(float(room.min()), float((cap[active] - rate[active]).min()))
+        if not math.isfinite(step):
+            raise ValueError("a flow uses no resource and has no cap: its rate is unbounded")
+        rate[active] += max(step, 0.0)
+        full = (capacity - demand @ rate) <= _EPS * np.maximum(capacity, 1.0)
+        stopped = (demand[full] > _EPS).any(axis=0) | (rate >= cap * (1.0 - _EPS))
+        active &= ~stopped
+    return rate
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DataplaneResult:
+    """The steady state of a :class:`Traffic` load (means over the draws).
+
+    Throughputs are payload Gbps; CPU in cores (core-seconds per second);
+    rates per second. ``flow_spread`` is the ratio of the fastest to the
+    slowest flow's throughput.
+    """
+
+    traffic: Traffic
+    cores: int
+    per_flow_ceiling_gbps: float
+    aggregate_gbps: float
+    per_flow_gbps: float
+    flow_min_gbps: float
+    flow_max_gbps: float
+    flow_spread: float
+    cpu_irq_cores: float
+    cpu_softirq_cores: float
+    cpu_system_cores: float
+    cpu_user_cores: float
+    irq_per_s: float
+    softirq_per_s: float
+    messages_per_s: float
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            if name == "traffic":
+                continue
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ValueError(f"`{name} >= 0` must hold, but got {name}={value!r}")
+
+    @property
+    def cpu_total_cores(self) -> float:
+        return (
+            self.cpu_irq_cores
+            + self.cpu_softirq_cores
+            + self.cpu_system_cores
+            + self.cpu_user_cores
+        )
+
+    @property
+    def softirq_core_demand(self) -> float:
+        """Cores that run with preemption off: hard IRQs and softirqs."""
+        return self.cpu_irq_cores + self.cpu_softirq_cores
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"traffic": self.traffic.model_dump(mode="json")}
+        for name in self.__slots__:
+            if name != "traffic":
+                out[name] = getattr(self, name)
+        out["cpu_total_cores"] = self.cpu_total_cores
+        return out
+
+
+def _placement(
+    traffic: Traffic,
+    path: DataPath,
+    costs: DataplaneCostTable,
+    cores: int,
+    rng: np.random.Generator,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(RSS core, receiver core, sender core) per flow."""
+    n = traffic.flows
+    queues = min(costs.rx_queues, cores)
+    if traffic.placement == "random":
+        # CFS balances the count of threads per core but not the softirq
+        # work they bring: a random assignment with equal counts per core.
+        threads = 2 * n if path.intra_host else n
+        slots = rng.permutation(np.arange(threads, dtype=np.int64) % cores)
+        recv = slots[:n]
+        send = slots[n:] if path.intra_host else slots[:n].copy()
+    else:
+        send = np.arange(n, dtype=np.int64) % cores
+        recv = (send + 1) % cores if traffic.placement == "pinned-apart" else send.copy()
+    if path.intra_host:
+        # veth queues to the backlog of the CPU that sends: the chain runs there.
+        return send, recv, send
+    if traffic.proto == "udp" and not path.rss_hashes_udp_ports:
+        rss = np.full(n, rng.integers(0, queues))
+    else:
+        rss = rng.integers(0, queues, size=n)
+    if traffic.placement == "random" and cores > 1:
+        # A woken receiver goes to an idle core, not the one busy with its softirqs.
+        recv = np.where(recv == rss, (recv + 1 + rng.integers(0, cores - 1, size=n)) % cores, recv)
+    return rss, recv, send
+
+
+def solve_dataplane(costs: DataplaneCostTable, traffic: Traffic, *, cores: int) -> DataplaneResult:
+    """The steady state of ``traffic`` on a node of ``cores`` cores with ``costs``."""
+    n_cores = traffic.cores or cores
+    path = traffic.data_path
+    fc = flow_costs(costs, path, traffic.proto, traffic.message)
+    n = traffic.flows
+    link = not path.intra_host
+    rx = fc.rx_irq + fc.rx_softirq + fc.tx_system + fc.tx_user  # on the RSS/sender core
+    app = fc.app_system + fc.app_user
+    single = [1.0 / w for w in (rx, app, fc.kthread_system) if w > 0.0]
+    if link:
+        single.append(costs.link_gbps / fc.wire_gbit)
+    offered = math.inf if traffic.flow_gbps is None else traffic.flow_gbps
+    ceiling = min([*single, offered])
+
+    rng = np.random.default_rng(traffic.seed)
+    capacity = np.ones(n_cores + 1)
+    capacity[-1] = costs.link_gbps
+    cap = np.full(n, offered)
+    sums = np.zeros(10)
+    for _ in range(traffic.draws):
+        rss, recv, send = _placement(traffic, path, costs, n_cores, rng)
+        demand = np.zeros((n_cores + 1, n))
+        cols = np.arange(n)
+        if path.intra_host:
+            np.add.at(demand, (send, cols), rx)
+        else:
+            np.add.at(demand, (rss, cols), fc.rx_irq + fc.rx_softirq)
+        np.add.at(demand, (recv, cols), app)
+        # vhost-net threads: the scheduler places them as it places receivers.
+        np.add.at(demand, (recv, cols), fc.kthread_system)
+        if link:
+            demand[-1, :] = fc.wire_gbit
+        rates = max_min_rates(demand, capacity, cap)
+        total = float(rates.sum())
+        busy = demand[:-1] @ rates
+        core = send if path.intra_host else rss
+        rho = np.minimum(busy[core], 1.0)
+        batches = rates * fc.batches
+        softirqs = float((batches * (1.0 + (fc.softirqs_per_batch - 1) * rho)).sum())
+        if fc.softirqs_per_batch == 0:
+            softirqs = 0.0
+        lo, hi = float(rates.min()), float(rates.max())
+        sums += np.array(
+            [
+                total,
+                lo,
+                hi,
+                hi / lo if lo > 0.0 else math.inf,
+                total * fc.rx_irq,
+                total * fc.rx_softirq,
+                total * (fc.app_system + fc.tx_system + fc.kthread_system),
+                total * (fc.app_user + fc.tx_user),
+                total * fc.irqs,
+                softirqs,
+            ]
+        )
+    m = sums / traffic.draws
+    return DataplaneResult(
+        traffic=traffic,
+        cores=n_cores,
+        per_flow_ceiling_gbps=ceiling,
+        aggregate_gbps=float(m[0]),
+        per_flow_gbps=float(m[0]) / n,
+        flow_min_gbps=float(m[1]),
+        flow_max_gbps=float(m[2]),
+        flow_spread=float(m[3]),
+        cpu_irq_cores=float(m[4]),
+        cpu_softirq_cores=float(m[5]),
+        cpu_system_cores=float(m[6]),
+        cpu_user_cores=float(m[7]),
+        irq_per_s=float(m[8]),
+        softirq_per_s=float(m[9]),
+        messages_per_s=float(m[0]) * fc.messages,
+    )
+
+
+def solve_on_profile(profile: Profile, traffic: Traffic) -> DataplaneResult:
+    """:func:`solve_dataplane` with ``profile``'s data plane and core count."""
+    return solve_dataplane(profile.dataplane_costs(), traffic, cores=profile.host.cores)

@@ -1,0 +1,58 @@
+"""``bootstorm dataplane`` and ``simulate --background-flows``: tables, JSON, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bootstorm.cli import main
+
+
+def test_dataplane_table(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["dataplane", "--profile", "paper-004", "--path", "docker-overlay", "--flows", "1,6"])
+    out = capsys.readouterr().out
+    assert "docker-overlay tcp on paper-004" in out
+    assert "softirq/s" in out and "6.40" in out
+
+
+def test_dataplane_json_one_object_per_flow_count(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["dataplane", "--path", "native", "--flows", "1,2", "--proto", "udp", "--json"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    first = json.loads(lines[0])
+    assert first["traffic"]["flows"] == 1 and first["traffic"]["proto"] == "udp"
+    assert first["per_flow_ceiling_gbps"] == pytest.approx(9.3, rel=0.05)
+    assert {"cpu_softirq_cores", "cpu_system_cores", "irq_per_s", "softirq_per_s"} <= set(first)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--flows", "1,x"], "flows: expected integers"),
+        (["--path", "nope"], "traffic: path:"),
+        (["--profile", "paper-001"], "no `dataplane` section"),
+    ],
+)
+def test_dataplane_bad_input_is_one_line_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["dataplane", *args])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_simulate_with_background_flows(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "--sandboxes", "40", "--cores", "8", "--json"]
+    main(base)
+    quiet = json.loads(capsys.readouterr().out)
+    main([*base, "--background-flows", "30", "--flow-gbps", "1"])
+    busy = json.loads(capsys.readouterr().out)
+    assert busy["scenario"]["background_flows"] == 30
+    assert busy["makespan_s"] > quiet["makespan_s"]
+    assert "background" not in quiet
+    taken = busy["background"]
+    assert taken["path"] == "kata-tap"  # ipvtap's sandboxes receive through a tap
+    assert taken["delivered_gbps"] == pytest.approx(30.0)
+    assert taken["cores_taken"] > taken["softirq_cores"] > 0.0

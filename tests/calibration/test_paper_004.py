@@ -1,0 +1,137 @@
+"""The paper-004 profile against seed 004: its fit rows (S4-1, S4-2) and,
+never fitted, the predict rows S4-3 to S4-5.
+
+Tolerances are PAPER-TARGETS.md's: fit rows ±5%; a predicted number within
+±15% (relative); a trend in the right direction and order. A row the model
+misses is a strict xfail with the measured numbers, so the suite fails the
+day it starts to hold.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+from bootstorm.calibration import (
+    FIT_TOLERANCE,
+    PAPER_004_FIT,
+    PREDICT_TOLERANCE,
+    TargetCheck,
+    check_targets,
+)
+from bootstorm.models import load_profile
+from bootstorm.models.dataplane import Traffic
+from bootstorm.models.softirq import DataplaneResult, solve_on_profile
+
+PROFILE = load_profile("paper-004")
+
+
+@cache
+def run(
+    path: str, flows: int = 1, proto: str = "tcp", message: int | None = None
+) -> DataplaneResult:
+    traffic = Traffic(path=path, flows=flows, proto=proto, message_bytes=message)  # type: ignore[arg-type]
+    return solve_on_profile(PROFILE, traffic)
+
+
+def near(model: float, paper: float, tol: float = PREDICT_TOLERANCE) -> bool:
+    return abs(model - paper) <= tol * abs(paper)
+
+
+# -- fit rows ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "check", check_targets(PAPER_004_FIT, PROFILE), ids=lambda c: c.target.label
+)
+def test_fit_rows_within_5_percent(check: TargetCheck) -> None:
+    assert check.within, f"{check.target.label}: {check.model:.4g} vs {check.target.value}"
+    assert check.target.tolerance_rel == FIT_TOLERANCE
+
+
+def test_fit_is_reproducible_from_its_start() -> None:
+    """`bootstorm calibrate --targets paper-004 --write` gives the profile on disk."""
+    from bootstorm.calibration import fit_paper_004
+
+    assert fit_paper_004().profile == PROFILE
+
+
+# -- S4-3: overlay TCP 1 → 6 flows x4 (6.4 → 25 Gbps); native ≈37 Gbps with 2 flows ----
+
+
+def test_s4_3_overlay_scales_about_4x_from_1_to_6_flows() -> None:
+    ratio = run("docker-overlay", 6).aggregate_gbps / run("docker-overlay", 1).aggregate_gbps
+    assert 1.0 < ratio < 6.0  # sublinear: RSS puts flows on shared cores
+    assert near(ratio, 4.0), f"x{ratio:.2f} vs x4"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="S4-3: overlay, 6 flows: model 29.0 Gbps vs paper 25 (+16.1%). The fluid model "
+    "has RSS collisions but no cache/memory-bandwidth inefficiency as contexts multiply, "
+    "which seed 004 blames for the rest",
+)
+def test_s4_3_overlay_6_flows_25_gbps() -> None:
+    assert near(run("docker-overlay", 6).aggregate_gbps, 25.0)
+
+
+def test_s4_3_native_reaches_about_37_gbps_with_2_flows() -> None:
+    gbps = run("native", 2).aggregate_gbps
+    assert near(gbps, 37.0), f"{gbps:.1f} vs 37"
+    assert run("native", 6).aggregate_gbps <= 40.0
+
+
+# -- S4-4: at equal 40 Gbps (80 flows), overlay uses ≈2.5x the CPU of native ------------
+
+
+def _cpu_per_gbps(path: str) -> float:
+    r = run(path, 80)
+    return r.cpu_total_cores / r.aggregate_gbps
+
+
+def test_s4_4_overlay_costs_more_cpu_than_native() -> None:
+    assert _cpu_per_gbps("docker-overlay") > 1.5 * _cpu_per_gbps("native")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="S4-4: CPU per Gbps, overlay / native at 80 flows: model 3.70 vs paper 2.5 (+48%). "
+    "The model's per-packet costs come from single flows (S4-1/S4-2), where the overlay "
+    "costs 3.6x per bit; the paper's 80-flow CPU ratio is lower, which batching under "
+    "load (not modelled beyond GRO) would explain",
+)
+def test_s4_4_overlay_cpu_about_2_5x_native() -> None:
+    assert near(_cpu_per_gbps("docker-overlay") / _cpu_per_gbps("native"), 2.5)
+
+
+# -- S4-5: softirqs ≈3x IRQs in the overlay; small UDP: overlay ≈50% of native packet rate --
+
+
+def test_s4_5_overlay_softirqs_about_3x_irqs() -> None:
+    """Structural: seed 004 gives the path (one IRQ, three softirqs); the model
+    adds only that softirqs stop merging on a saturated core."""
+    r = run("docker-overlay", 1, "udp", 64)
+    assert near(r.softirq_per_s / r.irq_per_s, 3.0)
+    native = run("native", 1, "udp", 64)
+    assert native.softirq_per_s == pytest.approx(native.irq_per_s)
+
+
+def _small_udp_ratio() -> float:
+    return (
+        run("docker-overlay", 1, "udp", 64).messages_per_s
+        / run("native", 1, "udp", 64).messages_per_s
+    )
+
+
+def test_s4_5_overlay_packet_rate_below_native() -> None:
+    assert 0.3 < _small_udp_ratio() < 1.0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="S4-5: 64-byte UDP, overlay / native packet rate: model 0.419 vs paper 0.50 "
+    "(-16.2%), just outside ±15%",
+)
+def test_s4_5_overlay_half_the_native_packet_rate() -> None:
+    assert near(_small_udp_ratio(), 0.5)

@@ -1,0 +1,341 @@
+"""The data-plane model: known answers for its math, invariants, validation,
+and the background traffic that takes cores from a boot storm."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bootstorm import simulate
+from bootstorm.models import ConfigError, Scenario, load_profile
+from bootstorm.models.compile import background_cores, compile_scenario
+from bootstorm.models.dataplane import (
+    DATA_PATHS,
+    IP_HEADER_BYTES,
+    TCP_HEADER_BYTES,
+    DataplaneCostTable,
+    StageCost,
+    Traffic,
+    path_for_cni,
+)
+from bootstorm.models.softirq import (
+    DataplaneResult,
+    flow_costs,
+    max_min_rates,
+    solve_dataplane,
+    solve_on_profile,
+)
+from bootstorm.simulator import Cpu, MachineSpec, ProgramError, Stage, compile_program, run_program
+
+P004 = load_profile("paper-004")
+
+
+def table(**stages: float) -> DataplaneCostTable:
+    """A data plane where only the named stages cost anything (per packet)."""
+    return DataplaneCostTable(
+        link_gbps=1e6,
+        mtu_bytes=1500,
+        rx_queues=4,
+        napi_budget=64,
+        coalesce_frames=44,
+        gro_max_bytes=65536,
+        irq_s=0.0,
+        copy_per_byte_s=0.0,
+        syscall_s=0.0,
+        user_per_byte_s=0.0,
+        stages={
+            name: StageCost(per_packet_s=stages.get(name, 0.0))
+            for name in ("nic", "stack", "vxlan", "bridge", "veth")
+        },
+    )
+
+
+# -- known answers -------------------------------------------------------------------
+
+
+def test_one_flow_one_stage_udp_ceiling_is_packet_size_over_cost() -> None:
+    """One stage of 2 µs per packet, 1000-byte datagrams (one fragment each):
+    the core handles 500 000 packets/s, so 8000 bits x 5e5 = 4 Gbps."""
+    r = solve_dataplane(
+        table(nic=2e-6),
+        Traffic(path="native", proto="udp", flows=1, message_bytes=1000, draws=1),
+        cores=4,
+    )
+    assert r.per_flow_ceiling_gbps == pytest.approx(4.0, rel=1e-12)
+    assert r.aggregate_gbps == pytest.approx(4.0, rel=1e-9)
+    assert r.cpu_softirq_cores == pytest.approx(1.0, rel=1e-9)  # one core saturated
+
+
+def test_gro_amortises_a_merged_stage_over_its_segments() -> None:
+    """TCP: the stack sees GRO skbs of g = 65536 // mss segments, so a stack
+    cost c gives a ceiling of 8 * mss * g / c."""
+    mss = 1500 - IP_HEADER_BYTES - TCP_HEADER_BYTES
+    g = 65536 // mss
+    r = solve_dataplane(table(stack=10e-6), Traffic(path="native", flows=1, draws=1), cores=4)
+    assert r.per_flow_ceiling_gbps == pytest.approx(8 * mss * g / 10e-6 / 1e9, rel=1e-12)
+
+
+def test_overlay_stages_add_their_per_packet_costs() -> None:
+    """UDP through the Docker overlay: NIC, VXLAN, bridge and veth each pay per
+    fragment, so the per-packet costs add (1 µs each: 4 µs per packet)."""
+    costs = table(nic=1e-6, vxlan=1e-6, bridge=1e-6, veth=1e-6)
+    r = solve_dataplane(
+        costs,
+        Traffic(path="docker-overlay", proto="udp", flows=1, message_bytes=1000, draws=1),
+        cores=4,
+    )
+    assert r.per_flow_ceiling_gbps == pytest.approx(8000 / 4e-6 / 1e9, rel=1e-12)
+
+
+def test_max_min_fair_known_answers() -> None:
+    # Two flows on one unit resource: half each.
+    np.testing.assert_allclose(max_min_rates(np.ones((1, 2)), np.ones(1), np.full(2, np.inf)), 0.5)
+    # A capped flow leaves the rest to the other.
+    rates = max_min_rates(np.ones((1, 2)), np.ones(1), np.array([0.2, np.inf]))
+    np.testing.assert_allclose(rates, [0.2, 0.8])
+    # Flow 0 uses both resources, flow 1 only the second (capacities 1 and 3).
+    rates = max_min_rates(
+        np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([1.0, 3.0]), np.full(2, np.inf)
+    )
+    np.testing.assert_allclose(rates, [1.0, 2.0])
+
+
+def test_no_core_is_over_full_and_cpu_is_conserved() -> None:
+    traffic = Traffic(path="docker-overlay", flows=12, draws=8)
+    r = solve_on_profile(P004, traffic)
+    per_gbit = flow_costs(P004.dataplane_costs(), DATA_PATHS["docker-overlay"], "tcp", 131072)
+    assert r.cpu_total_cores == pytest.approx(r.aggregate_gbps * per_gbit.core_s_per_gbit, rel=1e-9)
+    assert r.cpu_total_cores <= r.cores
+    assert r.aggregate_gbps <= P004.dataplane_costs().link_gbps
+
+
+def test_softirq_ratio_one_natively_three_when_overlay_cores_saturate() -> None:
+    native = solve_on_profile(P004, Traffic(path="native", proto="udp", draws=1))
+    assert native.softirq_per_s == pytest.approx(native.irq_per_s, rel=1e-12)
+    overlay = solve_on_profile(P004, Traffic(path="docker-overlay", proto="udp", draws=1))
+    assert overlay.softirq_per_s == pytest.approx(3.0 * overlay.irq_per_s, rel=1e-9)
+    light = solve_on_profile(P004, Traffic(path="docker-overlay", flow_gbps=1.0, draws=1))
+    assert light.irq_per_s < light.softirq_per_s < 3.0 * light.irq_per_s  # some merge
+
+
+def test_sriov_costs_the_host_nothing() -> None:
+    r = solve_on_profile(P004, Traffic(path="sriov", flows=4, flow_gbps=2.0))
+    assert r.cpu_total_cores == 0.0
+    assert r.irq_per_s == 0.0
+    assert r.aggregate_gbps == pytest.approx(8.0)
+
+
+def test_aggregate_grows_with_flows_and_offered_load() -> None:
+    agg = [
+        solve_on_profile(P004, Traffic(path="docker-overlay", flows=n)).aggregate_gbps
+        for n in (1, 2, 4, 6, 12)
+    ]
+    assert agg == sorted(agg)
+    low = solve_on_profile(P004, Traffic(path="native", flows=4, flow_gbps=1.0))
+    assert low.aggregate_gbps == pytest.approx(4.0)
+
+
+def test_native_udp_flows_share_one_core() -> None:
+    """Plain UDP is hashed on addresses only: every flow lands on one core (seed 004 §3.2)."""
+    one = solve_on_profile(P004, Traffic(path="native", proto="udp", flows=1, draws=4))
+    six = solve_on_profile(P004, Traffic(path="native", proto="udp", flows=6, draws=4))
+    assert six.aggregate_gbps == pytest.approx(one.aggregate_gbps, rel=1e-9)
+
+
+def test_same_seed_same_result_other_seed_may_differ() -> None:
+    t = Traffic(path="docker-overlay", flows=6, draws=4, seed=3)
+    assert solve_on_profile(P004, t) == solve_on_profile(P004, t)
+
+
+#: Every stage of the catalog priced, with IRQ, copy and syscall costs.
+EVERY_STAGE = DataplaneCostTable(
+    link_gbps=40.0,
+    mtu_bytes=1500,
+    rx_queues=16,
+    napi_budget=64,
+    coalesce_frames=44,
+    gro_max_bytes=65536,
+    irq_s=1e-6,
+    copy_per_byte_s=3e-10,
+    syscall_s=5e-7,
+    user_per_byte_s=1e-11,
+    stages={
+        name: StageCost(per_packet_s=(i + 1) * 2e-7, per_byte_s=1e-12 * i)
+        for i, name in enumerate(sorted({s.cost for p in DATA_PATHS.values() for s in p.stages}))
+    },
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    path=st.sampled_from(sorted(DATA_PATHS)),
+    proto=st.sampled_from(["tcp", "udp"]),
+    flows=st.integers(1, 40),
+    cores=st.integers(1, 24),
+    flow_gbps=st.one_of(st.none(), st.floats(0.05, 50.0)),
+    placement=st.sampled_from(["random", "pinned-apart", "pinned-together"]),
+    seed=st.integers(0, 2**16),
+)
+def test_invariants(
+    path: str,
+    proto: str,
+    flows: int,
+    cores: int,
+    flow_gbps: float | None,
+    placement: str,
+    seed: int,
+) -> None:
+    """Whatever the load: no core over full, the link never over its goodput,
+    CPU equals throughput times the per-Gbit cost, softirqs between 1x and
+    k x the batches, and no flow above its ceiling or its offered load."""
+    traffic = Traffic(
+        path=path,  # type: ignore[arg-type]
+        proto=proto,  # type: ignore[arg-type]
+        flows=flows,
+        cores=cores,
+        flow_gbps=flow_gbps,
+        placement=placement,  # type: ignore[arg-type]
+        draws=2,
+        seed=seed,
+    )
+    costs = EVERY_STAGE
+    r = solve_dataplane(costs, traffic, cores=cores)
+    fc = flow_costs(costs, DATA_PATHS[path], proto, traffic.message)
+    assert r.cpu_total_cores <= cores * (1 + 1e-9)
+    assert r.cpu_total_cores == pytest.approx(r.aggregate_gbps * fc.core_s_per_gbit, rel=1e-9)
+    if not DATA_PATHS[path].intra_host:
+        assert r.aggregate_gbps * fc.wire_gbit <= costs.link_gbps * (1 + 1e-9)
+    assert r.flow_max_gbps <= r.per_flow_ceiling_gbps * (1 + 1e-9)
+    assert r.irq_per_s <= r.softirq_per_s * (1 + 1e-9) or fc.softirqs_per_batch == 0
+    k = fc.softirqs_per_batch
+    assert r.softirq_per_s <= k * r.aggregate_gbps * fc.batches * (1 + 1e-9)
+
+
+# -- validation ----------------------------------------------------------------------
+
+
+def test_traffic_errors_name_field_and_value() -> None:
+    with pytest.raises(ConfigError, match=r"traffic: flows: .*\(got 0\)"):
+        Traffic(path="native", flows=0)
+    with pytest.raises(ConfigError, match=r"traffic: path: .*'nope'"):
+        Traffic(path="nope")  # type: ignore[arg-type]
+
+
+def test_missing_stage_cost_is_named() -> None:
+    costs = table().model_copy(update={"stages": {"nic": StageCost(per_packet_s=1e-6)}})
+    with pytest.raises(ConfigError, match=r"dataplane.stages: no cost for stage 'stack'"):
+        solve_dataplane(costs, Traffic(path="native"), cores=2)
+
+
+def test_result_refuses_negative_numbers() -> None:
+    good = solve_on_profile(P004, Traffic(path="native", draws=1))
+    fields = {k: getattr(good, k) for k in DataplaneResult.__slots__}
+    with pytest.raises(
+        ValueError, match=r"`aggregate_gbps >= 0` must hold, but got aggregate_gbps=-1"
+    ):
+        DataplaneResult(**{**fields, "aggregate_gbps": -1.0})
+
+
+def test_data_plane_only_profile_cannot_run_a_storm() -> None:
+    with pytest.raises(ConfigError, match=r"'paper-004' has no `costs` section"):
+        simulate(Scenario(profile="paper-004", sandboxes=10))
+
+
+def test_profile_without_dataplane_section_is_named() -> None:
+    p000 = load_profile("paper-000")
+    bare = p000.model_copy(update={"dataplane": None})
+    with pytest.raises(ConfigError, match=r"no `dataplane` section"):
+        bare.dataplane_costs()
+
+
+# -- interference with a boot storm ---------------------------------------------------
+
+
+def test_cni_paths() -> None:
+    assert path_for_cni("ipvtap") == "kata-tap"
+    assert path_for_cni("veth") == "kata-veth"
+    assert path_for_cni("fastiov") == "sriov"
+    with pytest.raises(ConfigError, match="no-network"):
+        path_for_cni("no-network")
+
+
+def test_reserved_cores_slow_processor_sharing_exactly() -> None:
+    """3 jobs of 1 core-s on 2 cores of which 0.5 is reserved: each gets 0.5
+    of a core, all finish at 2.0 s (1.5 s without the reservation)."""
+    plans = [(Stage("job", (Cpu(1.0),)),) for _ in range(3)]
+    for reserved, finish in ((0.0, 1.5), (0.5, 2.0)):
+        program = compile_program(
+            plans, machine=MachineSpec(cores=2, reserved_cores=reserved), locks=[]
+        )
+        np.testing.assert_allclose(run_program(program).finish_s, finish, rtol=1e-12)
+
+
+def test_machine_refuses_reserving_every_core() -> None:
+    with pytest.raises(ProgramError, match=r"reserved_cores < cores"):
+        MachineSpec(cores=2, reserved_cores=2.0)
+
+
+STORM = Scenario(cni="ipvtap", sandboxes=60, profile="paper-000", cores=8)
+
+
+def test_zero_flows_is_the_storm_bit_for_bit() -> None:
+    before = simulate(STORM)
+    after = simulate(STORM.replace(background_flows=0, flow_gbps=5.0))
+    assert after.makespan_s == before.makespan_s
+    np.testing.assert_array_equal(after.startup_latency_s, before.startup_latency_s)
+    assert after.cpu.busy_core_s == before.cpu.busy_core_s
+
+
+def test_background_traffic_slows_the_storm_monotonically() -> None:
+    flows = (0, 5, 20, 60)
+    reserved = [
+        background_cores(STORM.replace(background_flows=n), load_profile("paper-000"))
+        for n in flows
+    ]
+    assert reserved[0] == 0.0
+    assert all(a < b for a, b in itertools.pairwise(reserved))
+    makespans = [simulate(STORM.replace(background_flows=n)).makespan_s for n in flows]
+    assert all(a < b for a, b in itertools.pairwise(makespans))
+
+
+def test_sriov_background_traffic_takes_no_core() -> None:
+    s = Scenario(cni="sriov-vanilla", sandboxes=10, profile="paper-001", background_flows=50)
+    assert background_cores(s, load_profile("paper-000")) == 0.0
+
+
+def test_traffic_that_fills_every_core_is_refused() -> None:
+    """With a free tap (no vhost work to share the core) and a link faster
+    than one core's softirqs, they fill a one-core node: nothing is left."""
+    p000 = load_profile("paper-000")
+    free_tap = p000.with_values(
+        {
+            "dataplane.stages.tap.per_packet_s": 0.0,
+            "dataplane.stages.tap.per_byte_s": 0.0,
+            "dataplane.link_gbps": 1000.0,
+        }
+    )
+    s = STORM.replace(cores=1, background_flows=200, flow_gbps=10.0)
+    with pytest.raises(ConfigError, match=r"background_flows: 200 flows .* all 1 of the node"):
+        compile_scenario(s, profile=free_tap)
+
+
+def test_scenario_validates_the_new_fields() -> None:
+    with pytest.raises(ConfigError, match=r"background_flows: .*\(got -1\)"):
+        Scenario(background_flows=-1)
+    with pytest.raises(ConfigError, match=r"flow_gbps: .*\(got 0.0\)"):
+        Scenario(flow_gbps=0.0)
+
+
+def test_aggregate_grows_with_cores_until_the_link() -> None:
+    agg = [
+        solve_on_profile(P004, Traffic(path="docker-overlay", flows=12, cores=c)).aggregate_gbps
+        for c in (1, 2, 4, 20)
+    ]
+    assert agg == sorted(agg)
+    # One core does everything: 1 / (all the work per Gbit).
+    fc = flow_costs(P004.dataplane_costs(), DATA_PATHS["docker-overlay"], "tcp", 131072)
+    assert agg[0] == pytest.approx(1.0 / fc.core_s_per_gbit, rel=1e-9)
