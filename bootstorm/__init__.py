@@ -7,7 +7,7 @@
 """
 
 from . import models, simulator
-from ._api import compare, simulate
+from ._api import compare, dataplane_sweep, simulate
 from .models import CNI_NAMES, ConfigError, Profile, Scenario, available_profiles, load_profile
 from .simulator import Result
 
@@ -19,6 +19,7 @@ __all__ = [
     "Scenario",
     "available_profiles",
     "compare",
+    "dataplane_sweep",
     "load_profile",
     "models",
     "simulate",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .models import Profile, Scenario, SeedLike, compile_scenario
 from .simulator import Result, run_program
 
-__all__ = ["compare", "simulate"]
+__all__ = ["compare", "dataplane_sweep", "simulate"]
 
 
 def simulate(
@@ -60,3 +60,34 @@ def compare(
             }
         )
     return pd.DataFrame(rows).set_index("what-if"), results
+
+
+def dataplane_sweep(
+    profile: str | Profile, path: str, flows: Sequence[int], *, proto: str = "tcp", **traffic: Any
+) -> Any:
+    """The data plane of ``profile`` for each flow count: a pandas DataFrame
+    of per-flow and aggregate throughput, CPU by kind and IRQ/softirq rates."""
+    import pandas as pd
+
+    from .models import Traffic, load_profile
+    from .models.softirq import solve_on_profile
+
+    prof = load_profile(profile) if isinstance(profile, str) else profile
+    rows = []
+    for n in flows:
+        r = solve_on_profile(prof, Traffic(path=path, proto=proto, flows=n, **traffic))
+        rows.append(
+            {
+                "flows": n,
+                "per_flow_gbps": r.per_flow_gbps,
+                "aggregate_gbps": r.aggregate_gbps,
+                "ceiling_gbps": r.per_flow_ceiling_gbps,
+                "irq_cores": r.cpu_irq_cores,
+                "softirq_cores": r.cpu_softirq_cores,
+                "system_cores": r.cpu_system_cores,
+                "user_cores": r.cpu_user_cores,
+                "irq_per_s": r.irq_per_s,
+                "softirq_per_s": r.softirq_per_s,
+            }
+        )
+    return pd.DataFrame(rows).set_index("flows")

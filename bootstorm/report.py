@@ -29,6 +29,7 @@ from .simulator import Recording, Result
 __all__ = [
     "breakdown_figure",
     "cpu_figure",
+    "dataplane_figure",
     "lock_figure",
     "report_html",
     "stage_comparison_figure",
@@ -170,6 +171,35 @@ def stage_comparison_figure(results: Mapping[str, Result]) -> Any:
         title="Mean startup by stage",
         yaxis_title="mean time per sandbox, s",
     )
+    return fig
+
+
+def dataplane_figure(frames: Mapping[str, Any]) -> Any:
+    """Aggregate throughput against flows, one line per data path, and the
+    CPU it costs by kind (from :func:`bootstorm.dataplane_sweep` frames)."""
+    go = _go()
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("throughput", "CPU"))
+    for k, (label, frame) in enumerate(frames.items()):
+        color = _PALETTE[k % len(_PALETTE)]
+        fig.add_trace(
+            go.Scatter(x=frame.index, y=frame["aggregate_gbps"], name=label, line_color=color),
+            row=1,
+            col=1,
+        )
+        cpu = frame[["irq_cores", "softirq_cores", "system_cores", "user_cores"]].sum(axis=1)
+        fig.add_trace(
+            go.Scatter(
+                x=frame.index, y=cpu, name=f"{label} CPU", line_color=color, line_dash="dot"
+            ),
+            row=1,
+            col=2,
+        )
+    fig.update_xaxes(title_text="flows")
+    fig.update_yaxes(title_text="aggregate Gbps", row=1, col=1)
+    fig.update_yaxes(title_text="cores (irq + softirq + system + user)", row=1, col=2)
+    fig.update_layout(title="Data plane: throughput and CPU against flows")
     return fig
 
 
