@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -65,6 +66,24 @@ class FitReport:
     def misses(self) -> list[TargetCheck]:
         """Rows outside their tolerance, fitted or not."""
         return [c for c in self.checks if not c.within]
+
+    def frame(self) -> Any:
+        """The per-target error table as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "row": c.target.id,
+                    "target": c.target.label,
+                    "fitted": c.target.weight > 0,
+                    "measured": c.target.value,
+                    "model": c.model,
+                    "error": c.rel_error,
+                }
+                for c in self.checks
+            ]
+        )
 
 
 def _apply(

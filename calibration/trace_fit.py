@@ -23,8 +23,9 @@ replacement, refitted) gives a confidence interval on any prediction.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,7 @@ __all__ = [
     "fit_trace",
     "predicted_vs_measured",
     "testbed_template",
+    "validation_frame",
 ]
 
 log = logging.getLogger(__name__)
@@ -433,3 +435,22 @@ def predicted_vs_measured(trace: Trace, profile: Profile, *, seed: int = 0) -> l
         for stage, times in stats.stage_s.items()
     ]
     return rows
+
+
+def validation_frame(traces: Mapping[str, Trace], profile: Profile, *, seed: int = 0) -> Any:
+    """:func:`predicted_vs_measured` for several storms, as one pandas DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {
+                "storm": name,
+                "metric": c.metric,
+                "measured": c.measured,
+                "predicted": c.predicted,
+                "error": c.rel_error,
+            }
+            for name, trace in traces.items()
+            for c in predicted_vs_measured(trace, profile, seed=seed)
+        ]
+    )
