@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from ._api import simulate
+from ._cli_optimize import optimize_cmd
 from ._io import write_atomically
 from ._render import comparison_table, result_tables, target_table
 from .models import ConfigError, Scenario, available_profiles
@@ -99,6 +100,10 @@ def simulate_cmd(
     trace: Annotated[
         Path | None, typer.Option(help="Write a Chrome trace-event JSON (open in ui.perfetto.dev).")
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="Apply a tuned config (bootstorm optimize --output); it overrides."),
+    ] = None,
 ) -> None:
     """Simulate one boot storm and print its makespan, stages, locks and CPU."""
     scenario = _scenario(
@@ -116,6 +121,8 @@ def simulate_cmd(
         memory_mib=memory_mib,
         cores=cores,
     )
+    if config is not None:
+        scenario = scenario.replace(config=config)
     result = simulate(scenario, record=trace is not None)
     if trace is not None:
         from .simulator.trace_export import write_chrome_trace
@@ -205,6 +212,9 @@ def profiles() -> None:
     """List the built-in calibration profiles."""
     for name in available_profiles():
         console.print(name)
+
+
+app.command("optimize")(optimize_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:
