@@ -89,7 +89,7 @@ def optimize_cmd(
     import optuna
 
     from ._render_optimize import before_after_table, config_table, pareto_table
-    from .optimizers import Constraints, SearchSpace, StudySpec, optimize
+    from .optimizers import Constraints, Metrics, SearchSpace, StudySpec, optimize
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("optuna").setLevel(logging.WARNING)
@@ -142,7 +142,8 @@ def optimize_cmd(
                 values = [
                     t.value
                     for t in study.get_trials(deepcopy=False, states=(trial.state,))
-                    if t.value is not None and all(c <= 0 for c in t.user_attrs["constraints"])
+                    if t.value is not None
+                    and spec.constraints.feasible(Metrics(**t.user_attrs["metrics"]))
                 ]
                 if values:
                     best = f"best {spec.objectives[0]} {min(values):.3f}"

@@ -90,14 +90,17 @@ class Constraints:
     def active(self) -> bool:
         return self.memory_budget_mib is not None or self.p99_slo_s is not None
 
-    def values(self, metrics: Metrics) -> tuple[float, ...]:
-        """Optuna's constraint values: each ``<= 0`` when it holds (the excess otherwise)."""
-        out: list[float] = []
+    def named_values(self, metrics: Metrics) -> dict[str, float]:
+        """Constraint values by name: each ``<= 0`` when it holds (else the excess)."""
+        out: dict[str, float] = {}
         if self.memory_budget_mib is not None:
-            out.append(metrics.memory_mib - self.memory_budget_mib)
+            out["memory_mib"] = metrics.memory_mib - self.memory_budget_mib
         if self.p99_slo_s is not None:
-            out.append(metrics.p99_s - self.p99_slo_s)
-        return tuple(out)
+            out["p99_s"] = metrics.p99_s - self.p99_slo_s
+        return out
+
+    def values(self, metrics: Metrics) -> tuple[float, ...]:
+        return tuple(self.named_values(metrics).values())
 
     def feasible(self, metrics: Metrics) -> bool:
         return all(v <= 0.0 for v in self.values(metrics))

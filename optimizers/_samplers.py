@@ -1,5 +1,9 @@
 """Optuna samplers by name, behind one small plugin interface.
 
+Constraints reach the samplers through ``Trial.set_constraint`` (Optuna 5
+reads them from the trial; its ``constraints_func`` arguments are deprecated),
+so a sampler only has to say whether it takes them into account.
+
 ``random`` is the baseline every other sampler is measured against. ``gp``
 needs PyTorch, which is an optional extra (``pip install 'bootstorm[gp]'``):
 it is several hundred MB and nothing else needs it.
@@ -9,18 +13,14 @@ from __future__ import annotations
 
 import importlib.util
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import optuna
 from optuna.samplers import BaseSampler
-from optuna.trial import FrozenTrial
 
 from ..models import ConfigError
 
-__all__ = ["SAMPLERS", "ConstraintsFunc", "SamplerPlugin", "make_sampler"]
-
-ConstraintsFunc = Callable[[FrozenTrial], Sequence[float]]
+__all__ = ["SAMPLERS", "SamplerPlugin", "make_sampler"]
 
 
 class SamplerPlugin(ABC):
@@ -34,13 +34,13 @@ class SamplerPlugin(ABC):
     extra: ClassVar[str | None] = None
 
     @abstractmethod
-    def build(self, *, seed: int, constraints_func: ConstraintsFunc | None) -> BaseSampler: ...
+    def build(self, *, seed: int) -> BaseSampler: ...
 
 
 class _Random(SamplerPlugin):
     name = "random"
 
-    def build(self, *, seed: int, constraints_func: ConstraintsFunc | None) -> BaseSampler:
+    def build(self, *, seed: int) -> BaseSampler:
         # Random search ignores constraints when it samples; feasibility still
         # decides which trial is best.
         return optuna.samplers.RandomSampler(seed=seed)
@@ -49,12 +49,10 @@ class _Random(SamplerPlugin):
 class _Tpe(SamplerPlugin):
     name = "tpe"
 
-    def build(self, *, seed: int, constraints_func: ConstraintsFunc | None) -> BaseSampler:
+    def build(self, *, seed: int) -> BaseSampler:
         # multivariate: the stage limits interact (one stage's limit moves the
         # best limit of the next), which independent TPE cannot model.
-        return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, constraints_func=constraints_func
-        )
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
 
 
 class _Gp(SamplerPlugin):
@@ -62,11 +60,9 @@ class _Gp(SamplerPlugin):
     needs = ("torch",)
     extra = "gp"
 
-    def build(self, *, seed: int, constraints_func: ConstraintsFunc | None) -> BaseSampler:
+    def build(self, *, seed: int) -> BaseSampler:
         # The simulation is deterministic for a fixed seed (common random numbers).
-        return optuna.samplers.GPSampler(
-            seed=seed, constraints_func=constraints_func, deterministic_objective=True
-        )
+        return optuna.samplers.GPSampler(seed=seed, deterministic_objective=True)
 
 
 class _CmaEs(SamplerPlugin):
@@ -75,18 +71,16 @@ class _CmaEs(SamplerPlugin):
     constraints = False
     needs = ("cmaes",)
 
-    def build(self, *, seed: int, constraints_func: ConstraintsFunc | None) -> BaseSampler:
+    def build(self, *, seed: int) -> BaseSampler:
         return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
 
 
 class _NsgaII(SamplerPlugin):
     name = "nsga2"
 
-    def build(self, *, seed: int, constraints_func: ConstraintsFunc | None) -> BaseSampler:
+    def build(self, *, seed: int) -> BaseSampler:
         # A small population: searches here run tens to hundreds of trials.
-        return optuna.samplers.NSGAIISampler(
-            seed=seed, population_size=20, constraints_func=constraints_func
-        )
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=20)
 
 
 SAMPLERS: dict[str, SamplerPlugin] = {
@@ -99,7 +93,7 @@ def make_sampler(
     *,
     seed: int,
     n_objectives: int,
-    constraints_func: ConstraintsFunc | None,
+    constrained: bool = False,
 ) -> BaseSampler:
     """The sampler called ``name``, or a :class:`ConfigError` naming what is wrong."""
     plugin = SAMPLERS.get(name)
@@ -118,9 +112,9 @@ def make_sampler(
             f"sampler: {name!r} optimises one objective, but got {n_objectives}; "
             "use tpe, nsga2, gp or random"
         )
-    if constraints_func is not None and not plugin.constraints:
+    if constrained and not plugin.constraints:
         raise ConfigError(
             f"sampler: {name!r} does not support constraints (memory budget, p99 SLO); "
             "use tpe, nsga2, gp or random"
         )
-    return plugin.build(seed=seed, constraints_func=constraints_func)
+    return plugin.build(seed=seed)

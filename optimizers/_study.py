@@ -138,17 +138,11 @@ class StudySpec:
         return ["minimize"] * len(self.objectives)
 
     def make_sampler(self, *, worker: int) -> optuna.samplers.BaseSampler:
-        constraints = self.constraints
-
-        def constraints_func(trial: FrozenTrial) -> Sequence[float]:
-            values: Sequence[float] = trial.user_attrs.get("constraints", ())
-            return values
-
         return make_sampler(
             self.sampler,
             seed=self.sampler_seed + worker,
             n_objectives=len(self.objectives),
-            constraints_func=constraints_func if constraints.active else None,
+            constrained=self.constraints.active,
         )
 
     def evaluator(self) -> Evaluator:
@@ -258,7 +252,8 @@ def run_worker(
         point = {n: trial.suggest_int(n, r.low, r.high, log=r.log) for n, r in params.items()}
         metrics = evaluator.evaluate(space.config_of(point))
         trial.set_user_attr("metrics", metrics.as_dict())
-        trial.set_user_attr("constraints", list(constraints.values(metrics)))
+        for name, excess in constraints.named_values(metrics).items():
+            trial.set_constraint(name, excess)
         values = tuple(metrics.value(o) for o in objectives)
         return values[0] if len(values) == 1 else values
 
