@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bootstorm import Scenario, simulate
+from bootstorm.cli import main
 from bootstorm.models import TunedConfig
 
 
@@ -123,11 +124,14 @@ def test_two_objectives_print_a_pareto_front(tmp_path: Path) -> None:
         (["--sandboxes", "-5"], "error: sandboxes:"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
-    out = run_cli("optimize", "--trials", "1", "--storage", "memory", *args, cwd=tmp_path)
-    assert out.returncode == 2, (out.stdout, out.stderr)
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr
+def test_bad_input_is_one_line_and_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["optimize", "--trials", "1", "--storage", "memory", *args])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
     assert lines[0].startswith(message), lines[0]
 
 
