@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import os
+import socket
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -249,6 +251,8 @@ def run_worker(
     params = space.parameters
 
     def objective(trial: Trial) -> float | tuple[float, ...]:
+        # Which process ran the trial: several machines may share one study.
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         point = {n: trial.suggest_int(n, r.low, r.high, log=r.log) for n, r in params.items()}
         metrics = evaluator.evaluate(space.config_of(point))
         trial.set_user_attr("metrics", metrics.as_dict())
