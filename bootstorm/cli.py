@@ -17,6 +17,7 @@ from rich.console import Console
 
 from ._api import simulate
 from ._cli_optimize import optimize_cmd
+from ._cli_sweep import sweep_cmd
 from ._io import write_atomically
 from ._render import comparison_table, result_tables, target_table
 from .models import ConfigError, Scenario, available_profiles
@@ -215,6 +216,7 @@ def profiles() -> None:
 
 
 app.command("optimize")(optimize_cmd)
+app.command("sweep")(sweep_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:

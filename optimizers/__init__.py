@@ -20,6 +20,7 @@ from ._study import (
     read_study,
     run_worker,
 )
+from ._sweep import SweepGrid, pools_for, sweep
 
 __all__ = [
     "DEFAULT_STAGES",
@@ -36,11 +37,14 @@ __all__ = [
     "SamplerPlugin",
     "SearchSpace",
     "StudySpec",
+    "SweepGrid",
     "TrialOutcome",
     "check_objectives",
     "make_sampler",
     "optimize",
+    "pools_for",
     "read_study",
     "run_scenario",
     "run_worker",
+    "sweep",
 ]
