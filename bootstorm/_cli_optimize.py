@@ -112,7 +112,7 @@ def optimize_cmd(
         trials=trials,
         seeds=parse_int_list("seeds", seeds) if seeds else (),
         sizes=size_list,
-        robust=robust,  # type: ignore[arg-type]  # checked by the evaluator
+        robust=robust,  # checked by the evaluator
         constraints=Constraints(
             memory_budget_mib=parse_mib("memory_budget", memory_budget) if memory_budget else None,
             p99_slo_s=parse_seconds("p99_slo", p99_slo) if p99_slo else None,

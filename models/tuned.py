@@ -21,7 +21,7 @@ from ._errors import ConfigError, format_validation_error, load_yaml_model
 
 __all__ = ["TUNED_CONFIG_SCHEMA_VERSION", "ConfigOrigin", "TunedConfig"]
 
-TUNED_CONFIG_SCHEMA_VERSION = 1
+TUNED_CONFIG_SCHEMA_VERSION: Literal[1] = 1
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 import sqlalchemy
@@ -136,7 +136,7 @@ class StudySpec:
         return f"bootstorm-{s.cni}-{s.sandboxes}-{'-'.join(self.objectives)}"
 
     @property
-    def directions(self) -> list[str]:
+    def directions(self) -> list[Literal["minimize"]]:
         return ["minimize"] * len(self.objectives)
 
     def make_sampler(self, *, worker: int) -> optuna.samplers.BaseSampler:

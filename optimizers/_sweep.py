@@ -9,6 +9,7 @@ DataFrame, one row per point, in grid order. Dask is an optional extra
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import logging
 import os
@@ -126,31 +127,32 @@ def sweep(
     ``on_done(done, total)`` is called as points finish.
     """
     try:
-        from dask.distributed import Client, LocalCluster, as_completed
+        # Typed as Any: distributed's own annotations are partial.
+        distributed: Any = importlib.import_module("dask.distributed")
     except ImportError:
         raise ConfigError("sweep: needs Dask; pip install 'bootstorm[sweep]'") from None
     points = grid.points()
     if workers is not None and workers < 1:
         raise ConfigError(f"workers: must be at least 1, but got {workers}")
     if scheduler is not None:
-        client = Client(scheduler)
+        client = distributed.Client(scheduler)
         cluster = None
     else:
-        cluster = LocalCluster(
+        cluster = distributed.LocalCluster(
             n_workers=workers or os.cpu_count() or 1,
             threads_per_worker=1,
             processes=True,
             dashboard_address=":0",  # any free port: never clash with another cluster
             silence_logs=logging.WARNING,
         )
-        client = Client(cluster)
+        client = distributed.Client(cluster)
     try:
         futures = [
             client.submit(run_point, i, scenario, pool, pure=False)
             for i, (scenario, pool) in enumerate(points)
         ]
         rows = []
-        for done, future in enumerate(as_completed(futures), start=1):
+        for done, future in enumerate(distributed.as_completed(futures), start=1):
             rows.append(future.result())
             if on_done is not None:
                 on_done(done, len(points))
