@@ -185,3 +185,15 @@ def test_a_study_refuses_another_search_under_its_name(tmp_path: Path) -> None:
     other = StudySpec(scenario=Scenario(sandboxes=30), trials=2, storage=url, study_name="a")
     with pytest.raises(ConfigError, match="study_name: study 'a' in this storage is a different"):
         optimize(other)
+
+
+@pytest.mark.slow
+def test_two_local_workers_share_a_sqlite_study(tmp_path: Path) -> None:
+    spec = StudySpec(
+        scenario=SMALL, space=_space(), trials=12, storage=f"sqlite:///{tmp_path}/jobs.db"
+    )
+    result = optimize(spec, jobs=2)
+    assert 12 <= result.completed <= 13  # the helper may finish the trial it had started
+    study = spec.open_study()
+    workers = {t.user_attrs["worker"] for t in study.trials}
+    assert len(workers) == 2, workers
