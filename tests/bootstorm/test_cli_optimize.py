@@ -25,6 +25,7 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
     )
 
 
+@pytest.mark.slow
 def test_optimize_writes_a_config_that_simulate_applies(tmp_path: Path) -> None:
     out = run_cli(
         "optimize",
