@@ -232,6 +232,10 @@ def _completed(study: Study) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
+def _waiting(study: Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
 def run_worker(
     spec: StudySpec,
     *,
@@ -265,7 +269,9 @@ def run_worker(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
-        while (left := spec.trials - _completed(study)) > 0:
+        # Retries of dead workers' trials wait in the queue: run them even when
+        # the study already holds its total, so that no point of the search is dropped.
+        while (left := max(spec.trials - _completed(study), _waiting(study))) > 0:
             study.optimize(objective, n_trials=left, callbacks=[cap, *callbacks])
     return study
 

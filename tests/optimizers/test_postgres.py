@@ -14,7 +14,6 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import optuna
@@ -92,61 +91,71 @@ def test_three_workers_share_one_study(study_name: str, tmp_path: Path) -> None:
     assert all((tmp_path / f"w{i}.yaml").is_file() for i in range(3))
 
 
+def _kill_mid_trial(
+    study_name: str, tmp_path: Path, *, trials: int, sandboxes: int
+) -> tuple[int, set[int]]:
+    """Start a victim worker, SIGKILL it inside a trial; the trial's number and the
+    trials finished at that moment. A kill that lands just after the trial
+    finished is retried with a new victim (the window is a few milliseconds)."""
+    for attempt in range(5):
+        victim = _worker(
+            study_name, tmp_path / f"victim{attempt}.yaml", trials=trials, sandboxes=sandboxes
+        )
+        tag = f":{victim.pid}"
+        deadline = time.monotonic() + 240
+        caught = None
+        while caught is None:
+            assert time.monotonic() < deadline, "the victim never ran a trial"
+            assert victim.poll() is None, victim.communicate()
+            try:
+                study = optuna.load_study(study_name=study_name, storage=URL)
+            except KeyError:
+                continue
+            running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            caught = next(
+                (t for t in running if str(t.user_attrs.get("worker", "")).endswith(tag)), None
+            )
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=30)
+        assert victim.returncode == -signal.SIGKILL
+        study = optuna.load_study(study_name=study_name, storage=URL)
+        finished = {t.number for t in study.get_trials(states=(TrialState.COMPLETE,))}
+        if caught.number not in finished:
+            return caught.number, finished
+    pytest.fail("five kills in a row landed between trials")
+
+
 def test_a_killed_worker_loses_no_finished_trial_and_the_study_resumes(
     study_name: str, tmp_path: Path
 ) -> None:
-    trials = 30
-    victim = _worker(study_name, tmp_path / "victim.yaml", trials=trials, sandboxes=400)
+    trials = 40
     survivor = _worker(study_name, tmp_path / "survivor.yaml", trials=trials, sandboxes=400)
-    victim_tag = f":{victim.pid}"
-
-    # Kill the victim while it is inside a trial it has just started.
-    deadline = time.monotonic() + 120
-    caught = None
-    while caught is None:
-        assert time.monotonic() < deadline, "the victim never ran a trial"
-        try:
-            study = optuna.load_study(study_name=study_name, storage=URL)
-        except KeyError:
-            continue
-        now = datetime.now()
-        for t in study.get_trials(states=(TrialState.RUNNING,)):
-            started = t.datetime_start
-            if (
-                str(t.user_attrs.get("worker", "")).endswith(victim_tag)
-                and started is not None
-                and now - started < timedelta(milliseconds=60)
-            ):
-                caught = t
-                break
-        if caught is None:
-            time.sleep(0.005)
-    finished_before = {t.number for t in study.get_trials(states=(TrialState.COMPLETE,))}
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.wait(timeout=30)
-    assert victim.returncode == -signal.SIGKILL
+    killed_number, finished_before = _kill_mid_trial(
+        study_name, tmp_path, trials=trials, sandboxes=400
+    )
     assert finished_before, "the kill should land mid-study"
 
+    killed_at = time.monotonic()
     _finish(survivor)
+    # Running a worker again resumes the study. Started after the grace period
+    # (3 heartbeats of 1 s), it finds the killed trial stale even if the
+    # survivor finished first, fails it and runs its queued retry.
+    time.sleep(max(0.0, killed_at + 4.0 - time.monotonic()))
+    again = _worker(study_name, tmp_path / "again.yaml", trials=trials, sandboxes=400)
+    _finish(again)
+
     study = optuna.load_study(study_name=study_name, storage=URL)
     by_number = {t.number: t for t in study.trials}
     # No finished trial is lost.
     assert all(by_number[n].state == TrialState.COMPLETE for n in finished_before)
     # The study reached its total without the victim.
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) >= trials
-    killed = by_number[caught.number]
-    if killed.state == TrialState.COMPLETE:
-        pytest.fail(f"trial {caught.number} finished before the kill landed; rerun")
-    # Its heartbeat stopped: it was failed and its parameters were run again.
+    # The killed trial's heartbeat stopped: it was failed and its parameters run again.
+    killed = by_number[killed_number]
     assert killed.state == TrialState.FAIL
-    retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == caught.number]
+    retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == killed_number]
     assert retries and retries[0].state == TrialState.COMPLETE
     # The retry keeps what the killed trial had been given (it may have died
     # before all its parameters were suggested).
     assert killed.params.items() <= retries[0].params.items()
-
-    # Running a worker again resumes the study: it is complete, nothing is left running.
-    again = _worker(study_name, tmp_path / "again.yaml", trials=trials, sandboxes=400)
-    _finish(again)
-    study = optuna.load_study(study_name=study_name, storage=URL)
     assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
