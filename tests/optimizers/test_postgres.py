@@ -111,6 +111,8 @@ def _kill_mid_trial(
                 study = optuna.load_study(study_name=study_name, storage=URL)
             except KeyError:
                 continue
+            if len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) < 3:
+                continue  # kill mid-study: after some trials have finished
             running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             caught = next(
                 (t for t in running if str(t.user_attrs.get("worker", "")).endswith(tag)), None
