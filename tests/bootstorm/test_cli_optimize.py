@@ -11,7 +11,7 @@ import pytest
 
 from bootstorm import Scenario, simulate
 from bootstorm.cli import main
-from bootstorm.models import TunedConfig
+from bootstorm.models import ConfigError, TunedConfig
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -140,3 +140,19 @@ def test_simulate_with_a_missing_config_names_the_file(tmp_path: Path) -> None:
     out = run_cli("simulate", "--config", str(tmp_path / "nope.yaml"))
     assert out.returncode == 2
     assert "nope.yaml: cannot read" in out.stderr
+
+
+def test_scenario_refuses_a_config_of_another_type() -> None:
+    with pytest.raises(ConfigError, match=r"^config: expected a TunedConfig or the path of one"):
+        Scenario(config=3)
+
+
+def test_a_scenario_file_may_name_a_config(tmp_path: Path) -> None:
+    (tmp_path / "tuned.yaml").write_text(TunedConfig(limits={"AddCNI": 3}).to_yaml())
+    (tmp_path / "storm.yaml").write_text(f"sandboxes: 30\nconfig: {tmp_path / 'tuned.yaml'}\n")
+    s = Scenario.from_yaml(tmp_path / "storm.yaml")
+    assert (s.sandboxes, s.limits) == (30, {"AddCNI": 3})
+    # A bad config inside the tuned file is reported with the file's name.
+    (tmp_path / "tuned.yaml").write_text("limits: {AddCNI: 0}\n")
+    with pytest.raises(ConfigError, match=r"storm.yaml: .*tuned.yaml: config: limits.AddCNI"):
+        Scenario.from_yaml(tmp_path / "storm.yaml")
