@@ -21,8 +21,14 @@ _ROWS = (
 def before_after_table(result: OptimizeResult, outcome: TrialOutcome) -> Table:
     """Baseline against the chosen trial, on the search's own storms."""
     spec = result.spec
-    storms = f"{len(spec.sizes) or 1} size(s) × {len(spec.seeds) or 1} seed(s), {spec.robust}"
-    t = Table(title=f"before / after (trial {outcome.number}; {storms})", title_justify="left")
+    n_storms = (len(spec.sizes) or 1) * (len(spec.seeds) or 1)
+    storms = f"{n_storms} storm{'s' if n_storms > 1 else ''}, {spec.robust}"
+    t = Table(
+        title=f"before / after (trial {outcome.number})",
+        caption=storms,
+        title_justify="left",
+        caption_justify="left",
+    )
     for col in ("metric", "before", "after", "change"):
         t.add_column(col, justify="left" if col == "metric" else "right")
     before, after = result.baseline.as_dict(), outcome.metrics.as_dict()
