@@ -18,6 +18,8 @@ from rich.console import Console
 from ._api import simulate
 from ._cli_agent import register as register_agent_commands
 from ._cli_dataplane import background_summary, dataplane_cmd
+from ._cli_optimize import optimize_cmd
+from ._cli_sweep import sweep_cmd
 from ._cli_testbed import testbed_app
 from ._io import write_atomically
 from ._render import comparison_table, result_tables, target_table
@@ -123,6 +125,10 @@ def simulate_cmd(
     trace: Annotated[
         Path | None, typer.Option(help="Write a Chrome trace-event JSON (open in ui.perfetto.dev).")
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="Apply a tuned config (bootstorm optimize --output); it overrides."),
+    ] = None,
 ) -> None:
     """Simulate one boot storm and print its makespan, stages, locks and CPU."""
     scenario = _scenario(
@@ -146,6 +152,8 @@ def simulate_cmd(
         flow_gbps=flow_gbps,
         background_path=background_path,
     )
+    if config is not None:
+        scenario = scenario.replace(config=config)
     result = simulate(scenario, record=trace is not None)
     if trace is not None:
         from .simulator.trace_export import write_chrome_trace
@@ -374,6 +382,10 @@ def profiles() -> None:
     """List the built-in calibration profiles."""
     for name in available_profiles():
         console.print(name)
+
+
+app.command("optimize")(optimize_cmd)
+app.command("sweep")(sweep_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,6 +16,7 @@ opens offline and can be mailed to a colleague:
 from __future__ import annotations
 
 import contextlib
+import functools
 import html
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -271,6 +272,10 @@ def cpu_figure(recording: Recording) -> Any:
     return fig
 
 
+def _value(trial: Any, *, k: int) -> float:
+    return float(trial.values[k])
+
+
 def study_figures(study: Any) -> list[Any]:
     """Optuna's own Plotly figures: history, importances, Pareto front."""
     import optuna.visualization as vis
@@ -282,16 +287,17 @@ def study_figures(study: Any) -> list[Any]:
         return figures
     if multi:
         figures.append(vis.plot_pareto_front(study))
-        for k in range(len(study.directions)):
+        names = study.metric_names or [f"objective {k}" for k in range(len(study.directions))]
+        for k, name in enumerate(names):
             figures.append(
                 vis.plot_optimization_history(
-                    study, target=lambda t, k=k: t.values[k], target_name=f"objective {k}"
+                    study, target=functools.partial(_value, k=k), target_name=name
                 )
             )
     else:
         figures.append(vis.plot_optimization_history(study))
     if len(complete) >= 5 and len(complete[0].params) >= 2:
-        target = (lambda t: t.values[0]) if multi else None
+        target = functools.partial(_value, k=0) if multi else None
         # Too little variation to rank the parameters: leave the figure out.
         with contextlib.suppress(RuntimeError, ValueError):
             figures.append(vis.plot_param_importances(study, target=target))

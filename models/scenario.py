@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ._errors import ConfigError, format_validation_error, load_yaml_model
 from .dataplane import PathName
+from .tuned import TunedConfig
 
 __all__ = ["CNI_NAMES", "CniName", "Scenario"]
 
@@ -98,6 +99,14 @@ class Scenario(BaseModel):
         SR-IOV: ``sriov``, which costs the host nothing).
     seed:
         Seed of the service-time and arrival streams.
+    config:
+        A :class:`~bootstorm.models.TunedConfig` (or the path of its YAML
+        file) to apply. Its ``limits``, ``pools`` and ``rtnl_priority``
+        override the scenario's maps key by key: a stage or device kind the
+        config names takes the config's value, the others keep the
+        scenario's. The config is applied when the scenario is built and is
+        not kept (the scenario stays a plain what-if that dumps and loads
+        as before); its ``lease_ttl_s`` only concerns node agents.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -124,6 +133,8 @@ class Scenario(BaseModel):
     seed: NonNegativeInt = 0
 
     def __init__(self, **data: Any) -> None:
+        if "config" in data:
+            data = _with_config(data, data.pop("config"))
         try:
             super().__init__(**data)
         except ValidationError as exc:
@@ -151,3 +162,21 @@ class Scenario(BaseModel):
     def replace(self, **changes: Any) -> Scenario:
         """A validated copy with some fields changed."""
         return Scenario(**{**self.model_dump(), **changes})
+
+
+def _with_config(data: dict[str, Any], config: TunedConfig | str | Path | None) -> dict[str, Any]:
+    """``data`` with the config's maps laid over its own, key by key (the config wins)."""
+    if config is None:
+        return data
+    if isinstance(config, str | Path):
+        config = TunedConfig.from_yaml(config)
+    if not isinstance(config, TunedConfig):
+        raise ConfigError(
+            f"config: expected a TunedConfig or the path of one, but got {type(config).__name__}"
+        )
+    merged = dict(data)
+    for key in ("limits", "pools", "rtnl_priority"):
+        given: dict[str, int] = getattr(config, key)
+        if given:
+            merged[key] = {**(data.get(key) or {}), **given}
+    return merged

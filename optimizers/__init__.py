@@ -1,1 +1,50 @@
-"""bootstorm.optimizers."""
+"""bootstorm.optimizers — search per-stage concurrency limits and device pools.
+
+A :class:`SearchSpace` says what may change, a :class:`StudySpec` says what
+to minimise under which constraints on which storms, and :func:`optimize`
+runs the Optuna study (on SQLite or PostgreSQL when several workers share
+it) and returns the best config(s) as :class:`~bootstorm.models.TunedConfig`.
+:func:`sweep` runs a what-if grid on Dask.
+"""
+
+from ._evaluate import Evaluator, Robust, run_scenario
+from ._objectives import OBJECTIVES, Constraints, Metrics, ObjectiveName, check_objectives
+from ._samplers import SAMPLERS, SamplerPlugin, make_sampler
+from ._space import DEFAULT_STAGES, IntRange, SearchSpace
+from ._study import (
+    Callback,
+    OptimizeResult,
+    StudySpec,
+    TrialOutcome,
+    optimize,
+    read_study,
+    run_worker,
+)
+from ._sweep import SweepGrid, pools_for, sweep
+
+__all__ = [
+    "DEFAULT_STAGES",
+    "OBJECTIVES",
+    "SAMPLERS",
+    "Callback",
+    "Constraints",
+    "Evaluator",
+    "IntRange",
+    "Metrics",
+    "ObjectiveName",
+    "OptimizeResult",
+    "Robust",
+    "SamplerPlugin",
+    "SearchSpace",
+    "StudySpec",
+    "SweepGrid",
+    "TrialOutcome",
+    "check_objectives",
+    "make_sampler",
+    "optimize",
+    "pools_for",
+    "read_study",
+    "run_scenario",
+    "run_worker",
+    "sweep",
+]

@@ -1,0 +1,175 @@
+"""``bootstorm optimize``: search limits and pools, write a tuned config.
+
+Registered on the app in :mod:`bootstorm.cli`; bad input raises
+:class:`~bootstorm.models.ConfigError`, which the entry point turns into one
+line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ._io import write_atomically
+from ._units import parse_int_list, parse_mib, parse_seconds
+from .models import ConfigError, Scenario, cni_stages, load_profile, pool_kinds
+
+if TYPE_CHECKING:
+    from optuna.study import Study
+    from optuna.trial import FrozenTrial
+
+__all__ = ["optimize_cmd"]
+
+console = Console()
+if not console.is_terminal:
+    console = Console(width=140)
+
+DEFAULT_STORAGE = "sqlite:///study.db"
+
+
+def _names(field: str, text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if text.strip() == "all":
+        return allowed
+    for n in names:
+        if n not in allowed:
+            raise ConfigError(f"{field}: unknown name {n!r}; known: {', '.join(allowed)}")
+    if not names:
+        raise ConfigError(f"{field}: expected comma-separated names, but got {text!r}")
+    return names
+
+
+def optimize_cmd(
+    scenario_file: Annotated[
+        Path | None, typer.Option("--scenario", help="Scenario YAML; options override it.")
+    ] = None,
+    profile: Annotated[str | None, typer.Option(help="Calibration profile name or path.")] = None,
+    cni: Annotated[str | None, typer.Option(help="The CNI of the storm.")] = None,
+    sandboxes: Annotated[int | None, typer.Option(help="Sandboxes started at once.")] = None,
+    trials: Annotated[int, typer.Option(help="Completed trials the study should hold.")] = 100,
+    objective: Annotated[
+        list[str] | None,
+        typer.Option(help="makespan, mean, p99 or memory; twice for a Pareto front."),
+    ] = None,
+    sampler: Annotated[str, typer.Option(help="tpe, gp, cmaes, nsga2 or random.")] = "tpe",
+    memory_budget: Annotated[
+        str | None, typer.Option(help="Pooled memory at most this (8GiB, 512MiB).")
+    ] = None,
+    p99_slo: Annotated[str | None, typer.Option(help="p99 startup at most this (15s).")] = None,
+    stages: Annotated[
+        str | None, typer.Option(help="Stages to limit, comma-separated (default: seed 000's 4).")
+    ] = None,
+    pools: Annotated[
+        str | None, typer.Option(help="Device kinds whose pool sizes to search, or 'all'.")
+    ] = None,
+    seeds: Annotated[str | None, typer.Option(help="Seeds every trial runs, e.g. 0,1,2.")] = None,
+    sizes: Annotated[
+        str | None, typer.Option(help="Storm sizes every trial runs, e.g. 200,400,600.")
+    ] = None,
+    robust: Annotated[str, typer.Option(help="Aggregate over storms: mean or worst.")] = "mean",
+    storage: Annotated[
+        str, typer.Option(help="Optuna storage URL (sqlite:///..., postgresql://...) or 'memory'.")
+    ] = DEFAULT_STORAGE,
+    study_name: Annotated[str | None, typer.Option(help="Study name; workers share it.")] = None,
+    output: Annotated[Path, typer.Option(help="Write the tuned config here.")] = Path("tuned.yaml"),
+    jobs: Annotated[int, typer.Option(help="Worker processes on this machine.")] = 1,
+    sampler_seed: Annotated[int, typer.Option(help="Seed of the sampler.")] = 0,
+    heartbeat_s: Annotated[
+        int, typer.Option(help="Trial heartbeat; a trial silent 3x this long is retried.")
+    ] = 10,
+) -> None:
+    """Search per-stage concurrency limits (and pool sizes) that shorten the storm."""
+    import optuna
+
+    from ._render_optimize import before_after_table, config_table, pareto_table
+    from .optimizers import Constraints, Metrics, SearchSpace, StudySpec, optimize
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("optuna").setLevel(logging.WARNING)
+    base = Scenario.from_yaml(scenario_file) if scenario_file is not None else Scenario()
+    given = {"profile": profile, "cni": cni, "sandboxes": sandboxes}
+    base = base.replace(**{k: v for k, v in given.items() if v is not None})
+    size_list = parse_int_list("sizes", sizes) if sizes else ()
+    space = SearchSpace.default(
+        cni=base.cni,
+        sandboxes=max((*size_list, base.sandboxes)),
+        profile=load_profile(base.profile),
+        stages=_names("stages", stages, cni_stages(base.cni)),
+        pool_kinds_searched=_names("pools", pools, pool_kinds(base.cni)) or (),
+    )
+    spec = StudySpec(
+        scenario=base,
+        space=space,
+        objectives=tuple(objective or ("makespan",)),
+        sampler=sampler,
+        trials=trials,
+        seeds=parse_int_list("seeds", seeds) if seeds else (),
+        sizes=size_list,
+        robust=robust,  # checked by the evaluator
+        constraints=Constraints(
+            memory_budget_mib=parse_mib("memory_budget", memory_budget) if memory_budget else None,
+            p99_slo_s=parse_seconds("p99_slo", p99_slo) if p99_slo else None,
+        ),
+        storage=None if storage == "memory" else storage,
+        study_name=study_name,
+        sampler_seed=sampler_seed,
+        heartbeat_interval_s=heartbeat_s,
+    )
+    spec.evaluator()  # bad seeds, sizes or robust fail here, before the study is made
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[best]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=not console.is_terminal,
+    ) as progress:
+        task = progress.add_task(f"optimize {spec.study_name}", total=trials, best="")
+
+        def on_trial(study: Study, trial: FrozenTrial) -> None:
+            done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+            best = ""
+            if len(spec.objectives) == 1:
+                values = [
+                    t.value
+                    for t in study.get_trials(deepcopy=False, states=(trial.state,))
+                    if t.value is not None
+                    and spec.constraints.feasible(Metrics(**t.user_attrs["metrics"]))
+                ]
+                if values:
+                    best = f"best {spec.objectives[0]} {min(values):.3f}"
+            progress.update(task, completed=min(done, trials), best=best)
+
+        result = optimize(spec, jobs=jobs, callbacks=[on_trial])
+
+    console.print(
+        f"study [bold]{spec.study_name}[/] in {storage}: {result.completed} completed trials, "
+        f"{result.feasible} feasible"
+    )
+    if not result.best:
+        raise ConfigError(
+            "constraints: no trial met the memory budget and p99 SLO; "
+            "relax them or search more trials"
+        )
+    chosen = result.best[0]
+    if len(spec.objectives) > 1:
+        console.print(pareto_table(result))
+        console.print(
+            f"writing the front's best {spec.objectives[0]} point (trial {chosen.number})"
+        )
+    console.print(config_table(chosen))
+    console.print(before_after_table(result, chosen))
+    write_atomically(output, result.tuned_config(chosen).to_yaml())
+    console.print(
+        f"tuned config written to [bold]{output}[/] — apply it with "
+        f"`bootstorm simulate --config {output}`"
+    )

@@ -1,0 +1,84 @@
+"""Rich tables for searches and sweeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from .optimizers import Metrics, OptimizeResult, TrialOutcome
+
+__all__ = ["before_after_table", "config_table", "frame_table", "pareto_table"]
+
+_ROWS = (
+    ("makespan", "makespan_s", "s"),
+    ("startup mean", "mean_s", "s"),
+    ("startup p99", "p99_s", "s"),
+    ("pooled memory", "memory_mib", "MiB"),
+)
+
+
+def before_after_table(result: OptimizeResult, outcome: TrialOutcome) -> Table:
+    """Baseline against the chosen trial, on the search's own storms."""
+    spec = result.spec
+    n_storms = (len(spec.sizes) or 1) * (len(spec.seeds) or 1)
+    storms = f"{n_storms} storm{'s' if n_storms > 1 else ''}, {spec.robust}"
+    t = Table(
+        title=f"before / after (trial {outcome.number})",
+        caption=storms,
+        title_justify="left",
+        caption_justify="left",
+    )
+    for col in ("metric", "before", "after", "change"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    before, after = result.baseline.as_dict(), outcome.metrics.as_dict()
+    for label, key, unit in _ROWS:
+        b, a = before[key], after[key]
+        change = f"{(a - b) / b:+.1%}" if b else ("0" if a == b else "new")
+        t.add_row(label, f"{b:,.2f} {unit}", f"{a:,.2f} {unit}", change)
+    return t
+
+
+def config_table(outcome: TrialOutcome) -> Table:
+    t = Table(title="best config", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    for stage, k in outcome.config.limits.items():
+        t.add_row(f"limit {stage}", str(k))
+    for kind, n in outcome.config.pools.items():
+        t.add_row(f"pool {kind}", str(n))
+    return t
+
+
+def _metric(m: Metrics, objective: str) -> str:
+    value = m.value(objective)
+    return f"{value:,.1f} MiB" if objective == "memory" else f"{value:.2f} s"
+
+
+def pareto_table(result: OptimizeResult) -> Table:
+    """One row per point of the Pareto front, best first objective first."""
+    objectives = result.spec.objectives
+    t = Table(title=f"Pareto front ({len(result.best)} points)", title_justify="left")
+    t.add_column("trial", justify="right")
+    for o in objectives:
+        t.add_column(o, justify="right")
+    t.add_column("limits")
+    t.add_column("pools")
+    for p in result.best:
+        t.add_row(
+            str(p.number),
+            *(_metric(p.metrics, o) for o in objectives),
+            ", ".join(f"{s}={k}" for s, k in p.config.limits.items()) or "-",
+            ", ".join(f"{s}={k}" for s, k in p.config.pools.items()) or "-",
+        )
+    return t
+
+
+def frame_table(title: str, frame: Any) -> Table:
+    """A pandas DataFrame as a table (floats to two decimals)."""
+    t = Table(title=title, title_justify="left")
+    for col in frame.columns:
+        t.add_column(str(col), justify="right" if frame[col].dtype.kind in "if" else "left")
+    for row in frame.itertuples(index=False):
+        t.add_row(*(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row))
+    return t

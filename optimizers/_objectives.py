@@ -1,0 +1,106 @@
+"""What a search minimises and what it must respect.
+
+Objectives are named metrics of a storm, all minimised. Constraints follow
+Optuna's convention: one value per constraint, feasible when ``<= 0``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Literal, get_args
+
+from ..models import ConfigError
+
+__all__ = [
+    "OBJECTIVES",
+    "Constraints",
+    "Metrics",
+    "ObjectiveName",
+    "check_objectives",
+]
+
+ObjectiveName = Literal["makespan", "mean", "p99", "memory"]
+OBJECTIVES: tuple[str, ...] = get_args(ObjectiveName)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Metrics:
+    """The figures one config gets on the search's storm(s).
+
+    ``makespan_s``: time until the last sandbox is up; ``mean_s`` and
+    ``p99_s``: per-sandbox startup latency; ``memory_mib``: pooled devices.
+    """
+
+    makespan_s: float
+    mean_s: float
+    p99_s: float
+    memory_mib: float
+
+    def value(self, objective: str) -> float:
+        return {
+            "makespan": self.makespan_s,
+            "mean": self.mean_s,
+            "p99": self.p99_s,
+            "memory": self.memory_mib,
+        }[objective]
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def check_objectives(objectives: Sequence[str]) -> tuple[str, ...]:
+    """The objectives as a tuple, refusing unknown names, repeats and more than two."""
+    out = tuple(objectives)
+    if not out:
+        raise ConfigError(f"objective: give at least one of {', '.join(OBJECTIVES)}")
+    for name in out:
+        if name not in OBJECTIVES:
+            raise ConfigError(
+                f"objective: unknown objective {name!r}; known: {', '.join(OBJECTIVES)}"
+            )
+    if len(set(out)) != len(out):
+        raise ConfigError(f"objective: each objective once, but got {', '.join(out)}")
+    if len(out) > 2:
+        # Pareto fronts of three storm metrics are hard to read and the
+        # samplers need far more trials; two covers time against memory.
+        raise ConfigError(f"objective: at most two objectives, but got {', '.join(out)}")
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Constraints:
+    """Limits a config must respect to be chosen.
+
+    ``memory_budget_mib``: pooled memory at most this; ``p99_slo_s``: p99
+    startup latency at most this. ``None`` leaves it free.
+    """
+
+    memory_budget_mib: float | None = None
+    p99_slo_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("memory_budget_mib", "p99_slo_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name}: must be a positive number, but got {value!r}")
+
+    @property
+    def active(self) -> bool:
+        return self.memory_budget_mib is not None or self.p99_slo_s is not None
+
+    def named_values(self, metrics: Metrics) -> dict[str, float]:
+        """Constraint values by name: each ``<= 0`` when it holds (else the excess)."""
+        out: dict[str, float] = {}
+        if self.memory_budget_mib is not None:
+            out["memory_mib"] = metrics.memory_mib - self.memory_budget_mib
+        if self.p99_slo_s is not None:
+            out["p99_s"] = metrics.p99_s - self.p99_slo_s
+        return out
+
+    def values(self, metrics: Metrics) -> tuple[float, ...]:
+        return tuple(self.named_values(metrics).values())
+
+    def feasible(self, metrics: Metrics) -> bool:
+        return all(v <= 0.0 for v in self.values(metrics))

@@ -1,0 +1,149 @@
+"""What a search may change: per-stage concurrency limits and device-pool sizes.
+
+A :class:`SearchSpace` is a frozen value object, validated when built, that
+knows nothing about Optuna beyond naming its parameters: a sampler suggests
+one integer per parameter, and :meth:`SearchSpace.config_of` turns those into
+the :class:`~bootstorm.models.TunedConfig` a node takes. The memory a config
+costs is the pools' sizes times the profile's per-device memory, known before
+any simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..models import ConfigError, Profile, TunedConfig, cni_stages, pool_kinds
+
+__all__ = [
+    "DEFAULT_STAGES",
+    "IntRange",
+    "SearchSpace",
+]
+
+# Seed 000 §5.2 splits the start into "4 major stages" (Fig. 16, whose stage
+# names are not in the text). bootstorm's default is the four stages in which
+# a sandbox takes the contended global locks after its namespace exists:
+# AddCNI (RTNL, ovs-vswitchd), Cgroup (cgroup_mutex, RTNL inside it,
+# css_set_lock), AttachIf (RTNL) and StartVM (css_set_lock, RTNL). NetNS is
+# left open: a limit on the first stage is admission control of the whole
+# pipeline, which the seed does not describe.
+DEFAULT_STAGES = ("AddCNI", "Cgroup", "AttachIf", "StartVM")
+
+LIMIT_PREFIX = "limit:"
+POOL_PREFIX = "pool:"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IntRange:
+    """An integer range ``[low, high]``; ``log`` samples it on a log scale."""
+
+    low: int
+    high: int
+    log: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.low <= self.high:
+            raise ConfigError(
+                f"`low <= high` must hold, but got (low={self.low}, high={self.high})"
+            )
+        if self.log and self.low < 1:
+            raise ConfigError(f"a log range needs `low >= 1`, but got (low={self.low})")
+        if self.low < 0:
+            raise ConfigError(f"`low >= 0` must hold, but got (low={self.low})")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchSpace:
+    """Per-stage limits and per-kind pool sizes a search may choose.
+
+    Parameters
+    ----------
+    cni:
+        The CNI the space is for: it decides which stages and pool kinds exist.
+    limits:
+        Stage name → range of its concurrency limit. A limit at or above the
+        storm size does not bind, so ``high = sandboxes`` includes "no limit".
+    pools:
+        Device kind → range of its pool size (0 = not pooled).
+    pool_device_mib:
+        Memory of one pooled device, by kind (from the profile).
+    """
+
+    cni: str
+    limits: Mapping[str, IntRange] = field(default_factory=dict)
+    pools: Mapping[str, IntRange] = field(default_factory=dict)
+    pool_device_mib: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        stages = cni_stages(self.cni)
+        for name in self.limits:
+            if name not in stages:
+                raise ConfigError(
+                    f"limits: unknown stage {name!r} for cni={self.cni!r}; "
+                    f"its stages are {', '.join(stages)}"
+                )
+        kinds = pool_kinds(self.cni)
+        for kind, rng in self.pools.items():
+            if kind not in kinds:
+                raise ConfigError(
+                    f"pools: unknown device kind {kind!r} for cni={self.cni!r}; "
+                    f"its kinds are {', '.join(kinds) if kinds else 'none'}"
+                )
+            if kind not in self.pool_device_mib:
+                raise ConfigError(f"pools: no memory cost per device for {kind!r}")
+            if rng.log:
+                raise ConfigError(f"pools.{kind}: a pool range includes 0, use log=False")
+        for name, rng in self.limits.items():
+            if rng.low < 1:
+                raise ConfigError(f"limits.{name}: a limit is at least 1, but got (low={rng.low})")
+        if not self.limits and not self.pools:
+            raise ConfigError("search space: give at least one stage limit or pool to search")
+        # Own copies, so that changing the caller's dicts cannot change a frozen space
+        # (plain dicts, not read-only views: a space is pickled to worker processes).
+        object.__setattr__(self, "limits", dict(self.limits))
+        object.__setattr__(self, "pools", dict(self.pools))
+        object.__setattr__(self, "pool_device_mib", dict(self.pool_device_mib))
+
+    @classmethod
+    def default(
+        cls,
+        *,
+        cni: str,
+        sandboxes: int,
+        profile: Profile,
+        stages: tuple[str, ...] | None = None,
+        pool_kinds_searched: tuple[str, ...] = (),
+    ) -> SearchSpace:
+        """Limits ``1..sandboxes`` (log scale) on ``stages`` (default: the four of
+        seed 000 §5.2 that the CNI has) and pools ``0..sandboxes`` of the given kinds."""
+        if sandboxes < 1:
+            raise ConfigError(f"sandboxes: must be at least 1, but got {sandboxes}")
+        chosen = stages if stages is not None else DEFAULT_STAGES
+        chosen = tuple(s for s in chosen if stages is not None or s in cni_stages(cni))
+        return cls(
+            cni=cni,
+            limits={s: IntRange(low=1, high=sandboxes) for s in chosen},
+            pools={k: IntRange(low=0, high=sandboxes, log=False) for k in pool_kinds_searched},
+            pool_device_mib=dict(profile.costs.pool_device_mib),
+        )
+
+    @property
+    def parameters(self) -> dict[str, IntRange]:
+        """Parameter name → range, the names a sampler sees (``limit:Cgroup``, ``pool:netns``)."""
+        out = {f"{LIMIT_PREFIX}{s}": r for s, r in self.limits.items()}
+        out.update({f"{POOL_PREFIX}{k}": r for k, r in self.pools.items()})
+        return out
+
+    def config_of(self, params: Mapping[str, int]) -> TunedConfig:
+        """The tuned config of one point of the space (``params`` as in :attr:`parameters`)."""
+        missing = sorted(set(self.parameters) - set(params))
+        if missing:
+            raise ConfigError(f"params: missing {', '.join(missing)}")
+        limits = {s: int(params[f"{LIMIT_PREFIX}{s}"]) for s in self.limits}
+        pools = {k: int(params[f"{POOL_PREFIX}{k}"]) for k in self.pools}
+        return TunedConfig(limits=limits, pools={k: n for k, n in pools.items() if n > 0})
+
+    def memory_mib(self, config: TunedConfig) -> float:
+        """Memory the config's pools hold, MiB (pool size × memory per device)."""
+        return float(sum(n * self.pool_device_mib.get(k, 0.0) for k, n in config.pools.items()))

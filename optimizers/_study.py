@@ -1,0 +1,419 @@
+"""An Optuna study over a :class:`SearchSpace`: run it, share it, read it back.
+
+A :class:`StudySpec` says everything a worker needs to join a search, so
+that any number of processes — here or on other machines — run the same
+study on one storage (SQLite by default, PostgreSQL for many machines).
+``trials`` is the study's total of completed trials: each worker stops when
+the study has them, and running a worker again resumes an unfinished study.
+
+A worker that dies mid-trial leaves that trial RUNNING; with heartbeats on,
+the next worker to start a trial after the grace period marks it FAIL and
+queues its parameters again (Optuna's ``RetryHeartbeatStaleTrialCallback``),
+so no finished trial is lost and no point of the search is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import socket
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import optuna
+import sqlalchemy
+from optuna.storages import BaseStorage, RDBStorage
+from optuna.study import MaxTrialsCallback, Study
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from ..models import ConfigError, ConfigOrigin, Scenario, TunedConfig, load_profile
+from ._evaluate import Evaluator, Robust
+from ._objectives import Constraints, Metrics, check_objectives
+from ._samplers import make_sampler
+from ._space import SearchSpace
+
+__all__ = [
+    "Callback",
+    "OptimizeResult",
+    "StudySpec",
+    "TrialOutcome",
+    "optimize",
+    "read_study",
+    "run_worker",
+]
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[Study, FrozenTrial], None]
+
+_SPEC_ATTR = "bootstorm:search"
+_RETRIES = 3
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StudySpec:
+    """One search: the storm, what may change, what to minimise, where trials go.
+
+    Parameters
+    ----------
+    scenario:
+        The storm to shorten (its size and seed are the defaults of ``sizes`` and ``seeds``).
+    space:
+        The limits and pools to search; default: limits ``1..sandboxes`` on
+        the four stages of seed 000 §5.2.
+    objectives:
+        One name (``makespan``, ``mean``, ``p99``, ``memory``), or two for a Pareto front.
+    sampler:
+        ``tpe``, ``gp``, ``cmaes``, ``nsga2`` or ``random``.
+    trials:
+        Completed trials the study should hold in total.
+    seeds, sizes, robust:
+        The storms every trial runs (common random numbers) and how metrics
+        are aggregated over them (``mean`` or ``worst``).
+    constraints:
+        A memory budget and a p99 SLO, both optional.
+    storage:
+        An Optuna storage URL (``sqlite:///study.db``, ``postgresql://...``);
+        ``None`` keeps the study in memory (one process only).
+    study_name:
+        The study's name in the storage; workers with the same name share it.
+    sampler_seed:
+        Seed of the sampler; worker ``i`` uses ``sampler_seed + i``.
+    heartbeat_interval_s:
+        How often a running trial reports it is alive (storage URLs only);
+        a trial silent for three intervals is failed and retried.
+    """
+
+    scenario: Scenario
+    space: SearchSpace | None = None
+    objectives: tuple[str, ...] = ("makespan",)
+    sampler: str = "tpe"
+    trials: int = 100
+    seeds: tuple[int, ...] = ()
+    sizes: tuple[int, ...] = ()
+    robust: Robust = "mean"
+    constraints: Constraints = field(default_factory=Constraints)
+    storage: str | None = None
+    study_name: str | None = None
+    sampler_seed: int = 0
+    heartbeat_interval_s: int = 10
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "objectives", check_objectives(self.objectives))
+        if self.trials < 1:
+            raise ConfigError(f"trials: must be at least 1, but got {self.trials}")
+        if self.heartbeat_interval_s < 1:
+            raise ConfigError(
+                f"heartbeat_interval_s: must be at least 1, but got {self.heartbeat_interval_s}"
+            )
+        if self.space is None:
+            object.__setattr__(
+                self,
+                "space",
+                SearchSpace.default(
+                    cni=self.scenario.cni,
+                    sandboxes=max((*self.sizes, self.scenario.sandboxes)),
+                    profile=load_profile(self.scenario.profile),
+                ),
+            )
+        elif self.space.cni != self.scenario.cni:
+            raise ConfigError(
+                f"space: built for cni={self.space.cni!r}, but the scenario has "
+                f"cni={self.scenario.cni!r}"
+            )
+        if self.study_name is None:
+            object.__setattr__(self, "study_name", self._default_name())
+        # Built now so that bad sampler names and combinations fail before any trial.
+        self.make_sampler(worker=0)
+
+    def _default_name(self) -> str:
+        s = self.scenario
+        return f"bootstorm-{s.cni}-{s.sandboxes}-{'-'.join(self.objectives)}"
+
+    @property
+    def directions(self) -> list[Literal["minimize"]]:
+        return ["minimize"] * len(self.objectives)
+
+    def make_sampler(self, *, worker: int) -> optuna.samplers.BaseSampler:
+        return make_sampler(
+            self.sampler,
+            seed=self.sampler_seed + worker,
+            n_objectives=len(self.objectives),
+            constrained=self.constraints.active,
+        )
+
+    def evaluator(self) -> Evaluator:
+        return Evaluator(base=self.scenario, seeds=self.seeds, sizes=self.sizes, robust=self.robust)
+
+    def fingerprint(self) -> str:
+        """What makes two searches the same search (a study must not mix two)."""
+        assert self.space is not None
+        return json.dumps(
+            {
+                "scenario": self.scenario.model_dump(mode="json"),
+                "limits": {k: [r.low, r.high, r.log] for k, r in self.space.limits.items()},
+                "pools": {k: [r.low, r.high] for k, r in self.space.pools.items()},
+                "objectives": list(self.objectives),
+                "seeds": list(self.seeds),
+                "sizes": list(self.sizes),
+                "robust": self.robust,
+                "memory_budget_mib": self.constraints.memory_budget_mib,
+                "p99_slo_s": self.constraints.p99_slo_s,
+            },
+            sort_keys=True,
+        )
+
+    def make_storage(self) -> BaseStorage | None:
+        if self.storage is None:
+            return None
+        engine_kwargs: dict[str, Any] = {}
+        if self.storage.startswith("sqlite"):
+            # Several local workers write one file: wait for its lock, don't fail.
+            engine_kwargs["connect_args"] = {"timeout": 60}
+        else:
+            engine_kwargs["pool_pre_ping"] = True
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            storage = RDBStorage(
+                self.storage,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=self.heartbeat_interval_s,
+                grace_period=3 * self.heartbeat_interval_s,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                    max_retry=_RETRIES
+                ),
+            )
+        if self.storage.startswith("sqlite"):
+            sqlalchemy.event.listen(storage.engine, "connect", _sqlite_pragmas)
+            storage.engine.dispose()  # so that every connection from now on has them
+        return storage
+
+    def open_study(self, *, worker: int = 0, storage: BaseStorage | None = None) -> Study:
+        """Create the study, or join it if it exists and is the same search."""
+        assert self.study_name is not None
+        study = optuna.create_study(
+            storage=storage if storage is not None else self.make_storage(),
+            sampler=self.make_sampler(worker=worker),
+            study_name=self.study_name,
+            directions=self.directions,
+            load_if_exists=True,
+        )
+        mine = self.fingerprint()
+        theirs = study.user_attrs.get(_SPEC_ATTR)
+        if theirs is None:
+            study.set_user_attr(_SPEC_ATTR, mine)
+        elif theirs != mine:
+            raise ConfigError(
+                f"study_name: study {self.study_name!r} in this storage is a different search "
+                "(another storm, space, objective or constraint); choose another --study-name"
+            )
+        return study
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # A trial commits a few times; with SQLite's default rollback journal and
+    # synchronous=FULL each commit waits for fsync (~0.2 s a trial on this
+    # project's disk, as long as the simulation). WAL with synchronous=NORMAL
+    # stays consistent if a worker is killed and lets readers (the dashboard,
+    # other workers) run beside the writer; only an OS crash may lose the last
+    # trials, which a resumed study runs again.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _completed(study: Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def _waiting(study: Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
+def run_worker(
+    spec: StudySpec,
+    *,
+    worker: int = 0,
+    callbacks: Sequence[Callback] = (),
+    study: Study | None = None,
+) -> Study:
+    """Run trials of ``spec``'s study until it holds ``spec.trials`` completed ones.
+
+    ``study``: an already opened study of ``spec`` (needed for an in-memory one).
+    """
+    assert spec.space is not None
+    space, constraints, objectives = spec.space, spec.constraints, spec.objectives
+    evaluator = spec.evaluator()
+    if study is None:
+        study = spec.open_study(worker=worker)
+    params = space.parameters
+
+    def objective(trial: Trial) -> float | tuple[float, ...]:
+        # Which process ran the trial: several machines may share one study.
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        point = {n: trial.suggest_int(n, r.low, r.high, log=r.log) for n, r in params.items()}
+        metrics = evaluator.evaluate(space.config_of(point))
+        trial.set_user_attr("metrics", metrics.as_dict())
+        for name, excess in constraints.named_values(metrics).items():
+            trial.set_constraint(name, excess)
+        values = tuple(metrics.value(o) for o in objectives)
+        return values[0] if len(values) == 1 else values
+
+    cap = MaxTrialsCallback(spec.trials, states=(TrialState.COMPLETE,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+        # Retries of dead workers' trials wait in the queue: run them even when
+        # the study already holds its total, so that no point of the search is dropped.
+        while (left := max(spec.trials - _completed(study), _waiting(study))) > 0:
+            study.optimize(objective, n_trials=left, callbacks=[cap, *callbacks])
+    return study
+
+
+def _worker_main(spec: StudySpec, worker: int) -> None:
+    logging.basicConfig(level=logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    run_worker(spec, worker=worker)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialOutcome:
+    """A finished trial: its config, what it gave, and whether it met the constraints."""
+
+    number: int
+    config: TunedConfig
+    metrics: Metrics
+    feasible: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OptimizeResult:
+    """What a study found: the baseline, the best trial(s), how many trials ran.
+
+    ``best`` holds the best feasible trial for one objective, or the Pareto
+    front of the feasible trials (sorted by the first objective) for two;
+    it is empty when no trial met the constraints.
+    """
+
+    spec: StudySpec
+    baseline: Metrics
+    best: tuple[TrialOutcome, ...]
+    completed: int
+    feasible: int
+
+    def tuned_config(self, outcome: TrialOutcome | None = None) -> TunedConfig:
+        """The config of ``outcome`` (default: the first best), with its origin filled."""
+        chosen = outcome if outcome is not None else (self.best[0] if self.best else None)
+        if chosen is None:
+            raise ConfigError(
+                "constraints: no trial met the memory budget and p99 SLO; "
+                "relax them or search more trials"
+            )
+        s = self.spec.scenario
+        origin = ConfigOrigin(
+            profile=s.profile,
+            cni=s.cni,
+            sandboxes=s.sandboxes,
+            study_name=self.spec.study_name,
+            storage=_safe_url(self.spec.storage),
+            trial_number=chosen.number,
+            sampler=self.spec.sampler,
+            predicted=chosen.metrics.as_dict(),
+            created_at=datetime.now(UTC),
+        )
+        return chosen.config.model_copy(update={"origin": origin})
+
+
+def _safe_url(url: str | None) -> str | None:
+    """The storage URL without its password (a tuned config is shared and committed)."""
+    if url is None:
+        return None
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _pareto(outcomes: list[TrialOutcome], objectives: tuple[str, ...]) -> list[TrialOutcome]:
+    def values(o: TrialOutcome) -> tuple[float, ...]:
+        return tuple(o.metrics.value(n) for n in objectives)
+
+    def dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+        return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
+
+    front: list[TrialOutcome] = []
+    seen: set[tuple[float, ...]] = set()
+    for o in sorted(outcomes, key=lambda o: (values(o), o.number)):
+        v = values(o)
+        if v in seen or any(dominates(values(f), v) for f in outcomes):
+            continue
+        seen.add(v)
+        front.append(o)
+    return front
+
+
+def read_study(spec: StudySpec, *, study: Study | None = None) -> OptimizeResult:
+    """The outcome of ``spec``'s study as the storage holds it now."""
+    assert spec.space is not None
+    if study is None:
+        study = spec.open_study()
+    outcomes: list[TrialOutcome] = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        metrics = Metrics(**t.user_attrs["metrics"])
+        outcomes.append(
+            TrialOutcome(
+                number=t.number,
+                config=spec.space.config_of(t.params),
+                metrics=metrics,
+                feasible=spec.constraints.feasible(metrics),
+            )
+        )
+    feasible = [o for o in outcomes if o.feasible]
+    if len(spec.objectives) == 1:
+        name = spec.objectives[0]
+        best = sorted(feasible, key=lambda o: (o.metrics.value(name), o.number))[:1]
+    else:
+        best = _pareto(feasible, spec.objectives)
+    return OptimizeResult(
+        spec=spec,
+        baseline=spec.evaluator().evaluate(None),
+        best=tuple(best),
+        completed=len(outcomes),
+        feasible=len(feasible),
+    )
+
+
+def optimize(
+    spec: StudySpec, *, jobs: int = 1, callbacks: Sequence[Callback] = ()
+) -> OptimizeResult:
+    """Run ``spec``'s study to ``spec.trials`` completed trials and read its outcome.
+
+    ``jobs > 1`` starts ``jobs - 1`` more worker processes on the same storage
+    (a storage URL is needed: an in-memory study lives in one process);
+    ``callbacks`` run in this process after each of its own trials.
+    """
+    if jobs < 1:
+        raise ConfigError(f"jobs: must be at least 1, but got {jobs}")
+    if jobs > 1 and spec.storage is None:
+        raise ConfigError(f"jobs: {jobs} workers need a storage URL (got an in-memory study)")
+    study = spec.open_study()  # create it (and check it) before the workers race to
+    context = multiprocessing.get_context("spawn")
+    helpers = [
+        context.Process(target=_worker_main, args=(spec, i), daemon=True) for i in range(1, jobs)
+    ]
+    for p in helpers:
+        p.start()
+    try:
+        run_worker(spec, worker=0, callbacks=callbacks, study=study)
+    finally:
+        for p in helpers:
+            p.join()
+    failed = [p.exitcode for p in helpers if p.exitcode not in (0, None)]
+    if failed:
+        log.warning("%d of %d helper workers exited with errors: %s", len(failed), jobs - 1, failed)
+    return read_study(spec, study=study)

@@ -1,0 +1,105 @@
+"""Seed 000 §5.2-5.3: tuned concurrency limits, as predictions of the paper-000 model.
+
+Rows S0-8, S0-9 and S0-10 of PAPER-TARGETS.md are *predict* rows: nothing
+here is fitted. Each search is the seed's own budget — Bayes-style
+optimisation (TPE), 50 trials, at 400 sandboxes — over the default space:
+limits 1..N on the four stages of seed 000 §5.2 (see
+``bootstorm.optimizers.DEFAULT_STAGES``). Numbers are held to ±15% relative,
+trends to their direction. Misses are strict xfails with the measured numbers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bootstorm.calibration import PREDICT_TOLERANCE
+from bootstorm.models import Scenario
+from bootstorm.optimizers import Evaluator, OptimizeResult, StudySpec, optimize, run_scenario
+
+pytestmark = pytest.mark.slow
+
+SEED_000_TRIALS = 50  # §5.2: "the best set of parameters after 50 iterations"
+STORM = Scenario(cni="ipvtap", sandboxes=400, profile="paper-000")
+FULL_POOLS = {"netns": 400, "vport": 1, "ipvtap": 400}  # seed 000 §5.1, Fig. 14
+
+
+def _tune(scenario: Scenario) -> OptimizeResult:
+    return optimize(StudySpec(scenario=scenario, trials=SEED_000_TRIALS, sampler_seed=0))
+
+
+@pytest.fixture(scope="module")
+def tuned_400() -> OptimizeResult:
+    return _tune(STORM)
+
+
+@pytest.fixture(scope="module")
+def tuned_pooled() -> OptimizeResult:
+    return _tune(STORM.replace(pools=FULL_POOLS))
+
+
+def _reduction(before_s: float, after_s: float) -> float:
+    return 1.0 - after_s / before_s
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss (S0-8): 50 TPE trials cut the 400 ipvtap storm 20.20 -> 13.51 s "
+    "(-33.1%; AddCNI=3, Cgroup=8, AttachIf=15, StartVM=195); the paper gets -18.8% "
+    "(±15% of it: 15.98-21.62%)",
+)
+def test_s0_8_tuned_limits_cut_the_storm_18_8_percent(tuned_400: OptimizeResult) -> None:
+    """S0-8: Bayes-tuned limits on 4 stages, 50 iterations: 20.9 → 17.0 s (−18.8%)."""
+    cut = _reduction(tuned_400.baseline.makespan_s, tuned_400.best[0].metrics.makespan_s)
+    assert cut == pytest.approx(0.188, rel=PREDICT_TOLERANCE), cut
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss (S0-8, Fig. 18): in the model the tuned limits do the same CPU work "
+    "in less time: busy 438.20 -> 438.41 core-s, spinning 0.11 -> 0.31 core-s (ipvtap "
+    "barely spins in the model), so total CPU does not fall and the mean utilisation "
+    "rises 34% -> 51%; the paper sees lower peak and total CPU",
+)
+def test_s0_8_tuned_limits_burn_less_cpu(tuned_400: OptimizeResult) -> None:
+    """S0-8 (trend): with the limits, the storm burns less CPU in total (Fig. 18)."""
+    before = run_scenario(STORM)
+    after = run_scenario(STORM.replace(config=tuned_400.best[0].config))
+    assert after.makespan_s < before.makespan_s
+    assert after.cpu.busy_core_s < before.cpu.busy_core_s, (
+        before.cpu.busy_core_s,
+        after.cpu.busy_core_s,
+    )
+
+
+def test_s0_9_pooling_and_limits_cut_58_9_percent(
+    tuned_400: OptimizeResult, tuned_pooled: OptimizeResult
+) -> None:
+    """S0-9: pooling + concurrency control: −58.9% against plain ipvtap."""
+    cut = _reduction(tuned_400.baseline.makespan_s, tuned_pooled.best[0].metrics.makespan_s)
+    assert cut == pytest.approx(0.589, rel=PREDICT_TOLERANCE), cut
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss (S0-9): limits tuned on top of full pooling cut 10.60 -> 8.08 s "
+    "(-23.8%; AddCNI=7, Cgroup=4, AttachIf=7, StartVM=212); the paper gets -18.1% "
+    "(±15% of it: 15.4-20.8%)",
+)
+def test_s0_9_limits_on_top_of_pooling_cut_18_1_percent(tuned_pooled: OptimizeResult) -> None:
+    """S0-9: concurrency control alone on top of pooling: −18.1%."""
+    cut = _reduction(tuned_pooled.baseline.makespan_s, tuned_pooled.best[0].metrics.makespan_s)
+    assert cut == pytest.approx(0.181, rel=PREDICT_TOLERANCE), cut
+
+
+@pytest.mark.parametrize("sandboxes", [200, 600, 800])
+def test_s0_10_limits_tuned_at_400_generalise(tuned_400: OptimizeResult, sandboxes: int) -> None:
+    """S0-10 (trend): limits tuned at 400 still cut the storm at other sizes, and
+    come close (±15%) to limits tuned at that size (Fig. 19)."""
+    storm = STORM.replace(sandboxes=sandboxes)
+    evaluator = Evaluator(base=storm)
+    plain_s = evaluator.evaluate(None).makespan_s
+    general_s = evaluator.evaluate(tuned_400.best[0].config).makespan_s
+    custom_s = _tune(storm).best[0].metrics.makespan_s
+    assert general_s < plain_s, (plain_s, general_s)
+    assert custom_s < plain_s, (plain_s, custom_s)
+    assert general_s == pytest.approx(custom_s, rel=PREDICT_TOLERANCE), (general_s, custom_s)

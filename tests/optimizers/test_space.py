@@ -1,0 +1,73 @@
+"""Search spaces are validated when built; errors name the field and the value."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from bootstorm.models import ConfigError, load_profile
+from bootstorm.optimizers import DEFAULT_STAGES, IntRange, SearchSpace
+
+
+def test_range_refuses_low_above_high() -> None:
+    with pytest.raises(ConfigError, match=r"`low <= high` must hold, but got \(low=5, high=2\)"):
+        IntRange(low=5, high=2)
+
+
+def test_log_range_refuses_zero() -> None:
+    with pytest.raises(ConfigError, match=r"low >= 1.*low=0"):
+        IntRange(low=0, high=4)
+
+
+def test_unknown_stage_names_the_stage_and_the_cni() -> None:
+    with pytest.raises(ConfigError, match=r"limits: unknown stage 'Boot' for cni='ipvtap'"):
+        SearchSpace(cni="ipvtap", limits={"Boot": IntRange(low=1, high=4)})
+
+
+def test_unknown_pool_kind_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"pools: unknown device kind 'veth' for cni='ipvtap'"):
+        SearchSpace(
+            cni="ipvtap",
+            pools={"veth": IntRange(low=0, high=4, log=False)},
+            pool_device_mib={"veth": 1.0},
+        )
+
+
+def test_empty_space_is_refused() -> None:
+    with pytest.raises(ConfigError, match="at least one"):
+        SearchSpace(cni="ipvtap")
+
+
+def test_default_space_is_seed_000s_four_stages() -> None:
+    space = SearchSpace.default(cni="ipvtap", sandboxes=400, profile=load_profile("paper-000"))
+    assert tuple(space.limits) == DEFAULT_STAGES
+    assert all((r.low, r.high) == (1, 400) for r in space.limits.values())
+    # no-network has no AddCNI or AttachIf: the default keeps the stages it has.
+    none = SearchSpace.default(cni="no-network", sandboxes=10, profile=load_profile("paper-000"))
+    assert tuple(none.limits) == ("Cgroup", "StartVM")
+
+
+def test_config_and_memory_of_a_point() -> None:
+    space = SearchSpace.default(
+        cni="ipvtap",
+        sandboxes=400,
+        profile=load_profile("paper-000"),
+        stages=("Cgroup",),
+        pool_kinds_searched=("netns", "ipvtap"),
+    )
+    assert set(space.parameters) == {"limit:Cgroup", "pool:netns", "pool:ipvtap"}
+    config = space.config_of({"limit:Cgroup": 40, "pool:netns": 400, "pool:ipvtap": 0})
+    assert config.limits == {"Cgroup": 40}
+    assert config.pools == {"netns": 400}  # an empty pool is no pool
+    assert space.memory_mib(config) == pytest.approx(400 * 0.18)
+
+
+def test_space_is_frozen_and_pickles() -> None:
+    limits = {"Cgroup": IntRange(low=1, high=4)}
+    space = SearchSpace(cni="ipvtap", limits=limits)
+    limits["StartVM"] = IntRange(low=1, high=4)  # the caller's dict is not the space's
+    assert set(space.limits) == {"Cgroup"}
+    with pytest.raises(AttributeError):
+        space.cni = "veth"  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(space)) == space
