@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ._io import write_atomically
 from ._units import parse_int_list, parse_mib, parse_seconds
-from .models import ConfigError, Scenario, cni_stages, load_profile, pool_kinds
+from .models import ConfigError, Scenario, load_profile, scenario_pool_kinds, scenario_stages
 
 if TYPE_CHECKING:
     from optuna.study import Study
@@ -101,8 +101,8 @@ def optimize_cmd(
         cni=base.cni,
         sandboxes=max((*size_list, base.sandboxes)),
         profile=load_profile(base.profile),
-        stages=_names("stages", stages, cni_stages(base.cni)),
-        pool_kinds_searched=_names("pools", pools, pool_kinds(base.cni)) or (),
+        stages=_names("stages", stages, scenario_stages(base.cni)),
+        pool_kinds_searched=_names("pools", pools, scenario_pool_kinds(base.cni)) or (),
     )
     spec = StudySpec(
         scenario=base,

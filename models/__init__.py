@@ -15,7 +15,13 @@ from .cni import (
     sandbox_plan,
     vport_creators,
 )
-from .compile import SeedLike, compile_scenario, service_streams
+from .compile import (
+    SeedLike,
+    compile_scenario,
+    scenario_pool_kinds,
+    scenario_stages,
+    service_streams,
+)
 from .dataplane import DATA_PATHS, DataPath, DataplaneCostTable, Traffic
 from .profile import (
     CostTable,
@@ -59,6 +65,8 @@ __all__ = [
     "load_profile",
     "pool_kinds",
     "sandbox_plan",
+    "scenario_pool_kinds",
+    "scenario_stages",
     "service_streams",
     "solve_dataplane",
     "solve_on_profile",

@@ -77,6 +77,15 @@ def scenario_stages(cni: str) -> tuple[str, ...]:
     return stages
 
 
+def scenario_pool_kinds(cni: str) -> tuple[str, ...]:
+    """The device kinds a sandbox of ``cni`` can take from a pool."""
+    if cni in TESTBED_CNIS:
+        return TESTBED_POOL_KINDS
+    if cni in SRIOV_VARIANTS:
+        return ()  # VFs are made once at boot; nothing to pool per sandbox
+    return pool_kinds(cni)
+
+
 def _sriov_plans(scenario: Scenario, prof: Profile, variant: SriovVariant) -> list[Any]:
     sriov = sriov_profile_costs(prof)
     vfs = scenario.nic_vfs or sriov.nic_vfs
@@ -132,10 +141,7 @@ def compile_scenario(
     prof = profile if profile is not None else load_profile(scenario.profile)
     cni = scenario.cni
     variant = SRIOV_VARIANTS.get(cni)
-    kinds = (
-        TESTBED_POOL_KINDS if cni in TESTBED_CNIS else pool_kinds(cni) if variant is None else ()
-    )
-    _check_names("pools", scenario.pools, kinds, "pool kind")
+    _check_names("pools", scenario.pools, scenario_pool_kinds(cni), "pool kind")
     # Memory of a pooled device: the profile's, or nothing known (a testbed host).
     pool_memory = prof.costs.pool_device_mib if prof.costs is not None else {"netns": 0.0}
     _check_names("limits", scenario.limits, scenario_stages(cni), "stage")

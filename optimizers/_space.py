@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..models import ConfigError, Profile, TunedConfig, cni_stages, pool_kinds
+from ..models import ConfigError, Profile, TunedConfig, scenario_pool_kinds, scenario_stages
 
 __all__ = [
     "DEFAULT_STAGES",
@@ -76,14 +76,14 @@ class SearchSpace:
     pool_device_mib: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        stages = cni_stages(self.cni)
+        stages = scenario_stages(self.cni)
         for name in self.limits:
             if name not in stages:
                 raise ConfigError(
                     f"limits: unknown stage {name!r} for cni={self.cni!r}; "
                     f"its stages are {', '.join(stages)}"
                 )
-        kinds = pool_kinds(self.cni)
+        kinds = scenario_pool_kinds(self.cni)
         for kind, rng in self.pools.items():
             if kind not in kinds:
                 raise ConfigError(
@@ -119,13 +119,19 @@ class SearchSpace:
         seed 000 §5.2 that the CNI has) and pools ``0..sandboxes`` of the given kinds."""
         if sandboxes < 1:
             raise ConfigError(f"sandboxes: must be at least 1, but got {sandboxes}")
-        chosen = stages if stages is not None else DEFAULT_STAGES
-        chosen = tuple(s for s in chosen if stages is not None or s in cni_stages(cni))
+        if stages is not None:
+            chosen = stages
+        else:
+            # Seed 000's four where the CNI has them; another kind of sandbox
+            # (SR-IOV, the testbed's): all of its stages.
+            own = scenario_stages(cni)
+            chosen = tuple(s for s in DEFAULT_STAGES if s in own) or own
+        memory = profile.costs.pool_device_mib if profile.costs is not None else {"netns": 0.0}
         return cls(
             cni=cni,
             limits={s: IntRange(low=1, high=sandboxes) for s in chosen},
             pools={k: IntRange(low=0, high=sandboxes, log=False) for k in pool_kinds_searched},
-            pool_device_mib=dict(profile.costs.pool_device_mib),
+            pool_device_mib=dict(memory),
         )
 
     @property

@@ -35,7 +35,7 @@ from ..models import ConfigError, ConfigOrigin, Scenario, TunedConfig, load_prof
 from ._evaluate import Evaluator, Robust
 from ._objectives import Constraints, Metrics, check_objectives
 from ._samplers import make_sampler
-from ._space import SearchSpace
+from ._space import LIMIT_PREFIX, SearchSpace
 
 __all__ = [
     "Callback",
@@ -193,6 +193,20 @@ class StudySpec:
             storage.engine.dispose()  # so that every connection from now on has them
         return storage
 
+    def baseline_params(self) -> dict[str, int]:
+        """The scenario as given, as the search's parameters: every limit at its
+        high end (it does not bind) unless the scenario sets one, pools as given."""
+        assert self.space is not None
+        s = self.scenario
+        params = {}
+        for name, rng in self.space.parameters.items():
+            kind, _, key = name.partition(":")
+            if kind + ":" == LIMIT_PREFIX:
+                params[name] = min(max(s.limits.get(key, rng.high), rng.low), rng.high)
+            else:
+                params[name] = min(max(s.pools.get(key, rng.low), rng.low), rng.high)
+        return params
+
     def open_study(self, *, worker: int = 0, storage: BaseStorage | None = None) -> Study:
         """Create the study, or join it if it exists and is the same search."""
         assert self.study_name is not None
@@ -207,6 +221,9 @@ class StudySpec:
         theirs = study.user_attrs.get(_SPEC_ATTR)
         if theirs is None:
             study.set_user_attr(_SPEC_ATTR, mine)
+            # The first trial is the storm as it is (no limit binds, pools as
+            # given), so a search never recommends something worse than it.
+            study.enqueue_trial(self.baseline_params(), skip_if_exists=True)
         elif theirs != mine:
             raise ConfigError(
                 f"study_name: study {self.study_name!r} in this storage is a different search "

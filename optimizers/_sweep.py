@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..models import CNI_NAMES, ConfigError, Scenario, pool_kinds, vport_creators
+from ..models import CNI_NAMES, ConfigError, Scenario, scenario_pool_kinds, vport_creators
 from ._evaluate import run_scenario
 
 __all__ = ["SweepGrid", "pools_for", "sweep"]
@@ -31,7 +31,7 @@ def pools_for(spec: str, *, cni: str, sandboxes: int, tenants: int) -> dict[str,
     """The pools one grid point gets from ``spec``: ``none``, ``full`` (every device
     kind of the CNI, one per sandbox; vPorts as the CNI shares them), or
     ``KIND=N,KIND=N``."""
-    kinds = pool_kinds(cni)
+    kinds = scenario_pool_kinds(cni)
     if spec == NONE:
         return {}
     if spec == FULL:
