@@ -5,11 +5,14 @@ and stage, how long each stage took under the contention of that storm. The
 fit turns that into per-operation costs of the testbed catalog
 (:mod:`bootstorm.models.testbed`) by simulation: the same storm is simulated
 and the costs are moved (SciPy least squares over relative errors, common
-random numbers) until each stage's *fastest* instance — the closest a storm
-gets to an uncontended service time — and its mean, the mean startup and the
-makespan match. Contention is never a fitted number: the simulator produces
-it from the holds, and the kernel's own measure of it (RTNL waits) is a
-check the report shows, not a target.
+random numbers) until each stage's mean, the mean startup and the makespan
+match. Each stage's fastest instance is reported beside them as a check: in
+a storm on few cores even the fastest is contended, so it is no service
+time. Contention is never a fitted number: the simulator produces it from
+the holds, and the kernel's own measure of it (RTNL waits) is a check the
+report shows, not a target. (On this project's 2-core host the check shows
+the model's weak spot: it puts into RTNL waits time that the real storm
+spends waiting for the GIL and the cores.)
 
 Service-time variability: each operation is the profile's lognormal jitter
 (``service_cv``), the family the simulator draws from; its coefficient of
@@ -148,14 +151,15 @@ class StormStats:
         return float(self.latency_s.max())
 
     def targets(self) -> list[PaperTarget]:
-        """Each stage's fastest and mean time, the mean startup and the makespan."""
+        """Each stage's mean time, the mean startup and the makespan (fitted), and
+        each stage's fastest time and the kernel's RTNL waits (checks)."""
         scenario = self.scenario()
         out = []
         for stage, times in self.stage_s.items():
+            # In a storm even the fastest instance of a stage is contended (all
+            # threads start at once on few cores): a check, not a target.
             fastest = float(times.min())
-            # Below the timer's and Python's noise a relative error means nothing.
-            weight = 0.5 if fastest >= _MEANINGFUL_S else 0.0
-            out.append(_target(f"{stage} fastest", scenario, _stage_min(stage), fastest, weight))
+            out.append(_target(f"{stage} fastest", scenario, _stage_min(stage), fastest, 0.0))
             mean = float(times.mean())
             weight = 1.0 if mean >= _MEANINGFUL_S else 0.0
             out.append(_target(f"{stage} mean", scenario, _stage_mean(stage), mean, weight))
@@ -167,13 +171,16 @@ class StormStats:
 
 
 def _load_before(notes: Sequence[str]) -> float:
-    """The 1-minute load average the testbed notes before a storm, or 0."""
-    for note in notes:
-        if note.startswith("load average before the storm:"):
-            try:
-                return float(note.split(":", 1)[1].split()[0])
-            except (IndexError, ValueError):
-                return 0.0
+    """The host's other work before a storm, as the testbed notes it: the cores
+    it kept busy (measured just before), else the 1-minute load average (which
+    lags: an earlier storm still shows in it), else 0."""
+    for prefix in ("cores busy before the storm:", "load average before the storm:"):
+        for note in notes:
+            if note.startswith(prefix):
+                try:
+                    return float(note.split(":", 1)[1].split()[0])
+                except (IndexError, ValueError):
+                    return 0.0
     return 0.0
 
 

@@ -176,6 +176,23 @@ class _Sandbox:
     error: str | None = None
 
 
+def _busy_cores(window_s: float) -> float:
+    """Cores kept busy by the rest of the host, over ``window_s`` (/proc/stat)."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields[:8]), idle
+
+    total0, idle0 = sample()
+    time.sleep(window_s)
+    total1, idle1 = sample()
+    cores = os.cpu_count() or 1
+    elapsed = total1 - total0
+    return cores * (1.0 - (idle1 - idle0) / elapsed) if elapsed > 0 else 0.0
+
+
 def _host_facts() -> HostFacts:
     mem_kib = 0
     with contextlib.suppress(OSError), open("/proc/meminfo", encoding="utf-8") as fh:
@@ -484,11 +501,14 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
     try:
         sweep_leftovers(keep={storm.run})
         load = os.getloadavg()
-        # The host may be shared: a busy one stretches every stage.
+        # The host may be shared: a busy one stretches every stage. The load
+        # average lags (an earlier storm still shows in it); the CPU time
+        # other work takes right now is measured over a short window.
         storm.notes.append(
             f"load average before the storm: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
             f"on {os.cpu_count()} cores"
         )
+        storm.notes.append(f"cores busy before the storm: {_busy_cores(0.5):.2f}")
         storm.prepare()
         barrier = threading.Barrier(options.sandboxes + 1)
         threads = [
