@@ -22,7 +22,7 @@ from ._cli_optimize import optimize_cmd
 from ._cli_sweep import sweep_cmd
 from ._cli_testbed import testbed_app
 from ._io import write_atomically
-from ._render import comparison_table, result_tables, target_table
+from ._render import result_tables, target_table
 from .models import ConfigError, Scenario, available_profiles
 
 __all__ = ["app", "main"]
@@ -182,21 +182,17 @@ def simulate_cmd(
 @app.command()
 def demo(
     sandboxes: Annotated[int, typer.Option(help="Sandboxes in the storm.")] = 400,
+    trials: Annotated[int, typer.Option(help="Trials of the limit search.")] = 40,
+    output_dir: Annotated[Path, typer.Option(help="Where tuned.yaml and report.html go.")] = Path(
+        "."
+    ),
+    report: Annotated[bool, typer.Option(help="Write report.html.")] = True,
 ) -> None:
-    """Simulate the default storm (ipvtap on the seed-000 host) and a few what-ifs."""
-    base = Scenario(cni="ipvtap", sandboxes=sandboxes, profile="paper-000")
-    result = simulate(base)
-    console.print(result_tables(base, result))
-    n = base.sandboxes
-    what_ifs = [
-        ("ipvtap (default)", base),
-        ("no network", base.replace(cni="no-network")),
-        ("veth", base.replace(cni="veth")),
-        ("ipvtap + 2 QoS rules", base.replace(qos_rules=2)),
-        ("ipvtap, all devices pooled", base.replace(pools={"netns": n, "vport": 1, "ipvtap": n})),
-    ]
-    rows = [(label, result if s == base else simulate(s)) for label, s in what_ifs]
-    console.print(comparison_table(f"what-ifs, {n} sandboxes", rows))
+    """The default storm (ipvtap on the seed-000 host), its what-ifs, pooling, a
+    small search for per-stage limits; writes tuned.yaml and report.html."""
+    from ._cli_demo import run_demo
+
+    run_demo(console, sandboxes=sandboxes, trials=trials, output_dir=output_dir, report=report)
 
 
 @app.command()

@@ -128,10 +128,16 @@ def test_malformed_and_unknown_field_yaml(tmp_path: Path) -> None:
     assert out.returncode == 2 and "malformed YAML" in out.stderr and "line 2" in out.stderr
 
 
-def test_demo_prints_the_summary() -> None:
-    out = run_cli("demo", "--sandboxes", "60")
+def test_demo_prints_the_summary_and_writes_config_and_report(tmp_path: Path) -> None:
+    out = run_cli("demo", "--sandboxes", "60", "--trials", "8", "--output-dir", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "makespan" in out.stdout and "what-ifs" in out.stdout and "rtnl" in out.stdout
+    assert "before / after" in out.stdout and "pooled + tuned limits" in out.stdout
+    from bootstorm.models import TunedConfig
+
+    config = TunedConfig.from_yaml(tmp_path / "tuned.yaml")
+    assert config.limits and config.origin is not None
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
 def _json(*args: str) -> dict:  # type: ignore[type-arg]
