@@ -323,6 +323,8 @@ class OptimizeResult:
     best: tuple[TrialOutcome, ...]
     completed: int
     feasible: int
+    #: The Optuna study itself, for its own tools (plots, dashboard, dataframes).
+    study: Study | None = field(default=None, repr=False, compare=False)
 
     def tuned_config(self, outcome: TrialOutcome | None = None) -> TunedConfig:
         """The config of ``outcome`` (default: the first best), with its origin filled."""
@@ -402,6 +404,7 @@ def read_study(spec: StudySpec, *, study: Study | None = None) -> OptimizeResult
         best=tuple(best),
         completed=len(outcomes),
         feasible=len(feasible),
+        study=study,
     )
 
 
