@@ -43,6 +43,27 @@ def _ms(x: float) -> str:
     return "-" if math.isnan(x) else f"{x * 1e3:,.1f}"
 
 
+def run_storm_interruptibly(options: Any, admission: Any, console: Console) -> Any:
+    """Run a storm under a status line; Ctrl-C (or SIGTERM) unwinds through the
+    testbed's cleanup and exits 130, a testbed failure is one line (exit 2)."""
+    from .validation.testbed import TestbedError, run_storm
+
+    # Installed even where SIGINT was ignored (a shell's background job): a
+    # Ctrl-C or kill -INT must always unwind through the cleanup.
+    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with console.status(f"storm of {options.sandboxes} sandboxes …"):
+            return run_storm(options, admission=admission)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: everything the run made was removed[/]")
+        raise typer.Exit(130) from None
+    except (TestbedError, OSError) as exc:
+        raise ConfigError(f"testbed: {exc}") from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def agent_admission(url: str, token_file: Path | None, tuned: TunedConfig | None) -> Any:
     """An :class:`AgentAdmission` for the agent at ``url``; the tuned config, if
     given, is pushed to it first so both ends run the same limits and pools."""
@@ -126,7 +147,7 @@ def run_cmd(
 ) -> None:
     """Start SANDBOXES sandboxes at once and print makespan, startup, stages and RTNL contention."""
     from .traces import write_chrome_trace, write_trace
-    from .validation.testbed import StormOptions, TestbedError, run_storm, summarize
+    from .validation.testbed import StormOptions, summarize
 
     console = _console()
     tuned = TunedConfig.from_yaml(config) if config is not None else None
@@ -145,21 +166,8 @@ def run_cmd(
         )
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
-    # Installed even where SIGINT was ignored (a shell's background job): a
-    # Ctrl-C or kill -INT must always unwind through the cleanup.
     admission = agent_admission(agent, token_file, tuned) if agent is not None else None
-    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with console.status(f"storm of {sandboxes} sandboxes …"):
-            result = run_storm(options, admission=admission)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted: everything the run made was removed[/]")
-        raise typer.Exit(130) from None
-    except (TestbedError, OSError) as exc:
-        raise ConfigError(f"testbed: {exc}") from None
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    result = run_storm_interruptibly(options, admission, console)
     if trace is not None:
         write_trace(result.trace, trace)
     if chrome is not None:

@@ -4,7 +4,6 @@ host, fitted to one real storm, against another real storm."""
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -151,24 +150,11 @@ def validate_storm(
 def _run_testbed(
     sandboxes: int, tuned: TunedConfig | None, vm: bool, console: Console, admission: Any
 ) -> Any:
-    from .validation.testbed import StormOptions, TestbedError, run_storm
-
-    def interrupt(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
+    from ._cli_testbed import run_storm_interruptibly
+    from .validation.testbed import StormOptions
 
     options = StormOptions(sandboxes=sandboxes, vm=vm, config=tuned)
-    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with console.status(f"testbed storm of {sandboxes} sandboxes …"):
-            result = run_storm(options, admission=admission)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted: everything the run made was removed[/]")
-        raise typer.Exit(130) from None
-    except (TestbedError, OSError) as exc:
-        raise ConfigError(f"testbed: {exc}") from None
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    result = run_storm_interruptibly(options, admission, console)
     if result.failures:
         raise ConfigError(f"testbed: {len(result.failures)} sandboxes failed: {result.failures[0]}")
     return result.trace
