@@ -53,7 +53,8 @@ def test_a_storm_admitted_by_the_node_agent(tmp_path: Path) -> None:
     granted = _metric(metrics, "bootstorm_agent_leases_granted_total", stage="AttachIf")
     assert granted == 6
     assert _metric(metrics, "bootstorm_agent_stage_permits_high_water", stage="AttachIf") <= 2
-    assert _metric(metrics, "bootstorm_agent_pool_taken_total", kind="netns") == 4
+    # The four made before the storm at least; the agent refills while it runs.
+    assert 4 <= _metric(metrics, "bootstorm_agent_pool_taken_total", kind="netns") <= 6
     # Taken namespaces were the storm's to remove, the rest the agent's at its stop.
     pool_id = free_pool_id()
     left = [n for n in os.listdir("/run/netns") if re.match(rf"bstpool-netns-{pool_id}-", n)]
