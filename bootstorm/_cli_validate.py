@@ -38,6 +38,10 @@ def calibrate_trace(
 
     console = _console()
     trace = read_trace(trace_path)
+    try:
+        StormStats.of(trace)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     with console.status(f"fitting a local profile to {trace_path.name} …") as status:
         report = fit_trace(
             trace,

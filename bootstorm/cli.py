@@ -388,9 +388,12 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning bad input into one line and exit 2."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     command = typer.main.get_command(app)
+    from .traces import TraceFormatError
+
     try:
         code = command.main(args=argv, prog_name="bootstorm", standalone_mode=False)
-    except ConfigError as exc:
+    except (ConfigError, TraceFormatError) as exc:
+        # A malformed scenario, profile, config or trace: what and where, no traceback.
         for line in str(exc).splitlines():
             sys.stderr.write(f"error: {line}\n")
         raise SystemExit(2) from None

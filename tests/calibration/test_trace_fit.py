@@ -137,3 +137,13 @@ def test_validate_needs_exactly_one_profile_source() -> None:
     out = _cli("validate", "--measured", str(SMALL))
     assert out.returncode == 2
     assert out.stderr.startswith("error: profile: give exactly one of --profile")
+
+
+def test_a_malformed_or_missing_trace_is_one_line_per_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"record": "header"}\n')
+    out = _cli("calibrate", "--trace", str(bad))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: bad.jsonl:1: header.")
+    out = _cli("calibrate", "--trace", str(tmp_path / "missing.jsonl.gz"))
+    assert out.returncode == 2 and "cannot read" in out.stderr and "Traceback" not in out.stderr
