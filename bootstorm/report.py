@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import html
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -277,31 +278,37 @@ def _value(trial: Any, *, k: int) -> float:
 
 
 def study_figures(study: Any) -> list[Any]:
-    """Optuna's own Plotly figures: history, importances, Pareto front."""
+    """Optuna's own Plotly figures: the Pareto front (two objectives), the
+    history of each objective, and parameter importances."""
+    return [fig for _, fig in _study_sections(study)]
+
+
+def _study_sections(study: Any) -> list[tuple[str, Any]]:
     import optuna.visualization as vis
 
-    figures: list[Any] = []
-    multi = len(study.directions) > 1
+    sections: list[tuple[str, Any]] = []
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     if not complete:
-        return figures
+        return sections
+    names = study.metric_names or [f"objective {k}" for k in range(len(study.directions))]
+    multi = len(names) > 1
     if multi:
-        figures.append(vis.plot_pareto_front(study))
-        names = study.metric_names or [f"objective {k}" for k in range(len(study.directions))]
+        sections.append(("Pareto front", vis.plot_pareto_front(study, target_names=names)))
         for k, name in enumerate(names):
-            figures.append(
-                vis.plot_optimization_history(
-                    study, target=functools.partial(_value, k=k), target_name=name
-                )
+            history = vis.plot_optimization_history(
+                study, target=functools.partial(_value, k=k), target_name=name
             )
+            sections.append((f"History: {name}", history))
     else:
-        figures.append(vis.plot_optimization_history(study))
+        sections.append((f"History: {names[0]}", vis.plot_optimization_history(study)))
     if len(complete) >= 5 and len(complete[0].params) >= 2:
         target = functools.partial(_value, k=0) if multi else None
         # Too little variation to rank the parameters: leave the figure out.
-        with contextlib.suppress(RuntimeError, ValueError):
-            figures.append(vis.plot_param_importances(study, target=target))
-    return figures
+        with contextlib.suppress(RuntimeError, ValueError), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # Optuna's note on the target's sign
+            importances = vis.plot_param_importances(study, target=target, target_name=names[0])
+            sections.append((f"Parameter importances for {names[0]}", importances))
+    return sections
 
 
 def _headline(result: Result | None, facts: Sequence[tuple[str, str]]) -> str:
@@ -360,7 +367,7 @@ def report_html(
         if recording.cpu_samples:  # a measured storm has no CPU timeline
             sections.append(("CPU", cpu_figure(recording)))
     if study is not None:
-        sections += [("Search", fig) for fig in study_figures(study)]
+        sections += _study_sections(study)
     parts = []
     for k, (heading, fig) in enumerate(sections):
         div = fig.to_html(full_html=False, include_plotlyjs=(k == 0), default_width="100%")

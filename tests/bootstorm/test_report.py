@@ -111,3 +111,23 @@ def test_cli_writes_a_report(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_a_study_report_has_the_front_histories_and_importances() -> None:
+    from bootstorm.models import load_profile
+    from bootstorm.optimizers import SearchSpace, StudySpec, optimize
+
+    storm = Scenario(cni="ipvtap", sandboxes=60, profile="paper-000")
+    space = SearchSpace.default(
+        cni="ipvtap",
+        sandboxes=60,
+        profile=load_profile("paper-000"),
+        pool_kinds_searched=("netns",),
+    )
+    spec = StudySpec(
+        scenario=storm, space=space, objectives=("makespan", "memory"), trials=8, storage=None
+    )
+    result = optimize(spec)
+    page = report_html(title="study", study=result.study)
+    for heading in ("Pareto front", "History: makespan", "History: memory"):
+        assert f"<h2>{heading}</h2>" in page
