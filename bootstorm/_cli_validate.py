@@ -24,7 +24,7 @@ def _console() -> Console:
 
 
 def calibrate_trace(
-    trace_path: Path,
+    trace_paths: list[Path],
     *,
     output: Path | None,
     bootstrap: int,
@@ -37,22 +37,24 @@ def calibrate_trace(
     from .traces import read_trace
 
     console = _console()
-    trace = read_trace(trace_path)
+    traces = [read_trace(p) for p in trace_paths]
     try:
-        StormStats.of(trace)
+        StormStats.pooled(traces)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    with console.status(f"fitting a local profile to {trace_path.name} …") as status:
+    name = trace_paths[0].name + (f" and {len(traces) - 1} more" if len(traces) > 1 else "")
+    trace = traces[0]
+    with console.status(f"fitting a local profile to {name} …") as status:
         report = fit_trace(
-            trace,
+            traces,
             max_evaluations=max_evaluations,
             on_evaluation=lambda n, cost: status.update(
-                f"fitting a local profile to {trace_path.name} … evaluation {n}, cost {cost:.4g}"
+                f"fitting a local profile to {name} … evaluation {n}, cost {cost:.4g}"
             ),
         )
     console.print(
         target_table(
-            f"local profile vs {trace_path.name} ({report.evaluations} evaluations)",
+            f"local profile vs {name} ({report.evaluations} evaluations)",
             report.checks,
         )
     )
@@ -77,14 +79,15 @@ def validate_storm(
     sandboxes: int,
     config: Path | None,
     profile: Path | None,
-    calibrate_from: Path | None,
-    measured: Path | None,
+    calibrate_from: list[Path] | None,
+    measured: list[Path] | None,
     trace_out: Path | None,
     threshold: float,
     vm: bool,
     as_json: bool,
     agent: str | None = None,
     token_file: Path | None = None,
+    repeat: int = 1,
 ) -> None:
     """Measure a storm (or read one), predict it, print both and the errors."""
     from .calibration.trace_fit import StormStats, fit_trace, predicted_vs_measured
@@ -92,30 +95,36 @@ def validate_storm(
 
     if not threshold > 0.0:
         raise ConfigError(f"threshold: must be > 0, but got {threshold}")
-    if (profile is None) == (calibrate_from is None):
+    if (profile is None) == (not calibrate_from):
         raise ConfigError("profile: give exactly one of --profile FILE or --calibrate-from TRACE")
     console = _console()
     tuned = TunedConfig.from_yaml(config) if config is not None else None
     if profile is not None:
         local = Profile.from_yaml(profile)
     else:
-        assert calibrate_from is not None
-        with console.status(f"fitting a local profile to {calibrate_from.name} …"):
-            local = fit_trace(read_trace(calibrate_from)).profile
-    if measured is not None:
-        trace = read_trace(measured)
+        assert calibrate_from
+        with console.status(f"fitting a local profile to {calibrate_from[0].name} …"):
+            local = fit_trace([read_trace(p) for p in calibrate_from]).profile
+    if measured:
+        traces = [read_trace(p) for p in measured]
     else:
         admission = None
         if agent is not None:
             from ._cli_testbed import agent_admission
 
             admission = agent_admission(agent, token_file, tuned)
-        trace = _run_testbed(sandboxes, tuned, vm, console, admission)
-        if trace_out is not None:
-            write_trace(trace, trace_out)
-    stats = StormStats.of(trace)
+        traces = []
+        for k in range(repeat):
+            traces.append(_run_testbed(sandboxes, tuned, vm, console, admission))
+            if trace_out is not None:
+                path = trace_out if repeat == 1 else trace_out.with_name(f"{k}-{trace_out.name}")
+                write_trace(traces[-1], path)
+    try:
+        stats = StormStats.pooled(traces)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     scenario = stats.scenario()
-    comparisons = predicted_vs_measured(trace, local)
+    comparisons = predicted_vs_measured(traces, local)
     rows = [(c.metric, c.measured, c.predicted) for c in comparisons]
     errors = {c.metric: c.rel_error for c in comparisons}
     headline = ("makespan_s", "startup mean_s", "startup p99_s")
@@ -128,12 +137,14 @@ def validate_storm(
                 {"metric": n, "measured": m, "predicted": p, "rel_error": errors[n]}
                 for n, m, p in rows
             ],
+            "runs": len(traces),
             "threshold": threshold,
             "within": not failed,
         }
         sys.stdout.write(json.dumps(payload) + "\n")
     else:
-        table = Table(title=f"{stats.sandboxes} × {stats.cni}: predicted vs measured")
+        runs = f", median of {len(traces)} runs" if len(traces) > 1 else ""
+        table = Table(title=f"{stats.sandboxes} × {stats.cni}: predicted vs measured{runs}")
         for col in ("metric", "measured", "predicted", "error"):
             table.add_column(col, justify="left" if col == "metric" else "right")
         for name, m, p in rows:

@@ -209,8 +209,11 @@ def calibrate(
     ] = False,
     max_evaluations: Annotated[int, typer.Option(help="Budget of objective evaluations.")] = 150,
     trace: Annotated[
-        Path | None,
-        typer.Option(help="Fit a local testbed profile to this recorded storm instead."),
+        list[Path] | None,
+        typer.Option(
+            help="Fit a local testbed profile to this recorded storm instead "
+            "(repeat for several runs of one storm: pooled)."
+        ),
     ] = None,
     bootstrap: Annotated[
         int, typer.Option(help="With --trace: refits on resampled sandboxes for an interval.")
@@ -221,7 +224,7 @@ def calibrate(
 ) -> None:
     """Fit a profile to a paper's *fit* rows (or to a recorded storm, --trace)
     and print the per-target error table."""
-    if trace is not None:
+    if trace:
         from ._cli_validate import calibrate_trace
 
         calibrate_trace(
@@ -339,11 +342,21 @@ def validate(
     ] = None,
     profile: Annotated[Path | None, typer.Option(help="The node's fitted profile YAML.")] = None,
     calibrate_from: Annotated[
-        Path | None, typer.Option(help="Fit the node's profile to this recorded storm first.")
+        list[Path] | None,
+        typer.Option(
+            help="Fit the node's profile to this recorded storm first (repeat: several runs)."
+        ),
     ] = None,
     measured: Annotated[
-        Path | None, typer.Option(help="Compare this recorded storm instead of running one.")
+        list[Path] | None,
+        typer.Option(
+            help="Compare this recorded storm instead of running one (repeat: several runs "
+            "of one storm, pooled; the makespan is their median)."
+        ),
     ] = None,
+    repeat: Annotated[
+        int, typer.Option(help="Run the storm this many times and compare the median.")
+    ] = 1,
     trace: Annotated[Path | None, typer.Option(help="Write the measured storm here.")] = None,
     threshold: Annotated[
         float, typer.Option(help="Exit 1 if makespan, mean or p99 is off by more (0.15 = 15%).")
@@ -370,6 +383,7 @@ def validate(
         as_json=as_json,
         agent=agent,
         token_file=token_file,
+        repeat=repeat,
     )
 
 

@@ -25,6 +25,7 @@ replacement, refitted) gives a confidence interval on any prediction.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +77,44 @@ class StormStats:
     #: in StartVM, and by kworkers on its behalf (no sandbox).
     vm_rtnl_waits: int = 0
     kworker_rtnl_waits: int = 0
+    #: Makespans and p99 startups of the runs pooled here (one per recorded storm).
+    makespans_s: tuple[float, ...] = ()
+    p99s_s: tuple[float, ...] = ()
+
+    @classmethod
+    def pooled(cls, traces: Sequence[Trace]) -> StormStats:
+        """Several recordings of one storm as one: every sandbox of every run
+        pooled for means and percentiles, the median makespan of the runs.
+        Single storms on a small host vary by tens of percent from run to run."""
+        if not traces:
+            raise ValueError("trace: give at least one recorded storm")
+        runs = [cls.of(t) for t in traces]
+        first = runs[0]
+        for r in runs[1:]:
+            if (r.sandboxes, r.cni, r.pools, r.limits) != (
+                first.sandboxes,
+                first.cni,
+                first.pools,
+                first.limits,
+            ):
+                raise ValueError(
+                    "trace: pooled storms must be the same storm (sandboxes, variant, pools, "
+                    f"limits), but got {first.sandboxes} x {first.cni} and {r.sandboxes} x {r.cni}"
+                )
+        if len(runs) == 1:
+            return first
+        return dataclasses.replace(
+            first,
+            latency_s=np.concatenate([r.latency_s for r in runs]),
+            stage_s={s: np.concatenate([r.stage_s[s] for r in runs]) for s in first.stage_s},
+            rtnl_wait_s=float(np.mean([r.rtnl_wait_s for r in runs])),
+            complete=np.arange(sum(r.latency_s.size for r in runs)),
+            background_load=float(np.mean([r.background_load for r in runs])),
+            vm_rtnl_waits=max(r.vm_rtnl_waits for r in runs),
+            kworker_rtnl_waits=round(float(np.mean([r.kworker_rtnl_waits for r in runs]))),
+            makespans_s=tuple(r.makespan_s for r in runs),
+            p99s_s=tuple(r.p99_s for r in runs),
+        )
 
     @classmethod
     def of(cls, trace: Trace, *, sandboxes: Sequence[int] | None = None) -> StormStats:
@@ -148,7 +187,17 @@ class StormStats:
 
     @property
     def makespan_s(self) -> float:
+        """The makespan (of several runs: their median)."""
+        if self.makespans_s:
+            return float(np.median(self.makespans_s))
         return float(self.latency_s.max())
+
+    @property
+    def p99_s(self) -> float:
+        """The p99 startup (of several runs: the median of their p99s)."""
+        if self.p99s_s:
+            return float(np.median(self.p99s_s))
+        return float(np.percentile(self.latency_s, 99.0))
 
     def targets(self) -> list[PaperTarget]:
         """Each stage's mean time, the mean startup and the makespan (fitted), and
@@ -299,7 +348,7 @@ def _service_cv(stats: StormStats) -> float:
 
 
 def fit_trace(
-    trace: Trace,
+    trace: Trace | Sequence[Trace],
     *,
     seed: int = 0,
     max_evaluations: int = 120,
@@ -307,8 +356,15 @@ def fit_trace(
     start: Profile | None = None,
     on_evaluation: Callable[[int, float], None] | None = None,
 ) -> FitReport:
-    """Fit a ``local`` testbed profile to ``trace`` (over ``sandboxes``, for a resample)."""
-    stats = StormStats.of(trace, sandboxes=sandboxes)
+    """Fit a ``local`` testbed profile to ``trace`` (over ``sandboxes``, for a
+    resample), or to several recordings of one storm, pooled."""
+    if isinstance(trace, Trace):
+        stats = StormStats.of(trace, sandboxes=sandboxes)
+    else:
+        if sandboxes is not None:
+            raise ValueError("sandboxes: a resample is of one recorded storm")
+        stats = StormStats.pooled(trace)
+        trace = trace[0]
     h = trace.header
     base = start or testbed_template(
         cores=stats.cores,
@@ -412,13 +468,16 @@ class Comparison:
         return (self.predicted - self.measured) / self.measured if self.measured else float("inf")
 
 
-def predicted_vs_measured(trace: Trace, profile: Profile, *, seed: int = 0) -> list[Comparison]:
+def predicted_vs_measured(
+    trace: Trace | Sequence[Trace], profile: Profile, *, seed: int = 0
+) -> list[Comparison]:
     """Makespan, mean and p99 startup and each stage's mean: the recorded storm
-    against the same storm simulated under ``profile``."""
+    (or several recordings of it, pooled) against the same storm simulated
+    under ``profile``."""
     from ..models import compile_scenario
     from ..simulator import run_program
 
-    stats = StormStats.of(trace)
+    stats = StormStats.of(trace) if isinstance(trace, Trace) else StormStats.pooled(trace)
     result = run_program(compile_scenario(stats.scenario(), seed=seed, profile=profile))
     rows = [
         Comparison(metric="makespan_s", measured=stats.makespan_s, predicted=result.makespan_s),
@@ -427,11 +486,7 @@ def predicted_vs_measured(trace: Trace, profile: Profile, *, seed: int = 0) -> l
             measured=float(stats.latency_s.mean()),
             predicted=result.startup.mean,
         ),
-        Comparison(
-            metric="startup p99_s",
-            measured=float(np.percentile(stats.latency_s, 99.0)),
-            predicted=result.startup.p99,
-        ),
+        Comparison(metric="startup p99_s", measured=stats.p99_s, predicted=result.startup.p99),
     ]
     rows += [
         Comparison(

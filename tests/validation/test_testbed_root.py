@@ -206,3 +206,38 @@ def test_cli_json_and_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert payload["header"]["scenario"]["cni"] == "veth-peer-in-netns"
     assert read_trace(out).header == read_trace(out).header  # a whole, readable file
     assert _objects_of(payload["run"]) == []
+
+
+def test_validate_a_live_storm_against_a_fitted_profile(tmp_path: Path) -> None:
+    """`bootstorm validate` end to end: fit the host's profile to a recorded
+    storm, run a real storm, simulate it, compare; JSON rows and exit codes."""
+    import json
+    import subprocess
+
+    data = Path(__file__).resolve().parents[2] / "traces" / "data" / "validation"
+    args = [
+        sys.executable,
+        "-c",
+        "from bootstorm.cli import main; main()",
+        "validate",
+        "--calibrate-from",
+        str(data / "storm-50-run1.jsonl.gz"),
+        "--sandboxes",
+        "10",
+        "--no-vm",
+        "--json",
+        "--trace",
+        str(tmp_path / "measured.jsonl.gz"),
+    ]
+    loose = subprocess.run(
+        [*args, "--threshold", "100"], capture_output=True, text=True, timeout=600
+    )
+    assert loose.returncode == 0, loose.stderr
+    data_out = json.loads(loose.stdout)
+    assert data_out["sandboxes"] == 10 and data_out["within"] is True
+    assert [r["metric"] for r in data_out["rows"]][:3] == [
+        "makespan_s",
+        "startup mean_s",
+        "startup p99_s",
+    ]
+    assert (tmp_path / "measured.jsonl.gz").stat().st_size > 0

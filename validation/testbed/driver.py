@@ -122,6 +122,9 @@ class StormOptions(BaseModel):
     config:
         A tuned config: its ``limits`` gate the stages, its ``pools.netns``
         namespaces are created before the storm.
+    settle_s:
+        Wait up to this long for the host to be quiet before the storm (the
+        kernel still tears down an earlier storm's namespaces for seconds).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -137,6 +140,7 @@ class StormOptions(BaseModel):
     buffer_size_kb: int | None = Field(default=None, ge=64)
     max_lock_spans: int | None = Field(default=None, ge=0)
     config: TunedConfig | None = None
+    settle_s: float = Field(default=20.0, ge=0.0)
 
     @model_validator(mode="after")
     def _known_stages(self) -> StormOptions:
@@ -191,6 +195,21 @@ def _busy_cores(window_s: float) -> float:
     cores = os.cpu_count() or 1
     elapsed = total1 - total0
     return cores * (1.0 - (idle1 - idle0) / elapsed) if elapsed > 0 else 0.0
+
+
+# Other work below this many cores counts as a quiet host.
+_QUIET_CORES = 0.25
+
+
+def _settle(max_s: float) -> float:
+    """Wait (at most ``max_s``) until the host is quiet — the kernel tears an
+    earlier storm's namespaces down in kworkers for seconds after it ends —
+    and return the cores other work keeps busy then."""
+    deadline = time.monotonic() + max_s
+    busy = _busy_cores(0.5)
+    while busy > _QUIET_CORES and time.monotonic() < deadline:
+        busy = _busy_cores(0.5)
+    return busy
 
 
 def _host_facts() -> HostFacts:
@@ -508,7 +527,8 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             f"load average before the storm: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
             f"on {os.cpu_count()} cores"
         )
-        storm.notes.append(f"cores busy before the storm: {_busy_cores(0.5):.2f}")
+        busy = _settle(options.settle_s)
+        storm.notes.append(f"cores busy before the storm: {busy:.2f}")
         storm.prepare()
         barrier = threading.Barrier(options.sandboxes + 1)
         threads = [
