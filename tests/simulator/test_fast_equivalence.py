@@ -120,14 +120,23 @@ def test_programs_with_branches(n: int, cores: int, work: list[float]) -> None:
     assert_equivalent(program)
 
 
-# The paper profiles' storms, over every network the models know.
-@pytest.mark.parametrize("cni", CNI_NAMES)
-def test_paper_storms(cni: str) -> None:
-    try:
-        program = compile_scenario(Scenario(cni=cni, sandboxes=100))
-    except (ValueError, KeyError) as exc:  # pragma: no cover - a CNI the default profile lacks
-        pytest.skip(f"{cni}: {exc}")
-    assert_equivalent(program)
+# The paper profiles' storms, over every network the models know. SR-IOV
+# needs a profile with an ``sriov`` section (paper-001); the testbed CNIs need
+# a profile fitted to a recorded storm, which no built-in profile has; paper-002
+# and paper-004 describe data planes only.
+_SRIOV = ("sriov", "fastiov", "prezero")
+STORMS = [
+    *(
+        (cni, "paper-001" if cni.startswith(_SRIOV) else "paper-000")
+        for cni in CNI_NAMES
+        if not cni.startswith("testbed")
+    ),
+]
+
+
+@pytest.mark.parametrize(("cni", "profile"), STORMS)
+def test_paper_storms(cni: str, profile: str) -> None:
+    assert_equivalent(compile_scenario(Scenario(cni=cni, profile=profile, sandboxes=100)))
 
 
 def test_paper_storms_with_knobs() -> None:
