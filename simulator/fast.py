@@ -584,7 +584,9 @@ class _FastRun:
             self.timer_at = due
             self.timer_gen += 1
             delay = due - last
-            self._schedule(self.now + (delay if delay > 0.0 else 0.0), _NORMAL, _TIMER, self.timer_gen)
+            self._schedule(
+                self.now + (delay if delay > 0.0 else 0.0), _NORMAL, _TIMER, self.timer_gen
+            )
 
     def _on_timer(self) -> None:
         self.timer_at = math.inf

@@ -108,7 +108,9 @@ def test_programs_with_branches(n: int, cores: int, work: list[float]) -> None:
     """Sandboxes spawn branches that contend for the sandboxes' lock."""
     locks = (LockSpec(name="L", kind=LockKind.MUTEX), LockSpec(name="S", kind=LockKind.SPIN))
     plan: SandboxPlan = (
-        Stage("a", (Cpu(work[0]), Async("nic", (Hold("L", (Cpu(work[1]),)), Sleep(0.1)), ready=True))),
+        Stage(
+            "a", (Cpu(work[0]), Async("nic", (Hold("L", (Cpu(work[1]),)), Sleep(0.1)), ready=True))
+        ),
         Stage("b", (Hold("L", (Cpu(work[2]), Hold("S", (Cpu(0.01),)))), Sleep(work[0]))),
     )
     program = compile_program(
