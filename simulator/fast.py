@@ -257,12 +257,22 @@ class _FastRun:
             self._schedule(0.0, _URGENT, _START, task)
         queue = self.queue
         pop = heapq.heappop
+        kinds, amounts, locks, args = self.kinds, self.amounts, self.locks, self.args
+        pcs, spin_depth, step = self.pc, self.spin_depth, self._step
+        events = 0
         while queue:
             at, _, _, what, x = pop(queue)
             self.now = at
-            self.events += 1
+            events += 1
             if what == _RESUME:
-                self._resume(x)
+                # The event the task waited on happened: finish its op, then go on.
+                pc = pcs[x]
+                kind = kinds[pc]
+                if kind == _ACQUIRE and locks[args[pc]].kind == _SPINLOCK:
+                    spin_depth[x] += 1
+                elif kind == _ZERO:
+                    self.zeroed_bytes += amounts[pc]
+                step(x, pc + 1)
             elif what == _TIMER:
                 if x == self.timer_gen:
                     self._on_timer()
@@ -270,6 +280,7 @@ class _FastRun:
                 self._step(x, self.pc[x])
             else:
                 self._start(x)
+        self.events = events
         stuck = np.flatnonzero(np.isnan(np.concatenate([self.finish, self.branch_finish])))
         if stuck.size:
             raise DeadlockError(
@@ -286,16 +297,6 @@ class _FastRun:
             self._schedule(self.now + arrival, _NORMAL, _ARRIVE, task)
             return
         self._step(task, self.pc[task])
-
-    def _resume(self, task: int) -> None:
-        """The event the task waited on happened: finish its op, then go on."""
-        pc = self.pc[task]
-        kind = self.kinds[pc]
-        if kind == _ACQUIRE and self.locks[self.args[pc]].kind == _SPINLOCK:
-            self.spin_depth[task] += 1
-        elif kind == _ZERO:
-            self.zeroed_bytes += self.amounts[pc]
-        self._step(task, pc + 1)
 
     def _step(self, task: int, pc: int) -> None:
         """Interpret ``task`` from ``pc`` until it waits or ends."""
@@ -418,7 +419,8 @@ class _FastRun:
             self._settle()
         lock.stats.dequeue(now, now - waiter.since)
         self._take(lock, task, stage)
-        self._schedule(now, _NORMAL, _RESUME, task)
+        self.eid += 1
+        heapq.heappush(self.queue, (now, _NORMAL, self.eid, _RESUME, task))
 
     def _release(self, task: int, index: int) -> None:
         lock = self.locks[index]
@@ -483,7 +485,14 @@ class _FastRun:
             self.last = self.now
 
     def _cpu_run(self, task: int, work_s: float, acc: int, pinned: bool, guest: bool) -> None:
-        self._advance()
+        now = self.now
+        dt = now - self.last
+        if dt > 0.0:  # _advance, inlined: this is the hottest call
+            self.share_clock += self.share * dt
+            self.pinned_clock += self.pinned_share * dt
+            self.zero_clock += self.zero_speed * dt
+            self.guest_clock += self.guest_share * dt
+            self.last = now
         self.cseq += 1
         if pinned:
             clock = self.pinned_clock
@@ -615,12 +624,17 @@ class _FastRun:
     def _finish_due(self, heap: list[_Job], progress: float, slack: float, clock: float) -> None:
         limit = progress + _REL_EPS * (progress if progress > 1.0 else 1.0) + slack
         pop = heapq.heappop
+        push = heapq.heappush
         acc = self.cpu_acc
         now = self.now
+        queue = self.queue
+        eid = self.eid
         while heap and heap[0][0] <= limit:
             _, _, task, started, slot = pop(heap)
             acc[slot] += clock - started
-            self._schedule(now, _NORMAL, _RESUME, task)
+            eid += 1
+            push(queue, (now, _NORMAL, eid, _RESUME, task))
+        self.eid = eid
 
     # -- the result (as :meth:`.executor._Run._result`, without the recording) -------------
     def _result(self) -> Result:
