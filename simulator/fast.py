@@ -118,7 +118,17 @@ class FastExecutor:
 
     Raises :class:`NotImplementedError` for a program that needs a feature
     listed in the module docstring.
+
+    Parameters
+    ----------
+    jit:
+        Run the loop compiled by numba (:mod:`._fast_nb`; needs the ``fast``
+        extra). The first run in a process compiles it (seconds; cached on
+        disk after that).
     """
+
+    def __init__(self, *, jit: bool = False) -> None:
+        self.jit = jit
 
     def run(self, program: Program) -> Result:
         missing = unsupported_features(program)
@@ -126,12 +136,13 @@ class FastExecutor:
             raise NotImplementedError(
                 "FastExecutor does not implement: " + "; ".join(missing) + " (use SimPyExecutor)"
             )
-        return _FastRun(program).run()
+        run = _FastRun(program)
+        return run.run_jit() if self.jit else run.run()
 
 
-def run_program_fast(program: Program) -> Result:
+def run_program_fast(program: Program, *, jit: bool = False) -> Result:
     """Run ``program`` on the fast executor."""
-    return FastExecutor().run(program)
+    return FastExecutor(jit=jit).run(program)
 
 
 class _Lock:
@@ -282,6 +293,82 @@ class _FastRun:
                 self._start(x)
         self.events = events
         stuck = np.flatnonzero(np.isnan(np.concatenate([self.finish, self.branch_finish])))
+        if stuck.size:
+            raise DeadlockError(
+                f"deadlock: {stuck.size} tasks never finished (first: {stuck[:5].tolist()}; "
+                f"tasks from {self.n} on are branches)"
+            )
+        return self._result()
+
+    def run_jit(self) -> Result:
+        """Run the numba kernel and take its counters as this run's."""
+        try:
+            from ._fast_nb import run_kernel
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "FastExecutor(jit=True) needs numba: pip install 'bootstorm[fast]'"
+            ) from exc
+        p = self.p
+        n_stages = len(p.stage_names)
+        kinds = p.op_kind.astype(np.int64)
+        offsets = p.offsets.astype(np.int64)
+        began = np.concatenate([[0], np.cumsum(kinds == _STAGE_BEGIN)])
+        max_depth = int(np.max(began[offsets[1:]] - began[offsets[:-1]], initial=0)) + 1
+        prio = np.zeros((len(p.locks), n_stages + 1), dtype=np.int64)
+        for i, lock in enumerate(self.locks):
+            if lock.priority is not None:
+                prio[i] = lock.priority
+        out = run_kernel(
+            kinds,
+            p.op_arg.astype(np.int64),
+            p.op_amount.astype(np.float64),
+            offsets,
+            np.asarray(self.arrival, dtype=np.float64),
+            np.asarray(self.task_owner, dtype=np.int64),
+            np.asarray(self.spawn_base, dtype=np.int64),
+            self.n,
+            n_stages,
+            np.array([lock.kind for lock in self.locks], dtype=np.int64),
+            prio,
+            np.array([lock.spin_s for lock in self.locks], dtype=np.float64),
+            np.array([g.free for g in self.gates], dtype=np.int64),
+            int(np.sum(kinds == _GATE_ENTER)) + 1,
+            np.array(self.pool_left, dtype=np.int64),
+            np.array(
+                [
+                    float(self.cores),
+                    self.guest_cap,
+                    self.background_jobs,
+                    self.zero_rate,
+                    self.bandwidth,
+                ]
+            ),
+            max_depth,
+        )
+        (finish, cpu_acc, lock_spin, cnt, cnf, by_stage, pool_left) = out[:7]
+        dur_stage, dur_val, stage_time, zeroed, events = out[7:]
+        self.finish = finish[: self.n].copy()
+        self.branch_finish = finish[self.n :].copy()
+        self.cpu_acc = cpu_acc.tolist()
+        self.lock_spin = lock_spin.tolist()
+        for row, counter in enumerate(
+            [lock.stats for lock in self.locks] + [g.stats for g in self.gates]
+        ):
+            counter.acquisitions, counter.contended, counter.waiters, counter.max_waiters = (
+                int(v) for v in cnt[row]
+            )
+            counter.wait_s, counter.hold_s, counter.contended_wall_s = (
+                float(v) for v in cnf[row, :3]
+            )
+        for lock, counts in zip(self.locks, by_stage.tolist(), strict=True):
+            lock.acquisitions_by_stage = counts
+        self.pool_left = pool_left.tolist()
+        for s, d in zip(dur_stage.tolist(), dur_val.tolist(), strict=True):
+            self.stage_durations[s].append(d)
+        self.stage_time = stage_time
+        self.zeroed_bytes = float(zeroed)
+        self.events = int(events)
+        stuck = np.flatnonzero(np.isnan(finish))
         if stuck.size:
             raise DeadlockError(
                 f"deadlock: {stuck.size} tasks never finished (first: {stuck[:5].tolist()}; "

@@ -59,10 +59,27 @@ def _arrays_same(a: np.ndarray, b: np.ndarray, where: str) -> None:
     np.testing.assert_allclose(a, b, rtol=REL, atol=1e-12, equal_nan=True, err_msg=where)
 
 
+try:
+    import numba  # noqa: F401
+
+    JIT = [False, True]
+except ImportError:  # pragma: no cover - without the ``fast`` extra
+    JIT = [False]
+
+
 def assert_equivalent(program: Program) -> Result:
-    """Run both executors on ``program`` and compare everything but ``events``."""
+    """Run the executors on ``program`` and compare everything but ``events``
+    (the plain and the compiled fast loop count the same events: compare those)."""
     ref = run_program(program)
-    fast = run_program_fast(program)
+    for jit in JIT:
+        fast = run_program_fast(program, jit=jit)
+        _assert_same_result(ref, fast)
+        if jit:
+            assert fast.events == run_program_fast(program).events
+    return ref
+
+
+def _assert_same_result(ref: Result, fast: Result) -> None:
     assert fast.recording is None
     _same(
         {k: v for k, v in ref.to_dict().items() if k != "events"},
@@ -76,7 +93,6 @@ def assert_equivalent(program: Program) -> Result:
         assert set(mine) == set(theirs), field
         for name in mine:
             _arrays_same(mine[name], theirs[name], f"{field}[{name}]")
-    return ref
 
 
 @SETTINGS
@@ -160,5 +176,6 @@ def test_unsupported_features_raise() -> None:
         machine=MachineSpec(cores=1),
         locks=(LockSpec(name="L", wake_s=1e-4),),
     )
-    with pytest.raises(NotImplementedError, match=r"lock 'L': wake-up hand-over"):
-        FastExecutor().run(program)
+    for jit in JIT:
+        with pytest.raises(NotImplementedError, match=r"lock 'L': wake-up hand-over"):
+            FastExecutor(jit=jit).run(program)
