@@ -21,7 +21,7 @@ _STAGE_BEGIN, _STAGE_END, _GATE_ENTER, _GATE_EXIT, _POOL_TRY, _JUMP = 6, 7, 8, 9
 _SPAWN, _GUEST_CPU = 12, 13
 _WORK, _SPIN, _ZEROING = 0, 1, 2
 _URGENT, _NORMAL = 0, 1
-_START, _ARRIVE, _RESUME, _TIMER = 0, 1, 2, 3
+_START, _ARRIVE, _RESUME, _TIMER, _WAKE = 0, 1, 2, 3, 4
 _MUTEX, _SPINLOCK, _RW = 0, 1, 2
 _REL_EPS = 1e-12
 
@@ -149,6 +149,48 @@ def _stop(c: Any, ci: Any, s: int, sp: Any, cpu_acc: Any, lock_spin: Any) -> Non
 
 
 @njit(cache=True)  # type: ignore[misc,unused-ignore]
+def _grant(
+    lk: int,
+    w: int,
+    c: Any,
+    ci: Any,
+    machine: Any,
+    queue: Any,
+    work: Any,
+    pinned: Any,
+    zeroing: Any,
+    guest: Any,
+    deadlines: Any,
+    sp: Any,
+    cpu_acc: Any,
+    lock_spin: Any,
+    cnt: Any,
+    cnf: Any,
+    acq_by_stage: Any,
+    held_since: Any,
+    waiters: Any,
+) -> None:
+    """Hand lock ``lk`` to waiter ``w`` (owner or readers already updated)."""
+    w_task, w_stage, w_since, w_spin = waiters
+    now = c[_NOW]
+    s = w_spin[w]
+    if s >= 0 and sp[0][s]:
+        _advance(c)
+        _stop(c, ci, s, sp, cpu_acc, lock_spin)
+        _settle(c, ci, machine, queue, work, pinned, zeroing, guest, deadlines, sp[0])
+    # ContentionCounter.dequeue, then the take
+    cnt[lk, 2] -= 1
+    cnf[lk, 0] += now - w_since[w]
+    if cnt[lk, 2] == 0:
+        cnf[lk, 2] += now - cnf[lk, 3]
+    cnt[lk, 0] += 1
+    acq_by_stage[lk, w_stage[w]] += 1
+    held_since[lk, w_task[w]] = now
+    ci[_EID] += 1
+    heapq.heappush(queue, (now, _NORMAL, ci[_EID], _RESUME, w_task[w]))
+
+
+@njit(cache=True)  # type: ignore[misc,unused-ignore]
 def run_kernel(
     kinds: Any,
     args: Any,
@@ -162,6 +204,7 @@ def run_kernel(
     lock_kind: Any,
     lock_prio: Any,
     lock_spin_s: Any,
+    lock_wake_s: Any,
     gate_permits: Any,
     gate_cap: int,
     pool_left: Any,
@@ -217,6 +260,7 @@ def run_kernel(
     w_since = np.zeros(n_ops + 1)
     w_shared = np.zeros(n_ops + 1, dtype=np.bool_)
     w_spin = np.full(n_ops + 1, -1, dtype=np.int64)
+    waiters = (w_task, w_stage, w_since, w_spin)
     n_w = 0
     sp_active = np.zeros(n_ops + 1, dtype=np.bool_)
     sp_start = np.zeros(n_ops + 1)
@@ -229,6 +273,8 @@ def run_kernel(
     l_owner = np.full(n_locks, -1, dtype=np.int64)
     l_readers = np.zeros(n_locks, dtype=np.int64)
     l_seq = np.zeros(n_locks, dtype=np.int64)
+    l_waking = np.full(n_locks, -1, dtype=np.int64)  # the woken waiter, not yet running
+    l_handoff = np.zeros(n_locks, dtype=np.bool_)  # the head lost a race: hand to it
     held_since = np.zeros((n_locks, n_tasks))
     # Counters (locks then gates): acquisitions, contended, waiters, max_waiters;
     # wait_s, hold_s, contended_wall_s, busy_since.
@@ -275,6 +321,40 @@ def run_kernel(
                     if sp_active[s]:
                         _stop(c, ci, s, sp, cpu_acc, lock_spin)
             _settle(c, ci, machine, queue, work, pinned, zeroing, guest, deadlines, sp_active)
+            continue
+        if what == _WAKE:
+            lk = x
+            w = l_waking[lk]
+            l_waking[lk] = -1
+            q = lock_q[lk]
+            if len(q) == 0 or q[0][2] != w:
+                continue  # only a higher-priority newcomer can overtake
+            if l_owner[lk] < 0:
+                heapq.heappop(q)
+                l_owner[lk] = w_task[w]
+                _grant(
+                    lk,
+                    w,
+                    c,
+                    ci,
+                    machine,
+                    queue,
+                    work,
+                    pinned,
+                    zeroing,
+                    guest,
+                    deadlines,
+                    sp,
+                    cpu_acc,
+                    lock_spin,
+                    cnt,
+                    cnf,
+                    acq_by_stage,
+                    held_since,
+                    waiters,
+                )
+            else:
+                l_handoff[lk] = True  # stolen while it woke: the next release is its
             continue
         task = x
         if what == _START:
@@ -397,8 +477,18 @@ def run_kernel(
                         spin_depth[task] -= 1
                     if len(q) == 0:
                         l_owner[lk] = -1
-                    else:
+                    elif lock_wake_s[lk] <= 0.0 or l_handoff[lk]:
+                        l_handoff[lk] = False
                         grants = 1
+                    else:
+                        # Free the lock and wake the head; until it runs, a running
+                        # task may take the lock (acquire's fast path).
+                        l_owner[lk] = -1
+                        if l_waking[lk] < 0:
+                            l_waking[lk] = q[0][2]
+                            ci[_EID] += 1
+                            at = now + lock_wake_s[lk]
+                            heapq.heappush(queue, (at, _NORMAL, ci[_EID], _WAKE, lk))
                 else:
                     if l_owner[lk] == task:
                         l_owner[lk] = -1
@@ -413,32 +503,27 @@ def run_kernel(
                         l_readers[lk] += 1
                     else:
                         l_owner[lk] = w_task[w]
-                    s = w_spin[w]
-                    if s >= 0 and sp_active[s]:
-                        _advance(c)
-                        _stop(c, ci, s, sp, cpu_acc, lock_spin)
-                        _settle(
-                            c,
-                            ci,
-                            machine,
-                            queue,
-                            work,
-                            pinned,
-                            zeroing,
-                            guest,
-                            deadlines,
-                            sp_active,
-                        )
-                    # ContentionCounter.dequeue
-                    cnt[lk, 2] -= 1
-                    cnf[lk, 0] += now - w_since[w]
-                    if cnt[lk, 2] == 0:
-                        cnf[lk, 2] += now - cnf[lk, 3]
-                    cnt[lk, 0] += 1
-                    acq_by_stage[lk, w_stage[w]] += 1
-                    held_since[lk, w_task[w]] = now
-                    ci[_EID] += 1
-                    heapq.heappush(queue, (now, _NORMAL, ci[_EID], _RESUME, w_task[w]))
+                    _grant(
+                        lk,
+                        w,
+                        c,
+                        ci,
+                        machine,
+                        queue,
+                        work,
+                        pinned,
+                        zeroing,
+                        guest,
+                        deadlines,
+                        sp,
+                        cpu_acc,
+                        lock_spin,
+                        cnt,
+                        cnf,
+                        acq_by_stage,
+                        held_since,
+                        waiters,
+                    )
                     if grants == 1:
                         grants = 0
             elif kind == _STAGE_BEGIN:

@@ -20,17 +20,24 @@ to the next waiter on release; spinlock waiters spin pinned), so that the
 floating-point sums are made in the same order and results agree to the bit
 on every program the equivalence tests generate.
 
-Not implemented (a program that uses them raises :class:`NotImplementedError`
-naming the feature, rather than running differently):
+Implemented: every op kind (CPU, GUEST_CPU under the quota, SLEEP, ZERO
+under the bandwidth cap, ACQUIRE/ACQUIRE_SHARED/RELEASE, STAGE_BEGIN/END,
+GATE_ENTER/EXIT, POOL_TRY, JUMP, SPAWN); mutexes with FIFO or stage-priority
+grant, optimistic spinning (``spin_s``: the CPU's spin deadlines) and the
+wake-up hand-over (``wake_s``: a wake event, stealing, the hand-off flag);
+spinlocks (pinned tier); fair reader-writer locks; ``background_jobs`` and
+``reserved_cores``. Not implemented: recording (``Result.recording`` is
+None; use the reference executor with ``record=True`` for spans).
 
-- mutexes handed over through a wake-up (``LockSpec.wake_s > 0``): needs the
-  wake timer, lock stealing and the hand-off flag.
-
-Toward numba: all state is already flat (lists of floats and ints, heaps of
-tuples); an ``@njit`` version would keep the same loop with typed arrays for
-task state, ``numba.typed.List`` heaps of ``(float, int, int, int)`` tuples and
-lock queues as per-lock typed heaps of ``(prio, seq, task)``, with the result
-assembled in Python as here.
+Two loops run this algorithm. ``FastExecutor()`` is plain Python (this
+module): about 1.5x SimPy, since the event count is the model's and a
+hand-written heap costs about as much per event as SimPy's own loop.
+``FastExecutor(jit=True)`` runs :mod:`._fast_nb`, the same statements over
+flat arrays compiled by numba (the optional ``fast`` extra), several times
+faster again; it compiles once per machine (``cache=True``). Both are
+checked against the reference by ``tests/simulator/test_fast_equivalence.py``
+and agree with it to the bit on every generated program so far, event counts
+between them included.
 """
 
 from __future__ import annotations
@@ -68,7 +75,7 @@ _WORK, _SPIN, _ZEROING = 0, 1, 2
 # SimPy's priorities: a process start (Initialize) before anything else due then.
 _URGENT, _NORMAL = 0, 1
 # What an event does when it is popped.
-_START, _ARRIVE, _RESUME, _TIMER = 0, 1, 2, 3
+_START, _ARRIVE, _RESUME, _TIMER, _WAKE = 0, 1, 2, 3, 4
 
 _MUTEX, _SPINLOCK, _RW = int(LockKind.MUTEX), int(LockKind.SPIN), int(LockKind.RW)
 
@@ -104,20 +111,8 @@ class _Waiter:
         self.spin: _Spin | None = None
 
 
-def unsupported_features(program: Program) -> list[str]:
-    """The features ``program`` uses that :class:`FastExecutor` does not implement."""
-    out = []
-    for spec in program.locks:
-        if spec.wake_s > 0.0:
-            out.append(f"lock {spec.name!r}: wake-up hand-over (wake_s={spec.wake_s})")
-    return out
-
-
 class FastExecutor:
     """Runs a :class:`Program` on a hand-written event heap (no recording).
-
-    Raises :class:`NotImplementedError` for a program that needs a feature
-    listed in the module docstring.
 
     Parameters
     ----------
@@ -131,11 +126,6 @@ class FastExecutor:
         self.jit = jit
 
     def run(self, program: Program) -> Result:
-        missing = unsupported_features(program)
-        if missing:
-            raise NotImplementedError(
-                "FastExecutor does not implement: " + "; ".join(missing) + " (use SimPyExecutor)"
-            )
         run = _FastRun(program)
         return run.run_jit() if self.jit else run.run()
 
@@ -150,6 +140,7 @@ class _Lock:
 
     __slots__ = (
         "acquisitions_by_stage",
+        "handoff",
         "held_since",
         "kind",
         "owner",
@@ -159,13 +150,23 @@ class _Lock:
         "seq",
         "spin_s",
         "stats",
+        "wake_s",
+        "waking",
     )
 
     def __init__(
-        self, kind: int, priority: list[int] | None, n_stage_slots: int, spin_s: float
+        self,
+        kind: int,
+        priority: list[int] | None,
+        n_stage_slots: int,
+        spin_s: float,
+        wake_s: float,
     ) -> None:
         self.kind = kind
         self.spin_s = spin_s
+        self.wake_s = wake_s
+        self.waking: _Waiter | None = None  # woken, not yet running
+        self.handoff = False  # the head waiter lost a race once: hand to it directly
         self.priority = priority
         self.stats = ContentionCounter()
         self.queue: list[tuple[int, int, _Waiter]] = []
@@ -234,7 +235,9 @@ class _FastRun:
             if spec.stage_priority:
                 prio = dict(spec.stage_priority)
                 priority = [prio.get(name, 0) for name in program.stage_names] + [0]
-            self.locks.append(_Lock(int(spec.kind), priority, n_stages + 1, spec.spin_s))
+            self.locks.append(
+                _Lock(int(spec.kind), priority, n_stages + 1, spec.spin_s, spec.wake_s)
+            )
         self.gates = [_Gate(g.permits) for g in program.gates]
         self.pool_left = [pool.capacity for pool in program.pools]
         # -- tasks
@@ -289,6 +292,8 @@ class _FastRun:
                     self._on_timer()
             elif what == _ARRIVE:
                 self._step(x, self.pc[x])
+            elif what == _WAKE:
+                self._woken(x)
             else:
                 self._start(x)
         self.events = events
@@ -331,6 +336,7 @@ class _FastRun:
             np.array([lock.kind for lock in self.locks], dtype=np.int64),
             prio,
             np.array([lock.spin_s for lock in self.locks], dtype=np.float64),
+            np.array([lock.wake_s for lock in self.locks], dtype=np.float64),
             np.array([g.free for g in self.gates], dtype=np.int64),
             int(np.sum(kinds == _GATE_ENTER)) + 1,
             np.array(self.pool_left, dtype=np.int64),
@@ -517,10 +523,18 @@ class _FastRun:
         if lock.kind != _RW:
             if not queue:
                 lock.owner = -1
-            else:
+            elif lock.wake_s <= 0.0 or lock.handoff:
+                lock.handoff = False
                 waiter = heapq.heappop(queue)[2]
                 lock.owner = waiter.task
                 self._grant(index, lock, waiter)
+            else:
+                # Free the lock and wake the head waiter; until it runs, anyone
+                # already running may take the lock (acquire's fast path).
+                lock.owner = -1
+                if lock.waking is None:
+                    lock.waking = queue[0][2]
+                    self._schedule(self.now + lock.wake_s, _NORMAL, _WAKE, index)
             return
         if lock.owner == task:
             lock.owner = -1
@@ -539,6 +553,20 @@ class _FastRun:
             waiter = heapq.heappop(queue)[2]
             lock.readers += 1
             self._grant(index, lock, waiter)
+
+    def _woken(self, index: int) -> None:
+        lock = self.locks[index]
+        waiter = lock.waking
+        assert waiter is not None  # a wake event is scheduled with its waiter
+        lock.waking = None
+        if not lock.queue or lock.queue[0][2] is not waiter:
+            return  # only a higher-priority newcomer can overtake
+        if lock.owner < 0:
+            heapq.heappop(lock.queue)
+            lock.owner = waiter.task
+            self._grant(index, lock, waiter)
+        else:
+            lock.handoff = True  # stolen while it woke: the next release is its
 
     def _gate_enter(self, task: int, index: int) -> bool:
         gate = self.gates[index]

@@ -2,8 +2,10 @@
 
 Both run the same programs: Hypothesis ones from the invariants' generator
 (every lock kind, spinning mutexes, gates, pools, zeroing, guest quotas), the
-same on a node with background jobs and reserved cores, programs with
-branches, and the paper profiles' storms. Every number of the result is
+same with mutexes handed over through a wake-up, on a node with background
+jobs and reserved cores, programs with branches, and the paper profiles'
+storms. The fast executor runs each twice: its plain-Python loop and, when
+numba is installed, its compiled loop. Every number of the result is
 compared to 1e-9 relative (counts exactly); only ``events`` differs, since
 SimPy also counts events nobody waits for.
 """
@@ -38,7 +40,7 @@ from bootstorm.simulator import (
     compile_program,
     run_program,
 )
-from bootstorm.simulator.fast import FastExecutor, run_program_fast
+from bootstorm.simulator.fast import run_program_fast
 
 REL = 1e-9
 
@@ -170,12 +172,11 @@ def test_paper_storms_with_knobs() -> None:
     assert_equivalent(compile_scenario(scenario))
 
 
-def test_unsupported_features_raise() -> None:
-    program = compile_program(
-        [(Stage("a", (Hold("L", (Cpu(0.1),)),)),)] * 2,
-        machine=MachineSpec(cores=1),
-        locks=(LockSpec(name="L", wake_s=1e-4),),
+@settings(SETTINGS, max_examples=100)
+@given(case=cases(), wake_s=st.sampled_from([1e-3, 0.05, 0.3]))
+def test_generated_programs_with_wake_up_hand_over(case: Case, wake_s: float) -> None:
+    """Mutexes handed over through a wake-up: stealing and the hand-off flag."""
+    locks = tuple(
+        replace(spec, wake_s=wake_s) if spec.kind is LockKind.MUTEX else spec for spec in case.locks
     )
-    for jit in JIT:
-        with pytest.raises(NotImplementedError, match=r"lock 'L': wake-up hand-over"):
-            FastExecutor(jit=jit).run(program)
+    assert_equivalent(replace(case, locks=locks).compile())
