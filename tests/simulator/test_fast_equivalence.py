@@ -180,3 +180,16 @@ def test_generated_programs_with_wake_up_hand_over(case: Case, wake_s: float) ->
         replace(spec, wake_s=wake_s) if spec.kind is LockKind.MUTEX else spec for spec in case.locks
     )
     assert_equivalent(replace(case, locks=locks).compile())
+
+
+def test_paper_storm_with_wake_up_hand_over() -> None:
+    """The ipvtap storm with its mutexes handed over as Linux does without the
+    hand-off flag (the profile's ``mutex_wake_s`` is 0: set it on the locks)."""
+    program = compile_scenario(Scenario(cni="ipvtap", sandboxes=100))
+    locks = tuple(
+        replace(spec, wake_s=2e-5) if spec.kind is LockKind.MUTEX else spec
+        for spec in program.locks
+    )
+    woken = replace(program, locks=locks)
+    assert run_program(woken).makespan_s != run_program(program).makespan_s
+    assert_equivalent(woken)
