@@ -28,6 +28,7 @@ from bootstorm.models.scenario import CNI_NAMES, Scenario
 from bootstorm.simulator import (
     Async,
     Cpu,
+    DeadlockError,
     Hold,
     LockKind,
     LockSpec,
@@ -193,3 +194,19 @@ def test_paper_storm_with_wake_up_hand_over() -> None:
     woken = replace(program, locks=locks)
     assert run_program(woken).makespan_s != run_program(program).makespan_s
     assert_equivalent(woken)
+
+
+def test_deadlock_is_reported() -> None:
+    """A lock-order cycle (A: a then b, B: b then a) raises in every loop."""
+
+    def plan(first: str, second: str) -> SandboxPlan:
+        return (Stage("x", (Hold(first, (Sleep(1.0), Hold(second, (Sleep(1.0),)))),)),)
+
+    program = compile_program(
+        [plan("a", "b"), plan("b", "a")],
+        machine=MachineSpec(cores=1),
+        locks=(LockSpec(name="a"), LockSpec(name="b")),
+    )
+    for jit in JIT:
+        with pytest.raises(DeadlockError, match="never finished"):
+            run_program_fast(program, jit=jit)
