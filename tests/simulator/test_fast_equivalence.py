@@ -210,3 +210,8 @@ def test_deadlock_is_reported() -> None:
     for jit in JIT:
         with pytest.raises(DeadlockError, match="never finished"):
             run_program_fast(program, jit=jit)
+
+
+def test_program_without_locks_gates_or_pools() -> None:
+    plan: SandboxPlan = (Stage("s", (Cpu(1.0), Sleep(0.5), Cpu(0.25, guest=True))),)
+    assert_equivalent(compile_program([plan] * 3, machine=MachineSpec(cores=2), locks=[]))
