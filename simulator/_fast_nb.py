@@ -5,6 +5,16 @@ task, waiter and spinner state are indexed arrays (every op runs at most once,
 jumps only go forward, so ``n_ops`` bounds waiters and spinners), the event
 queue and the CPU's job heaps are lists of tuples under :mod:`heapq`. The
 kernel returns raw counters; :mod:`.fast` assembles the :class:`Result`.
+
+No ``fastmath``: the floats must round as the reference's do.
+
+Where it stands (2-core dev machine): ≈ 0.4 µs per event, 14–16 ms for the
+400-sandbox ipvtap storm against ≈ 100 ms on SimPy, ≈ 0.4 s for 10 000
+sandboxes against ≈ 5 s. Not tried yet: packing events into fewer tuple
+fields (``prio << 40 | eid``, ``x << 3 | what``), typed lists instead of
+reflected ones for the per-lock queues, and waiter/spinner arrays sized by
+the ACQUIRE ops rather than all ops (memory is ≈ 14 KiB per sandbox, over
+twice the plain loop's, because of them and the locks × tasks hold table).
 """
 
 from __future__ import annotations
