@@ -6,6 +6,7 @@ admission gates and device pools, and gives a frozen :class:`Result`.
 """
 
 from .executor import DeadlockError, SimPyExecutor, run_program
+from .fast import FastExecutor, run_program_fast
 from .program import (
     GateSpec,
     LockKind,
@@ -34,6 +35,7 @@ __all__ = [
     "Cpu",
     "CpuStats",
     "DeadlockError",
+    "FastExecutor",
     "GateSpec",
     "GateStats",
     "Hold",
@@ -60,5 +62,6 @@ __all__ = [
     "chrome_trace",
     "compile_program",
     "run_program",
+    "run_program_fast",
     "write_chrome_trace",
 ]
