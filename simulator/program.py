@@ -336,25 +336,25 @@ class Program:
                 f"op_amount[{j}] must be finite and >= 0, but got {self.op_amount[j]}"
             )
         # Sandboxes that share an op sequence share the check: most programs
-        # are a handful of templates repeated over hundreds of sandboxes.
-        seen: set[tuple[int, bytes, bytes, bytes]] = set()
-        for i in range(tasks):
-            lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
-            # A branch may not spawn (-1); a sandbox spawns each of its own once.
-            spawns = self.branches_of(i) if i < n else -1
-            key = (
-                spawns,
-                self.op_kind[lo:hi].tobytes(),
-                self.op_arg[lo:hi].tobytes(),
-                # Jumps are truncated (``int``) when walked and run: key them the same way.
-                np.trunc(
-                    self.op_amount[lo:hi] * (self.op_kind[lo:hi] >= OpKind.POOL_TRY)
-                ).tobytes(),
+        # are a handful of templates repeated over hundreds of sandboxes, so
+        # tasks are grouped by length and deduplicated as rows of a matrix.
+        # Jumps are truncated (``int``) when walked and run: compare them so.
+        jumps = np.trunc(self.op_amount * (self.op_kind >= OpKind.POOL_TRY))
+        lengths = np.diff(self.offsets)
+        spawns = np.full(tasks, -1.0)  # a branch may not spawn; a sandbox spawns its own once
+        spawns[:n] = np.diff(np.append(self.spawn_base, self.n_branches))
+        for length in np.unique(lengths).tolist():
+            members = np.flatnonzero(lengths == length)
+            ops = self.offsets[members][:, None] + np.arange(length)[None, :]
+            rows = np.hstack(
+                [spawns[members, None], self.op_kind[ops], self.op_arg[ops], jumps[ops]]
             )
-            if key in seen:
-                continue
-            self._validate_sandbox(i, lo, hi, spawns)
-            seen.add(key)
+            # One opaque bytes value per row: unique on those, not column by column.
+            keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1] * 8)))
+            _, first = np.unique(keys[:, 0], return_index=True)
+            for i in sorted(members[first].tolist()):
+                lo = int(self.offsets[i])
+                self._validate_sandbox(i, lo, lo + length, int(spawns[i]))
 
     def _validate_branches(self) -> None:
         n, nb = self.n_sandboxes, self.n_branches

@@ -259,6 +259,9 @@ def compile_program(
     # Equal plans are flattened once. A *part* is one op list of a template:
     # its sandbox's own ops, or one of its branches.
     template_of: dict[SandboxPlan, int] = {}
+    # Models hand the same Stage objects to many sandboxes: look those up by
+    # identity first, since hashing a plan walks every step of it.
+    template_by_ids: dict[tuple[int, ...], int] = {}
     parts: list[list[_Op]] = []
     template_parts: list[list[int]] = []  # per template: part ids, sandbox's first
     branch_names: dict[str, int] = {}
@@ -266,7 +269,10 @@ def compile_program(
     part_kind: dict[int, int] = {}  # branch part -> branch kind
     which = np.empty(n, dtype=np.int64)
     for i, plan in enumerate(plans):
-        t = template_of.get(plan)
+        stage_ids = tuple(map(id, plan))
+        t = template_by_ids.get(stage_ids)
+        if t is None:
+            t = template_of.get(plan)
         if t is None:
             t = template_of[plan] = len(template_parts)
             main, branches = flat.plan(plan)
@@ -279,6 +285,7 @@ def compile_program(
                 ids_.append(len(parts))
                 parts.append(body)
             template_parts.append(ids_)
+        template_by_ids[stage_ids] = t
         which[i] = t
 
     # Tasks: every sandbox, then every branch in sandbox order.
