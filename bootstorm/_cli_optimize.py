@@ -16,8 +16,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ._io import write_atomically
+from ._options import EXECUTOR_OPTION
 from ._units import parse_int_list, parse_mib, parse_seconds
 from .models import ConfigError, Scenario, load_profile, scenario_pool_kinds, scenario_stages
+from .simulator import ExecutorName
 
 if TYPE_CHECKING:
     from optuna.study import Study
@@ -84,6 +86,7 @@ def optimize_cmd(
     heartbeat_s: Annotated[
         int, typer.Option(help="Trial heartbeat; a trial silent 3x this long is retried.")
     ] = 10,
+    executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
 ) -> None:
     """Search per-stage concurrency limits (and pool sizes) that shorten the storm."""
     import optuna
@@ -121,6 +124,7 @@ def optimize_cmd(
         study_name=study_name,
         sampler_seed=sampler_seed,
         heartbeat_interval_s=heartbeat_s,
+        executor=executor,
     )
     spec.evaluator()  # bad seeds, sizes or robust fail here, before the study is made
 

@@ -11,8 +11,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ._options import EXECUTOR_OPTION
 from ._units import parse_int_list
 from .models import ConfigError, Scenario
+from .simulator import ExecutorName
 
 __all__ = ["sweep_cmd"]
 
@@ -59,6 +61,7 @@ def sweep_cmd(
         int | None, typer.Option(help="LocalCluster worker processes (default: one per core).")
     ] = None,
     output: Annotated[Path | None, typer.Option(help="Write the table: .csv or .parquet.")] = None,
+    executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
 ) -> None:
     """Run a what-if grid in parallel on Dask and print one row per point."""
     from ._render_optimize import frame_table
@@ -92,6 +95,7 @@ def sweep_cmd(
             scheduler=scheduler,
             workers=workers,
             on_done=lambda done, _total: progress.update(task, completed=done),
+            executor=executor,
         )
     console.print(frame_table(f"sweep: {total} storms", frame))
     if output is not None:

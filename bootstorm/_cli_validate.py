@@ -30,6 +30,7 @@ def calibrate_trace(
     bootstrap: int,
     predict_sandboxes: int | None,
     max_evaluations: int,
+    executor: str = "compiled",
 ) -> None:
     """Fit a ``local`` profile to a recorded storm and print its error table."""
     from ._render import target_table
@@ -48,6 +49,7 @@ def calibrate_trace(
         report = fit_trace(
             traces,
             max_evaluations=max_evaluations,
+            executor=executor,
             on_evaluation=lambda n, cost: status.update(
                 f"fitting a local profile to {name} … evaluation {n}, cost {cost:.4g}"
             ),
@@ -66,7 +68,12 @@ def calibrate_trace(
         what_if = stats.scenario(sandboxes=predict_sandboxes or stats.sandboxes)
         with console.status(f"bootstrap: {bootstrap} refits …"):
             interval = bootstrap_prediction(
-                trace, report.profile, what_if, resamples=bootstrap, max_evaluations=40
+                trace,
+                report.profile,
+                what_if,
+                resamples=bootstrap,
+                max_evaluations=40,
+                executor=executor,
             )
         console.print(
             f"predicted makespan of {what_if.sandboxes} sandboxes: {interval.point:.2f} s "
@@ -88,6 +95,7 @@ def validate_storm(
     agent: str | None = None,
     token_file: Path | None = None,
     repeat: int = 1,
+    executor: str = "compiled",
 ) -> None:
     """Measure a storm (or read one), predict it, print both and the errors."""
     from .calibration.trace_fit import StormStats, fit_trace, predicted_vs_measured
@@ -104,7 +112,7 @@ def validate_storm(
     else:
         assert calibrate_from
         with console.status(f"fitting a local profile to {calibrate_from[0].name} …"):
-            local = fit_trace([read_trace(p) for p in calibrate_from]).profile
+            local = fit_trace([read_trace(p) for p in calibrate_from], executor=executor).profile
     if measured:
         traces = [read_trace(p) for p in measured]
     else:
@@ -124,7 +132,7 @@ def validate_storm(
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     scenario = stats.scenario()
-    comparisons = predicted_vs_measured(traces, local)
+    comparisons = predicted_vs_measured(traces, local, executor=executor)
     rows = [(c.metric, c.measured, c.predicted) for c in comparisons]
     errors = {c.metric: c.rel_error for c in comparisons}
     headline = ("makespan_s", "startup mean_s", "startup p99_s")

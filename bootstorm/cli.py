@@ -22,8 +22,10 @@ from ._cli_optimize import optimize_cmd
 from ._cli_sweep import sweep_cmd
 from ._cli_testbed import testbed_app
 from ._io import write_atomically
+from ._options import EXECUTOR_OPTION
 from ._render import result_tables, target_table
 from .models import ConfigError, Scenario, available_profiles
+from .simulator import ExecutorName
 
 __all__ = ["app", "main"]
 
@@ -129,6 +131,7 @@ def simulate_cmd(
         Path | None,
         typer.Option(help="Apply a tuned config (bootstorm optimize --output); it overrides."),
     ] = None,
+    executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "simpy",
 ) -> None:
     """Simulate one boot storm and print its makespan, stages, locks and CPU."""
     scenario = _scenario(
@@ -154,7 +157,7 @@ def simulate_cmd(
     )
     if config is not None:
         scenario = scenario.replace(config=config)
-    result = simulate(scenario, record=trace is not None)
+    result = simulate(scenario, record=trace is not None, executor=executor)
     if trace is not None:
         from .simulator.trace_export import write_chrome_trace
 
@@ -221,6 +224,7 @@ def calibrate(
     predict_sandboxes: Annotated[
         int | None, typer.Option(help="With --bootstrap: the storm size to predict.")
     ] = None,
+    executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
 ) -> None:
     """Fit a profile to a paper's *fit* rows (or to a recorded storm, --trace)
     and print the per-target error table."""
@@ -233,6 +237,7 @@ def calibrate(
             bootstrap=bootstrap,
             predict_sandboxes=predict_sandboxes,
             max_evaluations=max_evaluations,
+            executor=executor,
         )
         return
     from .calibration import TARGET_SETS, check_targets
@@ -243,12 +248,13 @@ def calibrate(
         raise ConfigError(f"targets: unknown target set {targets!r}; known: {known}")
     target_set = TARGET_SETS[targets]
     if check_only:
-        checks = check_targets(target_set.rows, load_profile(targets))
+        checks = check_targets(target_set.rows, load_profile(targets), executor=executor)
         console.print(target_table(f"{targets} against its fit rows", checks))
         return
     with console.status(f"fitting {targets} …") as status:
         report = target_set.fit(
             max_evaluations=max_evaluations,
+            executor=executor,
             on_evaluation=lambda n, cost: status.update(
                 f"fitting {targets} … evaluation {n}, cost {cost:.4g}"
             ),
@@ -367,6 +373,7 @@ def validate(
     ] = None,
     token_file: Annotated[Path | None, typer.Option(help="The agent's bearer token.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
 ) -> None:
     """Run the storm on this host (root), simulate it, print predicted vs measured."""
     from ._cli_validate import validate_storm
@@ -384,6 +391,7 @@ def validate(
         agent=agent,
         token_file=token_file,
         repeat=repeat,
+        executor=executor,
     )
 
 
@@ -402,11 +410,12 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning bad input into one line and exit 2."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     command = typer.main.get_command(app)
+    from .simulator import ProgramError
     from .traces import TraceFormatError
 
     try:
         code = command.main(args=argv, prog_name="bootstorm", standalone_mode=False)
-    except (ConfigError, TraceFormatError) as exc:
+    except (ConfigError, ProgramError, TraceFormatError) as exc:
         # A malformed scenario, profile, config or trace: what and where, no traceback.
         for line in str(exc).splitlines():
             sys.stderr.write(f"error: {line}\n")

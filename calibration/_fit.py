@@ -105,6 +105,7 @@ def least_squares_fit(
     *,
     source_for: Callable[[list[str]], str],
     seed: int = 0,
+    executor: str = "compiled",
     max_evaluations: int = 200,
     on_evaluation: Callable[[int, float], None] | None = None,
 ) -> tuple[Profile, int, float]:
@@ -129,7 +130,9 @@ def least_squares_fit(
         calls += 1
         prof = _apply(base, params, np.exp(x), "fit (in progress)")
         cache: dict[str, Result] = {}
-        model = np.array([c.model for c in check_targets(used, prof, seed=seed, cache=cache)])
+        model = np.array(
+            [c.model for c in check_targets(used, prof, seed=seed, cache=cache, executor=executor)]
+        )
         r: np.ndarray = weights * (model - values) / values
         if on_evaluation is not None:
             on_evaluation(calls, float(np.sum(r**2)))

@@ -65,6 +65,7 @@ def fit_paper_000(
     targets: Sequence[PaperTarget] = PAPER_000_FIT,
     params: Sequence[FreeParameter] = FREE_PARAMETERS,
     seed: int = 0,
+    executor: str = "compiled",
     max_evaluations: int = 200,
     on_evaluation: Callable[[int, float], None] | None = None,
 ) -> FitReport:
@@ -83,6 +84,7 @@ def fit_paper_000(
             "paper-000` (calibration/paper000.py)"
         ),
         seed=seed,
+        executor=executor,
         max_evaluations=max_evaluations,
         on_evaluation=on_evaluation,
     )
@@ -95,6 +97,7 @@ def fit_paper_000(
         18.0,
         "seed 000 §4.1.1, Fig. 5",
         seed=seed,
+        executor=executor,
     )
     fitted = solve_single(
         fitted,
@@ -102,6 +105,7 @@ def fit_paper_000(
         "costs.bpf_verify_hold_s",
         start=0.4,
         seed=seed,
+        executor=executor,
         source="no independent source: solved for S0-5 eBPF = 18 x no-network "
         "(that part of S0-5 is a fit)",
     )
@@ -115,6 +119,7 @@ def fit_paper_000(
         1.484,
         "seed 000 §4.1.2, Fig. 7a",
         seed=seed,
+        executor=executor,
     )
     fitted = solve_single(
         fitted,
@@ -122,11 +127,12 @@ def fit_paper_000(
         "costs.ovs_qos_s",
         start=0.005,
         seed=seed,
+        executor=executor,
         source="no independent source: solved for S0-11 veth +48.4% with 2 QoS rules "
         "(that part of S0-11 is a fit)",
     )
     everything = [*(t for t in targets if t.role == "fit"), ebpf, qos]
-    checks = tuple(check_targets(everything, fitted, seed=seed))
+    checks = tuple(check_targets(everything, fitted, seed=seed, executor=executor))
     return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)
 
 
@@ -140,6 +146,7 @@ def relative_target(
     source: str,
     *,
     seed: int = 0,
+    executor: str = "compiled",
 ) -> PaperTarget:
     """A row stated as a ratio ("18 x no-network", "+48.4%") as a target on
     ``scenario``'s makespan: ``ratio`` times ``base``'s makespan on ``profile``."""
@@ -157,6 +164,7 @@ def relative_target(
         ],
         profile,
         seed=seed,
+        executor=executor,
     )
     return PaperTarget(
         id=id_,
@@ -176,6 +184,7 @@ def solve_single(
     *,
     start: float,
     seed: int = 0,
+    executor: str = "compiled",
     source: str,
     rel_tol: float = 0.01,
     max_steps: int = 8,
@@ -188,7 +197,7 @@ def solve_single(
 
     def error(value: float) -> float:
         prof = profile.with_values({path: value}, source=source)
-        (check,) = check_targets([target], prof, seed=seed)
+        (check,) = check_targets([target], prof, seed=seed, executor=executor)
         return float(np.log(check.model / target.value))
 
     x0 = float(np.log(start))

@@ -64,6 +64,7 @@ def fit_paper_002(
     targets: Sequence[PaperTarget] = PAPER_002_FIT,
     params: Sequence[FreeParameter] = FREE_PARAMETERS_002,
     seed: int = 0,
+    executor: str = "compiled",
     max_evaluations: int = 200,
     on_evaluation: Callable[[int, float], None] | None = None,
 ) -> FitReport:
@@ -78,8 +79,11 @@ def fit_paper_002(
             "paper-002` (calibration/paper002.py)"
         ),
         seed=seed,
+        executor=executor,
         max_evaluations=max_evaluations,
         on_evaluation=on_evaluation,
     )
-    checks = tuple(check_targets([t for t in targets if t.role == "fit"], fitted, seed=seed))
+    checks = tuple(
+        check_targets([t for t in targets if t.role == "fit"], fitted, seed=seed, executor=executor)
+    )
     return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)

@@ -80,6 +80,7 @@ def fit_paper_004(
     targets: Sequence[PaperTarget] = PAPER_004_FIT,
     params: Sequence[FreeParameter] = FREE_PARAMETERS_004,
     seed: int = 0,
+    executor: str = "compiled",
     max_evaluations: int = 200,
     on_evaluation: Callable[[int, float], None] | None = None,
 ) -> FitReport:
@@ -94,8 +95,11 @@ def fit_paper_004(
             "paper-004` (calibration/paper004.py)"
         ),
         seed=seed,
+        executor=executor,
         max_evaluations=max_evaluations,
         on_evaluation=on_evaluation,
     )
-    checks = tuple(check_targets([t for t in targets if t.role == "fit"], fitted, seed=seed))
+    checks = tuple(
+        check_targets([t for t in targets if t.role == "fit"], fitted, seed=seed, executor=executor)
+    )
     return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..models import Profile, Scenario, compile_scenario
-from ..simulator import Result, run_program
+from ..simulator import Result, run_with
 
 __all__ = [
     "FIT_TOLERANCE",
@@ -245,9 +245,14 @@ def check_targets(
     profile: Profile | None = None,
     *,
     seed: int = 0,
+    executor: str = "compiled",
     cache: dict[str, Result] | None = None,
 ) -> list[TargetCheck]:
-    """Simulate each distinct scenario once and read every target's metric."""
+    """Simulate each distinct scenario once and read every target's metric.
+
+    ``executor``: ``compiled`` (default) or ``simpy``; both give the same numbers
+    (see :mod:`bootstorm.simulator.executors`), the compiled one faster.
+    """
     results = cache if cache is not None else {}
     checks = []
     for t in targets:
@@ -257,6 +262,8 @@ def check_targets(
         assert t.scenario is not None and t.metric is not None  # checked when built
         key = t.scenario.model_dump_json()
         if key not in results:
-            results[key] = run_program(compile_scenario(t.scenario, seed=seed, profile=profile))
+            results[key] = run_with(
+                compile_scenario(t.scenario, seed=seed, profile=profile), executor
+            )
         checks.append(TargetCheck(target=t, model=t.metric.read(results[key])))
     return checks

@@ -351,6 +351,7 @@ def fit_trace(
     trace: Trace | Sequence[Trace],
     *,
     seed: int = 0,
+    executor: str = "compiled",
     max_evaluations: int = 120,
     sandboxes: Sequence[int] | None = None,
     start: Profile | None = None,
@@ -396,10 +397,11 @@ def fit_trace(
             "fit: the recorded storm by `bootstorm calibrate --trace` (calibration/trace_fit.py)"
         ),
         seed=seed,
+        executor=executor,
         max_evaluations=max_evaluations,
         on_evaluation=on_evaluation,
     )
-    checks = tuple(check_targets(targets, fitted, seed=seed))
+    checks = tuple(check_targets(targets, fitted, seed=seed, executor=executor))
     return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)
 
 
@@ -423,19 +425,20 @@ def bootstrap_prediction(
     resamples: int = 20,
     level: float = 0.9,
     seed: int = 0,
+    executor: str = "compiled",
     max_evaluations: int = 40,
 ) -> Interval:
     """``metric`` of ``scenario`` under ``profile``, with a bootstrap interval:
     the trace's sandboxes resampled with replacement, each resample refitted
     (warm-started from ``profile``) and ``scenario`` simulated under it."""
     from ..models import compile_scenario
-    from ..simulator import run_program
+    from ..simulator import run_with
 
     if not 0.0 < level < 1.0:
         raise ValueError(f"`0 < level < 1` must hold, but got {level=}")
     if resamples < 2:
         raise ValueError(f"`resamples >= 2` must hold, but got {resamples=}")
-    point = metric(run_program(compile_scenario(scenario, seed=seed, profile=profile)))
+    point = metric(run_with(compile_scenario(scenario, seed=seed, profile=profile), executor))
     rng = np.random.default_rng(seed)
     complete = StormStats.of(trace).complete
     samples = []
@@ -444,12 +447,13 @@ def bootstrap_prediction(
         refit = fit_trace(
             trace,
             seed=seed,
+            executor=executor,
             sandboxes=pick.tolist(),
             start=profile,
             max_evaluations=max_evaluations,
         )
         samples.append(
-            metric(run_program(compile_scenario(scenario, seed=seed, profile=refit.profile)))
+            metric(run_with(compile_scenario(scenario, seed=seed, profile=refit.profile), executor))
         )
     lo, hi = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
     return Interval(point=point, low=float(lo), high=float(hi), level=level, samples=tuple(samples))
@@ -469,16 +473,20 @@ class Comparison:
 
 
 def predicted_vs_measured(
-    trace: Trace | Sequence[Trace], profile: Profile, *, seed: int = 0
+    trace: Trace | Sequence[Trace],
+    profile: Profile,
+    *,
+    seed: int = 0,
+    executor: str = "compiled",
 ) -> list[Comparison]:
     """Makespan, mean and p99 startup and each stage's mean: the recorded storm
     (or several recordings of it, pooled) against the same storm simulated
     under ``profile``."""
     from ..models import compile_scenario
-    from ..simulator import run_program
+    from ..simulator import run_with
 
     stats = StormStats.of(trace) if isinstance(trace, Trace) else StormStats.pooled(trace)
-    result = run_program(compile_scenario(stats.scenario(), seed=seed, profile=profile))
+    result = run_with(compile_scenario(stats.scenario(), seed=seed, profile=profile), executor)
     rows = [
         Comparison(metric="makespan_s", measured=stats.makespan_s, predicted=result.makespan_s),
         Comparison(
@@ -499,7 +507,9 @@ def predicted_vs_measured(
     return rows
 
 
-def validation_frame(traces: Mapping[str, Trace], profile: Profile, *, seed: int = 0) -> Any:
+def validation_frame(
+    traces: Mapping[str, Trace], profile: Profile, *, seed: int = 0, executor: str = "compiled"
+) -> Any:
     """:func:`predicted_vs_measured` for several storms, as one pandas DataFrame."""
     import pandas as pd
 
@@ -513,6 +523,6 @@ def validation_frame(traces: Mapping[str, Trace], profile: Profile, *, seed: int
                 "error": c.rel_error,
             }
             for name, trace in traces.items()
-            for c in predicted_vs_measured(trace, profile, seed=seed)
+            for c in predicted_vs_measured(trace, profile, seed=seed, executor=executor)
         ]
     )

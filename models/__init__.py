@@ -16,6 +16,7 @@ from .cni import (
     vport_creators,
 )
 from .compile import (
+    ProgramCache,
     SeedLike,
     compile_scenario,
     scenario_pool_kinds,
@@ -52,6 +53,7 @@ __all__ = [
     "DataplaneResult",
     "HostSpec",
     "Profile",
+    "ProgramCache",
     "RtnlOps",
     "Scenario",
     "SeedLike",

@@ -14,8 +14,17 @@ from typing import Literal
 
 import numpy as np
 
-from ..models import ConfigError, Profile, Scenario, TunedConfig, compile_scenario, load_profile
-from ..simulator import Result, run_program
+from ..models import (
+    ConfigError,
+    Profile,
+    ProgramCache,
+    Scenario,
+    TunedConfig,
+    compile_scenario,
+    load_profile,
+)
+from ..simulator import ExecutorName, Result, run_with
+from ..simulator.executors import check_executor
 from ._objectives import Metrics
 
 __all__ = ["Evaluator", "Robust", "run_scenario"]
@@ -23,9 +32,12 @@ __all__ = ["Evaluator", "Robust", "run_scenario"]
 Robust = Literal["mean", "worst"]
 
 
-def run_scenario(scenario: Scenario, *, profile: Profile | None = None) -> Result:
-    """Simulate one storm (what :func:`bootstorm.simulate` does, without the facade)."""
-    return run_program(compile_scenario(scenario, profile=profile))
+def run_scenario(
+    scenario: Scenario, *, profile: Profile | None = None, executor: str = "compiled"
+) -> Result:
+    """Simulate one storm (what :func:`bootstorm.simulate` does, without the facade)
+    on the executor called ``executor`` (the compiled one by default)."""
+    return run_with(compile_scenario(scenario, profile=profile), executor)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -34,14 +46,18 @@ class Evaluator:
 
     ``sizes`` default to the base scenario's size, ``seeds`` to its seed.
     ``robust`` aggregates each metric over the storms: ``mean`` or ``worst``
-    (the largest, since every metric is minimised).
+    (the largest, since every metric is minimised). ``executor`` runs the
+    storms: ``compiled`` (default) or ``simpy``, which give the same numbers.
     """
 
     base: Scenario
     seeds: tuple[int, ...] = ()
     sizes: tuple[int, ...] = ()
     robust: Robust = "mean"
+    executor: ExecutorName = "compiled"
     profile: Profile | None = field(default=None, compare=False)
+    # One compiled program per storm, re-used by every config (see ProgramCache).
+    _programs: ProgramCache = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -58,9 +74,13 @@ class Evaluator:
             raise ConfigError(f"sizes: must be >= 1, but got {list(self.sizes)}")
         if self.robust not in ("mean", "worst"):
             raise ConfigError(f"robust: expected 'mean' or 'worst', but got {self.robust!r}")
+        check_executor(self.executor)
         if self.profile is None:
             # Loaded once: a search evaluates hundreds of configs.
             object.__setattr__(self, "profile", load_profile(self.base.profile))
+        object.__setattr__(
+            self, "_programs", ProgramCache(profile=self.profile, max_programs=len(self.storms))
+        )
 
     @property
     def storms(self) -> tuple[Scenario, ...]:
@@ -74,8 +94,9 @@ class Evaluator:
     def evaluate(self, config: TunedConfig | None) -> Metrics:
         """The aggregated metrics of ``config`` (``None``: the base scenario as it is)."""
         results = [
-            run_scenario(
-                storm if config is None else storm.replace(config=config), profile=self.profile
+            run_with(
+                self._programs.compile(storm if config is None else storm.replace(config=config)),
+                self.executor,
             )
             for storm in self.storms
         ]

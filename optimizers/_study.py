@@ -32,6 +32,7 @@ from optuna.study import MaxTrialsCallback, Study
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from ..models import ConfigError, ConfigOrigin, Scenario, TunedConfig, load_profile
+from ..simulator import ExecutorName
 from ._evaluate import Evaluator, Robust
 from ._objectives import Constraints, Metrics, check_objectives
 from ._samplers import make_sampler
@@ -87,6 +88,9 @@ class StudySpec:
     heartbeat_interval_s:
         How often a running trial reports it is alive (storage URLs only);
         a trial silent for three intervals is failed and retried.
+    executor:
+        What runs each storm: ``compiled`` (default) or ``simpy``. Both give the
+        same numbers, so it is not part of what makes a search (the fingerprint).
     """
 
     scenario: Scenario
@@ -102,6 +106,7 @@ class StudySpec:
     study_name: str | None = None
     sampler_seed: int = 0
     heartbeat_interval_s: int = 10
+    executor: ExecutorName = "compiled"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objectives", check_objectives(self.objectives))
@@ -148,7 +153,13 @@ class StudySpec:
         )
 
     def evaluator(self) -> Evaluator:
-        return Evaluator(base=self.scenario, seeds=self.seeds, sizes=self.sizes, robust=self.robust)
+        return Evaluator(
+            base=self.scenario,
+            seeds=self.seeds,
+            sizes=self.sizes,
+            robust=self.robust,
+            executor=self.executor,
+        )
 
     def fingerprint(self) -> str:
         """What makes two searches the same search (a study must not mix two)."""

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ..models import CNI_NAMES, ConfigError, Scenario, scenario_pool_kinds, vport_creators
+from ..simulator.executors import check_executor
 from ._evaluate import run_scenario
 
 __all__ = ["SweepGrid", "pools_for", "sweep"]
@@ -92,9 +93,11 @@ class SweepGrid:
         return out
 
 
-def run_point(index: int, scenario: Scenario, pool: str) -> dict[str, Any]:
+def run_point(
+    index: int, scenario: Scenario, pool: str, executor: str = "compiled"
+) -> dict[str, Any]:
     """One row of the sweep (runs on a Dask worker)."""
-    r = run_scenario(scenario)
+    r = run_scenario(scenario, executor=executor)
     return {
         "point": index,
         "sandboxes": scenario.sandboxes,
@@ -118,19 +121,22 @@ def sweep(
     scheduler: str | None = None,
     workers: int | None = None,
     on_done: Callable[[int, int], None] | None = None,
+    executor: str = "compiled",
 ) -> pd.DataFrame:
     """Run every point of ``grid`` on Dask; one row per point, in grid order.
 
     ``scheduler``: the address of a running Dask scheduler (``tcp://host:8786``);
     ``None`` starts a LocalCluster of ``workers`` single-threaded processes
     (default: one per core; SimPy holds the GIL, so threads would not help).
-    ``on_done(done, total)`` is called as points finish.
+    ``on_done(done, total)`` is called as points finish. ``executor`` runs
+    each point: ``compiled`` (default) or ``simpy`` (the same numbers, slower).
     """
     try:
         # Typed as Any: distributed's own annotations are partial.
         distributed: Any = importlib.import_module("dask.distributed")
     except ImportError:
         raise ConfigError("sweep: needs Dask; pip install 'bootstorm[sweep]'") from None
+    check_executor(executor)
     points = grid.points()
     if workers is not None and workers < 1:
         raise ConfigError(f"workers: must be at least 1, but got {workers}")
@@ -148,7 +154,7 @@ def sweep(
         client = distributed.Client(cluster)
     try:
         futures = [
-            client.submit(run_point, i, scenario, pool, pure=False)
+            client.submit(run_point, i, scenario, pool, executor, pure=False)
             for i, (scenario, pool) in enumerate(points)
         ]
         rows = []

@@ -6,6 +6,14 @@ admission gates and device pools, and gives a frozen :class:`Result`.
 """
 
 from .executor import DeadlockError, SimPyExecutor, run_program
+from .executors import (
+    EXECUTOR_NAMES,
+    Executor,
+    ExecutorName,
+    check_executor,
+    make_executor,
+    run_with,
+)
 from .fast import FastExecutor, run_program_fast
 from .program import (
     GateSpec,
@@ -31,10 +39,13 @@ from .steps import Async, Cpu, Hold, Pooled, SandboxPlan, Sleep, Stage, Step, Ze
 from .trace_export import chrome_trace, write_chrome_trace
 
 __all__ = [
+    "EXECUTOR_NAMES",
     "Async",
     "Cpu",
     "CpuStats",
     "DeadlockError",
+    "Executor",
+    "ExecutorName",
     "FastExecutor",
     "GateSpec",
     "GateStats",
@@ -59,9 +70,12 @@ __all__ = [
     "StartupStats",
     "Step",
     "Zero",
+    "check_executor",
     "chrome_trace",
     "compile_program",
+    "make_executor",
     "run_program",
     "run_program_fast",
+    "run_with",
     "write_chrome_trace",
 ]

@@ -342,6 +342,7 @@ class Program:
         jumps = np.trunc(self.op_amount * (self.op_kind >= OpKind.POOL_TRY))
         lengths = np.diff(self.offsets)
         spawns = np.full(tasks, -1.0)  # a branch may not spawn; a sandbox spawns its own once
+        assert self.spawn_base is not None
         spawns[:n] = np.diff(np.append(self.spawn_base, self.n_branches))
         for length in np.unique(lengths).tolist():
             members = np.flatnonzero(lengths == length)
