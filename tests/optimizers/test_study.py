@@ -20,6 +20,7 @@ from bootstorm.optimizers import (
     optimize,
     read_study,
 )
+from bootstorm.simulator import ProgramError
 
 SMALL = Scenario(sandboxes=40)
 
@@ -201,3 +202,17 @@ def test_two_local_workers_share_a_sqlite_study(tmp_path: Path) -> None:
     study = spec.open_study()
     workers = {t.user_attrs["worker"] for t in study.trials}
     assert len(workers) == 2, workers
+
+
+def test_both_executors_evaluate_a_config_alike() -> None:
+    base = Scenario(cni="ipvtap", sandboxes=80)
+    config = TunedConfig(limits={"AddCNI": 4, "StartVM": 30}, pools={"netns": 40})
+    compiled = Evaluator(base=base, seeds=(0, 1)).evaluate(config)
+    simpy = Evaluator(base=base, seeds=(0, 1), executor="simpy").evaluate(config)
+    assert compiled == simpy
+    assert compiled != Evaluator(base=base, seeds=(0, 1)).evaluate(None)
+
+
+def test_an_unknown_executor_is_refused_before_any_trial() -> None:
+    with pytest.raises(ProgramError, match="executor: expected one of compiled, simpy, python"):
+        StudySpec(scenario=Scenario(sandboxes=10), executor="numba").evaluator()  # type: ignore[arg-type]
