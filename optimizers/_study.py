@@ -232,8 +232,11 @@ class StudySpec:
         theirs = study.user_attrs.get(_SPEC_ATTR)
         if theirs is None:
             study.set_user_attr(_SPEC_ATTR, mine)
-            # Named objectives: Optuna's own plots and dashboard label their axes.
-            study.set_metric_names(list(self.objectives))
+            # Named objectives: Optuna's own plots and dashboard label their axes
+            # (an "experimental" API since Optuna 3.2, stable in use: no warning).
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(list(self.objectives))
             # The first trial is the storm as it is (no limit binds, pools as
             # given), so a search never recommends something worse than it.
             study.enqueue_trial(self.baseline_params(), skip_if_exists=True)
