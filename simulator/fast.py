@@ -315,31 +315,26 @@ class _FastRun:
             ) from exc
         p = self.p
         n_stages = len(p.stage_names)
-        kinds = p.op_kind.astype(np.int64)
-        offsets = p.offsets.astype(np.int64)
-        began = np.concatenate([[0], np.cumsum(kinds == _STAGE_BEGIN)])
-        max_depth = int(np.max(began[offsets[1:]] - began[offsets[:-1]], initial=0)) + 1
         prio = np.zeros((len(p.locks), n_stages + 1), dtype=np.int64)
         for i, lock in enumerate(self.locks):
             if lock.priority is not None:
                 prio[i] = lock.priority
+        pool_left = np.array(self.pool_left, dtype=np.int64)
         out = run_kernel(
-            kinds,
-            p.op_arg.astype(np.int64),
-            p.op_amount.astype(np.float64),
-            offsets,
-            np.asarray(self.arrival, dtype=np.float64),
-            np.asarray(self.task_owner, dtype=np.int64),
-            np.asarray(self.spawn_base, dtype=np.int64),
-            self.n,
+            p.op_kind,
+            p.op_arg,
+            p.op_amount,
+            p.offsets,
+            p.arrival_s,
+            p.branch_parent,
+            p.spawn_base,
             n_stages,
             np.array([lock.kind for lock in self.locks], dtype=np.int64),
             prio,
             np.array([lock.spin_s for lock in self.locks], dtype=np.float64),
             np.array([lock.wake_s for lock in self.locks], dtype=np.float64),
             np.array([g.free for g in self.gates], dtype=np.int64),
-            int(np.sum(kinds == _GATE_ENTER)) + 1,
-            np.array(self.pool_left, dtype=np.int64),
+            pool_left,
             np.array(
                 [
                     float(self.cores),
@@ -349,8 +344,8 @@ class _FastRun:
                     self.bandwidth,
                 ]
             ),
-            max_depth,
         )
+        out = (*out[:6], pool_left, *out[6:])
         (finish, cpu_acc, lock_spin, cnt, cnf, by_stage, pool_left) = out[:7]
         dur_stage, dur_val, stage_time, zeroed, events = out[7:]
         self.finish = finish[: self.n].copy()
