@@ -75,6 +75,7 @@ _EID, _CSEQ, _SPINNING, _PSPINNING, _TIMER_KEY, _STALE = range(6)
 # numba from pruning the reference counting of every array in a function,
 # which costs more than the rest of the loop.
 _jit = njit(cache=True, error_model="numpy")
+_inline = njit(cache=True, error_model="numpy", inline="always")
 
 
 @intrinsic  # type: ignore[misc,unused-ignore]
@@ -258,7 +259,7 @@ def _advance(c: Any) -> None:
         c[_LAST] = c[_NOW]
 
 
-@_jit
+@_inline
 def _settle(c: Any, ci: Any, machine: Any, ht: Any, hn: Any, dl: Any) -> None:
     """Recompute the shares and re-arm the timer if the next completion moved earlier."""
     cores, guest_cap, bg, zero_rate, bandwidth = (
@@ -329,7 +330,7 @@ def _resume(c: Any, ci: Any, heaps: Any, task: int) -> None:
     _push(ht, hk, hv, hn, _QUEUE, c[_NOW], _NORMAL_KEY + ci[_EID], task * 8 + _RESUME)
 
 
-@_jit
+@_inline
 def _finish_due(
     c: Any,
     ci: Any,
@@ -352,7 +353,7 @@ def _finish_due(
         _resume(c, ci, heaps, task)
 
 
-@_jit
+@_inline
 def _stop(c: Any, ci: Any, task: int, sp: Any, dl: Any, cpu_acc: Any, lock_spin: Any) -> None:
     """Stop ``task``'s spin; the clocks must be current, the caller settles."""
     sp_active, sp_start, sp_slot, sp_lock, sp_pinned = sp
@@ -370,7 +371,7 @@ def _stop(c: Any, ci: Any, task: int, sp: Any, dl: Any, cpu_acc: Any, lock_spin:
     lock_spin[sp_lock[task]] += spun
 
 
-@_jit
+@_inline
 def _on_timer(
     c: Any,
     ci: Any,
@@ -407,7 +408,7 @@ def _on_timer(
     _settle(c, ci, machine, ht, hn, dl)
 
 
-@_jit
+@_inline
 def _grant(
     lk: int,
     task: int,
