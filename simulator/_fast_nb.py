@@ -1,9 +1,10 @@
 """The fast executor's loop compiled with numba (optional: ``pip install bootstorm[fast]``).
 
-The same algorithm as :mod:`.fast`, statement for statement, over flat
-NumPy arrays. :func:`run_kernel` returns raw counters; :mod:`.fast`
-assembles the :class:`Result`. No ``fastmath``: the floats must round as the
-reference's do.
+The same algorithm as :mod:`.fast` over flat NumPy arrays: the same events
+in the same order and the same float operations in the same order, with
+other data structures where they pop the same order faster.
+:func:`run_kernel` returns raw counters; :mod:`.fast` assembles the
+:class:`Result`. No ``fastmath``: the floats must round as the reference's do.
 
 Design
 ------
@@ -35,9 +36,20 @@ Two numba costs shaped the code. A compiled function increfs and decrefs
 (atomically) every array it receives, and an exception path keeps numba
 from pruning the pairs; so no function here can raise (``error_model``
 ``numpy``, no bounds that need checking) and the loop runs on views with no
-reference count (:func:`_borrow`). Together these halved the kernel time.
+reference count (:func:`_borrow`). Even then each call still makes one no-op
+call per array argument, so the CPU's timer, settle, stop and grant are
+inlined into the loop (``inline="always"``); the small helpers are left as
+calls (inlining them too measured no faster and compiled slower).
 
-MEASURED-PLACEHOLDER
+Where it stands (2-core shared machine, best of N): the 400-sandbox ipvtap
+storm (35 195 events) takes ≈ 3.7 ms in the kernel (≈ 105 ns per event,
+was 12 ms with ``heapq`` over lists) and ≈ 4.5–5 ms end to end, ≈ 30x
+SimPy in the same process; 10 000 sandboxes ≈ 0.15 s (SimPy ≈ 4 s);
+100 000 sandboxes (8.6 M events) ≈ 1.7 s, with ≈ 0.5 KiB per sandbox
+allocated by the run. Compiling costs ≈ 20 s once per machine, ≈ 0.5 s to
+load from the cache. Not tried yet: a FIFO for events due now (most resumes)
+beside the heap, a 4-ary heap, per-task state packed into fewer arrays so
+that the remaining calls pass fewer of them.
 """
 
 from __future__ import annotations
