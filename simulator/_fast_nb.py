@@ -1,50 +1,266 @@
 """The fast executor's loop compiled with numba (optional: ``pip install bootstorm[fast]``).
 
-The same algorithm as :mod:`.fast`, statement for statement, in flat arrays:
-task, waiter and spinner state are indexed arrays (every op runs at most once,
-jumps only go forward, so ``n_ops`` bounds waiters and spinners), the event
-queue and the CPU's job heaps are lists of tuples under :mod:`heapq`. The
-kernel returns raw counters; :mod:`.fast` assembles the :class:`Result`.
+The same algorithm as :mod:`.fast` over flat NumPy arrays: the same events
+in the same order and the same float operations in the same order, with
+other data structures where they pop the same order faster.
+:func:`run_kernel` returns raw counters; :mod:`.fast` assembles the
+:class:`Result`. No ``fastmath``: the floats must round as the reference's do.
 
-No ``fastmath``: the floats must round as the reference's do.
+Design
+------
+The event queue and the CPU's job heaps are binary heaps written out over
+preallocated arrays, struct-of-arrays style (a float key, an int
+tie-breaker, an int payload; one heap per row, see :func:`_push`). The keys
+are the reference's: events order by ``(time, priority << 50 | seq)``, jobs
+by ``(finish tag, cpu seq)``. Every key is unique, so any correct heap pops
+the reference's order.
 
-Where it stands (2-core dev machine): ≈ 0.4 µs per event, 14–16 ms for the
-400-sandbox ipvtap storm against ≈ 100 ms on SimPy, ≈ 0.4 s for 10 000
-sandboxes against ≈ 5 s. Packing events into three fields gained ≈ 5%.
-Not tried yet: a profile of the kernel (where do 0.4 µs per event go?),
-typed lists instead of reflected ones for the per-lock queues, a jitclass
-instead of the long argument lists, and waiter/spinner arrays sized by
-the ACQUIRE ops rather than all ops (memory is ≈ 14 KiB per sandbox, over
-twice the plain loop's, because of them and the locks × tasks hold table).
+State is indexed by task wherever a task holds at most one of a thing at a
+time, which bounds every structure by the task count, fixed before the loop
+(nothing is allocated or grown per event):
+
+- a task has at most one pending event (start, arrival or resume) and at most
+  one CPU job, so the queue and the four job heaps are rows of one
+  ``5 × (tasks + locks + 1)`` table (wake-ups add at most one per lock);
+- only the CPU's newest timer is ever live (a later one supersedes it), so one
+  slot holds it; a superseded timer is only counted as an event, since the
+  reference pops and ignores it;
+- a task waits on at most one lock: a lock's queue is one FIFO per priority
+  level, linked through the tasks (the reference's ``(priority, seq)`` heap
+  pops in that order);
+- a lock's spin deadlines come in time order (now plus its constant
+  ``spin_s``), so they are a list per lock, linked through the tasks; a
+  stopped spin leaves its list at once instead of being skipped later.
+
+Two numba costs shaped the code. A compiled function increfs and decrefs
+(atomically) every array it receives, and an exception path keeps numba
+from pruning the pairs; so no function here can raise (``error_model``
+``numpy``, no bounds that need checking) and the loop runs on views with no
+reference count (:func:`_borrow`). Even then each call still makes one no-op
+call per array argument, so the CPU's timer, settle, stop and grant are
+inlined into the loop (``inline="always"``); the small helpers are left as
+calls (inlining them too measured no faster and compiled slower).
+
+Where it stands (2-core shared machine, best of N): the 400-sandbox ipvtap
+storm (35 195 events) takes ≈ 3.7 ms in the kernel (≈ 105 ns per event,
+was 12 ms with ``heapq`` over lists) and ≈ 4.5–5 ms end to end, ≈ 30x
+SimPy in the same process; 10 000 sandboxes ≈ 0.15 s (SimPy ≈ 4 s);
+100 000 sandboxes (8.6 M events) ≈ 1.7 s, with ≈ 0.5 KiB per sandbox
+allocated by the run. Compiling costs ≈ 20 s once per machine, ≈ 0.5 s to
+load from the cache. Not tried yet: a FIFO for events due now (most resumes)
+beside the heap, a 4-ary heap, per-task state packed into fewer arrays so
+that the remaining calls pass fewer of them.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import Any
 
 import numpy as np
 from numba import njit  # type: ignore[import-not-found,unused-ignore]
+from numba.core import cgutils  # type: ignore[import-not-found,unused-ignore]
+from numba.extending import intrinsic  # type: ignore[import-not-found,unused-ignore]
 
 _CPU, _SLEEP, _ACQUIRE, _ACQUIRE_SHARED, _RELEASE, _ZERO = 0, 1, 2, 3, 4, 5
 _STAGE_BEGIN, _STAGE_END, _GATE_ENTER, _GATE_EXIT, _POOL_TRY, _JUMP = 6, 7, 8, 9, 10, 11
 _SPAWN, _GUEST_CPU = 12, 13
 _WORK, _SPIN, _ZEROING = 0, 1, 2
-_URGENT, _NORMAL = 0, 1
-# Events are (time, priority << 50 | seq, x << 3 | what): short tuples sort faster.
+# Events are (time, priority << 50 | seq, x << 3 | what).
 _URGENT_KEY, _NORMAL_KEY = 0, 1 << 50
 _START, _ARRIVE, _RESUME, _TIMER, _WAKE = 0, 1, 2, 3, 4
 _MUTEX, _SPINLOCK, _RW = 0, 1, 2
 _REL_EPS = 1e-12
 
-# Float CPU state, c[...]
-_NOW, _S, _SP, _Z, _G, _LAST, _SH, _PSH, _ZSP, _GSH, _TIMER_AT = range(11)
-# Int CPU state, ci[...]
-_EID, _CSEQ, _GEN, _SPINNING, _PSPINNING = range(5)
+# Rows of the heap table: the event queue and the CPU's four job heaps.
+_QUEUE, _H_WORK, _H_PINNED, _H_GUEST, _H_ZERO = 0, 1, 2, 3, 4
+
+# Float CPU state, c[...]: the clock, the four tier clocks, when they were
+# advanced, the four rates, the pending timer's due time and event time.
+_NOW, _S, _SP, _Z, _G, _LAST, _SH, _PSH, _ZSP, _GSH, _TIMER_AT, _TIMER_T = range(12)
+# Int CPU state, ci[...]: event seq, cpu seq, spinners in each tier, the
+# pending timer's key, superseded timers.
+_EID, _CSEQ, _SPINNING, _PSPINNING, _TIMER_KEY, _STALE = range(6)
+
+# Compiled once per machine (``cache``); no ``fastmath``. Division by zero
+# follows NumPy (no Python exception paths): an exit path that raises keeps
+# numba from pruning the reference counting of every array in a function,
+# which costs more than the rest of the loop.
+_jit = njit(cache=True, error_model="numpy")
+_inline = njit(cache=True, error_model="numpy", inline="always")
 
 
-@njit(cache=True)  # type: ignore[misc,unused-ignore]
+@intrinsic  # type: ignore[misc,unused-ignore]
+def _borrow(typingctx: Any, arr: Any) -> Any:
+    """A view of ``arr`` without its reference count (a null meminfo).
+
+    Numba increfs and decrefs (atomically) every array a compiled function
+    receives, and LLVM's code motion defeats the pass that prunes the pairs:
+    left alone, that costs more than the simulation. Views without a meminfo
+    make those calls no-ops. The caller must keep ``arr`` alive while its
+    view is used: :func:`run_kernel` allocates, :func:`_simulate` borrows.
+    """
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        src = context.make_array(sig.args[0])(context, builder, value=args[0])
+        out = context.make_array(sig.return_type)(context, builder)
+        null: Any = cgutils.get_null_value
+        out.meminfo = null(out.meminfo.type)
+        out.parent = null(out.parent.type)
+        out.nitems = src.nitems
+        out.itemsize = src.itemsize
+        out.data = src.data
+        out.shape = src.shape
+        out.strides = src.strides
+        return out._getvalue()
+
+    return arr(arr), codegen
+
+
+# -- heaps over arrays ---------------------------------------------------------------------
+@_jit
+def _push(ht: Any, hk: Any, hv: Any, sizes: Any, h: int, t: float, k: int, v: int) -> None:
+    """Push ``(t, k) -> v`` on heap row ``h`` (sift the hole up, then fill it)."""
+    i = sizes[h]
+    sizes[h] = i + 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        pt = ht[h, parent]
+        pk = hk[h, parent]
+        if t < pt or (t == pt and k < pk):
+            ht[h, i] = pt
+            hk[h, i] = pk
+            hv[h, i] = hv[h, parent]
+            i = parent
+        else:
+            break
+    ht[h, i] = t
+    hk[h, i] = k
+    hv[h, i] = v
+
+
+@_jit
+def _pop(ht: Any, hk: Any, hv: Any, sizes: Any, h: int) -> None:
+    """Drop the root of heap row ``h``; read it (``[h, 0]``) before."""
+    n = sizes[h] - 1
+    sizes[h] = n
+    if n == 0:
+        return
+    t = ht[h, n]
+    k = hk[h, n]
+    v = hv[h, n]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        ct = ht[h, child]
+        ck = hk[h, child]
+        right = child + 1
+        if right < n:
+            rt = ht[h, right]
+            rk = hk[h, right]
+            if rt < ct or (rt == ct and rk < ck):
+                child = right
+                ct = rt
+                ck = rk
+        if ct < t or (ct == t and ck < k):
+            ht[h, i] = ct
+            hk[h, i] = ck
+            hv[h, i] = hv[h, child]
+            i = child
+        else:
+            break
+    ht[h, i] = t
+    hk[h, i] = k
+    hv[h, i] = v
+
+
+# -- waiting lists linked through per-task arrays --------------------------------------------
+@_jit
+def _queue_head(q_head: Any, lk: int) -> int:
+    """The next waiter lock ``lk`` grants to (-1: none): the oldest of the best level."""
+    for level in range(q_head.shape[1]):
+        if q_head[lk, level] >= 0:
+            return int(q_head[lk, level])
+    return -1
+
+
+@_jit
+def _queue_push(lq: Any, lk: int, level: int, task: int) -> None:
+    """Append waiting ``task`` to lock ``lk``'s FIFO of priority ``level``."""
+    q_head, q_tail, q_next, q_len = lq
+    q_next[task] = -1
+    tail = q_tail[lk, level]
+    if tail < 0:
+        q_head[lk, level] = task
+    else:
+        q_next[tail] = task
+    q_tail[lk, level] = task
+    q_len[lk] += 1
+
+
+@_jit
+def _queue_pop(lq: Any, lk: int, level: int) -> None:
+    """Drop the head of lock ``lk``'s FIFO of ``level``."""
+    q_head, q_tail, q_next, q_len = lq
+    nxt = q_next[q_head[lk, level]]
+    q_head[lk, level] = nxt
+    if nxt < 0:
+        q_tail[lk, level] = -1
+    q_len[lk] -= 1
+
+
+@_jit
+def _earliest_deadline(dl: Any) -> int:
+    """The spinning task whose deadline ``(time, cpu seq)`` comes first (-1: none)."""
+    d_at, d_seq, d_head, spin_locks = dl[0], dl[1], dl[4], dl[6]
+    best = -1
+    for i in range(spin_locks.shape[0]):
+        task = d_head[spin_locks[i]]
+        if task >= 0 and (
+            best < 0
+            or d_at[task] < d_at[best]
+            or (d_at[task] == d_at[best] and d_seq[task] < d_seq[best])
+        ):
+            best = task
+    return best
+
+
+@_jit
+def _deadline_push(dl: Any, lk: int, task: int, at: float, seq: int) -> None:
+    """Add ``task``'s spin deadline; a lock's deadlines come in time order
+    (now plus its constant ``spin_s``), so its list stays sorted."""
+    d_at, d_seq, d_next, d_prev, d_head, d_tail, _ = dl
+    d_at[task] = at
+    d_seq[task] = seq
+    d_next[task] = -1
+    tail = d_tail[lk]
+    d_prev[task] = tail
+    if tail < 0:
+        d_head[lk] = task
+    else:
+        d_next[tail] = task
+    d_tail[lk] = task
+
+
+@_jit
+def _deadline_unlink(dl: Any, lk: int, task: int) -> None:
+    """Remove ``task``'s deadline from lock ``lk``'s list (its spin stopped)."""
+    d_next, d_prev, d_head, d_tail = dl[2], dl[3], dl[4], dl[5]
+    prev, nxt = d_prev[task], d_next[task]
+    if prev < 0:
+        d_head[lk] = nxt
+    else:
+        d_next[prev] = nxt
+    if nxt < 0:
+        d_tail[lk] = prev
+    else:
+        d_prev[nxt] = prev
+
+
+# -- the CPU (as :class:`.cpu.ProcessorSharingCPU`) ----------------------------------------
+@_jit
 def _advance(c: Any) -> None:
     dt = c[_NOW] - c[_LAST]
     if dt > 0.0:
@@ -55,19 +271,9 @@ def _advance(c: Any) -> None:
         c[_LAST] = c[_NOW]
 
 
-@njit(cache=True)  # type: ignore[misc,unused-ignore]
-def _settle(
-    c: Any,
-    ci: Any,
-    machine: Any,
-    queue: Any,
-    work: Any,
-    pinned: Any,
-    zeroing: Any,
-    guest: Any,
-    deadlines: Any,
-    sp_active: Any,
-) -> None:
+@_inline
+def _settle(c: Any, ci: Any, machine: Any, ht: Any, hn: Any, dl: Any) -> None:
+    """Recompute the shares and re-arm the timer if the next completion moved earlier."""
     cores, guest_cap, bg, zero_rate, bandwidth = (
         machine[0],
         machine[1],
@@ -75,12 +281,11 @@ def _settle(
         machine[3],
         machine[4],
     )
-    n_pinned = len(pinned) + ci[_PSPINNING]
+    n_work, n_pinned_jobs, n_guest, m = hn[_H_WORK], hn[_H_PINNED], hn[_H_GUEST], hn[_H_ZERO]
+    n_pinned = n_pinned_jobs + ci[_PSPINNING]
     pinned_share = 1.0 if n_pinned <= cores else cores / n_pinned
     left = cores - n_pinned if n_pinned < cores else 0.0
-    m = len(zeroing)
-    n_guest = len(guest)
-    k = len(work) + m + ci[_SPINNING]
+    k = n_work + m + ci[_SPINNING]
     fair = 1.0 if k + n_guest + bg <= left else left / (k + n_guest + bg)
     if n_guest and fair > guest_cap:
         guest_share = guest_cap
@@ -100,288 +305,287 @@ def _settle(
     c[_GSH] = guest_share
     last = c[_LAST]
     due = math.inf
-    if len(work) and share > 0.0:
-        due = last + (work[0][0] - c[_S]) / share
-    if len(pinned):
-        t = last + (pinned[0][0] - c[_SP]) / pinned_share
+    if n_work and share > 0.0:
+        due = last + (ht[_H_WORK, 0] - c[_S]) / share
+    if n_pinned_jobs:
+        t = last + (ht[_H_PINNED, 0] - c[_SP]) / pinned_share
         if t < due:
             due = t
-    if len(guest) and guest_share > 0.0:
-        t = last + (guest[0][0] - c[_G]) / guest_share
+    if n_guest and guest_share > 0.0:
+        t = last + (ht[_H_GUEST, 0] - c[_G]) / guest_share
         if t < due:
             due = t
-    if len(zeroing) and zero_speed > 0.0:
-        t = last + (zeroing[0][0] - c[_Z]) / zero_speed
+    if m and zero_speed > 0.0:
+        t = last + (ht[_H_ZERO, 0] - c[_Z]) / zero_speed
         if t < due:
             due = t
-    while len(deadlines) and not sp_active[deadlines[0][2]]:
-        heapq.heappop(deadlines)
-    if len(deadlines) and deadlines[0][0] < due:
-        due = deadlines[0][0]
+    first = _earliest_deadline(dl)
+    if first >= 0 and dl[0][first] < due:
+        due = dl[0][first]
     if due < c[_TIMER_AT]:
+        # A new timer; the pending one (if any) is superseded: the reference
+        # pops it later and ignores it, so only its count is kept.
+        if c[_TIMER_AT] < math.inf:
+            ci[_STALE] += 1
         c[_TIMER_AT] = due
-        ci[_GEN] += 1
         delay = due - last
         ci[_EID] += 1
-        at = c[_NOW] + (delay if delay > 0.0 else 0.0)
-        heapq.heappush(queue, (at, _NORMAL_KEY + ci[_EID], ci[_GEN] * 8 + _TIMER))
+        c[_TIMER_T] = c[_NOW] + (delay if delay > 0.0 else 0.0)
+        ci[_TIMER_KEY] = _NORMAL_KEY + ci[_EID]
 
 
-@njit(cache=True)  # type: ignore[misc,unused-ignore]
+@_jit
+def _resume(c: Any, ci: Any, heaps: Any, task: int) -> None:
+    """Schedule ``task`` to go on now, after what is already due now."""
+    ht, hk, hv, hn = heaps
+    ci[_EID] += 1
+    _push(ht, hk, hv, hn, _QUEUE, c[_NOW], _NORMAL_KEY + ci[_EID], task * 8 + _RESUME)
+
+
+@_inline
 def _finish_due(
     c: Any,
     ci: Any,
-    queue: Any,
-    heap: Any,
+    heaps: Any,
+    h: int,
     progress: float,
     slack: float,
     clock: float,
+    jobs: Any,
     cpu_acc: Any,
 ) -> None:
+    """Complete the jobs of row ``h`` whose tag ``progress`` has reached."""
+    ht, hk, hv, hn = heaps
+    job_start, job_slot = jobs
     limit = progress + _REL_EPS * (progress if progress > 1.0 else 1.0) + slack
-    now = c[_NOW]
-    while len(heap) and heap[0][0] <= limit:
-        item = heapq.heappop(heap)
-        cpu_acc[item[4]] += clock - item[3]
-        ci[_EID] += 1
-        heapq.heappush(queue, (now, _NORMAL_KEY + ci[_EID], item[2] * 8 + _RESUME))
+    while hn[h] and ht[h, 0] <= limit:
+        task = hv[h, 0]
+        _pop(ht, hk, hv, hn, h)
+        cpu_acc[job_slot[task]] += clock - job_start[task]
+        _resume(c, ci, heaps, task)
 
 
-@njit(cache=True)  # type: ignore[misc,unused-ignore]
-def _stop(c: Any, ci: Any, s: int, sp: Any, cpu_acc: Any, lock_spin: Any) -> None:
+@_inline
+def _stop(c: Any, ci: Any, task: int, sp: Any, dl: Any, cpu_acc: Any, lock_spin: Any) -> None:
+    """Stop ``task``'s spin; the clocks must be current, the caller settles."""
     sp_active, sp_start, sp_slot, sp_lock, sp_pinned = sp
-    sp_active[s] = False
-    if sp_pinned[s]:
+    sp_active[task] = False
+    if sp_pinned[task]:
         ci[_PSPINNING] -= 1
-        spun = c[_SP] - sp_start[s]
+        spun = c[_SP] - sp_start[task]
     else:
         ci[_SPINNING] -= 1
-        spun = c[_S] - sp_start[s]
-    cpu_acc[sp_slot[s]] += spun
-    lock_spin[sp_lock[s]] += spun
+        spun = c[_S] - sp_start[task]
+        # The reference leaves a stopped spin's deadline to be skipped later;
+        # dropping it now changes nothing but the work.
+        _deadline_unlink(dl, sp_lock[task], task)
+    cpu_acc[sp_slot[task]] += spun
+    lock_spin[sp_lock[task]] += spun
 
 
-@njit(cache=True)  # type: ignore[misc,unused-ignore]
-def _grant(
-    lk: int,
-    w: int,
+@_inline
+def _on_timer(
     c: Any,
     ci: Any,
     machine: Any,
-    queue: Any,
-    work: Any,
-    pinned: Any,
-    zeroing: Any,
-    guest: Any,
-    deadlines: Any,
+    heaps: Any,
+    dl: Any,
+    jobs: Any,
     sp: Any,
     cpu_acc: Any,
     lock_spin: Any,
-    cnt: Any,
-    cnf: Any,
-    acq_by_stage: Any,
-    held_since: Any,
+) -> None:
+    """The CPU's timer: complete what is due, stop expired spins, re-arm."""
+    ht, hn = heaps[0], heaps[3]
+    c[_TIMER_AT] = math.inf
+    _advance(c)
+    tick = np.spacing(c[_LAST])
+    share = c[_S]
+    _finish_due(c, ci, heaps, _H_WORK, share, c[_SH] * tick, share, jobs, cpu_acc)
+    if hn[_H_PINNED]:
+        p = c[_SP]
+        _finish_due(c, ci, heaps, _H_PINNED, p, c[_PSH] * tick, p, jobs, cpu_acc)
+    if hn[_H_GUEST]:
+        g = c[_G]
+        _finish_due(c, ci, heaps, _H_GUEST, g, c[_GSH] * tick, g, jobs, cpu_acc)
+    if hn[_H_ZERO]:
+        _finish_due(c, ci, heaps, _H_ZERO, c[_Z], c[_ZSP] * tick, share, jobs, cpu_acc)
+    first = _earliest_deadline(dl)
+    if first >= 0:
+        last = c[_LAST]
+        limit = last + _REL_EPS * (last if last > 1.0 else 1.0)
+        while first >= 0 and dl[0][first] <= limit:
+            _stop(c, ci, first, sp, dl, cpu_acc, lock_spin)
+            first = _earliest_deadline(dl)
+    _settle(c, ci, machine, ht, hn, dl)
+
+
+@_inline
+def _grant(
+    lk: int,
+    task: int,
+    c: Any,
+    ci: Any,
+    machine: Any,
+    heaps: Any,
+    dl: Any,
+    sp: Any,
+    cpu_acc: Any,
+    lock_spin: Any,
+    counters: Any,
     waiters: Any,
 ) -> None:
-    """Hand lock ``lk`` to waiter ``w`` (owner or readers already updated)."""
-    w_task, w_stage, w_since, w_spin = waiters
+    """Hand lock ``lk`` to waiting ``task`` (owner or readers already updated)."""
+    cnt, cnf, acq_by_stage, held_since = counters
+    w_stage, w_since = waiters
     now = c[_NOW]
-    s = w_spin[w]
-    if s >= 0 and sp[0][s]:
+    if sp[0][task]:
         _advance(c)
-        _stop(c, ci, s, sp, cpu_acc, lock_spin)
-        _settle(c, ci, machine, queue, work, pinned, zeroing, guest, deadlines, sp[0])
+        _stop(c, ci, task, sp, dl, cpu_acc, lock_spin)
+        _settle(c, ci, machine, heaps[0], heaps[3], dl)
     # ContentionCounter.dequeue, then the take
     cnt[lk, 2] -= 1
-    cnf[lk, 0] += now - w_since[w]
+    cnf[lk, 0] += now - w_since[task]
     if cnt[lk, 2] == 0:
         cnf[lk, 2] += now - cnf[lk, 3]
     cnt[lk, 0] += 1
-    acq_by_stage[lk, w_stage[w]] += 1
-    held_since[lk, w_task[w]] = now
-    ci[_EID] += 1
-    heapq.heappush(queue, (now, _NORMAL_KEY + ci[_EID], w_task[w] * 8 + _RESUME))
+    acq_by_stage[lk, w_stage[task]] += 1
+    held_since[task, lk] = now
+    _resume(c, ci, heaps, task)
 
 
-@njit(cache=True)  # type: ignore[misc,unused-ignore]
-def run_kernel(
-    kinds: Any,
-    args: Any,
-    amounts: Any,
-    offsets: Any,
-    arrival: Any,
-    task_owner: Any,
-    spawn_base: Any,
-    n: int,
-    n_stages: int,
-    lock_kind: Any,
-    lock_prio: Any,
-    lock_spin_s: Any,
-    lock_wake_s: Any,
-    gate_permits: Any,
-    gate_cap: int,
-    pool_left: Any,
+@_jit
+def _enqueue(cnt: Any, cnf: Any, row: int, now: float) -> None:
+    """ContentionCounter.enqueue for lock or gate ``row``."""
+    cnt[row, 1] += 1
+    if cnt[row, 2] == 0:
+        cnf[row, 3] = now
+    cnt[row, 2] += 1
+    if cnt[row, 2] > cnt[row, 3]:
+        cnt[row, 3] = cnt[row, 2]
+
+
+@_jit
+def _lock_levels(lock_prio: Any) -> Any:
+    """``level[lock, stage]``: how many stages the lock serves before this one's
+    waiters (order-preserving, equal for equal priorities, below ``stages + 1``)."""
+    n_locks, slots = lock_prio.shape
+    level = np.zeros((n_locks, slots), dtype=np.int64)
+    for lk in range(n_locks):
+        for s in range(slots):
+            for other in range(slots):
+                if lock_prio[lk, other] < lock_prio[lk, s]:
+                    level[lk, s] += 1
+    return level
+
+
+@_jit
+def _depth_bounds(kinds: Any, offsets: Any) -> Any:
+    """The most STAGE_BEGIN ops in one task (bounds its stage nesting), and
+    the STAGE_END ops in all (bounds the stage durations)."""
+    deepest = 0
+    ends = 0
+    for task in range(offsets.shape[0] - 1):
+        begins = 0
+        for pc in range(offsets[task], offsets[task + 1]):
+            if kinds[pc] == _STAGE_BEGIN:
+                begins += 1
+            elif kinds[pc] == _STAGE_END:
+                ends += 1
+        if begins > deepest:
+            deepest = begins
+    return deepest, ends
+
+
+@_jit
+def _simulate(
+    prog: Any,
     machine: Any,
-    max_depth: int,
+    locks: Any,
+    pool_left: Any,
+    state: Any,
+    tasks: Any,
+    stage_log: Any,
+    heaps: Any,
+    jobs: Any,
+    waiters: Any,
+    lq: Any,
+    sp: Any,
+    dl: Any,
+    lock_state: Any,
+    counters: Any,
+    gates: Any,
 ) -> Any:
+    """The event loop, on borrowed views (see :func:`_borrow`); returns how
+    many stage durations it logged, the bytes zeroed and the events."""
+    kinds, args, amounts, offsets, arrival, branch_parent, spawn_base = prog
+    lock_kind, lock_level, lock_spin_s, lock_wake_s = locks
+    c, ci, cpu_acc, lock_spin = state
+    pcs, stage_of, spin_depth, depth, st_stage, st_began, finish = tasks
+    stage_time, dur_stage, dur_val = stage_log
+    ht, hk, hv, hn = heaps
+    job_start, job_slot = jobs
+    w_stage, w_since, w_shared = waiters
+    waiting = (w_stage, w_since)
+    q_head, q_len = lq[0], lq[3]
+    sp_active, sp_start, sp_slot, sp_lock, sp_pinned = sp
+    l_owner, l_readers, l_waking, l_handoff = lock_state
+    cnt, cnf, acq_by_stage, held_since = counters
+    g_free, g_task, g_since, g_head, g_len = gates
+    n = arrival.shape[0]
     n_tasks = offsets.shape[0] - 1
-    n_ops = kinds.shape[0]
     n_locks = lock_kind.shape[0]
-    n_gates = gate_permits.shape[0]
-    slots = n_stages + 1
-    c = np.zeros(11)
-    c[_SH] = 1.0
-    c[_PSH] = 1.0
-    c[_ZSP] = 1.0
-    c[_GSH] = 1.0
-    c[_TIMER_AT] = math.inf
-    ci = np.zeros(5, dtype=np.int64)
-    cpu_acc = np.zeros(3 * slots)
-    lock_spin = np.zeros(n_locks)
     zeroed = 0.0
-    # Heaps, seeded with one item for numba's type inference and emptied.
-    queue = [(0.0, 0, 0)]
-    queue.pop()
-    work = [(0.0, 0, 0, 0.0, 0)]
-    work.pop()
-    pinned = [(0.0, 0, 0, 0.0, 0)]
-    pinned.pop()
-    zeroing = [(0.0, 0, 0, 0.0, 0)]
-    zeroing.pop()
-    guest = [(0.0, 0, 0, 0.0, 0)]
-    guest.pop()
-    deadlines = [(0.0, 0, 0)]
-    deadlines.pop()
-    lock_q = [[(0, 0, 0)] for _ in range(n_locks)]
-    for q in lock_q:
-        q.pop()
-    # Tasks
-    pcs = offsets[:-1].copy()
-    stage_of = np.full(n_tasks, n_stages, dtype=np.int64)
-    spin_depth = np.zeros(n_tasks, dtype=np.int64)
-    depth = np.zeros(n_tasks, dtype=np.int64)
-    st_stage = np.zeros((n_tasks, max_depth), dtype=np.int64)
-    st_began = np.zeros((n_tasks, max_depth))
-    finish = np.full(n_tasks, np.nan)
-    stage_time = np.zeros((n, n_stages))
-    dur_stage = np.zeros(n_ops, dtype=np.int64)
-    dur_val = np.zeros(n_ops)
     n_dur = 0
-    # Waiters and spinners: at most one per op.
-    w_task = np.zeros(n_ops + 1, dtype=np.int64)
-    w_stage = np.zeros(n_ops + 1, dtype=np.int64)
-    w_since = np.zeros(n_ops + 1)
-    w_shared = np.zeros(n_ops + 1, dtype=np.bool_)
-    w_spin = np.full(n_ops + 1, -1, dtype=np.int64)
-    waiters = (w_task, w_stage, w_since, w_spin)
-    n_w = 0
-    sp_active = np.zeros(n_ops + 1, dtype=np.bool_)
-    sp_start = np.zeros(n_ops + 1)
-    sp_slot = np.zeros(n_ops + 1, dtype=np.int64)
-    sp_lock = np.zeros(n_ops + 1, dtype=np.int64)
-    sp_pinned = np.zeros(n_ops + 1, dtype=np.bool_)
-    sp = (sp_active, sp_start, sp_slot, sp_lock, sp_pinned)
-    n_sp = 0
-    # Locks: owner (-1 none), readers, seq; holds; counters.
-    l_owner = np.full(n_locks, -1, dtype=np.int64)
-    l_readers = np.zeros(n_locks, dtype=np.int64)
-    l_seq = np.zeros(n_locks, dtype=np.int64)
-    l_waking = np.full(n_locks, -1, dtype=np.int64)  # the woken waiter, not yet running
-    l_handoff = np.zeros(n_locks, dtype=np.bool_)  # the head lost a race: hand to it
-    held_since = np.zeros((n_locks, n_tasks))
-    # Counters (locks then gates): acquisitions, contended, waiters, max_waiters;
-    # wait_s, hold_s, contended_wall_s, busy_since.
-    cnt = np.zeros((n_locks + n_gates, 4), dtype=np.int64)
-    cnf = np.zeros((n_locks + n_gates, 4))
-    acq_by_stage = np.zeros((n_locks, slots), dtype=np.int64)
-    g_free = gate_permits.copy()
-    g_task = np.zeros((n_gates, gate_cap), dtype=np.int64)
-    g_since = np.zeros((n_gates, gate_cap))
-    g_head = np.zeros(n_gates, dtype=np.int64)
-    g_tail = np.zeros(n_gates, dtype=np.int64)
-    events = 0
+    popped = 0
     for task in range(n):
         ci[_EID] += 1
-        heapq.heappush(queue, (0.0, _URGENT_KEY + ci[_EID], task * 8 + _START))
-    while len(queue):
-        item = heapq.heappop(queue)
-        now = item[0]
-        what = item[2] & 7
-        x = item[2] >> 3
+        _push(ht, hk, hv, hn, _QUEUE, 0.0, _URGENT_KEY + ci[_EID], task * 8 + _START)
+    while True:
+        # The next event: the queue's head or the timer, whichever is first.
+        timer_live = c[_TIMER_AT] < math.inf
+        if hn[_QUEUE] and (
+            not timer_live
+            or ht[_QUEUE, 0] < c[_TIMER_T]
+            or (ht[_QUEUE, 0] == c[_TIMER_T] and hk[_QUEUE, 0] < ci[_TIMER_KEY])
+        ):
+            now = ht[_QUEUE, 0]
+            what = hv[_QUEUE, 0] & 7
+            x = hv[_QUEUE, 0] >> 3
+            _pop(ht, hk, hv, hn, _QUEUE)
+        elif timer_live:
+            now = c[_TIMER_T]
+            what = _TIMER
+            x = 0
+        else:
+            break
         c[_NOW] = now
-        events += 1
+        popped += 1
         if what == _TIMER:
-            if x != ci[_GEN]:
-                continue
-            c[_TIMER_AT] = math.inf
-            _advance(c)
-            tick = np.spacing(c[_LAST])
-            share = c[_S]
-            _finish_due(c, ci, queue, work, share, c[_SH] * tick, share, cpu_acc)
-            if len(pinned):
-                p = c[_SP]
-                _finish_due(c, ci, queue, pinned, p, c[_PSH] * tick, p, cpu_acc)
-            if len(guest):
-                g = c[_G]
-                _finish_due(c, ci, queue, guest, g, c[_GSH] * tick, g, cpu_acc)
-            if len(zeroing):
-                _finish_due(c, ci, queue, zeroing, c[_Z], c[_ZSP] * tick, share, cpu_acc)
-            if len(deadlines):
-                last = c[_LAST]
-                limit = last + _REL_EPS * (last if last > 1.0 else 1.0)
-                while len(deadlines) and deadlines[0][0] <= limit:
-                    s = heapq.heappop(deadlines)[2]
-                    if sp_active[s]:
-                        _stop(c, ci, s, sp, cpu_acc, lock_spin)
-            _settle(c, ci, machine, queue, work, pinned, zeroing, guest, deadlines, sp_active)
+            _on_timer(c, ci, machine, heaps, dl, jobs, sp, cpu_acc, lock_spin)
             continue
         if what == _WAKE:
             lk = x
             w = l_waking[lk]
             l_waking[lk] = -1
-            q = lock_q[lk]
-            if len(q) == 0 or q[0][2] != w:
+            if _queue_head(q_head, lk) != w:
                 continue  # only a higher-priority newcomer can overtake
             if l_owner[lk] < 0:
-                heapq.heappop(q)
-                l_owner[lk] = w_task[w]
-                _grant(
-                    lk,
-                    w,
-                    c,
-                    ci,
-                    machine,
-                    queue,
-                    work,
-                    pinned,
-                    zeroing,
-                    guest,
-                    deadlines,
-                    sp,
-                    cpu_acc,
-                    lock_spin,
-                    cnt,
-                    cnf,
-                    acq_by_stage,
-                    held_since,
-                    waiters,
-                )
+                _queue_pop(lq, lk, lock_level[lk, w_stage[w]])
+                l_owner[lk] = w
+                _grant(lk, w, c, ci, machine, heaps, dl, sp, cpu_acc, lock_spin, counters, waiting)
             else:
                 l_handoff[lk] = True  # stolen while it woke: the next release is its
             continue
         task = x
+        pc = pcs[task]
         if what == _START:
-            if arrival[task] > 0.0:
+            if task < n and arrival[task] > 0.0:
                 ci[_EID] += 1
-                heapq.heappush(
-                    queue, (now + arrival[task], _NORMAL_KEY + ci[_EID], task * 8 + _ARRIVE)
-                )
+                at = now + arrival[task]
+                _push(ht, hk, hv, hn, _QUEUE, at, _NORMAL_KEY + ci[_EID], task * 8 + _ARRIVE)
                 continue
-            pc = pcs[task]
-        elif what == _ARRIVE:
-            pc = pcs[task]
-        else:
-            pc = pcs[task]
+        elif what == _RESUME:
             kind = kinds[pc]
             if kind == _ACQUIRE and lock_kind[args[pc]] == _SPINLOCK:
                 spin_depth[task] += 1
@@ -398,31 +602,30 @@ def run_kernel(
                 if amount > 0.0:
                     _advance(c)
                     ci[_CSEQ] += 1
-                    slot = 3 * stage + _WORK
                     if kind == _CPU and spin_depth[task] > 0:
-                        heapq.heappush(pinned, (c[_SP] + amount, ci[_CSEQ], task, c[_SP], slot))
+                        h, clock = _H_PINNED, c[_SP]
                     elif kind == _GUEST_CPU and machine[1] < 1.0:
-                        heapq.heappush(guest, (c[_G] + amount, ci[_CSEQ], task, c[_G], slot))
+                        h, clock = _H_GUEST, c[_G]
                     else:
-                        heapq.heappush(work, (c[_S] + amount, ci[_CSEQ], task, c[_S], slot))
-                    _settle(
-                        c, ci, machine, queue, work, pinned, zeroing, guest, deadlines, sp_active
-                    )
+                        h, clock = _H_WORK, c[_S]
+                    job_start[task] = clock
+                    job_slot[task] = 3 * stage + _WORK
+                    _push(ht, hk, hv, hn, h, clock + amount, ci[_CSEQ], task)
+                    _settle(c, ci, machine, ht, hn, dl)
                     blocked = True
             elif kind == _SLEEP:
                 amount = amounts[pc]
                 if amount > 0.0:
                     ci[_EID] += 1
-                    heapq.heappush(
-                        queue, (now + amount, _NORMAL_KEY + ci[_EID], task * 8 + _RESUME)
-                    )
+                    at = now + amount
+                    _push(ht, hk, hv, hn, _QUEUE, at, _NORMAL_KEY + ci[_EID], task * 8 + _RESUME)
                     blocked = True
             elif kind in (_ACQUIRE, _ACQUIRE_SHARED):
                 lk = args[pc]
                 shared = kind == _ACQUIRE_SHARED
                 if lock_kind[lk] == _RW:
                     if shared:
-                        free = l_owner[lk] < 0 and len(lock_q[lk]) == 0
+                        free = l_owner[lk] < 0 and q_len[lk] == 0
                     else:
                         free = l_owner[lk] < 0 and l_readers[lk] == 0
                 else:
@@ -434,65 +637,40 @@ def run_kernel(
                         l_owner[lk] = task
                     cnt[lk, 0] += 1
                     acq_by_stage[lk, stage] += 1
-                    held_since[lk, task] = now
+                    held_since[task, lk] = now
                     if lock_kind[lk] == _SPINLOCK:
                         spin_depth[task] += 1
                 else:
-                    w = n_w
-                    n_w += 1
-                    w_task[w] = task
-                    w_stage[w] = stage
-                    w_since[w] = now
-                    w_shared[w] = shared
-                    l_seq[lk] += 1
-                    heapq.heappush(lock_q[lk], (lock_prio[lk, stage], l_seq[lk], w))
-                    # ContentionCounter.enqueue
-                    cnt[lk, 1] += 1
-                    if cnt[lk, 2] == 0:
-                        cnf[lk, 3] = now
-                    cnt[lk, 2] += 1
-                    if cnt[lk, 2] > cnt[lk, 3]:
-                        cnt[lk, 3] = cnt[lk, 2]
+                    w_stage[task] = stage
+                    w_since[task] = now
+                    w_shared[task] = shared
+                    _queue_push(lq, lk, lock_level[lk, stage], task)
+                    _enqueue(cnt, cnf, lk, now)
                     if lock_kind[lk] == _SPINLOCK or lock_spin_s[lk] > 0.0:
                         _advance(c)
-                        s = n_sp
-                        n_sp += 1
-                        sp_active[s] = True
-                        sp_slot[s] = 3 * stage + _SPIN
-                        sp_lock[s] = lk
-                        w_spin[w] = s
+                        sp_active[task] = True
+                        sp_slot[task] = 3 * stage + _SPIN
+                        sp_lock[task] = lk
                         if lock_kind[lk] == _SPINLOCK:
                             ci[_PSPINNING] += 1
-                            sp_start[s] = c[_SP]
-                            sp_pinned[s] = True
+                            sp_start[task] = c[_SP]
+                            sp_pinned[task] = True
                         else:
                             ci[_SPINNING] += 1
-                            sp_start[s] = c[_S]
-                            sp_pinned[s] = False
+                            sp_start[task] = c[_S]
+                            sp_pinned[task] = False
                             ci[_CSEQ] += 1
-                            heapq.heappush(deadlines, (now + lock_spin_s[lk], ci[_CSEQ], s))
-                        _settle(
-                            c,
-                            ci,
-                            machine,
-                            queue,
-                            work,
-                            pinned,
-                            zeroing,
-                            guest,
-                            deadlines,
-                            sp_active,
-                        )
+                            _deadline_push(dl, lk, task, now + lock_spin_s[lk], ci[_CSEQ])
+                        _settle(c, ci, machine, ht, hn, dl)
                     blocked = True
             elif kind == _RELEASE:
                 lk = args[pc]
-                cnf[lk, 1] += now - held_since[lk, task]
-                q = lock_q[lk]
+                cnf[lk, 1] += now - held_since[task, lk]
                 grants = 0
                 if lock_kind[lk] != _RW:
                     if lock_kind[lk] == _SPINLOCK:
                         spin_depth[task] -= 1
-                    if len(q) == 0:
+                    if q_len[lk] == 0:
                         l_owner[lk] = -1
                     elif lock_wake_s[lk] <= 0.0 or l_handoff[lk]:
                         l_handoff[lk] = False
@@ -502,44 +680,31 @@ def run_kernel(
                         # task may take the lock (acquire's fast path).
                         l_owner[lk] = -1
                         if l_waking[lk] < 0:
-                            l_waking[lk] = q[0][2]
+                            l_waking[lk] = _queue_head(q_head, lk)
                             ci[_EID] += 1
                             at = now + lock_wake_s[lk]
-                            heapq.heappush(queue, (at, _NORMAL_KEY + ci[_EID], lk * 8 + _WAKE))
+                            _push(
+                                ht, hk, hv, hn, _QUEUE, at, _NORMAL_KEY + ci[_EID], lk * 8 + _WAKE
+                            )
                 else:
                     if l_owner[lk] == task:
                         l_owner[lk] = -1
                     else:
                         l_readers[lk] -= 1
-                    if l_readers[lk] == 0 and len(q):
-                        grants = 1 if not w_shared[q[0][2]] else -1
+                    if l_readers[lk] == 0 and q_len[lk]:
+                        grants = 1 if not w_shared[_queue_head(q_head, lk)] else -1
                 # grants: 1 = the head; -1 = the leading readers.
-                while grants != 0 and len(q) and (grants == 1 or w_shared[q[0][2]]):
-                    w = heapq.heappop(q)[2]
+                while grants != 0 and q_len[lk]:
+                    w = _queue_head(q_head, lk)
+                    if grants == -1 and not w_shared[w]:
+                        break
+                    _queue_pop(lq, lk, lock_level[lk, w_stage[w]])
                     if w_shared[w]:
                         l_readers[lk] += 1
                     else:
-                        l_owner[lk] = w_task[w]
+                        l_owner[lk] = w
                     _grant(
-                        lk,
-                        w,
-                        c,
-                        ci,
-                        machine,
-                        queue,
-                        work,
-                        pinned,
-                        zeroing,
-                        guest,
-                        deadlines,
-                        sp,
-                        cpu_acc,
-                        lock_spin,
-                        cnt,
-                        cnf,
-                        acq_by_stage,
-                        held_since,
-                        waiters,
+                        lk, w, c, ci, machine, heaps, dl, sp, cpu_acc, lock_spin, counters, waiting
                     )
                     if grants == 1:
                         grants = 0
@@ -557,7 +722,8 @@ def run_kernel(
                 dur_stage[n_dur] = stage
                 dur_val[n_dur] = duration
                 n_dur += 1
-                stage_time[task_owner[task], stage] += duration
+                owner = task if task < n else branch_parent[task - n]
+                stage_time[owner, stage] += duration
                 stage = st_stage[task, d]
                 stage_of[task] = stage
             elif kind == _GATE_ENTER:
@@ -567,30 +733,26 @@ def run_kernel(
                 if g_free[gi] > 0:
                     g_free[gi] -= 1
                 else:
-                    g_task[gi, g_tail[gi]] = task
-                    g_since[gi, g_tail[gi]] = now
-                    g_tail[gi] += 1
-                    cnt[row, 1] += 1
-                    if cnt[row, 2] == 0:
-                        cnf[row, 3] = now
-                    cnt[row, 2] += 1
-                    if cnt[row, 2] > cnt[row, 3]:
-                        cnt[row, 3] = cnt[row, 2]
+                    tail = g_head[gi] + g_len[gi]
+                    if tail >= n_tasks:
+                        tail -= n_tasks
+                    g_task[gi, tail] = task
+                    g_since[gi, tail] = now
+                    g_len[gi] += 1
+                    _enqueue(cnt, cnf, row, now)
                     blocked = True
             elif kind == _GATE_EXIT:
                 gi = args[pc]
                 row = n_locks + gi
-                if g_head[gi] < g_tail[gi]:
-                    h = g_head[gi]
-                    g_head[gi] += 1
+                if g_len[gi]:
+                    head = g_head[gi]
+                    g_head[gi] = head + 1 if head + 1 < n_tasks else 0
+                    g_len[gi] -= 1
                     cnt[row, 2] -= 1
-                    cnf[row, 0] += now - g_since[gi, h]
+                    cnf[row, 0] += now - g_since[gi, head]
                     if cnt[row, 2] == 0:
                         cnf[row, 2] += now - cnf[row, 3]
-                    ci[_EID] += 1
-                    heapq.heappush(
-                        queue, (now, _NORMAL_KEY + ci[_EID], g_task[gi, h] * 8 + _RESUME)
-                    )
+                    _resume(c, ci, heaps, g_task[gi, head])  # the permit passes on
                 else:
                     g_free[gi] += 1
             elif kind == _ZERO:
@@ -598,11 +760,11 @@ def run_kernel(
                 if amount > 0.0:
                     _advance(c)
                     ci[_CSEQ] += 1
+                    job_start[task] = c[_S]
+                    job_slot[task] = 3 * stage + _ZEROING
                     tag = c[_Z] + amount / machine[3]
-                    heapq.heappush(zeroing, (tag, ci[_CSEQ], task, c[_S], 3 * stage + _ZEROING))
-                    _settle(
-                        c, ci, machine, queue, work, pinned, zeroing, guest, deadlines, sp_active
-                    )
+                    _push(ht, hk, hv, hn, _H_ZERO, tag, ci[_CSEQ], task)
+                    _settle(c, ci, machine, ht, hn, dl)
                     blocked = True
             elif kind == _POOL_TRY:
                 if pool_left[args[pc]] > 0:
@@ -615,13 +777,137 @@ def run_kernel(
             elif kind == _SPAWN:
                 ci[_EID] += 1
                 branch = n + spawn_base[task] + args[pc]
-                heapq.heappush(queue, (now, _URGENT_KEY + ci[_EID], branch * 8 + _START))
+                _push(ht, hk, hv, hn, _QUEUE, now, _URGENT_KEY + ci[_EID], branch * 8 + _START)
             if blocked:
                 break
             pc += 1
         pcs[task] = pc
         if pc >= end:
             finish[task] = now
+    return n_dur, zeroed, popped + ci[_STALE]
+
+
+@_jit
+def run_kernel(
+    kinds: Any,
+    args: Any,
+    amounts: Any,
+    offsets: Any,
+    arrival: Any,
+    branch_parent: Any,
+    spawn_base: Any,
+    n_stages: int,
+    lock_kind: Any,
+    lock_prio: Any,
+    lock_spin_s: Any,
+    lock_wake_s: Any,
+    gate_permits: Any,
+    pool_left: Any,
+    machine: Any,
+) -> Any:
+    """Run the program; ``pool_left`` is updated in place.
+
+    Tasks ``0 .. n - 1`` are the sandboxes (``n = len(arrival)``), the others
+    branches; ``lock_prio[lock, stage]`` is a waiter's grant priority. This
+    allocates the state and owns it while :func:`_simulate` runs on views.
+    """
+    n = arrival.shape[0]
+    n_tasks = offsets.shape[0] - 1
+    n_locks = lock_kind.shape[0]
+    n_gates = gate_permits.shape[0]
+    slots = n_stages + 1
+    max_depth, n_stage_ends = _depth_bounds(kinds, offsets)
+    lock_level = _lock_levels(lock_prio)
+    spin_locks = np.flatnonzero((lock_kind != _SPINLOCK) & (lock_spin_s > 0.0))
+    # CPU state and accounts
+    c = np.zeros(12)
+    c[_SH] = 1.0
+    c[_PSH] = 1.0
+    c[_ZSP] = 1.0
+    c[_GSH] = 1.0
+    c[_TIMER_AT] = math.inf
+    ci = np.zeros(6, dtype=np.int64)
+    cpu_acc = np.zeros(3 * slots)
+    lock_spin = np.zeros(n_locks)
+    # The event queue and the job heaps: one pending event per task (start,
+    # arrival or resume) and one wake-up per lock at most; one job per task.
+    cap = n_tasks + n_locks + 1
+    ht = np.empty((5, cap))
+    hk = np.empty((5, cap), dtype=np.int64)
+    hv = np.empty((5, cap), dtype=np.int64)
+    hn = np.zeros(5, dtype=np.int64)
+    job_start = np.empty(n_tasks)
+    job_slot = np.empty(n_tasks, dtype=np.int64)
+    # Tasks: where they are, their stage stack, when they finished.
+    pcs = offsets[:-1].copy()
+    stage_of = np.full(n_tasks, n_stages, dtype=np.int64)
+    spin_depth = np.zeros(n_tasks, dtype=np.int64)
+    depth = np.zeros(n_tasks, dtype=np.int64)
+    st_stage = np.empty((n_tasks, max_depth), dtype=np.int64)
+    st_began = np.empty((n_tasks, max_depth))
+    finish = np.full(n_tasks, np.nan)
+    stage_time = np.zeros((n, n_stages))
+    dur_stage = np.empty(n_stage_ends, dtype=np.int64)
+    dur_val = np.empty(n_stage_ends)
+    # A waiting task's record; lock queues are FIFOs per lock and priority
+    # level, linked through the tasks (head, tail, next, length).
+    w_stage = np.zeros(n_tasks, dtype=np.int64)
+    w_since = np.zeros(n_tasks)
+    w_shared = np.zeros(n_tasks, dtype=np.bool_)
+    q_head = np.full((n_locks, slots), -1, dtype=np.int64)
+    q_tail = np.full((n_locks, slots), -1, dtype=np.int64)
+    q_next = np.empty(n_tasks, dtype=np.int64)
+    q_len = np.zeros(n_locks, dtype=np.int64)
+    # A spinning task's record; spin deadlines are lists per lock, linked
+    # through the tasks (time, cpu seq, next, previous; head and tail per lock).
+    sp_active = np.zeros(n_tasks, dtype=np.bool_)
+    sp_start = np.zeros(n_tasks)
+    sp_slot = np.zeros(n_tasks, dtype=np.int64)
+    sp_lock = np.zeros(n_tasks, dtype=np.int64)
+    sp_pinned = np.zeros(n_tasks, dtype=np.bool_)
+    d_at = np.empty(n_tasks)
+    d_seq = np.empty(n_tasks, dtype=np.int64)
+    d_next = np.empty(n_tasks, dtype=np.int64)
+    d_prev = np.empty(n_tasks, dtype=np.int64)
+    d_head = np.full(n_locks, -1, dtype=np.int64)
+    d_tail = np.full(n_locks, -1, dtype=np.int64)
+    # Locks: owner (-1 none), readers; the woken waiter not yet running
+    # (-1 none); whether the head lost a race (the next release is its).
+    l_owner = np.full(n_locks, -1, dtype=np.int64)
+    l_readers = np.zeros(n_locks, dtype=np.int64)
+    l_waking = np.full(n_locks, -1, dtype=np.int64)
+    l_handoff = np.zeros(n_locks, dtype=np.bool_)
+    held_since = np.zeros((n_tasks, n_locks))
+    # Counters (locks then gates): acquisitions, contended, waiters, max_waiters;
+    # wait_s, hold_s, contended_wall_s, busy_since.
+    cnt = np.zeros((n_locks + n_gates, 4), dtype=np.int64)
+    cnf = np.zeros((n_locks + n_gates, 4))
+    acq_by_stage = np.zeros((n_locks, slots), dtype=np.int64)
+    # Gates: FIFO rings; a task waits at one gate at most.
+    g_free = gate_permits.copy()
+    g_task = np.empty((n_gates, n_tasks), dtype=np.int64)
+    g_since = np.empty((n_gates, n_tasks))
+    g_head = np.zeros(n_gates, dtype=np.int64)
+    g_len = np.zeros(n_gates, dtype=np.int64)
+    b: Any = _borrow  # numba calls an intrinsic without its typing context
+    n_dur, zeroed, events = _simulate(
+        (b(kinds), b(args), b(amounts), b(offsets), b(arrival), b(branch_parent), b(spawn_base)),
+        b(machine),
+        (b(lock_kind), b(lock_level), b(lock_spin_s), b(lock_wake_s)),
+        b(pool_left),
+        (b(c), b(ci), b(cpu_acc), b(lock_spin)),
+        (b(pcs), b(stage_of), b(spin_depth), b(depth), b(st_stage), b(st_began), b(finish)),
+        (b(stage_time), b(dur_stage), b(dur_val)),
+        (b(ht), b(hk), b(hv), b(hn)),
+        (b(job_start), b(job_slot)),
+        (b(w_stage), b(w_since), b(w_shared)),
+        (b(q_head), b(q_tail), b(q_next), b(q_len)),
+        (b(sp_active), b(sp_start), b(sp_slot), b(sp_lock), b(sp_pinned)),
+        (b(d_at), b(d_seq), b(d_next), b(d_prev), b(d_head), b(d_tail), b(spin_locks)),
+        (b(l_owner), b(l_readers), b(l_waking), b(l_handoff)),
+        (b(cnt), b(cnf), b(acq_by_stage), b(held_since)),
+        (b(g_free), b(g_task), b(g_since), b(g_head), b(g_len)),
+    )
     return (
         finish,
         cpu_acc,
@@ -629,7 +915,6 @@ def run_kernel(
         cnt,
         cnf,
         acq_by_stage,
-        pool_left,
         dur_stage[:n_dur],
         dur_val[:n_dur],
         stage_time,

@@ -30,13 +30,17 @@ spinlocks (pinned tier); fair reader-writer locks; ``background_jobs`` and
 None; use the reference executor with ``record=True`` for spans).
 
 Two loops run this algorithm. ``FastExecutor()`` is plain Python (this
-module): about 1.5x SimPy, since the event count is the model's and a
+module): about 1.7x SimPy, since the event count is the model's and a
 hand-written heap costs about as much per event as SimPy's own loop.
-``FastExecutor(jit=True)`` runs :mod:`._fast_nb`, the same statements over
-flat arrays compiled by numba (the optional ``fast`` extra), several times
-faster again; it compiles once per machine (``cache=True``). Both are
-checked against the reference by ``tests/simulator/test_fast_equivalence.py``
-and agree with it to the bit on every generated program so far, event counts
+``FastExecutor(jit=True)`` runs :mod:`._fast_nb`, the same algorithm over
+preallocated arrays compiled by numba (the optional ``fast`` extra; see its
+docstring for the design): about 30x SimPy, ≈ 5 ms for the 400-sandbox
+ipvtap storm end to end, ≈ 1.7 s for 100 000 sandboxes. It compiles once
+per machine (``cache=True``, ≈ 20 s). Both loops hand their counters to
+:func:`_assemble` (a :class:`_Raw`), which builds the :class:`Result` as
+the reference does. Both are checked against the reference by
+``tests/simulator/test_fast_equivalence.py`` and agree with it to the bit
+on every generated program so far and on the paper storms, event counts
 between them included.
 """
 
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -126,8 +131,7 @@ class FastExecutor:
         self.jit = jit
 
     def run(self, program: Program) -> Result:
-        run = _FastRun(program)
-        return run.run_jit() if self.jit else run.run()
+        return _run_jit(program) if self.jit else _FastRun(program).run()
 
 
 def run_program_fast(program: Program, *, jit: bool = False) -> Result:
@@ -297,90 +301,7 @@ class _FastRun:
             else:
                 self._start(x)
         self.events = events
-        stuck = np.flatnonzero(np.isnan(np.concatenate([self.finish, self.branch_finish])))
-        if stuck.size:
-            raise DeadlockError(
-                f"deadlock: {stuck.size} tasks never finished (first: {stuck[:5].tolist()}; "
-                f"tasks from {self.n} on are branches)"
-            )
-        return self._result()
-
-    def run_jit(self) -> Result:
-        """Run the numba kernel and take its counters as this run's."""
-        try:
-            from ._fast_nb import run_kernel
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "FastExecutor(jit=True) needs numba: pip install 'bootstorm[fast]'"
-            ) from exc
-        p = self.p
-        n_stages = len(p.stage_names)
-        kinds = p.op_kind.astype(np.int64)
-        offsets = p.offsets.astype(np.int64)
-        began = np.concatenate([[0], np.cumsum(kinds == _STAGE_BEGIN)])
-        max_depth = int(np.max(began[offsets[1:]] - began[offsets[:-1]], initial=0)) + 1
-        prio = np.zeros((len(p.locks), n_stages + 1), dtype=np.int64)
-        for i, lock in enumerate(self.locks):
-            if lock.priority is not None:
-                prio[i] = lock.priority
-        out = run_kernel(
-            kinds,
-            p.op_arg.astype(np.int64),
-            p.op_amount.astype(np.float64),
-            offsets,
-            np.asarray(self.arrival, dtype=np.float64),
-            np.asarray(self.task_owner, dtype=np.int64),
-            np.asarray(self.spawn_base, dtype=np.int64),
-            self.n,
-            n_stages,
-            np.array([lock.kind for lock in self.locks], dtype=np.int64),
-            prio,
-            np.array([lock.spin_s for lock in self.locks], dtype=np.float64),
-            np.array([lock.wake_s for lock in self.locks], dtype=np.float64),
-            np.array([g.free for g in self.gates], dtype=np.int64),
-            int(np.sum(kinds == _GATE_ENTER)) + 1,
-            np.array(self.pool_left, dtype=np.int64),
-            np.array(
-                [
-                    float(self.cores),
-                    self.guest_cap,
-                    self.background_jobs,
-                    self.zero_rate,
-                    self.bandwidth,
-                ]
-            ),
-            max_depth,
-        )
-        (finish, cpu_acc, lock_spin, cnt, cnf, by_stage, pool_left) = out[:7]
-        dur_stage, dur_val, stage_time, zeroed, events = out[7:]
-        self.finish = finish[: self.n].copy()
-        self.branch_finish = finish[self.n :].copy()
-        self.cpu_acc = cpu_acc.tolist()
-        self.lock_spin = lock_spin.tolist()
-        for row, counter in enumerate(
-            [lock.stats for lock in self.locks] + [g.stats for g in self.gates]
-        ):
-            counter.acquisitions, counter.contended, counter.waiters, counter.max_waiters = (
-                int(v) for v in cnt[row]
-            )
-            counter.wait_s, counter.hold_s, counter.contended_wall_s = (
-                float(v) for v in cnf[row, :3]
-            )
-        for lock, counts in zip(self.locks, by_stage.tolist(), strict=True):
-            lock.acquisitions_by_stage = counts
-        self.pool_left = pool_left.tolist()
-        for s, d in zip(dur_stage.tolist(), dur_val.tolist(), strict=True):
-            self.stage_durations[s].append(d)
-        self.stage_time = stage_time
-        self.zeroed_bytes = float(zeroed)
-        self.events = int(events)
-        stuck = np.flatnonzero(np.isnan(finish))
-        if stuck.size:
-            raise DeadlockError(
-                f"deadlock: {stuck.size} tasks never finished (first: {stuck[:5].tolist()}; "
-                f"tasks from {self.n} on are branches)"
-            )
-        return self._result()
+        return _assemble(self.p, self._raw())
 
     # -- tasks -----------------------------------------------------------------------------
     def _start(self, task: int) -> None:
@@ -751,110 +672,230 @@ class _FastRun:
             push(queue, (now, _NORMAL, eid, _RESUME, task))
         self.eid = eid
 
-    # -- the result (as :meth:`.executor._Run._result`, without the recording) -------------
-    def _result(self) -> Result:
-        p = self.p
-        arrival = p.arrival_s.copy()
-        finish = self.finish
-        makespan = float(finish.max() - arrival.min())
-        latencies = finish - arrival
-        stages = {}
-        for s, name in enumerate(p.stage_names):
-            d = np.asarray(self.stage_durations[s])
-            stages[name] = StageStats(
-                mean_s=float(d.mean()) if d.size else 0.0,
-                p99_s=float(np.percentile(d, 99.0)) if d.size else 0.0,
-                total_s=float(d.sum()),
-            )
-        names = [*p.stage_names, "-"]
-        locks = {}
-        for i, (spec, lock) in enumerate(zip(p.locks, self.locks, strict=True)):
-            c = lock.stats
-            locks[spec.name] = LockStats(
-                kind=spec.kind.name.lower(),
-                acquisitions=c.acquisitions,
-                contended=c.contended,
-                wait_s=c.wait_s,
-                contended_wall_s=c.contended_wall_s,
-                hold_s=c.hold_s,
-                max_waiters=c.max_waiters,
-                spin_core_s=self.lock_spin[i],
-                acquisitions_by_stage={
-                    name: count
-                    for name, count in zip(names, lock.acquisitions_by_stage, strict=True)
-                    if count
-                },
-            )
-        gates = {
-            spec.name: GateStats(
-                permits=spec.permits,
-                entries=g.stats.acquisitions,
-                waited=g.stats.contended,
-                wait_s=g.stats.wait_s,
-                contended_wall_s=g.stats.contended_wall_s,
-            )
-            for spec, g in zip(p.gates, self.gates, strict=True)
-        }
-        pools = {
-            spec.name: PoolStats(
-                capacity=spec.capacity, taken=spec.capacity - left, memory_mib=spec.memory_mib
-            )
-            for spec, left in zip(p.pools, self.pool_left, strict=True)
-        }
-        cpu_acc = [self.cpu_acc[3 * s : 3 * s + 3] for s in range(len(names))]
-        by_stage = {
-            names[s]: dict(zip(REASONS, acc, strict=True))
-            for s, acc in enumerate(cpu_acc)
-            if any(acc)
-        }
-        work, spin, zero = (sum(acc[r] for acc in cpu_acc) for r in range(3))
-        busy = work + spin + zero
-        cores = p.machine.cores
-        cpu = CpuStats(
-            cores=cores,
-            busy_core_s=busy,
-            work_core_s=work,
-            spin_core_s=spin,
-            zero_core_s=zero,
-            utilisation=busy / (cores * makespan) if makespan > 0 else 0.0,
-            by_stage=by_stage,
+    def _raw(self) -> _Raw:
+        """This run's counters in the form both loops hand to :func:`_assemble`."""
+        counters = [lock.stats for lock in self.locks] + [g.stats for g in self.gates]
+        n_stages = len(self.p.stage_names)
+        return _Raw(
+            finish=np.concatenate([self.finish, self.branch_finish]),
+            cpu_acc=self.cpu_acc,
+            lock_spin=self.lock_spin,
+            counts=[[c.acquisitions, c.contended, c.waiters, c.max_waiters] for c in counters],
+            sums=[[c.wait_s, c.hold_s, c.contended_wall_s] for c in counters],
+            acquisitions_by_stage=[lock.acquisitions_by_stage for lock in self.locks],
+            pool_left=self.pool_left,
+            durations=[np.asarray(self.stage_durations[s]) for s in range(n_stages)],
+            stage_time=self.stage_time,
             zeroed_bytes=self.zeroed_bytes,
-        )
-        stage_time = {name: self.stage_time[:, s] for s, name in enumerate(p.stage_names)}
-        branch_finish: dict[str, np.ndarray] = {}
-        kinds = p.branch_kind.tolist()
-        parents = p.branch_parent.tolist()
-        for b, done in enumerate(self.branch_finish.tolist()):
-            name = p.branch_names[kinds[b]]
-            col = branch_finish.setdefault(name, np.full(p.n_sandboxes, np.nan))
-            col[parents[b]] = np.fmax(col[parents[b]], done)
-        branches = {}
-        for name, done in branch_finish.items():
-            have = ~np.isnan(done)
-            branches[name] = StartupStats.of(done[have] - arrival[have])
-        ready = None
-        if p.ready_branches:
-            ready_at = finish.copy()
-            for name in p.ready_branches:
-                ready_at = np.fmax(ready_at, branch_finish[name])
-            ready = StartupStats.of(ready_at - arrival)
-        return Result(
-            n_sandboxes=p.n_sandboxes,
-            makespan_s=makespan,
-            startup=StartupStats.of(latencies),
-            stages=stages,
-            locks=locks,
-            gates=gates,
-            pools=pools,
-            cpu=cpu,
-            pool_memory_mib=p.pool_memory_mib,
             events=self.events,
-            arrival_s=arrival,
-            finish_s=finish,
-            steps=Result.step_stats(stage_time, latencies, frozenset(p.branch_names)),
-            ready=ready,
-            branches=branches,
-            stage_time_s=stage_time,
-            branch_finish_s=branch_finish,
-            recording=None,
         )
+
+
+# -- the compiled loop -------------------------------------------------------------------------
+def _run_jit(p: Program) -> Result:
+    """Run the numba kernel (:mod:`._fast_nb`) on ``p``."""
+    try:
+        from ._fast_nb import run_kernel
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "FastExecutor(jit=True) needs numba: pip install 'bootstorm[fast]'"
+        ) from exc
+    m = p.machine
+    n_stages = len(p.stage_names)
+    prio = np.zeros((len(p.locks), n_stages + 1), dtype=np.int64)
+    for i, spec in enumerate(p.locks):
+        if spec.stage_priority:
+            given = dict(spec.stage_priority)
+            prio[i, :n_stages] = [given.get(name, 0) for name in p.stage_names]
+    pool_left = np.array([pool.capacity for pool in p.pools], dtype=np.int64)
+    out = run_kernel(
+        p.op_kind,
+        p.op_arg,
+        p.op_amount,
+        p.offsets,
+        p.arrival_s,
+        p.branch_parent,
+        p.spawn_base,
+        n_stages,
+        np.array([int(spec.kind) for spec in p.locks], dtype=np.int64),
+        prio,
+        np.array([spec.spin_s for spec in p.locks], dtype=np.float64),
+        np.array([spec.wake_s for spec in p.locks], dtype=np.float64),
+        np.array([gate.permits for gate in p.gates], dtype=np.int64),
+        pool_left,
+        np.array(
+            [
+                float(m.cores - m.reserved_cores if m.reserved_cores else m.cores),
+                m.guest_cpu_quota,
+                m.background_jobs,
+                m.zero_bytes_per_core_s,
+                m.memory_bandwidth_bytes_s,
+            ]
+        ),
+    )
+    finish, cpu_acc, lock_spin, cnt, cnf, by_stage, dur_stage, dur_val, stage_time = out[:9]
+    zeroed, events = out[9:]
+    return _assemble(
+        p,
+        _Raw(
+            finish=finish,
+            cpu_acc=cpu_acc.tolist(),
+            lock_spin=lock_spin.tolist(),
+            counts=cnt.tolist(),
+            sums=cnf[:, :3].tolist(),
+            acquisitions_by_stage=by_stage.tolist(),
+            pool_left=pool_left.tolist(),
+            durations=[dur_val[dur_stage == s] for s in range(n_stages)],
+            stage_time=stage_time,
+            zeroed_bytes=float(zeroed),
+            events=int(events),
+        ),
+    )
+
+
+# -- the result (as :meth:`.executor._Run._result`, without the recording) -------------------
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    """What a loop counted, in plain containers.
+
+    ``finish``: per task (sandboxes, then branches), NaN if it never ended;
+    ``counts``/``sums``: per lock then gate, a :class:`.locks.ContentionCounter`'s
+    ``acquisitions, contended, waiters, max_waiters`` and ``wait_s, hold_s,
+    contended_wall_s``; ``durations``: per stage, the durations in the order
+    the stage ended (the order the reference sums them in).
+    """
+
+    finish: np.ndarray
+    cpu_acc: list[float]
+    lock_spin: list[float]
+    counts: list[list[int]]
+    sums: list[list[float]]
+    acquisitions_by_stage: list[list[int]]
+    pool_left: list[int]
+    durations: list[np.ndarray]
+    stage_time: np.ndarray
+    zeroed_bytes: float
+    events: int
+
+
+def _assemble(p: Program, raw: _Raw) -> Result:
+    n = p.n_sandboxes
+    stuck = np.flatnonzero(np.isnan(raw.finish))
+    if stuck.size:
+        raise DeadlockError(
+            f"deadlock: {stuck.size} tasks never finished (first: {stuck[:5].tolist()}; "
+            f"tasks from {n} on are branches)"
+        )
+    arrival = p.arrival_s.copy()
+    finish = raw.finish[:n].copy()
+    makespan = float(finish.max() - arrival.min())
+    latencies = finish - arrival
+    stages = {}
+    for name, d in zip(p.stage_names, raw.durations, strict=True):
+        stages[name] = StageStats(
+            mean_s=float(d.mean()) if d.size else 0.0,
+            p99_s=float(np.percentile(d, 99.0)) if d.size else 0.0,
+            total_s=float(d.sum()),
+        )
+    names = [*p.stage_names, "-"]
+    locks = {}
+    for i, spec in enumerate(p.locks):
+        acquisitions, contended, _, max_waiters = raw.counts[i]
+        wait_s, hold_s, contended_wall_s = raw.sums[i]
+        locks[spec.name] = LockStats(
+            kind=spec.kind.name.lower(),
+            acquisitions=acquisitions,
+            contended=contended,
+            wait_s=wait_s,
+            contended_wall_s=contended_wall_s,
+            hold_s=hold_s,
+            max_waiters=max_waiters,
+            spin_core_s=raw.lock_spin[i],
+            acquisitions_by_stage={
+                name: count
+                for name, count in zip(names, raw.acquisitions_by_stage[i], strict=True)
+                if count
+            },
+        )
+    gates = {}
+    for g, gate in enumerate(p.gates):
+        entries, waited, _, _ = raw.counts[len(p.locks) + g]
+        wait_s, _, contended_wall_s = raw.sums[len(p.locks) + g]
+        gates[gate.name] = GateStats(
+            permits=gate.permits,
+            entries=entries,
+            waited=waited,
+            wait_s=wait_s,
+            contended_wall_s=contended_wall_s,
+        )
+    pools = {
+        spec.name: PoolStats(
+            capacity=spec.capacity, taken=spec.capacity - left, memory_mib=spec.memory_mib
+        )
+        for spec, left in zip(p.pools, raw.pool_left, strict=True)
+    }
+    cpu_acc = [raw.cpu_acc[3 * s : 3 * s + 3] for s in range(len(names))]
+    by_stage = {
+        names[s]: dict(zip(REASONS, acc, strict=True)) for s, acc in enumerate(cpu_acc) if any(acc)
+    }
+    work, spin, zero = (sum(acc[r] for acc in cpu_acc) for r in range(3))
+    busy = work + spin + zero
+    cores = p.machine.cores
+    cpu = CpuStats(
+        cores=cores,
+        busy_core_s=busy,
+        work_core_s=work,
+        spin_core_s=spin,
+        zero_core_s=zero,
+        utilisation=busy / (cores * makespan) if makespan > 0 else 0.0,
+        by_stage=by_stage,
+        zeroed_bytes=raw.zeroed_bytes,
+    )
+    stage_time = {name: raw.stage_time[:, s] for s, name in enumerate(p.stage_names)}
+    branch_finish = _branch_finish(p, raw.finish[n:])
+    branches = {}
+    for name, done in branch_finish.items():
+        have = ~np.isnan(done)
+        branches[name] = StartupStats.of(done[have] - arrival[have])
+    ready = None
+    if p.ready_branches:
+        ready_at = finish.copy()
+        for name in p.ready_branches:
+            ready_at = np.fmax(ready_at, branch_finish[name])
+        ready = StartupStats.of(ready_at - arrival)
+    return Result(
+        n_sandboxes=n,
+        makespan_s=makespan,
+        startup=StartupStats.of(latencies),
+        stages=stages,
+        locks=locks,
+        gates=gates,
+        pools=pools,
+        cpu=cpu,
+        pool_memory_mib=p.pool_memory_mib,
+        events=raw.events,
+        arrival_s=arrival,
+        finish_s=finish,
+        steps=Result.step_stats(stage_time, latencies, frozenset(p.branch_names)),
+        ready=ready,
+        branches=branches,
+        stage_time_s=stage_time,
+        branch_finish_s=branch_finish,
+        recording=None,
+    )
+
+
+def _branch_finish(p: Program, done: np.ndarray) -> dict[str, np.ndarray]:
+    """Per branch kind (in order of first appearance), per sandbox: when its
+    last branch of that kind ended (NaN: it has none)."""
+    out: dict[str, np.ndarray] = {}
+    if not done.size:
+        return out
+    kinds, first = np.unique(p.branch_kind, return_index=True)
+    for kind in kinds[np.argsort(first)].tolist():
+        mine = p.branch_kind == kind
+        col = np.full(p.n_sandboxes, np.nan)
+        # fmax is exact and order-free: the same maxima as one branch at a time.
+        np.fmax.at(col, p.branch_parent[mine], done[mine])
+        out[p.branch_names[kind]] = col
+    return out

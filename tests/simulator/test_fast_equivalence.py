@@ -215,3 +215,18 @@ def test_deadlock_is_reported() -> None:
 def test_program_without_locks_gates_or_pools() -> None:
     plan: SandboxPlan = (Stage("s", (Cpu(1.0), Sleep(0.5), Cpu(0.25, guest=True))),)
     assert_equivalent(compile_program([plan] * 3, machine=MachineSpec(cores=2), locks=[]))
+
+
+@pytest.mark.parametrize(("cni", "profile"), STORMS)
+def test_paper_storms_bit_for_bit(cni: str, profile: str) -> None:
+    """Beyond the 1e-9 tolerance: every loop repeats the reference's float
+    operations in its order, so a storm's numbers are equal to the bit."""
+    program = compile_scenario(Scenario(cni=cni, profile=profile, sandboxes=100))
+    ref = run_program(program)
+    summary = {k: v for k, v in ref.to_dict().items() if k != "events"}
+    for jit in JIT:
+        fast = run_program_fast(program, jit=jit)
+        assert {k: v for k, v in fast.to_dict().items() if k != "events"} == summary
+        assert np.array_equal(fast.finish_s, ref.finish_s)
+        for name, times in ref.stage_time_s.items():
+            assert np.array_equal(fast.stage_time_s[name], times), name
