@@ -1,4 +1,4 @@
-"""The fast executor's loop compiled with numba (optional: ``pip install bootstorm[fast]``).
+"""The fast executor's loop compiled with numba (``FastExecutor(jit=True)``, "compiled").
 
 The same algorithm as :mod:`.fast` over flat NumPy arrays: the same events
 in the same order and the same float operations in the same order, with

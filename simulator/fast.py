@@ -33,8 +33,8 @@ Two loops run this algorithm. ``FastExecutor()`` is plain Python (this
 module): about 1.7x SimPy, since the event count is the model's and a
 hand-written heap costs about as much per event as SimPy's own loop.
 ``FastExecutor(jit=True)`` runs :mod:`._fast_nb`, the same algorithm over
-preallocated arrays compiled by numba (the optional ``fast`` extra; see its
-docstring for the design): about 30x SimPy, ≈ 5 ms for the 400-sandbox
+preallocated arrays compiled by numba (a dependency; see its docstring
+for the design): about 30x SimPy, ≈ 5 ms for the 400-sandbox
 ipvtap storm end to end, ≈ 1.7 s for 100 000 sandboxes. It compiles once
 per machine (``cache=True``, ≈ 20 s). Both loops hand their counters to
 :func:`_assemble` (a :class:`_Raw`), which builds the :class:`Result` as
@@ -122,9 +122,9 @@ class FastExecutor:
     Parameters
     ----------
     jit:
-        Run the loop compiled by numba (:mod:`._fast_nb`; needs the ``fast``
-        extra). The first run in a process compiles it (seconds; cached on
-        disk after that).
+        Run the loop compiled by numba (:mod:`._fast_nb`; needs numba). The
+        first run on a machine compiles it (≈ 20 s; cached on disk after
+        that, ≈ 0.5 s to load in a new process).
     """
 
     def __init__(self, *, jit: bool = False) -> None:
@@ -698,7 +698,7 @@ def _run_jit(p: Program) -> Result:
         from ._fast_nb import run_kernel
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "FastExecutor(jit=True) needs numba: pip install 'bootstorm[fast]'"
+            "FastExecutor(jit=True) needs numba: pip install numba"
         ) from exc
     m = p.machine
     n_stages = len(p.stage_names)
