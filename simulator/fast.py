@@ -697,9 +697,7 @@ def _run_jit(p: Program) -> Result:
     try:
         from ._fast_nb import run_kernel
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "FastExecutor(jit=True) needs numba: pip install numba"
-        ) from exc
+        raise ImportError("FastExecutor(jit=True) needs numba: pip install numba") from exc
     m = p.machine
     n_stages = len(p.stage_names)
     prio = np.zeros((len(p.locks), n_stages + 1), dtype=np.int64)
