@@ -6,8 +6,9 @@ Run ``python benchmarks/bench_optimize.py [--quick] [--skip-wall] [--skip-sample
    space: limits 1..400 on seed 000's four stages) on the compiled executor
    with the study in memory, in SQLite (the CLI's default) and in SQLite with
    two worker processes; then in memory on SimPy, for the end-to-end
-   speed-up; then both again with three storms (seeds) per trial. Each row
-   splits a trial into the simulations and the rest (sampler, storage).
+   speed-up; then both again with three storms (seeds) per trial, and with
+   random search (a sampler that costs nothing). Each row splits a trial
+   into the simulations and the rest (sampler, storage).
 2. Each sampler against random search at an equal budget: for several
    sampler seeds, the number of trials until the best makespan so far is
    within 2% of the best any run found (the reference), and the best found.
@@ -59,54 +60,60 @@ def wall_300(trials: int) -> None:
         f"load average before: {os.getloadavg()[0]:.1f} (other work on the machine slows wall time)"
     )
     print(
-        f"{'executor':>9} {'storms':>6} {'storage':>8} {'jobs':>4} {'wall s':>7} "
+        f"{'executor':>9} {'sampler':>7} {'storms':>6} {'storage':>8} {'jobs':>4} {'wall s':>7} "
         f"{'ms/trial':>9} {'eval ms':>8} {'rest ms':>8} {'best s':>7}"
     )
-    walls: dict[tuple[str, int, str, int], float] = {}
+    walls: dict[tuple[str, str, int, str, int], float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         runs = [
-            ("compiled", 1, "memory", None, 1),
-            ("compiled", 1, "sqlite", f"sqlite:///{Path(tmp) / 'a.db'}", 1),
-            ("compiled", 1, "sqlite", f"sqlite:///{Path(tmp) / 'b.db'}", 2),
-            ("simpy", 1, "memory", None, 1),
-            ("compiled", 3, "memory", None, 1),
-            ("simpy", 3, "memory", None, 1),
+            ("compiled", "tpe", 1, "memory", None, 1),
+            ("compiled", "tpe", 1, "sqlite", f"sqlite:///{Path(tmp) / 'a.db'}", 1),
+            ("compiled", "tpe", 1, "sqlite", f"sqlite:///{Path(tmp) / 'b.db'}", 2),
+            ("simpy", "tpe", 1, "memory", None, 1),
+            ("compiled", "tpe", 3, "memory", None, 1),
+            ("simpy", "tpe", 3, "memory", None, 1),
+            ("compiled", "random", 1, "memory", None, 1),
+            ("simpy", "random", 1, "memory", None, 1),
         ]
-        for executor, n_seeds, label, url, jobs in runs:
+        for executor, sampler, n_seeds, label, url, jobs in runs:
             spec = StudySpec(
                 scenario=STORM,
                 trials=trials,
+                sampler=sampler,
                 storage=url,
-                study_name=f"bench-{executor}-{n_seeds}",
+                study_name=f"bench-{executor}-{sampler}-{n_seeds}",
                 seeds=tuple(range(n_seeds)),
                 executor=executor,
             )
             t0 = time.perf_counter()
             result = optimize(spec, jobs=jobs)
             wall_s = time.perf_counter() - t0
-            walls[(executor, n_seeds, label, jobs)] = wall_s
+            walls[(executor, sampler, n_seeds, label, jobs)] = wall_s
             per_trial = wall_s / trials * 1e3
             eval_ms = evaluation_ms(spec, result.study) if jobs == 1 and result.study else None
             rest = f"{per_trial - eval_ms:8.1f}" if eval_ms is not None else f"{'-':>8}"
             ev = f"{eval_ms:8.1f}" if eval_ms is not None else f"{'-':>8}"
             best = result.best[0].metrics.makespan_s
             print(
-                f"{executor:>9} {n_seeds:6d} {label:>8} {jobs:4d} {wall_s:7.1f} "
+                f"{executor:>9} {sampler:>7} {n_seeds:6d} {label:>8} {jobs:4d} {wall_s:7.1f} "
                 f"{per_trial:9.1f} {ev} {rest} {best:7.2f}"
             )
-    compiled = walls[("compiled", 1, "memory", 1)]
+    compiled = walls[("compiled", "tpe", 1, "memory", 1)]
     print("  eval = simulating the trial's storms; rest = the sampler and the storage")
     what = f"{trials} TPE trials, compiled, in memory: {compiled:.1f} s"
     print(f"  {_goal(what, compiled, GOAL_300_TRIALS_S)}")
-    sqlite = walls[("compiled", 1, "sqlite", 1)]
+    sqlite = walls[("compiled", "tpe", 1, "sqlite", 1)]
     what = f"{trials} TPE trials, compiled, SQLite (the CLI default): {sqlite:.1f} s"
     print(f"  {_goal(what, sqlite, GOAL_300_TRIALS_S_SQLITE)}")
-    for n_seeds in (1, 3):
-        ratio = walls[("simpy", n_seeds, "memory", 1)] / walls[("compiled", n_seeds, "memory", 1)]
+    for sampler, n_seeds in (("tpe", 1), ("tpe", 3), ("random", 1)):
+        ratio = (
+            walls[("simpy", sampler, n_seeds, "memory", 1)]
+            / walls[("compiled", sampler, n_seeds, "memory", 1)]
+        )
         ok = "met" if ratio >= GOAL_SPEEDUP else "NOT met"
         print(
-            f"  end to end, {n_seeds} storm(s) per trial: compiled {ratio:.1f}x faster than SimPy "
-            f"— goal >= {GOAL_SPEEDUP:g}x: {ok}"
+            f"  end to end, {sampler}, {n_seeds} storm(s) per trial: compiled {ratio:.1f}x "
+            f"faster than SimPy — goal >= {GOAL_SPEEDUP:g}x: {ok}"
         )
     print(f"  load average after: {os.getloadavg()[0]:.1f}\n")
 
