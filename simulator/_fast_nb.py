@@ -565,11 +565,10 @@ def _simulate(
             _on_timer(c, ci, machine, heaps, dl, jobs, sp, cpu_acc, lock_spin)
             continue
         if what == _WAKE:
+            # As locks.Mutex._woken: the head of the queue now is served.
             lk = x
-            w = l_waking[lk]
             l_waking[lk] = -1
-            if _queue_head(q_head, lk) != w:
-                continue  # only a higher-priority newcomer can overtake
+            w = _queue_head(q_head, lk)
             if l_owner[lk] < 0:
                 _queue_pop(lq, lk, lock_level[lk, w_stage[w]])
                 l_owner[lk] = w
@@ -871,7 +870,7 @@ def run_kernel(
     d_prev = np.empty(n_tasks, dtype=np.int64)
     d_head = np.full(n_locks, -1, dtype=np.int64)
     d_tail = np.full(n_locks, -1, dtype=np.int64)
-    # Locks: owner (-1 none), readers; the woken waiter not yet running
+    # Locks: owner (-1 none), readers; a wake-up on its way to the head
     # (-1 none); whether the head lost a race (the next release is its).
     l_owner = np.full(n_locks, -1, dtype=np.int64)
     l_readers = np.zeros(n_locks, dtype=np.int64)

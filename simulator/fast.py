@@ -169,7 +169,7 @@ class _Lock:
         self.kind = kind
         self.spin_s = spin_s
         self.wake_s = wake_s
-        self.waking: _Waiter | None = None  # woken, not yet running
+        self.waking = False  # a wake-up is on its way to the head waiter
         self.handoff = False  # the head waiter lost a race once: hand to it directly
         self.priority = priority
         self.stats = ContentionCounter()
@@ -453,8 +453,8 @@ class _FastRun:
                 # Free the lock and wake the head waiter; until it runs, anyone
                 # already running may take the lock (acquire's fast path).
                 lock.owner = -1
-                if lock.waking is None:
-                    lock.waking = queue[0][2]
+                if not lock.waking:
+                    lock.waking = True
                     self._schedule(self.now + lock.wake_s, _NORMAL, _WAKE, index)
             return
         if lock.owner == task:
@@ -476,18 +476,15 @@ class _FastRun:
             self._grant(index, lock, waiter)
 
     def _woken(self, index: int) -> None:
+        """As ``locks.Mutex._woken``: the head of the queue now is served."""
         lock = self.locks[index]
-        waiter = lock.waking
-        assert waiter is not None  # a wake event is scheduled with its waiter
-        lock.waking = None
-        if not lock.queue or lock.queue[0][2] is not waiter:
-            return  # only a higher-priority newcomer can overtake
+        lock.waking = False
         if lock.owner < 0:
-            heapq.heappop(lock.queue)
+            waiter = heapq.heappop(lock.queue)[2]
             lock.owner = waiter.task
             self._grant(index, lock, waiter)
         else:
-            lock.handoff = True  # stolen while it woke: the next release is its
+            lock.handoff = True  # stolen while it woke: the next release is the head's
 
     def _gate_enter(self, task: int, index: int) -> bool:
         gate = self.gates[index]

@@ -148,7 +148,7 @@ class Mutex(_QueuedLock):
         self.spin_s = spin_s
         self.wake_s = wake_s
         self.owner: int | None = None
-        self._waking: _Waiter | None = None  # woken, not yet running
+        self._waking = False  # a wake-up is on its way to the head waiter
         self._handoff = False  # the head waiter lost a race once: hand to it directly
 
     def acquire(self, owner: int, stage: int) -> simpy.Event | None:
@@ -178,22 +178,23 @@ class Mutex(_QueuedLock):
             # Free the lock and wake the head waiter; until it runs, anyone
             # already running may take the lock (acquire's fast path).
             self.owner = None
-            if self._waking is None:
-                head = self._queue[0][2]
-                self._waking = head
+            if not self._waking:
+                self._waking = True
                 timer = self.env.timeout(self.wake_s)
-                timer.callbacks.append(lambda _ev: self._woken(head))
+                timer.callbacks.append(self._woken)
 
-    def _woken(self, waiter: _Waiter) -> None:
-        self._waking = None
-        if not self._queue or self._queue[0][2] is not waiter:
-            return  # pragma: no cover - only a higher-priority newcomer can overtake
+    def _woken(self, _event: simpy.Event) -> None:
+        """The woken waiter runs. It is served as the head of the queue *now*:
+        a higher-priority waiter that queued behind a stealer meanwhile goes
+        first (the wake-up is the lock's, not the task's), so a free lock never
+        keeps a queue."""
+        self._waking = False
         if self.owner is None:
-            heapq.heappop(self._queue)
+            waiter = heapq.heappop(self._queue)[2]
             self.owner = waiter.owner
             self._grant(waiter)
         else:
-            self._handoff = True  # stolen while it woke: the next release is its
+            self._handoff = True  # stolen while it woke: the next release is the head's
 
 
 class SpinLock(Mutex):

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import os
+import socket
+import time
 from pathlib import Path
 
+import optuna
 import pytest
 
 from bootstorm.models import ConfigError, Scenario, TunedConfig
@@ -190,14 +194,24 @@ def test_a_study_refuses_another_search_under_its_name(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_two_local_workers_share_a_sqlite_study(tmp_path: Path) -> None:
-    # Long enough (about 6 s of CPU) that the helper process is up before it ends.
     spec = StudySpec(
         scenario=Scenario(sandboxes=100),
         space=_space(),
         trials=40,
         storage=f"sqlite:///{tmp_path}/jobs.db",
     )
-    result = optimize(spec, jobs=2)
+    me = f"{socket.gethostname()}:{os.getpid()}"
+
+    def wait_for_the_helper(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+        # A trial takes milliseconds and a spawned worker seconds to import:
+        # hold this worker back (bounded) until the helper has a trial of its own.
+        deadline = time.monotonic() + 120.0
+        while time.monotonic() < deadline:
+            if any(t.user_attrs.get("worker", me) != me for t in study.get_trials(deepcopy=False)):
+                return
+            time.sleep(0.05)
+
+    result = optimize(spec, jobs=2, callbacks=[wait_for_the_helper])
     assert 40 <= result.completed <= 41  # the helper may finish the trial it had started
     study = spec.open_study()
     workers = {t.user_attrs["worker"] for t in study.trials}

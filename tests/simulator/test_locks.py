@@ -36,6 +36,7 @@ from bootstorm.simulator import (
     compile_program,
     run_program,
 )
+from bootstorm.simulator.fast import run_program_fast
 
 MANY_CORES = MachineSpec(cores=64)
 
@@ -826,6 +827,30 @@ def test_linux_style_wake_lets_a_running_task_steal_then_hands_off() -> None:
     assert steal.finish_s.tolist() == [2.0, 3.0]
     assert (fair.locks["L"].contended, steal.locks["L"].contended) == (2, 1)
     assert steal.locks["L"].wait_s == pytest.approx(1.5)  # B waits 0.5 → 2.0
+
+
+def test_wake_up_serves_a_higher_priority_waiter_that_queued_meanwhile() -> None:
+    """A regression (CI found it: a deadlock). Priorities s1 = 0 before s0 = 1,
+    ``wake_s`` = 0.25. A holds L 0 → 1 while W (s0) queues at 0.125; A's
+    release wakes the head, W, for 1.25. S steals the free lock at 1.0625 and
+    releases it at 1.125; H (s1) queues at 1.09375, ahead of W. At 1.25 the
+    lock is free and H heads the queue: H gets it (to 1.75), then a new
+    wake-up serves W at 2.0 (to 2.5). Before the fix the wake-up went to W
+    only, found it overtaken, and left a free lock with a queue."""
+    hold = lambda s: (Hold("L", (Sleep(s),)),)  # noqa: E731
+    in_s0 = lambda s: (Stage("s0", hold(s)), Stage("s1", ()))  # noqa: E731
+    plan_h = (Stage("s0", ()), Stage("s1", hold(0.5)))
+    lock = LockSpec(name="L", wake_s=0.25, stage_priority=(("s1", 0), ("s0", 1)))
+    program = compile_program(
+        [in_s0(1.0), in_s0(0.5), in_s0(0.0625), plan_h],
+        machine=MANY_CORES,
+        locks=[lock],
+        arrival_s=[0.0, 0.125, 1.0625, 1.09375],
+    )
+    expected = [1.0, 2.5, 1.125, 1.75]
+    assert run_program(program).finish_s.tolist() == expected
+    for jit in (False, True):
+        assert run_program_fast(program, jit=jit).finish_s.tolist() == expected
 
 
 def test_wake_s_is_for_mutexes_only() -> None:
