@@ -95,24 +95,60 @@ def validate_storm(
     agent: str | None = None,
     token_file: Path | None = None,
     repeat: int = 1,
+    calibration_sandboxes: int | None = None,
+    calibration_runs: int = 3,
     executor: str = "compiled",
 ) -> None:
-    """Measure a storm (or read one), predict it, print both and the errors."""
+    """Measure a storm (or read one), predict it, print both and the errors.
+
+    The node's profile is loaded (``profile``), fitted to recorded storms
+    (``calibrate_from``) or, with neither, fitted to ``calibration_runs``
+    storms of ``calibration_sandboxes`` (default: half the size) run on this
+    host first, without the config: the prediction is then one of another
+    size under other settings, never of the storm it was fitted to.
+    """
     from .calibration.trace_fit import StormStats, fit_trace, predicted_vs_measured
     from .traces import read_trace, write_trace
 
     if not threshold > 0.0:
         raise ConfigError(f"threshold: must be > 0, but got {threshold}")
-    if (profile is None) == (not calibrate_from):
-        raise ConfigError("profile: give exactly one of --profile FILE or --calibrate-from TRACE")
+    if profile is not None and calibrate_from:
+        raise ConfigError("profile: give at most one of --profile FILE or --calibrate-from TRACE")
+    if measured and profile is None and not calibrate_from:
+        raise ConfigError(
+            "profile: --measured compares recorded storms and runs none here: "
+            "give --profile FILE or --calibrate-from TRACE"
+        )
+    if repeat < 1:
+        raise ConfigError(f"repeat: must be at least 1, but got {repeat}")
+    if calibration_runs < 1:
+        raise ConfigError(f"calibration_runs: must be at least 1, but got {calibration_runs}")
+    if calibration_sandboxes is not None and calibration_sandboxes < 2:
+        raise ConfigError(
+            f"calibration_sandboxes: must be at least 2, but got {calibration_sandboxes}"
+        )
     console = _console()
     tuned = TunedConfig.from_yaml(config) if config is not None else None
     if profile is not None:
         local = Profile.from_yaml(profile)
     else:
-        assert calibrate_from
-        with console.status(f"fitting a local profile to {calibrate_from[0].name} …"):
-            local = fit_trace([read_trace(p) for p in calibrate_from], executor=executor).profile
+        if calibrate_from:
+            fitted_to = [read_trace(p) for p in calibrate_from]
+            name = calibrate_from[0].name
+        else:
+            size = calibration_sandboxes or max(2, sandboxes // 2)
+            name = f"{calibration_runs} storm(s) of {size} on this host"
+            if not as_json:
+                console.print(f"no --profile: fitting this node's profile to {name} first")
+            fitted_to = []
+            for k in range(calibration_runs):
+                fitted_to.append(_run_testbed(size, None, vm, console, None))
+                if trace_out is not None:
+                    write_trace(
+                        fitted_to[-1], trace_out.with_name(f"calibration-{k}-{trace_out.name}")
+                    )
+        with console.status(f"fitting a local profile to {name} …"):
+            local = fit_trace(fitted_to, executor=executor).profile
     if measured:
         traces = [read_trace(p) for p in measured]
     else:

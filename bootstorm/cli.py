@@ -363,6 +363,16 @@ def validate(
     repeat: Annotated[
         int, typer.Option(help="Run the storm this many times and compare the median.")
     ] = 1,
+    calibration_sandboxes: Annotated[
+        int | None,
+        typer.Option(
+            help="Without --profile or --calibrate-from: the size of the storms the node's "
+            "profile is fitted to first, without the config [default: half of --sandboxes]."
+        ),
+    ] = None,
+    calibration_runs: Annotated[
+        int, typer.Option(help="Without --profile or --calibrate-from: how many of them.")
+    ] = 3,
     trace: Annotated[Path | None, typer.Option(help="Write the measured storm here.")] = None,
     threshold: Annotated[
         float, typer.Option(help="Exit 1 if makespan, mean or p99 is off by more (0.15 = 15%).")
@@ -391,6 +401,8 @@ def validate(
         agent=agent,
         token_file=token_file,
         repeat=repeat,
+        calibration_sandboxes=calibration_sandboxes,
+        calibration_runs=calibration_runs,
         executor=executor,
     )
 

@@ -133,10 +133,18 @@ def test_validate_a_recorded_storm_against_a_profile(tmp_path: Path, fitted: Pro
     assert strict.returncode == 1 and json.loads(strict.stdout)["within"] is False
 
 
-def test_validate_needs_exactly_one_profile_source() -> None:
+def test_validate_takes_at_most_one_profile_source() -> None:
     out = _cli("validate", "--measured", str(SMALL))
     assert out.returncode == 2
-    assert out.stderr.startswith("error: profile: give exactly one of --profile")
+    assert out.stderr.startswith("error: profile: --measured compares recorded storms")
+    out = _cli(
+        "validate", "--profile", "x.yaml", "--calibrate-from", str(SMALL), "--measured", str(SMALL)
+    )
+    assert out.returncode == 2
+    assert out.stderr.startswith("error: profile: give at most one of --profile")
+    out = _cli("validate", "--calibration-runs", "0")
+    assert out.returncode == 2
+    assert out.stderr.startswith("error: calibration_runs: must be at least 1, but got 0")
 
 
 def test_a_malformed_or_missing_trace_is_one_line_per_problem(tmp_path: Path) -> None:
