@@ -241,3 +241,24 @@ def test_validate_a_live_storm_against_a_fitted_profile(tmp_path: Path) -> None:
         "startup p99_s",
     ]
     assert (tmp_path / "measured.jsonl.gz").stat().st_size > 0
+
+
+def test_validate_fits_this_node_first_without_a_profile(tmp_path: Path) -> None:
+    """`bootstorm validate --sandboxes N` alone: two calibration storms of
+    N/2 run and are fitted first (their traces kept beside the measured one),
+    then the storm of N is run and compared."""
+    import json
+
+    from bootstorm.traces import read_trace
+
+    out = tmp_path / "measured.jsonl.gz"
+    args = [sys.executable, "-c", "from bootstorm.cli import main; main()", "validate"]
+    args += ["--sandboxes", "8", "--calibration-runs", "2", "--no-vm", "--json"]
+    args += ["--trace", str(out), "--threshold", "100"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["sandboxes"] == 8
+    for k in range(2):
+        calibration = read_trace(tmp_path / f"calibration-{k}-measured.jsonl.gz")
+        assert calibration.header.scenario.sandboxes == 4
+    assert read_trace(out).header.scenario.sandboxes == 8
