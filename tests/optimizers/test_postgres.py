@@ -41,11 +41,15 @@ def study_name() -> Iterator[str]:
         optuna.delete_study(study_name=name, storage=URL)
 
 
-def _worker(study_name: str, out: Path, *, trials: int, sandboxes: int) -> subprocess.Popen[str]:
+def _worker(
+    study_name: str, out: Path, *, trials: int, sandboxes: int, executor: str = "compiled"
+) -> subprocess.Popen[str]:
     """``bootstorm optimize`` as its own process, as a worker on another machine would run it."""
     assert URL is not None
     args = [
         "optimize",
+        "--executor",
+        executor,
         "--storage",
         URL,
         "--study-name",
@@ -74,9 +78,12 @@ def _finish(proc: subprocess.Popen[str]) -> None:
 
 
 def test_three_workers_share_one_study(study_name: str, tmp_path: Path) -> None:
-    trials = 30
+    # SimPy trials of 400 sandboxes (~0.1 s each, ~4 s in all): no worker can
+    # finish the study alone while the others still import.
+    trials = 40
     procs = [
-        _worker(study_name, tmp_path / f"w{i}.yaml", trials=trials, sandboxes=60) for i in range(3)
+        _worker(study_name, tmp_path / f"w{i}.yaml", trials=trials, sandboxes=400, executor="simpy")
+        for i in range(3)
     ]
     for p in procs:
         _finish(p)
@@ -98,8 +105,13 @@ def _kill_mid_trial(
     trials finished at that moment. A kill that lands just after the trial
     finished is retried with a new victim (the window is a few milliseconds)."""
     for attempt in range(5):
+        # On the SimPy executor a trial takes ~0.1 s: a wide window to land in.
         victim = _worker(
-            study_name, tmp_path / f"victim{attempt}.yaml", trials=trials, sandboxes=sandboxes
+            study_name,
+            tmp_path / f"victim{attempt}.yaml",
+            trials=trials,
+            sandboxes=sandboxes,
+            executor="simpy",
         )
         tag = f":{victim.pid}"
         deadline = time.monotonic() + 240
@@ -131,13 +143,16 @@ def test_a_killed_worker_loses_no_finished_trial_and_the_study_resumes(
     study_name: str, tmp_path: Path
 ) -> None:
     trials = 40
-    survivor = _worker(study_name, tmp_path / "survivor.yaml", trials=trials, sandboxes=400)
+    # The victim runs alone until it is killed mid-trial (a survivor started
+    # first could finish the whole study while the victim still imports), then
+    # a second worker carries the study on.
     killed_number, finished_before = _kill_mid_trial(
         study_name, tmp_path, trials=trials, sandboxes=400
     )
     assert finished_before, "the kill should land mid-study"
 
     killed_at = time.monotonic()
+    survivor = _worker(study_name, tmp_path / "survivor.yaml", trials=trials, sandboxes=400)
     _finish(survivor)
     # Running a worker again resumes the study. Started after the grace period
     # (3 heartbeats of 1 s), it finds the killed trial stale even if the
