@@ -30,15 +30,16 @@ spinlocks (pinned tier); fair reader-writer locks; ``background_jobs`` and
 None; use the reference executor with ``record=True`` for spans).
 
 Two loops run this algorithm. ``FastExecutor()`` is plain Python (this
-module): about 1.7x SimPy, since the event count is the model's and a
+module): about 1.5x SimPy, since the event count is the model's and a
 hand-written heap costs about as much per event as SimPy's own loop.
 ``FastExecutor(jit=True)`` runs :mod:`._fast_nb`, the same algorithm over
 preallocated arrays compiled by numba (a dependency; see its docstring
-for the design): about 30x SimPy, ≈ 5 ms for the 400-sandbox
-ipvtap storm end to end, ≈ 1.7 s for 100 000 sandboxes. It compiles once
-per machine (``cache=True``, ≈ 20 s). Both loops hand their counters to
-:func:`_assemble` (a :class:`_Raw`), which builds the :class:`Result` as
-the reference does. Both are checked against the reference by
+for the design): about 20–30x SimPy, ≈ 3 ms for the 400-sandbox
+ipvtap storm end to end, ≈ 70 ms for 10 000 sandboxes. It compiles once
+per machine (``cache=True``, ≈ 20 s). A search reads only the startup
+figures (:meth:`FastExecutor.summarise`), which skips building the rest.
+Both loops hand their counters to :func:`_assemble` (a :class:`_Raw`),
+which builds the :class:`Result` as the reference does. Both are checked against the reference by
 ``tests/simulator/test_fast_equivalence.py`` and agree with it to the bit
 on every generated program so far and on the paper storms, event counts
 between them included.
