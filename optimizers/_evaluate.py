@@ -23,7 +23,7 @@ from ..models import (
     compile_scenario,
     load_profile,
 )
-from ..simulator import ExecutorName, Result, run_with
+from ..simulator import ExecutorName, Result, run_with, summarise_with
 from ..simulator.executors import check_executor
 from ._objectives import Metrics
 
@@ -93,8 +93,9 @@ class Evaluator:
 
     def evaluate(self, config: TunedConfig | None) -> Metrics:
         """The aggregated metrics of ``config`` (``None``: the base scenario as it is)."""
+        # Only the startup figures: the compiled executor skips building a whole Result.
         results = [
-            run_with(
+            summarise_with(
                 self._programs.compile(storm if config is None else storm.replace(config=config)),
                 self.executor,
             )

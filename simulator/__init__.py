@@ -13,8 +13,9 @@ from .executors import (
     check_executor,
     make_executor,
     run_with,
+    summarise_with,
 )
-from .fast import FastExecutor, run_program_fast
+from .fast import FastExecutor, StartupSummary, run_program_fast
 from .program import (
     GateSpec,
     LockKind,
@@ -68,6 +69,7 @@ __all__ = [
     "Stage",
     "StageStats",
     "StartupStats",
+    "StartupSummary",
     "Step",
     "Zero",
     "check_executor",
@@ -77,5 +79,6 @@ __all__ = [
     "run_program",
     "run_program_fast",
     "run_with",
+    "summarise_with",
     "write_chrome_trace",
 ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Literal, Protocol, get_args
 
 from .executor import SimPyExecutor
-from .fast import FastExecutor
+from .fast import FastExecutor, StartupSummary
 from .program import Program, ProgramError
 from .result import Result
 
@@ -30,6 +30,7 @@ __all__ = [
     "check_executor",
     "make_executor",
     "run_with",
+    "summarise_with",
 ]
 
 ExecutorName = Literal["compiled", "simpy", "python"]
@@ -68,3 +69,16 @@ def make_executor(name: str, *, record: bool = False) -> Executor:
 def run_with(program: Program, executor: str, *, record: bool = False) -> Result:
     """Run ``program`` on the executor called ``executor``."""
     return make_executor(executor, record=record).run(program)
+
+
+def summarise_with(program: Program, executor: str) -> StartupSummary:
+    """Run ``program`` on the executor called ``executor``, keeping only the
+    makespan, the startup statistics and the pools' memory (what a search
+    reads): the compiled executor then skips building the rest of the result."""
+    match check_executor(executor):
+        case "simpy":
+            return StartupSummary.of(SimPyExecutor().run(program))
+        case "compiled":
+            return FastExecutor(jit=True).summarise(program)
+        case _:
+            return FastExecutor(jit=False).summarise(program)

@@ -30,15 +30,16 @@ spinlocks (pinned tier); fair reader-writer locks; ``background_jobs`` and
 None; use the reference executor with ``record=True`` for spans).
 
 Two loops run this algorithm. ``FastExecutor()`` is plain Python (this
-module): about 1.7x SimPy, since the event count is the model's and a
+module): about 1.5x SimPy, since the event count is the model's and a
 hand-written heap costs about as much per event as SimPy's own loop.
 ``FastExecutor(jit=True)`` runs :mod:`._fast_nb`, the same algorithm over
 preallocated arrays compiled by numba (a dependency; see its docstring
-for the design): about 30x SimPy, ≈ 5 ms for the 400-sandbox
-ipvtap storm end to end, ≈ 1.7 s for 100 000 sandboxes. It compiles once
-per machine (``cache=True``, ≈ 20 s). Both loops hand their counters to
-:func:`_assemble` (a :class:`_Raw`), which builds the :class:`Result` as
-the reference does. Both are checked against the reference by
+for the design): about 20–30x SimPy, ≈ 3 ms for the 400-sandbox
+ipvtap storm end to end, ≈ 70 ms for 10 000 sandboxes. It compiles once
+per machine (``cache=True``, ≈ 20 s). A search reads only the startup
+figures (:meth:`FastExecutor.summarise`), which skips building the rest.
+Both loops hand their counters to :func:`_assemble` (a :class:`_Raw`),
+which builds the :class:`Result` as the reference does. Both are checked against the reference by
 ``tests/simulator/test_fast_equivalence.py`` and agree with it to the bit
 on every generated program so far and on the paper storms, event counts
 between them included.
@@ -49,6 +50,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +59,7 @@ from .locks import ContentionCounter
 from .program import LockKind, OpKind, Program
 from .result import CpuStats, GateStats, LockStats, PoolStats, Result, StageStats, StartupStats
 
-__all__ = ["FastExecutor", "run_program_fast"]
+__all__ = ["FastExecutor", "StartupSummary", "run_program_fast", "summarise_fast"]
 
 # Plain ints: comparing against IntEnum members costs a method call per op.
 _CPU = int(OpKind.CPU)
@@ -133,10 +135,57 @@ class FastExecutor:
     def run(self, program: Program) -> Result:
         return _run_jit(program) if self.jit else _FastRun(program).run()
 
+    def summarise(self, program: Program) -> StartupSummary:
+        """What :meth:`run` returns, cut to :class:`StartupSummary`'s figures."""
+        if not self.jit:
+            return StartupSummary.of(_FastRun(program).run())
+        out = _kernel(program)[0]
+        finish = out[0]
+        _check_finished(program, finish)
+        return _startup_summary(program, finish[: program.n_sandboxes])
+
 
 def run_program_fast(program: Program, *, jit: bool = False) -> Result:
     """Run ``program`` on the fast executor."""
     return FastExecutor(jit=jit).run(program)
+
+
+def summarise_fast(program: Program, *, jit: bool = False) -> StartupSummary:
+    """Run ``program`` on the fast executor, keeping only the startup figures."""
+    return FastExecutor(jit=jit).summarise(program)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StartupSummary:
+    """The figures a search reads from a storm, without the rest of a :class:`Result`.
+
+    A search evaluates hundreds of storms and reads four numbers of each;
+    building the whole result (stage, lock and step statistics) cost the
+    compiled executor about a tenth of its run. The figures are computed as
+    :class:`Result`'s are, to the bit.
+    """
+
+    makespan_s: float
+    startup: StartupStats
+    pool_memory_mib: float
+
+    @classmethod
+    def of(cls, result: Result) -> StartupSummary:
+        return cls(
+            makespan_s=result.makespan_s,
+            startup=result.startup,
+            pool_memory_mib=result.pool_memory_mib,
+        )
+
+
+def _startup_summary(p: Program, finish: np.ndarray) -> StartupSummary:
+    """As :func:`_assemble` computes them (the same operations in the same order)."""
+    arrival = p.arrival_s
+    return StartupSummary(
+        makespan_s=float(finish.max() - arrival.min()),
+        startup=StartupStats.of(finish - arrival),
+        pool_memory_mib=p.pool_memory_mib,
+    )
 
 
 class _Lock:
@@ -691,6 +740,30 @@ class _FastRun:
 # -- the compiled loop -------------------------------------------------------------------------
 def _run_jit(p: Program) -> Result:
     """Run the numba kernel (:mod:`._fast_nb`) on ``p``."""
+    out, pool_left = _kernel(p)
+    finish, cpu_acc, lock_spin, cnt, cnf, by_stage, dur_stage, dur_val, stage_time = out[:9]
+    zeroed, events = out[9:]
+    n_stages = len(p.stage_names)
+    return _assemble(
+        p,
+        _Raw(
+            finish=finish,
+            cpu_acc=cpu_acc.tolist(),
+            lock_spin=lock_spin.tolist(),
+            counts=cnt.tolist(),
+            sums=cnf[:, :3].tolist(),
+            acquisitions_by_stage=by_stage.tolist(),
+            pool_left=pool_left.tolist(),
+            durations=[dur_val[dur_stage == s] for s in range(n_stages)],
+            stage_time=stage_time,
+            zeroed_bytes=float(zeroed),
+            events=int(events),
+        ),
+    )
+
+
+def _kernel(p: Program) -> tuple[tuple[Any, ...], np.ndarray]:
+    """The kernel's raw outputs for ``p`` and the pools' capacities left."""
     try:
         from ._fast_nb import run_kernel
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -728,24 +801,7 @@ def _run_jit(p: Program) -> Result:
             ]
         ),
     )
-    finish, cpu_acc, lock_spin, cnt, cnf, by_stage, dur_stage, dur_val, stage_time = out[:9]
-    zeroed, events = out[9:]
-    return _assemble(
-        p,
-        _Raw(
-            finish=finish,
-            cpu_acc=cpu_acc.tolist(),
-            lock_spin=lock_spin.tolist(),
-            counts=cnt.tolist(),
-            sums=cnf[:, :3].tolist(),
-            acquisitions_by_stage=by_stage.tolist(),
-            pool_left=pool_left.tolist(),
-            durations=[dur_val[dur_stage == s] for s in range(n_stages)],
-            stage_time=stage_time,
-            zeroed_bytes=float(zeroed),
-            events=int(events),
-        ),
-    )
+    return out, pool_left
 
 
 # -- the result (as :meth:`.executor._Run._result`, without the recording) -------------------
@@ -773,14 +829,19 @@ class _Raw:
     events: int
 
 
-def _assemble(p: Program, raw: _Raw) -> Result:
-    n = p.n_sandboxes
-    stuck = np.flatnonzero(np.isnan(raw.finish))
+def _check_finished(p: Program, finish: np.ndarray) -> None:
+    """A :class:`DeadlockError` if a task (sandbox or branch) never ended."""
+    stuck = np.flatnonzero(np.isnan(finish))
     if stuck.size:
         raise DeadlockError(
             f"deadlock: {stuck.size} tasks never finished (first: {stuck[:5].tolist()}; "
-            f"tasks from {n} on are branches)"
+            f"tasks from {p.n_sandboxes} on are branches)"
         )
+
+
+def _assemble(p: Program, raw: _Raw) -> Result:
+    n = p.n_sandboxes
+    _check_finished(p, raw.finish)
     arrival = p.arrival_s.copy()
     finish = raw.finish[:n].copy()
     makespan = float(finish.max() - arrival.min())

@@ -9,11 +9,21 @@ from bootstorm import Scenario, simulate
 from bootstorm.models import compile_scenario
 from bootstorm.simulator import (
     EXECUTOR_NAMES,
+    DeadlockError,
     FastExecutor,
+    Hold,
+    LockSpec,
+    MachineSpec,
     ProgramError,
+    SandboxPlan,
     SimPyExecutor,
+    Sleep,
+    Stage,
+    StartupSummary,
+    compile_program,
     make_executor,
     run_with,
+    summarise_with,
 )
 
 ONLY_SIMPY = "executor: only 'simpy' records spans (record=True)"
@@ -60,6 +70,40 @@ def test_every_executor_gives_the_reference_result(scenario: Scenario) -> None:
         assert r.stages == reference.stages
         assert r.cpu == reference.cpu
         assert r.recording is None
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        Scenario(cni="ipvtap", sandboxes=120, limits={"AddCNI": 7}, pools={"netns": 60}),
+        Scenario(cni="fastiov", sandboxes=40, profile="paper-001"),
+        Scenario(cni="ipvtap", sandboxes=50, arrival_s=tuple(0.01 * i for i in range(50))),
+    ],
+    ids=["ipvtap-limits-pools", "fastiov", "staggered"],
+)
+def test_summaries_are_the_results_figures(scenario: Scenario) -> None:
+    program = compile_scenario(scenario)
+    want = StartupSummary.of(run_with(program, "simpy"))
+    for name in EXECUTOR_NAMES:
+        got = summarise_with(program, name)
+        assert got == want, name  # floats compared exactly
+        assert got == StartupSummary.of(run_with(program, name)), name
+
+
+def test_a_summary_reports_a_deadlock() -> None:
+    """A lock-order cycle (A: a then b, B: b then a) raises without a Result too."""
+
+    def plan(first: str, second: str) -> SandboxPlan:
+        return (Stage("x", (Hold(first, (Sleep(1.0), Hold(second, (Sleep(1.0),)))),)),)
+
+    program = compile_program(
+        [plan("a", "b"), plan("b", "a")],
+        machine=MachineSpec(cores=1),
+        locks=(LockSpec(name="a"), LockSpec(name="b")),
+    )
+    for name in ("compiled", "python"):
+        with pytest.raises(DeadlockError, match="never finished"):
+            summarise_with(program, name)
 
 
 def test_simulate_takes_an_executor_and_records_only_on_simpy() -> None:
