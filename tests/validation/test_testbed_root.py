@@ -167,8 +167,8 @@ def test_sigkill_mid_run_is_swept() -> None:
     assert _objects_of(run, proc.pid) == []
 
 
-def test_netprio_without_a_v1_mount_is_refused_cleanly() -> None:
-    from bootstorm.validation.testbed import StormOptions, TestbedError, run_storm
+def test_netprio_without_a_v1_mount_is_refused_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bootstorm.validation.testbed import StormOptions, TestbedError, driver, run_storm
     from bootstorm.validation.testbed._cgroup import netprio_root
 
     try:
@@ -177,10 +177,17 @@ def test_netprio_without_a_v1_mount_is_refused_cleanly() -> None:
         pass
     else:
         pytest.skip("a v1 net_prio hierarchy is mounted here; the refusal cannot be shown")
-    before = set(_netns())
+    runs: list[str] = []  # this run's id: another test's storm may run meanwhile
+
+    def new_run_id() -> str:
+        runs.append(real_new_run_id())
+        return runs[-1]
+
+    real_new_run_id = driver.new_run_id
+    monkeypatch.setattr(driver, "new_run_id", new_run_id)
     with pytest.raises(TestbedError, match="net_prio"):
         run_storm(StormOptions(sandboxes=2, netprio_ifpriomap=True, kernel_trace=False))
-    assert {n for n in _netns() if n.startswith("bst-")} <= before
+    assert len(runs) == 1 and _objects_of(runs[0]) == []
 
 
 def test_softirqs_on_request() -> None:
