@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from pydantic import ValidationError
@@ -101,6 +101,13 @@ def run_cmd(
     chrome: Annotated[
         Path | None, typer.Option(help="Also write a Chrome trace for ui.perfetto.dev.")
     ] = None,
+    endpoint: Annotated[
+        str,
+        typer.Option(
+            help="The endpoint AddCNI makes: veth (a pair, then a tap and tc redirects in "
+            "AttachIf), tap (the VMM's NIC itself) or macvtap (on one shared parent link).",
+        ),
+    ] = "veth",
     peer_in_netns: Annotated[
         bool,
         typer.Option(
@@ -154,6 +161,7 @@ def run_cmd(
     try:
         options = StormOptions(
             sandboxes=sandboxes,
+            endpoint=cast(Any, endpoint),  # StormOptions validates the name
             peer="in-netns" if peer_in_netns else "moved",
             netprio_ifpriomap=netprio_ifpriomap,
             vm=vm,

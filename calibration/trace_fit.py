@@ -123,8 +123,8 @@ class StormStats:
         variant = h.scenario.cni
         if variant not in _CNI_OF_VARIANT:
             raise ValueError(
-                f"trace: scenario.cni {variant!r} is not a testbed variant "
-                f"({', '.join(_CNI_OF_VARIANT)})"
+                f"trace: scenario.cni {variant!r} has no testbed model; the catalog "
+                f"covers {', '.join(_CNI_OF_VARIANT)}"
             )
         n = h.scenario.sandboxes
         arrival = np.full(n, h.origin_s)

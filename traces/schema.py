@@ -81,8 +81,9 @@ class ScenarioFacts(_Frozen):
     """What was started: how many sandboxes, with which network variant and VM.
 
     ``cni`` names the CNI-like variant the testbed emulates, e.g.
-    ``veth-peer-in-netns`` (peer created in the namespace) or
-    ``veth-peer-moved`` (created on the host, then moved); ``vm`` says how
+    ``veth-peer-in-netns`` (peer created in the namespace),
+    ``veth-peer-moved`` (created on the host, then moved), ``tap-endpoint``
+    or ``macvtap-endpoint`` (the endpoint is the VMM's NIC); ``vm`` says how
     StartVM ran: ``qemu-microvm`` under KVM, ``process`` (the fallback: a
     process spawned into the namespace), or ``none``.
     """

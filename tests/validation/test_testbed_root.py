@@ -269,3 +269,20 @@ def test_validate_fits_this_node_first_without_a_profile(tmp_path: Path) -> None
         calibration = read_trace(tmp_path / f"calibration-{k}-measured.jsonl.gz")
         assert calibration.header.scenario.sandboxes == 4
     assert read_trace(out).header.scenario.sandboxes == 8
+
+
+@pytest.mark.parametrize("endpoint", ["tap", "macvtap"])
+def test_tap_and_macvtap_endpoints(endpoint: str) -> None:
+    """The endpoint is the VMM's NIC as it is: a storm passes every stage,
+    the header names the variant, and the shared parent goes with the run."""
+    from bootstorm.validation.testbed import StormOptions, run_storm
+
+    result = run_storm(
+        StormOptions(sandboxes=6, endpoint=endpoint, vm_memory_mib=32, kernel_trace=False)  # type: ignore[arg-type]
+    )
+    assert result.failures == ()
+    trace = result.trace
+    assert trace.header.scenario.cni == f"{endpoint}-endpoint"
+    got = Counter((s.sandbox, s.stage) for s in trace.spans)
+    assert got == Counter({(i, st): 1 for i in range(6) for st in STAGES})
+    assert _objects_of(result.run) == []  # the macvtaps' shared parent pair too

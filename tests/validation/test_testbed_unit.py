@@ -73,6 +73,9 @@ def test_names_carry_prefixes_and_run() -> None:
     assert _run_of_netns("bstpool-netns-1") is None  # the agent's, not ours
     assert _run_of_link(link) == "ab12" and _run_of_link(names.moved_peer(4)) == "ab12"
     assert _run_of_link("bsp12") is None and _run_of_link("eth0") is None
+    for shared in (names.endpoint(3), names.vport(), names.vport_peer()):
+        assert _run_of_link(shared) == "ab12" and owned_link(shared) and len(shared) <= 15
+    assert _run_of_link("bstab12vx") is None
     with pytest.raises(ValueError, match="longer than 15 bytes"):
         names.host_link(10**8)
 
@@ -83,6 +86,13 @@ def test_options_are_validated() -> None:
     with pytest.raises(ValueError, match="peer"):
         StormOptions(peer="sideways")  # type: ignore[arg-type]
     assert StormOptions().netprio_ifpriomap is False  # off unless asked for
+    with pytest.raises(ValueError, match="peer: 'moved' applies to the veth endpoint only"):
+        StormOptions(endpoint="tap", peer="moved")
+    assert [StormOptions(endpoint=e).variant for e in ("veth", "tap", "macvtap")] == [
+        "veth-peer-in-netns",
+        "tap-endpoint",
+        "macvtap-endpoint",
+    ]
     from bootstorm.models import TunedConfig
 
     with pytest.raises(ValueError, match=r"config\.limits: unknown stage 'Boot'"):

@@ -72,6 +72,17 @@ class RunNames:
     def moved_peer(self, i: int) -> str:
         return f"{LINK_PREFIX}{self.run}m{i}"
 
+    def endpoint(self, i: int) -> str:
+        """A macvtap endpoint while it is still on the host."""
+        return f"{LINK_PREFIX}{self.run}e{i}"
+
+    def vport(self) -> str:
+        """The run's shared parent of macvtap endpoints (a veth pair: this end)."""
+        return f"{LINK_PREFIX}{self.run}vp"
+
+    def vport_peer(self) -> str:
+        return f"{LINK_PREFIX}{self.run}vq"
+
     def vm(self, i: int) -> str:
         return f"{NETNS_PREFIX}{self.run}-{i}"
 
@@ -127,9 +138,11 @@ def _run_of_link(name: str) -> str | None:
     rest = name[len(LINK_PREFIX) :]
     if not name.startswith(LINK_PREFIX) or len(rest) < _RUN_LEN + 2:
         return None
-    if rest[_RUN_LEN] not in "hm" or not rest[_RUN_LEN + 1 :].isdigit():
-        return None
-    return rest[:_RUN_LEN]
+    # RunNames' links: h<i>, m<i>, e<i> per sandbox; vp, vq the shared parent.
+    tail = rest[_RUN_LEN:]
+    if tail in ("vp", "vq") or (tail[0] in "hme" and tail[1:].isdigit()):
+        return rest[:_RUN_LEN]
+    return None
 
 
 @dataclass

@@ -8,14 +8,20 @@ Kata sandbox's network start performs, through in-process netlink
 - **NetNS**: a named network namespace ``bst-<run>-<i>`` (unshare + bind
   mount, as ``ip netns add``) — or one taken from the pre-created pool;
 - **AddCNI**: a netlink socket opened inside the namespace (as a CNI plugin
-  entering it), a veth pair, the peer created inside the namespace or
-  created on the host and moved in; both ends up, an address on the inner end;
+  entering it), then the endpoint: a veth pair, the peer created inside the
+  namespace or created on the host and moved in (both ends up, an address on
+  the inner end); or a persistent tap made in the namespace; or a macvtap on
+  the run's one shared parent link (the vPort every sandbox of a tenant
+  shares, as the ipvtap/macvtap CNIs do), made on the host and moved in;
 - **Cgroup**: a cgroup-v2 directory (``cgroup_mkdir`` under cgroup_mutex),
   optionally a net_prio ``ifpriomap`` write (takes RTNL; off by default, see
   :mod:`._cgroup`);
-- **AttachIf**: a tap inside the namespace (``TUNSETIFF``: RTNL), an
-  ``ingress`` qdisc on the veth and on the tap, and u32 match-all filters
-  with ``mirred`` egress redirects both ways (Kata's tcfilter model);
+- **AttachIf**: for a veth endpoint, a tap inside the namespace
+  (``TUNSETIFF``: RTNL), an ``ingress`` qdisc on the veth and on the tap,
+  and u32 match-all filters with ``mirred`` egress redirects both ways
+  (Kata's tcfilter model); a tap or macvtap endpoint is the VMM's NIC as it
+  is, so AttachIf only opens it (the tap re-attached by ``TUNSETIFF``, the
+  macvtap's ``/dev/tapN``) — seed 000 §4.2.2: why ipvtap spares RTNL work;
 - **StartVM**: a QEMU microVM with the tap as its NIC, moved into the
   sandbox's cgroup (css_set_lock), up when its guest prints the marker; or
   the fallback process (see :mod:`._vm`).
@@ -83,6 +89,7 @@ STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
 KEY_LOCKS = ("rtnl", "cgroup_mutex", "css_set_lock")
 
 _TUNSETIFF = 0x400454CA
+_TUNSETPERSIST = 0x400454CB
 _IFF_TAP = 0x0002
 _IFF_NO_PI = 0x1000
 _IFF_VNET_HDR = 0x4000
@@ -100,9 +107,15 @@ class StormOptions(BaseModel):
     ----------
     sandboxes:
         Sandboxes started at once.
+    endpoint:
+        What AddCNI makes for the sandbox: ``veth`` (a pair), ``tap`` (a
+        persistent tap in the namespace) or ``macvtap`` (on the run's shared
+        parent link, made on the host and moved in, keeping its host-unique
+        ifindex and so its ``/dev/tapN``).
     peer:
-        ``in-netns``: the veth peer is created inside the namespace (one
-        request); ``moved``: created on the host, then moved in (two).
+        With a veth endpoint, ``in-netns``: the peer is created inside the
+        namespace (one request); ``moved``: created on the host, then moved
+        in (two).
     netprio_ifpriomap:
         Also write net_prio's ``ifpriomap`` in the Cgroup stage (needs a
         mounted v1 net_prio hierarchy; changes kernel-wide cgroup socket
@@ -130,6 +143,7 @@ class StormOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     sandboxes: int = Field(default=8, ge=1, le=9999)
+    endpoint: Literal["veth", "tap", "macvtap"] = "veth"
     peer: Literal["in-netns", "moved"] = "in-netns"
     netprio_ifpriomap: bool = False
     vm: bool = True
@@ -141,6 +155,20 @@ class StormOptions(BaseModel):
     max_lock_spans: int | None = Field(default=None, ge=0)
     config: TunedConfig | None = None
     settle_s: float = Field(default=20.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _peer_of_a_veth(self) -> StormOptions:
+        if self.peer != "in-netns" and self.endpoint != "veth":
+            raise ValueError(
+                f"peer: {self.peer!r} applies to the veth endpoint only "
+                f"(endpoint is {self.endpoint!r})"
+            )
+        return self
+
+    @property
+    def variant(self) -> str:
+        """The CNI-like variant a trace header names (``ScenarioFacts.cni``)."""
+        return f"veth-peer-{self.peer}" if self.endpoint == "veth" else f"{self.endpoint}-endpoint"
 
     @model_validator(mode="after")
     def _known_stages(self) -> StormOptions:
@@ -160,6 +188,11 @@ class StormResult:
     trace: Trace
     failures: tuple[str, ...]
     run: str
+
+
+def _ifreq(name: str) -> bytes:
+    """A ``struct ifreq`` for ``TUNSETIFF``: a tap, no packet info, virtio-net headers."""
+    return struct.pack("16sH", name.encode(), _IFF_TAP | _IFF_NO_PI | _IFF_VNET_HDR)
 
 
 @dataclass
@@ -258,6 +291,7 @@ class _Storm:
         self.stop = threading.Event()
         self.cgroup_run: Path | None = None
         self.netprio_run: Path | None = None
+        self.vport_index: int | None = None  # the macvtap endpoints' shared parent
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{self.run}-"))
         self.runner = self._runner()
         limits = options.config.limits if options.config else {}
@@ -299,6 +333,19 @@ class _Storm:
             self.netprio_run = netprio_root() / CGROUP_PARENT / self.run
             os.makedirs(self.netprio_run, exist_ok=False)
             self.notes.append("net_prio ifpriomap written in Cgroup (RTNL under cgroup ops)")
+        if self.options.endpoint == "macvtap":
+            # The shared parent: a veth pair standing in for the tenant's vPort.
+            with IPRoute() as ipr:
+                ipr.link(
+                    "add",
+                    ifname=self.names.vport(),
+                    kind="veth",
+                    peer={"ifname": self.names.vport_peer()},
+                )
+                for name in (self.names.vport(), self.names.vport_peer()):
+                    (idx,) = ipr.link_lookup(ifname=name)
+                    ipr.link("set", index=idx, state="up")
+                (self.vport_index,) = ipr.link_lookup(ifname=self.names.vport())
         pools = self.options.config.pools if self.options.config else {}
         n_netns = min(pools.get("netns", 0), self.options.sandboxes)
         for kind in sorted(set(pools) - {"netns"}):
@@ -354,6 +401,26 @@ class _Storm:
         with entered(sb.ns_fd):
             sb.ns_ipr = IPRoute()
         host, ns = sb.host_ipr, sb.ns_ipr
+        if self.options.endpoint == "tap":
+            with entered(sb.ns_fd):  # TUNSETIFF makes the tap in the caller's namespace
+                fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+                try:
+                    fcntl.ioctl(fd, _TUNSETIFF, _ifreq(_INNER_IF))
+                    fcntl.ioctl(fd, _TUNSETPERSIST, 1)  # it outlives this fd, as a CNI's does
+                finally:
+                    os.close(fd)
+        elif self.options.endpoint == "macvtap":
+            made = self.names.endpoint(sb.index)
+            host.link(
+                "add", ifname=made, kind="macvtap", link=self.vport_index, macvtap_mode="bridge"
+            )
+            (idx,) = host.link_lookup(ifname=made)
+            host.link("set", index=idx, net_ns_fd=sb.ns_fd, ifname=_INNER_IF)
+        if self.options.endpoint != "veth":
+            (iidx,) = ns.link_lookup(ifname=_INNER_IF)
+            ns.link("set", index=iidx, state="up")
+            ns.addr("add", index=iidx, address=_INNER_ADDR[0], prefixlen=_INNER_ADDR[1])
+            return
         host_link = self.names.host_link(sb.index)
         if self.options.peer == "in-netns":
             host.link(
@@ -385,11 +452,24 @@ class _Storm:
     def _attach_if(self, sb: _Sandbox) -> None:
         assert sb.ns_fd is not None
         ns = sb.ns_ipr
+        if self.options.endpoint == "tap":
+            with entered(sb.ns_fd):  # re-attach to the endpoint by name: RTNL
+                sb.tap_fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+                fcntl.ioctl(sb.tap_fd, _TUNSETIFF, _ifreq(_INNER_IF))
+            return
+        if self.options.endpoint == "macvtap":
+            (idx,) = ns.link_lookup(ifname=_INNER_IF)
+            try:
+                sb.tap_fd = os.open(f"/dev/tap{idx}", os.O_RDWR | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise TestbedError(
+                    f"macvtap: /dev/tap{idx} is missing (devtmpfs not mounted on /dev?)"
+                ) from None
+            return
         with entered(sb.ns_fd):  # TUNSETIFF makes the tap in the caller's namespace
             fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
             sb.tap_fd = fd
-            ifr = struct.pack("16sH", _TAP_IF.encode(), _IFF_TAP | _IFF_NO_PI | _IFF_VNET_HDR)
-            fcntl.ioctl(fd, _TUNSETIFF, ifr)
+            fcntl.ioctl(fd, _TUNSETIFF, _ifreq(_TAP_IF))
         (tap,) = ns.link_lookup(ifname=_TAP_IF)
         (veth,) = ns.link_lookup(ifname=_INNER_IF)
         ns.link("set", index=tap, state="up")
@@ -455,8 +535,17 @@ class _Storm:
                     with contextlib.suppress(Exception):
                         stop(sb.proc)
             with IPRoute() as ipr:
+                # The shared parent first: its macvtaps still on the host go with it.
+                for idx in ipr.link_lookup(ifname=self.names.vport()):
+                    with contextlib.suppress(Exception):
+                        ipr.link("del", index=idx)
                 for sb in self.sandboxes:
-                    for name in (self.names.host_link(sb.index), self.names.moved_peer(sb.index)):
+                    links = (
+                        self.names.host_link(sb.index),
+                        self.names.moved_peer(sb.index),
+                        self.names.endpoint(sb.index),
+                    )
+                    for name in links:
                         with contextlib.suppress(Exception):
                             for idx in ipr.link_lookup(ifname=name):
                                 ipr.link("del", index=idx)
@@ -609,7 +698,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             config=options.config,
             scenario=ScenarioFacts(
                 sandboxes=options.sandboxes,
-                cni=f"veth-peer-{options.peer}",
+                cni=options.variant,
                 vm="qemu-microvm" if storm.runner.mode == "qemu-microvm" else "process",
                 vm_memory_mib=options.vm_memory_mib
                 if storm.runner.mode == "qemu-microvm"
