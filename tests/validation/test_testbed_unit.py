@@ -73,7 +73,7 @@ def test_names_carry_prefixes_and_run() -> None:
     assert _run_of_netns("bstpool-netns-1") is None  # the agent's, not ours
     assert _run_of_link(link) == "ab12" and _run_of_link(names.moved_peer(4)) == "ab12"
     assert _run_of_link("bsp12") is None and _run_of_link("eth0") is None
-    for shared in (names.endpoint(3), names.vport(), names.vport_peer()):
+    for shared in (names.endpoint(3), names.pool_tap(2), names.vport(), names.vport_peer()):
         assert _run_of_link(shared) == "ab12" and owned_link(shared) and len(shared) <= 15
     assert _run_of_link("bstab12vx") is None
     with pytest.raises(ValueError, match="longer than 15 bytes"):

@@ -76,6 +76,10 @@ class RunNames:
         """A macvtap endpoint while it is still on the host."""
         return f"{LINK_PREFIX}{self.run}e{i}"
 
+    def pool_tap(self, k: int) -> str:
+        """A persistent tap made before the storm for a tap-endpoint pool."""
+        return f"{LINK_PREFIX}{self.run}t{k}"
+
     def vport(self) -> str:
         """The run's shared parent of macvtap endpoints (a veth pair: this end)."""
         return f"{LINK_PREFIX}{self.run}vp"
@@ -138,9 +142,9 @@ def _run_of_link(name: str) -> str | None:
     rest = name[len(LINK_PREFIX) :]
     if not name.startswith(LINK_PREFIX) or len(rest) < _RUN_LEN + 2:
         return None
-    # RunNames' links: h<i>, m<i>, e<i> per sandbox; vp, vq the shared parent.
+    # RunNames' links: h<i>, m<i>, e<i> per sandbox, t<k> pooled; vp, vq the shared parent.
     tail = rest[_RUN_LEN:]
-    if tail in ("vp", "vq") or (tail[0] in "hme" and tail[1:].isdigit()):
+    if tail in ("vp", "vq") or (tail[0] in "hmet" and tail[1:].isdigit()):
         return rest[:_RUN_LEN]
     return None
 

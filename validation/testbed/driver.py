@@ -134,7 +134,8 @@ class StormOptions(BaseModel):
         the longest others (the header says how many were seen).
     config:
         A tuned config: its ``limits`` gate the stages, its ``pools.netns``
-        namespaces are created before the storm.
+        namespaces (and, with a tap endpoint, ``pools.tap`` persistent taps)
+        are created before the storm.
     settle_s:
         Wait up to this long for the host to be quiet before the storm (the
         kernel still tears down an earlier storm's namespaces for seconds).
@@ -287,6 +288,7 @@ class _Storm:
         self.names = RunNames(self.run)
         self.sandboxes = [_Sandbox(i) for i in range(options.sandboxes)]
         self.pool_netns: list[str] = []
+        self.pool_tap: list[str] = []  # made for the storm; those taken move into a namespace
         self.notes: list[str] = []
         self.stop = threading.Event()
         self.cgroup_run: Path | None = None
@@ -348,16 +350,27 @@ class _Storm:
                 (self.vport_index,) = ipr.link_lookup(ifname=self.names.vport())
         pools = self.options.config.pools if self.options.config else {}
         n_netns = min(pools.get("netns", 0), self.options.sandboxes)
-        for kind in sorted(set(pools) - {"netns"}):
+        # A tap endpoint can come from a pool too: persistent taps made now.
+        n_tap = min(pools.get("tap", 0), self.options.sandboxes)
+        if self.options.endpoint != "tap":
+            n_tap = 0
+        emulated = {"netns", "tap"} if self.options.endpoint == "tap" else {"netns"}
+        for kind in sorted(set(pools) - emulated):
             self.notes.append(f"pool {kind!r} of the config is not emulated by the testbed")
-        if n_netns and isinstance(self.admission, LocalAdmission) and self._own_admission:
+        local = isinstance(self.admission, LocalAdmission) and self._own_admission
+        if (n_netns or n_tap) and local:
             for k in range(n_netns):
                 name = self.names.pool_netns(k)
                 os.close(create_netns_here(name))
                 self.pool_netns.append(name)
+            with IPRoute() as ipr:
+                for k in range(n_tap):
+                    name = self.names.pool_tap(k)
+                    ipr.link("add", ifname=name, kind="tuntap", mode="tap")
+                    self.pool_tap.append(name)
             self.admission = LocalAdmission(
                 limits=self.options.config.limits if self.options.config else {},
-                pools={"netns": self.pool_netns},
+                pools={"netns": self.pool_netns, "tap": list(self.pool_tap)},
             )
 
     # -- the stages ----------------------------------------------------------
@@ -401,7 +414,14 @@ class _Storm:
         with entered(sb.ns_fd):
             sb.ns_ipr = IPRoute()
         host, ns = sb.host_ipr, sb.ns_ipr
+        pooled = None
         if self.options.endpoint == "tap":
+            pooled = self.admission.take("tap", f"{self.run}/{sb.index}")
+        if pooled is not None:
+            # A pre-created persistent tap: moved in (RTNL, synchronize_net), renamed.
+            (idx,) = host.link_lookup(ifname=pooled)
+            host.link("set", index=idx, net_ns_fd=sb.ns_fd, ifname=_INNER_IF)
+        elif self.options.endpoint == "tap":
             with entered(sb.ns_fd):  # TUNSETIFF makes the tap in the caller's namespace
                 fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
                 try:
@@ -560,6 +580,11 @@ class _Storm:
                 remove_netns(self.names.netns(sb.index))
             for name in self.pool_netns:
                 remove_netns(name)
+            with IPRoute() as ipr:  # pooled taps no sandbox took
+                for name in self.pool_tap:
+                    with contextlib.suppress(Exception):
+                        for idx in ipr.link_lookup(ifname=name):
+                            ipr.link("del", index=idx)
             for run_dir in (self.cgroup_run, self.netprio_run):
                 if run_dir is not None:
                     remove_tree(run_dir)
@@ -688,7 +713,8 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                     f"kernel lock spans sampled: {len(locks)} of {len(all_locks)} kept "
                     f"(all {', '.join(KEY_LOCKS)} waits of sandboxes first, then the longest)"
                 )
-        used_pools = {"netns": len(storm.pool_netns)} if storm.pool_netns else {}
+        made = {"netns": len(storm.pool_netns), "tap": len(storm.pool_tap)}
+        used_pools = {kind: n for kind, n in made.items() if n}
         header = TraceHeader(
             source="testbed",
             clock="monotonic",
