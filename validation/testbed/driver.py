@@ -33,6 +33,7 @@ run's leftovers are swept by the next run (see :mod:`._leftovers`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -189,6 +190,29 @@ class StormResult:
     trace: Trace
     failures: tuple[str, ...]
     run: str
+
+
+# How long a re-attach waits for a forked child to let go of the tap (below).
+_TAP_BUSY_WAIT_S = 2.0
+
+
+def _attach_tap(fd: int, name: str) -> None:
+    """``TUNSETIFF`` onto the existing tap ``name``.
+
+    AddCNI closed its own fd, but a child that another sandbox's thread
+    forked meanwhile (to start its VMM) holds a copy until it execs
+    (``O_CLOEXEC`` acts at exec, not at fork), and a single-queue tap refuses
+    a second file with ``EBUSY`` until then: retry for that short window.
+    """
+    deadline = time.monotonic() + _TAP_BUSY_WAIT_S
+    while True:
+        try:
+            fcntl.ioctl(fd, _TUNSETIFF, _ifreq(name))
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
 
 
 def _ifreq(name: str) -> bytes:
@@ -475,7 +499,7 @@ class _Storm:
         if self.options.endpoint == "tap":
             with entered(sb.ns_fd):  # re-attach to the endpoint by name: RTNL
                 sb.tap_fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
-                fcntl.ioctl(sb.tap_fd, _TUNSETIFF, _ifreq(_INNER_IF))
+                _attach_tap(sb.tap_fd, _INNER_IF)
             return
         if self.options.endpoint == "macvtap":
             (idx,) = ns.link_lookup(ifname=_INNER_IF)
