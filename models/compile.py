@@ -146,7 +146,11 @@ def compile_scenario(
     variant = SRIOV_VARIANTS.get(cni)
     _check_names("pools", scenario.pools, scenario_pool_kinds(cni), "pool kind")
     # Memory of a pooled device: the profile's, or nothing known (a testbed host).
-    pool_memory = prof.costs.pool_device_mib if prof.costs is not None else {"netns": 0.0}
+    pool_memory = (
+        prof.costs.pool_device_mib
+        if prof.costs is not None
+        else dict.fromkeys(TESTBED_POOL_KINDS, 0.0)
+    )
     _check_names("limits", scenario.limits, scenario_stages(cni), "stage")
     _check_names("rtnl_priority", scenario.rtnl_priority, scenario_stages(cni), "stage")
     for kind in scenario.pools:

@@ -11,7 +11,8 @@ then the kernel's work, under the lock it takes:
   RTNL) and the bind mount — or a namespace taken from the pool;
 - **AddCNI**: a netlink socket in the namespace, a veth pair (its peer made
   in the namespace, or made on the host and moved in: ``synchronize_net``
-  under RTNL), both ends up, an address;
+  under RTNL) — or one taken from the pool, its peer moved in and its host
+  end renamed — both ends up, an address;
 - **Cgroup**: ``cgroup_mkdir`` under cgroup_mutex;
 - **AttachIf**: ``TUNSETIFF`` (a netdev under RTNL), the tap up, an ingress
   qdisc and a u32 + mirred filter on each of veth and tap (RTNL each);
@@ -51,7 +52,7 @@ TESTBED_CNIS: dict[str, Literal["in-netns", "moved"]] = {
     "testbed-veth": "in-netns",
     "testbed-veth-moved": "moved",
 }
-TESTBED_POOL_KINDS = ("netns",)
+TESTBED_POOL_KINDS = ("netns", "veth")
 GIL = "gil"
 
 
@@ -102,6 +103,16 @@ def testbed_plan(
             py("move peer"),
             Hold(RTNL, (Cpu(c.rtnl_small_hold_s, "move"), Sleep(c.rcu_grace_s, "synchronize_net"))),
         )
+    if scenario.pools.get("veth", 0) > 0:
+        # A pre-made pair: the peer moves in (synchronize_net under RTNL) and
+        # the host end is renamed to the sandbox's name.
+        fetch_veth: tuple[Step, ...] = (
+            py("take veth"),
+            py("move peer"),
+            Hold(RTNL, (Cpu(c.rtnl_small_hold_s, "move"), Sleep(c.rcu_grace_s, "synchronize_net"))),
+            *rtnl(c.rtnl_small_hold_s, "rename host end"),
+        )
+        veth = (Pooled("veth", create=veth, fetch=fetch_veth),)
     # New links up: the kernel queues linkwatch and address work for kworkers,
     # which take RTNL behind the sandbox's back.
     kworker: tuple[Step, ...] = ()

@@ -79,6 +79,16 @@ def test_a_pool_replaces_namespace_creation_with_a_fetch(fitted: Profile) -> Non
     assert pooled.stages["NetNS"].mean_s < plain.stages["NetNS"].mean_s
 
 
+def test_a_veth_pool_moves_a_made_pair_in(fitted: Profile) -> None:
+    """A pooled pair still takes RTNL twice (the move, with its grace
+    period, and the rename) but never registers two netdevs."""
+    stats = StormStats.of(read_trace(SMALL))
+    plain = simulate(stats.scenario(), profile=fitted)
+    pooled = simulate(stats.scenario(pools={"veth": 25}), profile=fitted)
+    assert pooled.pools["veth"].taken == 25 and pooled.pool_memory_mib == 0.0
+    assert pooled.locks["rtnl"].acquisitions == plain.locks["rtnl"].acquisitions + 25
+
+
 def test_bootstrap_gives_an_interval(fitted: Profile) -> None:
     trace = read_trace(SMALL)
     what_if = StormStats.of(trace).scenario(sandboxes=50)

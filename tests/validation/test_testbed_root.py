@@ -288,18 +288,24 @@ def test_tap_and_macvtap_endpoints(endpoint: str) -> None:
     assert _objects_of(result.run) == []  # the macvtaps' shared parent pair too
 
 
-def test_a_tap_endpoint_from_a_pool() -> None:
-    """``pools.tap`` with a tap endpoint: persistent taps made before the
-    storm, taken and moved in by the first sandboxes, the rest made in place;
-    the untaken ones removed with the run."""
+@pytest.mark.parametrize("endpoint", ["tap", "veth"])
+def test_an_endpoint_from_a_pool(endpoint: str) -> None:
+    """``pools.tap`` with a tap endpoint, ``pools.veth`` with a veth one:
+    devices made before the storm, taken and moved in by the first
+    sandboxes, the rest made in place; the untaken ones removed with the run."""
     from bootstorm.models import TunedConfig
     from bootstorm.validation.testbed import StormOptions, run_storm
 
-    config = TunedConfig(pools={"tap": 3})
-    result = run_storm(
-        StormOptions(sandboxes=5, endpoint="tap", config=config, vm=False, kernel_trace=False)
+    config = TunedConfig(pools={endpoint: 3})
+    options = StormOptions(
+        sandboxes=5,
+        endpoint=endpoint,  # type: ignore[arg-type]
+        config=config,
+        vm=False,
+        kernel_trace=False,
     )
+    result = run_storm(options)
     assert result.failures == ()
-    assert result.trace.header.scenario.pools == {"tap": 3}
+    assert result.trace.header.scenario.pools == {endpoint: 3}
     assert not any("not emulated" in n for n in result.trace.header.notes)
     assert _objects_of(result.run) == []

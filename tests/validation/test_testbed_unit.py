@@ -62,6 +62,12 @@ def test_pool_take_until_empty() -> None:
         LocalAdmission(limits={"Cgroup": 0})
 
 
+def test_local_pairs_are_taken_once_in_order() -> None:
+    adm = LocalAdmission(pairs={"veth": [("a0", "b0"), ("a1", "b1")]})
+    assert [adm.take_pair("veth", "x"), adm.take_pair("veth", "y")] == [("a0", "b0"), ("a1", "b1")]
+    assert adm.take_pair("veth", "z") is None and adm.take_pair("tap", "z") is None
+
+
 def test_names_carry_prefixes_and_run() -> None:
     names = RunNames("ab12")
     assert names.netns(3) == f"{NETNS_PREFIX}ab12-3" and owned_netns(names.netns(3))
@@ -73,7 +79,7 @@ def test_names_carry_prefixes_and_run() -> None:
     assert _run_of_netns("bstpool-netns-1") is None  # the agent's, not ours
     assert _run_of_link(link) == "ab12" and _run_of_link(names.moved_peer(4)) == "ab12"
     assert _run_of_link("bsp12") is None and _run_of_link("eth0") is None
-    for shared in (names.endpoint(3), names.pool_tap(2), names.vport(), names.vport_peer()):
+    for shared in (names.endpoint(3), names.pool_tap(2), *names.pool_veth(1), names.vport()):
         assert _run_of_link(shared) == "ab12" and owned_link(shared) and len(shared) <= 15
     assert _run_of_link("bstab12vx") is None
     with pytest.raises(ValueError, match="longer than 15 bytes"):

@@ -80,6 +80,10 @@ class RunNames:
         """A persistent tap made before the storm for a tap-endpoint pool."""
         return f"{LINK_PREFIX}{self.run}t{k}"
 
+    def pool_veth(self, k: int) -> tuple[str, str]:
+        """A veth pair made before the storm for a veth pool: (host end, peer)."""
+        return f"{LINK_PREFIX}{self.run}a{k}", f"{LINK_PREFIX}{self.run}b{k}"
+
     def vport(self) -> str:
         """The run's shared parent of macvtap endpoints (a veth pair: this end)."""
         return f"{LINK_PREFIX}{self.run}vp"
@@ -142,9 +146,10 @@ def _run_of_link(name: str) -> str | None:
     rest = name[len(LINK_PREFIX) :]
     if not name.startswith(LINK_PREFIX) or len(rest) < _RUN_LEN + 2:
         return None
-    # RunNames' links: h<i>, m<i>, e<i> per sandbox, t<k> pooled; vp, vq the shared parent.
+    # RunNames' links: h<i>, m<i>, e<i> per sandbox; t<k>, a<k>/b<k> pooled;
+    # vp, vq the shared parent.
     tail = rest[_RUN_LEN:]
-    if tail in ("vp", "vq") or (tail[0] in "hmet" and tail[1:].isdigit()):
+    if tail in ("vp", "vq") or (tail[0] in "hmetab" and tail[1:].isdigit()):
         return rest[:_RUN_LEN]
     return None
 

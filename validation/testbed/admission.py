@@ -31,25 +31,33 @@ class Admission(Protocol):
         """A pre-created device of ``kind`` for ``holder``, or None if the pool is empty."""
         ...
 
+    def take_pair(self, kind: str, holder: str) -> tuple[str, str] | None:
+        """A pre-created veth pair of ``kind`` (its host end, its peer), both in
+        the host namespace, or None if the pool is empty."""
+        ...
+
 
 class LocalAdmission:
     """Threading semaphores per limited stage and in-process device pools.
 
     ``limits`` maps a stage to the most sandboxes inside it at once (stages
     not named are unlimited); ``pools`` maps a device kind to the names of
-    devices already created (the driver creates them before the storm).
+    devices already created, ``pairs`` a kind of veth pair to (host end,
+    peer) names (the driver creates both before the storm).
     """
 
     def __init__(
         self,
         limits: Mapping[str, int] | None = None,
         pools: Mapping[str, Iterable[str]] | None = None,
+        pairs: Mapping[str, Iterable[tuple[str, str]]] | None = None,
     ) -> None:
         for stage, k in (limits or {}).items():
             if k < 1:
                 raise ValueError(f"limits.{stage}: must be at least 1, but got {k}")
         self._gates = {s: threading.BoundedSemaphore(k) for s, k in (limits or {}).items()}
         self._pools = {kind: deque(names) for kind, names in (pools or {}).items()}
+        self._pairs = {kind: deque(both) for kind, both in (pairs or {}).items()}
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
@@ -64,6 +72,11 @@ class LocalAdmission:
     def take(self, kind: str, holder: str) -> str | None:
         with self._lock:
             pool = self._pools.get(kind)
+            return pool.popleft() if pool else None
+
+    def take_pair(self, kind: str, holder: str) -> tuple[str, str] | None:
+        with self._lock:
+            pool = self._pairs.get(kind)
             return pool.popleft() if pool else None
 
     def left(self, kind: str) -> list[str]:
@@ -93,3 +106,11 @@ class AgentAdmission:
     def take(self, kind: str, holder: str) -> str | None:
         device = self.client.take(kind, holder)
         return None if device is None else device.name
+
+    def take_pair(self, kind: str, holder: str) -> tuple[str, str] | None:
+        device = self.client.take(kind, holder)
+        if device is None:
+            return None
+        if device.peer is None:
+            raise ValueError(f"pools.{kind}: the agent handed out {device.name!r} without a peer")
+        return device.name, device.peer

@@ -135,8 +135,8 @@ class StormOptions(BaseModel):
         the longest others (the header says how many were seen).
     config:
         A tuned config: its ``limits`` gate the stages, its ``pools.netns``
-        namespaces (and, with a tap endpoint, ``pools.tap`` persistent taps)
-        are created before the storm.
+        namespaces (and ``pools.tap`` persistent taps for a tap endpoint,
+        ``pools.veth`` pairs for a veth one) are created before the storm.
     settle_s:
         Wait up to this long for the host to be quiet before the storm (the
         kernel still tears down an earlier storm's namespaces for seconds).
@@ -313,6 +313,7 @@ class _Storm:
         self.sandboxes = [_Sandbox(i) for i in range(options.sandboxes)]
         self.pool_netns: list[str] = []
         self.pool_tap: list[str] = []  # made for the storm; those taken move into a namespace
+        self.pool_veth: list[tuple[str, str]] = []  # (host end, peer), likewise
         self.notes: list[str] = []
         self.stop = threading.Event()
         self.cgroup_run: Path | None = None
@@ -375,14 +376,16 @@ class _Storm:
         pools = self.options.config.pools if self.options.config else {}
         n_netns = min(pools.get("netns", 0), self.options.sandboxes)
         # A tap endpoint can come from a pool too: persistent taps made now.
-        n_tap = min(pools.get("tap", 0), self.options.sandboxes)
-        if self.options.endpoint != "tap":
-            n_tap = 0
-        emulated = {"netns", "tap"} if self.options.endpoint == "tap" else {"netns"}
+        endpoint = self.options.endpoint
+        n_tap = min(pools.get("tap", 0), self.options.sandboxes) if endpoint == "tap" else 0
+        n_veth = min(pools.get("veth", 0), self.options.sandboxes) if endpoint == "veth" else 0
+        emulated = {"netns", "tap"} if endpoint == "tap" else {"netns"}
+        if endpoint == "veth":
+            emulated.add("veth")
         for kind in sorted(set(pools) - emulated):
             self.notes.append(f"pool {kind!r} of the config is not emulated by the testbed")
         local = isinstance(self.admission, LocalAdmission) and self._own_admission
-        if (n_netns or n_tap) and local:
+        if (n_netns or n_tap or n_veth) and local:
             for k in range(n_netns):
                 name = self.names.pool_netns(k)
                 os.close(create_netns_here(name))
@@ -392,9 +395,14 @@ class _Storm:
                     name = self.names.pool_tap(k)
                     ipr.link("add", ifname=name, kind="tuntap", mode="tap")
                     self.pool_tap.append(name)
+                for k in range(n_veth):
+                    host_end, peer = self.names.pool_veth(k)
+                    ipr.link("add", ifname=host_end, kind="veth", peer={"ifname": peer})
+                    self.pool_veth.append((host_end, peer))
             self.admission = LocalAdmission(
                 limits=self.options.config.limits if self.options.config else {},
                 pools={"netns": self.pool_netns, "tap": list(self.pool_tap)},
+                pairs={"veth": list(self.pool_veth)},
             )
 
     # -- the stages ----------------------------------------------------------
@@ -466,7 +474,17 @@ class _Storm:
             ns.addr("add", index=iidx, address=_INNER_ADDR[0], prefixlen=_INNER_ADDR[1])
             return
         host_link = self.names.host_link(sb.index)
-        if self.options.peer == "in-netns":
+        pair = self.admission.take_pair("veth", f"{self.run}/{sb.index}")
+        if pair is not None:
+            # A pre-created pair: the peer moves in as the endpoint (RTNL,
+            # synchronize_net); the host end takes this sandbox's name, so
+            # cleanup and the sweep know it (links are renamed while down).
+            host_end, peer = pair
+            (pidx,) = host.link_lookup(ifname=peer)
+            host.link("set", index=pidx, net_ns_fd=sb.ns_fd, ifname=_INNER_IF)
+            (hidx,) = host.link_lookup(ifname=host_end)
+            host.link("set", index=hidx, ifname=host_link)
+        elif self.options.peer == "in-netns":
             host.link(
                 "add",
                 ifname=host_link,
@@ -604,8 +622,8 @@ class _Storm:
                 remove_netns(self.names.netns(sb.index))
             for name in self.pool_netns:
                 remove_netns(name)
-            with IPRoute() as ipr:  # pooled taps no sandbox took
-                for name in self.pool_tap:
+            with IPRoute() as ipr:  # pooled devices no sandbox took
+                for name in [*self.pool_tap, *(host_end for host_end, _ in self.pool_veth)]:
                     with contextlib.suppress(Exception):
                         for idx in ipr.link_lookup(ifname=name):
                             ipr.link("del", index=idx)
@@ -737,7 +755,11 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                     f"kernel lock spans sampled: {len(locks)} of {len(all_locks)} kept "
                     f"(all {', '.join(KEY_LOCKS)} waits of sandboxes first, then the longest)"
                 )
-        made = {"netns": len(storm.pool_netns), "tap": len(storm.pool_tap)}
+        made = {
+            "netns": len(storm.pool_netns),
+            "tap": len(storm.pool_tap),
+            "veth": len(storm.pool_veth),
+        }
         used_pools = {kind: n for kind, n in made.items() if n}
         header = TraceHeader(
             source="testbed",
