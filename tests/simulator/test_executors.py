@@ -9,18 +9,10 @@ from bootstorm import Scenario, simulate
 from bootstorm.models import compile_scenario
 from bootstorm.simulator import (
     EXECUTOR_NAMES,
-    DeadlockError,
     FastExecutor,
-    Hold,
-    LockSpec,
-    MachineSpec,
     ProgramError,
-    SandboxPlan,
     SimPyExecutor,
-    Sleep,
-    Stage,
     StartupSummary,
-    compile_program,
     make_executor,
     run_with,
     summarise_with,
@@ -88,22 +80,6 @@ def test_summaries_are_the_results_figures(scenario: Scenario) -> None:
         got = summarise_with(program, name)
         assert got == want, name  # floats compared exactly
         assert got == StartupSummary.of(run_with(program, name)), name
-
-
-def test_a_summary_reports_a_deadlock() -> None:
-    """A lock-order cycle (A: a then b, B: b then a) raises without a Result too."""
-
-    def plan(first: str, second: str) -> SandboxPlan:
-        return (Stage("x", (Hold(first, (Sleep(1.0), Hold(second, (Sleep(1.0),)))),)),)
-
-    program = compile_program(
-        [plan("a", "b"), plan("b", "a")],
-        machine=MachineSpec(cores=1),
-        locks=(LockSpec(name="a"), LockSpec(name="b")),
-    )
-    for name in ("compiled", "python"):
-        with pytest.raises(DeadlockError, match="never finished"):
-            summarise_with(program, name)
 
 
 def test_simulate_takes_an_executor_and_records_only_on_simpy() -> None:

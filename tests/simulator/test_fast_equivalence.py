@@ -41,7 +41,7 @@ from bootstorm.simulator import (
     compile_program,
     run_program,
 )
-from bootstorm.simulator.fast import run_program_fast
+from bootstorm.simulator.fast import run_program_fast, summarise_fast
 
 REL = 1e-9
 
@@ -197,7 +197,8 @@ def test_paper_storm_with_wake_up_hand_over() -> None:
 
 
 def test_deadlock_is_reported() -> None:
-    """A lock-order cycle (A: a then b, B: b then a) raises in every loop."""
+    """A lock-order cycle (A: a then b, B: b then a) raises in every loop,
+    and in the summary path that builds no Result."""
 
     def plan(first: str, second: str) -> SandboxPlan:
         return (Stage("x", (Hold(first, (Sleep(1.0), Hold(second, (Sleep(1.0),)))),)),)
@@ -210,6 +211,8 @@ def test_deadlock_is_reported() -> None:
     for jit in JIT:
         with pytest.raises(DeadlockError, match="never finished"):
             run_program_fast(program, jit=jit)
+        with pytest.raises(DeadlockError, match="never finished"):
+            summarise_fast(program, jit=jit)
 
 
 def test_program_without_locks_gates_or_pools() -> None:
