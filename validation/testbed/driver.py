@@ -194,6 +194,7 @@ class StormResult:
 
 # How long a re-attach waits for a forked child to let go of the tap (below).
 _TAP_BUSY_WAIT_S = 2.0
+_TAP_BUSY_POLL_S = 0.001  # a fork-to-exec window lasts about a millisecond
 
 
 def _attach_tap(fd: int, name: str) -> None:
@@ -212,7 +213,7 @@ def _attach_tap(fd: int, name: str) -> None:
         except OSError as exc:
             if exc.errno != errno.EBUSY or time.monotonic() > deadline:
                 raise
-            time.sleep(0.001)
+            time.sleep(_TAP_BUSY_POLL_S)
 
 
 def _ifreq(name: str) -> bytes:
@@ -375,13 +376,12 @@ class _Storm:
                 (self.vport_index,) = ipr.link_lookup(ifname=self.names.vport())
         pools = self.options.config.pools if self.options.config else {}
         n_netns = min(pools.get("netns", 0), self.options.sandboxes)
-        # A tap endpoint can come from a pool too: persistent taps made now.
+        # The endpoint's own kind can come from a pool too (not the macvtap:
+        # its parent is the run's).
         endpoint = self.options.endpoint
-        n_tap = min(pools.get("tap", 0), self.options.sandboxes) if endpoint == "tap" else 0
-        n_veth = min(pools.get("veth", 0), self.options.sandboxes) if endpoint == "veth" else 0
-        emulated = {"netns", "tap"} if endpoint == "tap" else {"netns"}
-        if endpoint == "veth":
-            emulated.add("veth")
+        emulated = {"netns", endpoint} if endpoint in ("veth", "tap") else {"netns"}
+        n_tap = min(pools.get("tap", 0), self.options.sandboxes) if "tap" in emulated else 0
+        n_veth = min(pools.get("veth", 0), self.options.sandboxes) if "veth" in emulated else 0
         for kind in sorted(set(pools) - emulated):
             self.notes.append(f"pool {kind!r} of the config is not emulated by the testbed")
         local = isinstance(self.admission, LocalAdmission) and self._own_admission
@@ -445,43 +445,31 @@ class _Storm:
         # the socket opened there stays bound to it.
         with entered(sb.ns_fd):
             sb.ns_ipr = IPRoute()
-        host, ns = sb.host_ipr, sb.ns_ipr
-        pooled = None
-        if self.options.endpoint == "tap":
-            pooled = self.admission.take("tap", f"{self.run}/{sb.index}")
-        if pooled is not None:
-            # A pre-created persistent tap: moved in (RTNL, synchronize_net), renamed.
-            (idx,) = host.link_lookup(ifname=pooled)
-            host.link("set", index=idx, net_ns_fd=sb.ns_fd, ifname=_INNER_IF)
-        elif self.options.endpoint == "tap":
-            with entered(sb.ns_fd):  # TUNSETIFF makes the tap in the caller's namespace
-                fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
-                try:
-                    fcntl.ioctl(fd, _TUNSETIFF, _ifreq(_INNER_IF))
-                    fcntl.ioctl(fd, _TUNSETPERSIST, 1)  # it outlives this fd, as a CNI's does
-                finally:
-                    os.close(fd)
-        elif self.options.endpoint == "macvtap":
-            made = self.names.endpoint(sb.index)
-            host.link(
-                "add", ifname=made, kind="macvtap", link=self.vport_index, macvtap_mode="bridge"
-            )
-            (idx,) = host.link_lookup(ifname=made)
-            host.link("set", index=idx, net_ns_fd=sb.ns_fd, ifname=_INNER_IF)
-        if self.options.endpoint != "veth":
-            (iidx,) = ns.link_lookup(ifname=_INNER_IF)
-            ns.link("set", index=iidx, state="up")
-            ns.addr("add", index=iidx, address=_INNER_ADDR[0], prefixlen=_INNER_ADDR[1])
-            return
+        make = {"veth": self._veth, "tap": self._tap, "macvtap": self._macvtap}
+        make[self.options.endpoint](sb)
+        ns = sb.ns_ipr
+        (iidx,) = ns.link_lookup(ifname=_INNER_IF)
+        ns.link("set", index=iidx, state="up")
+        ns.addr("add", index=iidx, address=_INNER_ADDR[0], prefixlen=_INNER_ADDR[1])
+
+    def _move_in(self, sb: _Sandbox, name: str) -> None:
+        """Move host link ``name`` into the sandbox's namespace as its endpoint
+        (RTNL, and ``synchronize_net`` under it)."""
+        host = sb.host_ipr
+        (idx,) = host.link_lookup(ifname=name)
+        host.link("set", index=idx, net_ns_fd=sb.ns_fd, ifname=_INNER_IF)
+
+    def _veth(self, sb: _Sandbox) -> None:
+        """A veth pair: taken from the pool, or made with its peer in the
+        namespace or on the host and moved in; the host end up."""
+        host = sb.host_ipr
         host_link = self.names.host_link(sb.index)
         pair = self.admission.take_pair("veth", f"{self.run}/{sb.index}")
         if pair is not None:
-            # A pre-created pair: the peer moves in as the endpoint (RTNL,
-            # synchronize_net); the host end takes this sandbox's name, so
-            # cleanup and the sweep know it (links are renamed while down).
+            # The host end takes this sandbox's name, so that cleanup and the
+            # sweep know it (a pooled pair is down: it can be renamed).
             host_end, peer = pair
-            (pidx,) = host.link_lookup(ifname=peer)
-            host.link("set", index=pidx, net_ns_fd=sb.ns_fd, ifname=_INNER_IF)
+            self._move_in(sb, peer)
             (hidx,) = host.link_lookup(ifname=host_end)
             host.link("set", index=hidx, ifname=host_link)
         elif self.options.peer == "in-netns":
@@ -494,13 +482,33 @@ class _Storm:
         else:
             moved = self.names.moved_peer(sb.index)
             host.link("add", ifname=host_link, kind="veth", peer={"ifname": moved})
-            (idx,) = host.link_lookup(ifname=moved)
-            host.link("set", index=idx, net_ns_fd=sb.ns_fd, ifname=_INNER_IF)
+            self._move_in(sb, moved)
         (hidx,) = host.link_lookup(ifname=host_link)
         host.link("set", index=hidx, state="up")
-        (iidx,) = ns.link_lookup(ifname=_INNER_IF)
-        ns.link("set", index=iidx, state="up")
-        ns.addr("add", index=iidx, address=_INNER_ADDR[0], prefixlen=_INNER_ADDR[1])
+
+    def _tap(self, sb: _Sandbox) -> None:
+        """A persistent tap: taken from the pool and moved in, or made in the namespace."""
+        pooled = self.admission.take("tap", f"{self.run}/{sb.index}")
+        if pooled is not None:
+            self._move_in(sb, pooled)
+            return
+        assert sb.ns_fd is not None
+        with entered(sb.ns_fd):  # TUNSETIFF makes the tap in the caller's namespace
+            fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+            try:
+                fcntl.ioctl(fd, _TUNSETIFF, _ifreq(_INNER_IF))
+                fcntl.ioctl(fd, _TUNSETPERSIST, 1)  # it outlives this fd, as a CNI's does
+            finally:
+                os.close(fd)
+
+    def _macvtap(self, sb: _Sandbox) -> None:
+        """A macvtap on the shared parent, made on the host (a host-unique
+        ifindex, so a unique ``/dev/tapN``) and moved in."""
+        made = self.names.endpoint(sb.index)
+        sb.host_ipr.link(
+            "add", ifname=made, kind="macvtap", link=self.vport_index, macvtap_mode="bridge"
+        )
+        self._move_in(sb, made)
 
     def _cgroup(self, sb: _Sandbox) -> None:
         assert self.cgroup_run is not None
@@ -611,6 +619,11 @@ class _Storm:
                         with contextlib.suppress(Exception):
                             for idx in ipr.link_lookup(ifname=name):
                                 ipr.link("del", index=idx)
+                # Pooled devices no sandbox took.
+                for name in [*self.pool_tap, *(host_end for host_end, _ in self.pool_veth)]:
+                    with contextlib.suppress(Exception):
+                        for idx in ipr.link_lookup(ifname=name):
+                            ipr.link("del", index=idx)
             for sb in self.sandboxes:
                 for fd in (sb.tap_fd, sb.ns_fd):
                     if fd is not None:
@@ -622,11 +635,6 @@ class _Storm:
                 remove_netns(self.names.netns(sb.index))
             for name in self.pool_netns:
                 remove_netns(name)
-            with IPRoute() as ipr:  # pooled devices no sandbox took
-                for name in [*self.pool_tap, *(host_end for host_end, _ in self.pool_veth)]:
-                    with contextlib.suppress(Exception):
-                        for idx in ipr.link_lookup(ifname=name):
-                            ipr.link("del", index=idx)
             for run_dir in (self.cgroup_run, self.netprio_run):
                 if run_dir is not None:
                     remove_tree(run_dir)
