@@ -24,9 +24,20 @@ def format_validation_error(err: ValidationError, *, prefix: str = "") -> str:
         if e["type"] == "extra_forbidden":
             msg = "unknown field"
         got = e.get("input")
-        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        shown = "" if isinstance(got, dict) else f" (got {_short_repr(got)})"
         lines.append(f"{prefix}{loc}: {msg}{shown}")
     return "\n".join(lines)
+
+
+_MAX_SHOWN_CHARS = 80  # one readable line; a whole object (a Profile, say) is not
+
+
+def _short_repr(value: object) -> str:
+    """``repr(value)``, or its type and the start of it when that is too long."""
+    text = repr(value)
+    if len(text) <= _MAX_SHOWN_CHARS:
+        return text
+    return f"a {type(value).__name__}: {text[: _MAX_SHOWN_CHARS - 20]}…"
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -135,6 +135,16 @@ class Scenario(BaseModel):
     def __init__(self, **data: Any) -> None:
         if "config" in data:
             data = _with_config(data, data.pop("config"))
+        named = data.get("profile")
+        if isinstance(named, Path):
+            data = {**data, "profile": str(named)}
+        elif named is not None and not isinstance(named, str):
+            # A notebook user's likeliest slip: the profile object itself.
+            raise ConfigError(
+                f"profile: a scenario names its profile (a built-in name or a YAML path), "
+                f"but got a {type(named).__name__}; pass the object as "
+                "simulate(scenario, profile=...) or compile_scenario(scenario, profile=...)"
+            )
         try:
             super().__init__(**data)
         except ValidationError as exc:

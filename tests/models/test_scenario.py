@@ -81,3 +81,24 @@ def test_bad_yaml_names_file_and_problem(tmp_path: Path, text: str, expected: st
         Scenario.from_yaml(path)
     assert str(path) in str(err.value)
     assert expected in str(err.value)
+
+
+def test_a_profile_object_is_refused_with_the_way_to_pass_it() -> None:
+    from bootstorm.models import load_profile
+
+    with pytest.raises(ConfigError) as err:
+        Scenario(profile=load_profile("paper-000"))  # type: ignore[arg-type]
+    message = str(err.value)
+    assert "got a Profile" in message and "simulate(scenario, profile=...)" in message
+    assert len(message) < 300  # one line, not the whole object
+
+
+def test_a_profile_path_may_be_a_path_object(tmp_path: Path) -> None:
+    assert Scenario(profile=tmp_path / "p.yaml").profile == str(tmp_path / "p.yaml")  # type: ignore[arg-type]
+
+
+def test_long_bad_values_are_shortened() -> None:
+    with pytest.raises(ConfigError) as err:
+        Scenario(limits={"AddCNI": "x" * 500})  # type: ignore[dict-item]
+    assert "limits.AddCNI" in str(err.value)
+    assert len(str(err.value)) < 300

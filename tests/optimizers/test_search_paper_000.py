@@ -44,7 +44,7 @@ def _reduction(before_s: float, after_s: float) -> float:
 @pytest.mark.xfail(
     strict=True,
     reason="known miss (S0-8): 50 TPE trials cut the 400 ipvtap storm 20.20 -> 13.51 s "
-    "(-33.1%; AddCNI=3, Cgroup=8, AttachIf=15, StartVM=195); the paper gets -18.8% "
+    "(-33.1%; AddCNI=3, Cgroup=172, AttachIf=4, StartVM=188); the paper gets -18.8% "
     "(±15% of it: 15.98-21.62%)",
 )
 def test_s0_8_tuned_limits_cut_the_storm_18_8_percent(tuned_400: OptimizeResult) -> None:
@@ -81,8 +81,8 @@ def test_s0_9_pooling_and_limits_cut_58_9_percent(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S0-9): limits tuned on top of full pooling cut 10.60 -> 8.08 s "
-    "(-23.8%; AddCNI=7, Cgroup=4, AttachIf=7, StartVM=212); the paper gets -18.1% "
+    reason="known miss (S0-9): limits tuned on top of full pooling cut 10.60 -> 8.02 s "
+    "(-24.3%; AddCNI=2, Cgroup=58, AttachIf=10, StartVM=278); the paper gets -18.1% "
     "(±15% of it: 15.4-20.8%)",
 )
 def test_s0_9_limits_on_top_of_pooling_cut_18_1_percent(tuned_pooled: OptimizeResult) -> None:
