@@ -31,6 +31,13 @@ path with ``k`` softirq stages counts ``1 + (k - 1) * rho`` softirqs, where
 ``rho`` is its core's utilisation (seed 004 §3.2: the overlay's softirqs
 reach ≈3x its IRQs because its saturated cores keep them from merging).
 
+Hyper-threads (SMT) share their physical core: besides each CPU's row, a
+physical core's threads together deliver at most ``smt_core_throughput``
+cores of work, one more linear constraint of the max-min problem. RSS queue
+``q`` interrupts CPU ``q``; Linux numbers every core's first thread before
+any sibling, so the first queues land on distinct cores and the later ones
+on siblings of the first (seed 004: 16 queues on 10 cores x 2 threads).
+
 Placement (RSS hash, scheduler) is random: results are means over
 ``Traffic.draws`` seeded draws.
 """
@@ -295,9 +302,43 @@ def _placement(
     else:
         rss = rng.integers(0, queues, size=n)
     if traffic.placement == "random" and cores > 1:
-        # A woken receiver goes to an idle core, not the one busy with its softirqs.
-        recv = np.where(recv == rss, (recv + 1 + rng.integers(0, cores - 1, size=n)) % cores, recv)
+        recv = _wake_away_from(rss, recv, costs, cores, rng)
     return rss, recv, send
+
+
+def _wake_away_from(
+    rss: npt.NDArray[np.int64],
+    recv: npt.NDArray[np.int64],
+    costs: DataplaneCostTable,
+    cores: int,
+    rng: np.random.Generator,
+) -> npt.NDArray[np.int64]:
+    """A woken receiver goes to an idle core, not the one busy with its
+    softirqs; with SMT, not to that core's sibling thread either (CFS's
+    select_idle_sibling looks for a physical core whose threads are all idle)."""
+    threads = costs.smt_threads_per_core
+    physical = math.ceil(cores / threads)
+    if threads == 1 or physical == 1:
+        other = (recv + 1 + rng.integers(0, cores - 1, size=len(recv))) % cores
+        return np.where(recv == rss, other, recv)
+    clash = recv % physical == rss % physical
+    core = (rss % physical + 1 + rng.integers(0, physical - 1, size=len(recv))) % physical
+    cpu = core + physical * rng.integers(0, threads, size=len(recv))
+    return np.where(clash, np.where(cpu < cores, cpu, core), recv)
+
+
+def _smt_rows(costs: DataplaneCostTable, cpus: int) -> _F64:
+    """``rows[p, c]`` = 1 if CPU ``c`` is a hardware thread of physical core
+    ``p``; only cores with more than one thread (a lone thread is already
+    bounded by its own CPU row), none without SMT."""
+    threads = costs.smt_threads_per_core
+    if threads == 1 or costs.smt_core_throughput >= threads:
+        return np.zeros((0, cpus))
+    physical = math.ceil(cpus / threads)
+    rows = np.zeros((physical, cpus))
+    rows[np.arange(cpus) % physical, np.arange(cpus)] = 1.0
+    shared: _F64 = rows[rows.sum(axis=1) > 1.0]
+    return shared
 
 
 def solve_dataplane(costs: DataplaneCostTable, traffic: Traffic, *, cores: int) -> DataplaneResult:
@@ -316,13 +357,16 @@ def solve_dataplane(costs: DataplaneCostTable, traffic: Traffic, *, cores: int) 
     ceiling = min([*single, offered])
 
     rng = np.random.default_rng(traffic.seed)
-    capacity = np.ones(n_cores + 1)
-    capacity[-1] = costs.link_gbps
+    # Resources: the CPUs, the link, then the physical cores SMT threads share.
+    smt = _smt_rows(costs, n_cores)
+    capacity = np.concatenate(
+        [np.ones(n_cores), [costs.link_gbps], np.full(smt.shape[0], costs.smt_core_throughput)]
+    )
     cap = np.full(n, offered)
     sums = np.zeros(10)
     for _ in range(traffic.draws):
         rss, recv, send = _placement(traffic, path, costs, n_cores, rng)
-        demand = np.zeros((n_cores + 1, n))
+        demand = np.zeros((n_cores + 1 + smt.shape[0], n))
         cols = np.arange(n)
         if path.intra_host:
             np.add.at(demand, (send, cols), rx)
@@ -332,10 +376,11 @@ def solve_dataplane(costs: DataplaneCostTable, traffic: Traffic, *, cores: int) 
         # vhost-net threads: the scheduler places them as it places receivers.
         np.add.at(demand, (recv, cols), fc.kthread_system)
         if link:
-            demand[-1, :] = fc.wire_gbit
+            demand[n_cores, :] = fc.wire_gbit
+        demand[n_cores + 1 :] = smt @ demand[:n_cores]
         rates = max_min_rates(demand, capacity, cap)
         total = float(rates.sum())
-        busy = demand[:-1] @ rates
+        busy = demand[:n_cores] @ rates
         core = send if path.intra_host else rss
         rho = np.minimum(busy[core], 1.0)
         batches = rates * fc.batches

@@ -63,7 +63,7 @@ def test_s2_2_pairs_get_unequal_throughput(path: str) -> None:
     reason="S2-2: spread (fastest / slowest pair) at 50 pairs: model 1.78 (bridge) and 1.47 "
     "(OVS) vs paper up to 3 (-41%, -51%). Unequal sender/receiver mixes per core give "
     "some spread; seed 002 ties the rest to unequal chances to retransmit (TCP dynamics, "
-    "not in a fluid model)",
+    "not in a fluid model, whose max-min allocation is as fair as the placement allows)",
 )
 @pytest.mark.parametrize("path", ["bridge-intra", "ovs-intra"])
 def test_s2_2_spread_up_to_3x(path: str) -> None:
@@ -81,7 +81,8 @@ def _pinning_gain(path: str, placement: str) -> float:
     strict=True,
     reason="S2-3: OVS, pairs pinned to different cores: model +0.4% vs paper +21.2%. At 48 "
     "pairs every vCPU is saturated in the fluid model whatever the placement; the gain "
-    "seed 002 measures is from fewer cache misses after migrations, a cost no source gives",
+    "seed 002 measures is from fewer cache misses after migrations (its own suspicion, "
+    "citing [20]), a cost per migration and a migration rate no source gives",
 )
 def test_s2_3_ovs_pinned_apart_plus_21_percent() -> None:
     assert near(_pinning_gain("ovs-intra", "pinned-apart"), 0.212)
@@ -91,7 +92,8 @@ def test_s2_3_ovs_pinned_apart_plus_21_percent() -> None:
     strict=True,
     reason="S2-3: bridge, pairs pinned to the same core: model +0.8% vs paper -13.2% (wrong "
     "direction). The fluid model lets a pair's two ends share a saturated core at no "
-    "cost; the paper's loss is from interrupts of one end stalling the other",
+    "cost; the paper's loss is from interrupts of one end stalling the other, i.e. a "
+    "context-switch cost per message, with no figure in seed 002 or a kernel default",
 )
 def test_s2_3_bridge_pinned_together_minus_13_percent() -> None:
     assert near(_pinning_gain("bridge-intra", "pinned-together"), -0.132)

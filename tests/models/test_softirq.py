@@ -339,3 +339,54 @@ def test_aggregate_grows_with_cores_until_the_link() -> None:
     # One core does everything: 1 / (all the work per Gbit).
     fc = flow_costs(P004.dataplane_costs(), DATA_PATHS["docker-overlay"], "tcp", 131072)
     assert agg[0] == pytest.approx(1.0 / fc.core_s_per_gbit, rel=1e-9)
+
+
+# -- hyper-threads --------------------------------------------------------------------
+
+
+def _smt(threads: int, throughput: float) -> DataplaneCostTable:
+    return table(nic=2e-6).model_copy(
+        update={"smt_threads_per_core": threads, "smt_core_throughput": throughput}
+    )
+
+
+def test_two_flows_on_sibling_threads_share_the_core_s_smt_throughput() -> None:
+    """Known answer: UDP flows hashed to queues 0 and 2 on 4 CPUs (2 cores x
+    2 threads: CPUs 0 and 2 are siblings). Alone each flow reaches 4 Gbps;
+    together the core does 1.3 threads' work, so 2 x 4 x 1.3 / 2 Gbps."""
+    udp = {"path": "linux-overlay", "proto": "udp", "message_bytes": 1000, "draws": 1}
+    costs = _smt(2, 1.3).model_copy(update={"rx_queues": 4})
+    one = solve_dataplane(costs, Traffic(flows=1, **udp), cores=4)
+    assert one.aggregate_gbps == pytest.approx(4.0, rel=1e-9)
+    # Every flow on the one physical core of a 2-CPU node: 1.3 cores in all.
+    both = solve_dataplane(costs, Traffic(flows=8, cores=2, **udp), cores=2)
+    assert both.aggregate_gbps == pytest.approx(4.0 * 1.3, rel=1e-9)
+    no_smt = solve_dataplane(table(nic=2e-6), Traffic(flows=8, cores=2, **udp), cores=2)
+    assert no_smt.aggregate_gbps == pytest.approx(8.0, rel=1e-9)
+
+
+def test_smt_with_full_gain_is_no_smt() -> None:
+    # Pinned: the same draws with and without SMT (a random receiver's
+    # placement depends on the siblings).
+    t = Traffic(path="docker-overlay", flows=6, draws=4, placement="pinned-apart")
+    full = solve_dataplane(_smt(2, 2.0), t, cores=8)
+    assert full == solve_dataplane(table(nic=2e-6), t, cores=8)
+
+
+def test_smt_gain_above_thread_count_is_refused() -> None:
+    fields = {**table().model_dump(), "smt_threads_per_core": 2, "smt_core_throughput": 2.5}
+    with pytest.raises(ValueError, match=r"smt_core_throughput <= smt_threads_per_core"):
+        DataplaneCostTable(**fields)
+
+
+def test_woken_receiver_avoids_the_sibling_of_its_softirq_cpu() -> None:
+    """seed 004's host: 20 CPUs, CPU c and c + 10 are siblings; a random
+    receiver never shares a physical core with its flow's RSS CPU."""
+    from bootstorm.models.softirq import _placement
+
+    costs = P004.dataplane_costs()
+    rng = np.random.default_rng(0)
+    traffic = Traffic(path="native", flows=40)
+    for _ in range(50):
+        rss, recv, _send = _placement(traffic, DATA_PATHS["native"], costs, 20, rng)
+        assert not np.any(rss % 10 == recv % 10)
