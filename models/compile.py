@@ -184,14 +184,17 @@ def compile_scenario(
     host = prof.host
     cores = scenario.cores or host.cores
     reserved = background_cores(scenario, prof)
-    if reserved >= cores * (1.0 - 1e-9):  # a full core, up to rounding
+    if reserved >= host.capacity_cores(cores) * (1.0 - 1e-9):  # a full core, up to rounding
         raise ConfigError(
             f"background_flows: {scenario.background_flows} flows of {scenario.flow_gbps} Gbps "
             f"keep {reserved:.3g} cores busy, all {cores} of the node"
         )
+    # Hyper-threads are CPUs to the scheduler but not cores' worth of work:
+    # the capacity they lack is held back like the background's.
+    smt_shortfall = cores - host.capacity_cores(cores)
     machine = MachineSpec(
         cores=cores,
-        reserved_cores=reserved,
+        reserved_cores=reserved + smt_shortfall,
         zero_bytes_per_core_s=host.zero_gib_s_per_core * GIB,
         memory_bandwidth_bytes_s=host.memory_bandwidth_gib_s * GIB,
         guest_cpu_quota=scenario.vcpus or host.sandbox_vcpus,

@@ -48,6 +48,24 @@ class HostSpec(_Frozen):
     memory_bandwidth_gib_s: Annotated[float, Field(gt=0.0)]
     zero_gib_s_per_core: Annotated[float, Field(gt=0.0)]
     sandbox_vcpus: Annotated[float, Field(gt=0.0)] = 1.0
+    threads_per_core: Annotated[int, Field(ge=1)] | None = None
+    """Hardware threads per physical core (2 with hyper-threading): ``cores``
+    counts the CPUs the scheduler sees, threads included. ``None``: one."""
+    smt_yield: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    """Throughput a busy sibling thread adds to a core, as a fraction of one
+    thread's: siblings share the core's execution units and caches."""
+
+    def capacity_cores(self, cpus: int) -> float:
+        """Core-equivalents of work ``cpus`` scheduler CPUs give when all are busy.
+
+        A storm keeps more tasks runnable than there are CPUs, so every
+        sibling is busy and a core gives ``1 + smt_yield × (threads - 1)``
+        threads' worth of work, not ``threads``.
+        """
+        threads = self.threads_per_core or 1
+        if threads == 1:
+            return float(cpus)
+        return cpus / threads * (1.0 + (self.smt_yield or 0.0) * (threads - 1))
 
 
 class CostTable(_Frozen):
@@ -188,7 +206,8 @@ class Profile(_Frozen):
         return self
 
     def numeric_paths(self) -> list[str]:
-        paths = [f"host.{k}" for k in HostSpec.model_fields]
+        # Optional host numbers (SMT) need a source only where they are given.
+        paths = [f"host.{k}" for k in HostSpec.model_fields if getattr(self.host, k) is not None]
         paths.append("service_cv")
         if self.costs is not None:
             for k in CostTable.model_fields:

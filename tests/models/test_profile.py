@@ -62,3 +62,19 @@ def test_round_trip_and_with_values(tmp_path: Path) -> None:
 def test_unknown_profile_name() -> None:
     with pytest.raises(ConfigError, match="unknown profile 'paper-999'"):
         load_profile("paper-999")
+
+
+def test_hyper_threads_give_a_fraction_of_a_core() -> None:
+    """paper-001's 112 CPUs are 56 cores with two threads each: when all are
+    busy they do 56 x 1.3 cores' worth of work, and the storm's program gets
+    that capacity; a profile without SMT numbers gets its CPUs in full."""
+    from bootstorm.models import Scenario, compile_scenario
+
+    host = load_profile("paper-001").host
+    assert host.capacity_cores(112) == pytest.approx(56 * 1.3)
+    machine = compile_scenario(Scenario(cni="fastiov", sandboxes=4, profile="paper-001")).machine
+    assert machine.cores - machine.reserved_cores == pytest.approx(56 * 1.3)
+    plain = load_profile("paper-000")
+    assert plain.host.threads_per_core is None and "host.smt_yield" not in plain.sources
+    assert plain.host.capacity_cores(64) == 64.0
+    assert compile_scenario(Scenario(cni="veth", sandboxes=4)).machine.reserved_cores == 0.0
