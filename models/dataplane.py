@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ._errors import ConfigError, format_validation_error
 
@@ -86,11 +86,8 @@ class DataplaneCostTable(_Frozen):
     user space and ``syscall_s`` one ``recv`` call (both system time), and
     ``user_per_byte_s`` the application's own work on the data.
 
-    ``smt_threads_per_core`` hardware threads share each physical core
-    (Linux numbers the first thread of every core before any sibling, so
-    CPU ``c``'s core is ``c % (cpus / threads)``); with all its threads busy
-    a core delivers ``smt_core_throughput`` single-thread cores of work, not
-    one per thread. 1 and 1.0: no SMT.
+    Hyper-threads are a host fact (``HostSpec.threads_per_core``,
+    ``HostSpec.smt_yield``), passed to the solver with the core count.
     """
 
     link_gbps: Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
@@ -104,18 +101,6 @@ class DataplaneCostTable(_Frozen):
     syscall_s: Cost
     user_per_byte_s: Cost
     stages: dict[str, StageCost]
-    smt_threads_per_core: Annotated[int, Field(ge=1)] = 1
-    smt_core_throughput: Annotated[float, Field(ge=1.0, allow_inf_nan=False)] = 1.0
-
-    @model_validator(mode="after")
-    def _smt_gain_within_threads(self) -> DataplaneCostTable:
-        if self.smt_core_throughput > self.smt_threads_per_core:
-            raise ValueError(
-                "`smt_core_throughput <= smt_threads_per_core` must hold (a core's threads "
-                f"cannot do more than that many cores), but got {self.smt_core_throughput!r} "
-                f"> {self.smt_threads_per_core!r}"
-            )
-        return self
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -55,17 +55,23 @@ class HostSpec(_Frozen):
     """Throughput a busy sibling thread adds to a core, as a fraction of one
     thread's: siblings share the core's execution units and caches."""
 
+    @property
+    def core_work(self) -> float:
+        """Threads' worth of work one physical core does with all its threads
+        busy: ``1 + smt_yield × (threads - 1)`` (1 without SMT)."""
+        return 1.0 + (self.smt_yield or 0.0) * ((self.threads_per_core or 1) - 1)
+
     def capacity_cores(self, cpus: int) -> float:
         """Core-equivalents of work ``cpus`` scheduler CPUs give when all are busy.
 
         A storm keeps more tasks runnable than there are CPUs, so every
-        sibling is busy and a core gives ``1 + smt_yield × (threads - 1)``
-        threads' worth of work, not ``threads``.
+        sibling is busy and a core gives :attr:`core_work` threads' worth of
+        work, not ``threads``.
         """
         threads = self.threads_per_core or 1
         if threads == 1:
             return float(cpus)
-        return cpus / threads * (1.0 + (self.smt_yield or 0.0) * (threads - 1))
+        return cpus / threads * self.core_work
 
 
 class CostTable(_Frozen):

@@ -32,8 +32,9 @@ path with ``k`` softirq stages counts ``1 + (k - 1) * rho`` softirqs, where
 reach ≈3x its IRQs because its saturated cores keep them from merging).
 
 Hyper-threads (SMT) share their physical core: besides each CPU's row, a
-physical core's threads together deliver at most ``smt_core_throughput``
-cores of work, one more linear constraint of the max-min problem. RSS queue
+physical core's threads together deliver at most ``core_work`` threads'
+work (``HostSpec.core_work``), one more linear constraint of the max-min
+problem. RSS queue
 ``q`` interrupts CPU ``q``; Linux numbers every core's first thread before
 any sibling, so the first queues land on distinct cores and the later ones
 on siblings of the first (seed 004: 16 queues on 10 cores x 2 threads).
@@ -279,6 +280,7 @@ def _placement(
     path: DataPath,
     costs: DataplaneCostTable,
     cores: int,
+    threads_per_core: int,
     rng: np.random.Generator,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """(RSS core, receiver core, sender core) per flow."""
@@ -302,21 +304,20 @@ def _placement(
     else:
         rss = rng.integers(0, queues, size=n)
     if traffic.placement == "random" and cores > 1:
-        recv = _wake_away_from(rss, recv, costs, cores, rng)
+        recv = _wake_away_from(rss, recv, threads_per_core, cores, rng)
     return rss, recv, send
 
 
 def _wake_away_from(
     rss: npt.NDArray[np.int64],
     recv: npt.NDArray[np.int64],
-    costs: DataplaneCostTable,
+    threads: int,
     cores: int,
     rng: np.random.Generator,
 ) -> npt.NDArray[np.int64]:
     """A woken receiver goes to an idle core, not the one busy with its
     softirqs; with SMT, not to that core's sibling thread either (CFS's
     select_idle_sibling looks for a physical core whose threads are all idle)."""
-    threads = costs.smt_threads_per_core
     physical = math.ceil(cores / threads)
     if threads == 1 or physical == 1:
         other = (recv + 1 + rng.integers(0, cores - 1, size=len(recv))) % cores
@@ -327,12 +328,11 @@ def _wake_away_from(
     return np.where(clash, np.where(cpu < cores, cpu, core), recv)
 
 
-def _smt_rows(costs: DataplaneCostTable, cpus: int) -> _F64:
+def _smt_rows(threads: int, core_work: float, cpus: int) -> _F64:
     """``rows[p, c]`` = 1 if CPU ``c`` is a hardware thread of physical core
     ``p``; only cores with more than one thread (a lone thread is already
     bounded by its own CPU row), none without SMT."""
-    threads = costs.smt_threads_per_core
-    if threads == 1 or costs.smt_core_throughput >= threads:
+    if threads == 1 or core_work >= threads:
         return np.zeros((0, cpus))
     physical = math.ceil(cpus / threads)
     rows = np.zeros((physical, cpus))
@@ -341,8 +341,26 @@ def _smt_rows(costs: DataplaneCostTable, cpus: int) -> _F64:
     return shared
 
 
-def solve_dataplane(costs: DataplaneCostTable, traffic: Traffic, *, cores: int) -> DataplaneResult:
-    """The steady state of ``traffic`` on a node of ``cores`` cores with ``costs``."""
+def solve_dataplane(
+    costs: DataplaneCostTable,
+    traffic: Traffic,
+    *,
+    cores: int,
+    threads_per_core: int = 1,
+    core_work: float = 1.0,
+) -> DataplaneResult:
+    """The steady state of ``traffic`` on a node of ``cores`` CPUs with ``costs``.
+
+    ``threads_per_core`` CPUs share each physical core (Linux numbers every
+    core's first thread before any sibling: CPU ``c`` is on core
+    ``c % (cores / threads_per_core)``), which does ``core_work`` threads'
+    work when all of them are busy (``HostSpec.core_work``).
+    """
+    if not 1.0 <= core_work <= threads_per_core:
+        raise ConfigError(
+            "`1 <= core_work <= threads_per_core` must hold, but got "
+            f"({core_work=}, {threads_per_core=})"
+        )
     n_cores = traffic.cores or cores
     path = traffic.data_path
     fc = flow_costs(costs, path, traffic.proto, traffic.message)
@@ -358,14 +376,14 @@ def solve_dataplane(costs: DataplaneCostTable, traffic: Traffic, *, cores: int) 
 
     rng = np.random.default_rng(traffic.seed)
     # Resources: the CPUs, the link, then the physical cores SMT threads share.
-    smt = _smt_rows(costs, n_cores)
+    smt = _smt_rows(threads_per_core, core_work, n_cores)
     capacity = np.concatenate(
-        [np.ones(n_cores), [costs.link_gbps], np.full(smt.shape[0], costs.smt_core_throughput)]
+        [np.ones(n_cores), [costs.link_gbps], np.full(smt.shape[0], core_work)]
     )
     cap = np.full(n, offered)
     sums = np.zeros(10)
     for _ in range(traffic.draws):
-        rss, recv, send = _placement(traffic, path, costs, n_cores, rng)
+        rss, recv, send = _placement(traffic, path, costs, n_cores, threads_per_core, rng)
         demand = np.zeros((n_cores + 1 + smt.shape[0], n))
         cols = np.arange(n)
         if path.intra_host:
@@ -424,4 +442,11 @@ def solve_dataplane(costs: DataplaneCostTable, traffic: Traffic, *, cores: int) 
 
 def solve_on_profile(profile: Profile, traffic: Traffic) -> DataplaneResult:
     """:func:`solve_dataplane` with ``profile``'s data plane and core count."""
-    return solve_dataplane(profile.dataplane_costs(), traffic, cores=profile.host.cores)
+    host = profile.host
+    return solve_dataplane(
+        profile.dataplane_costs(),
+        traffic,
+        cores=host.cores,
+        threads_per_core=host.threads_per_core or 1,
+        core_work=host.core_work,
+    )

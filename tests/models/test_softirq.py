@@ -344,24 +344,19 @@ def test_aggregate_grows_with_cores_until_the_link() -> None:
 # -- hyper-threads --------------------------------------------------------------------
 
 
-def _smt(threads: int, throughput: float) -> DataplaneCostTable:
-    return table(nic=2e-6).model_copy(
-        update={"smt_threads_per_core": threads, "smt_core_throughput": throughput}
-    )
-
-
 def test_two_flows_on_sibling_threads_share_the_core_s_smt_throughput() -> None:
     """Known answer: UDP flows hashed to queues 0 and 2 on 4 CPUs (2 cores x
     2 threads: CPUs 0 and 2 are siblings). Alone each flow reaches 4 Gbps;
     together the core does 1.3 threads' work, so 2 x 4 x 1.3 / 2 Gbps."""
     udp = {"path": "linux-overlay", "proto": "udp", "message_bytes": 1000, "draws": 1}
-    costs = _smt(2, 1.3).model_copy(update={"rx_queues": 4})
-    one = solve_dataplane(costs, Traffic(flows=1, **udp), cores=4)
+    costs = table(nic=2e-6).model_copy(update={"rx_queues": 4})
+    smt = {"threads_per_core": 2, "core_work": 1.3}
+    one = solve_dataplane(costs, Traffic(flows=1, **udp), cores=4, **smt)
     assert one.aggregate_gbps == pytest.approx(4.0, rel=1e-9)
     # Every flow on the one physical core of a 2-CPU node: 1.3 cores in all.
-    both = solve_dataplane(costs, Traffic(flows=8, cores=2, **udp), cores=2)
+    both = solve_dataplane(costs, Traffic(flows=8, cores=2, **udp), cores=2, **smt)
     assert both.aggregate_gbps == pytest.approx(4.0 * 1.3, rel=1e-9)
-    no_smt = solve_dataplane(table(nic=2e-6), Traffic(flows=8, cores=2, **udp), cores=2)
+    no_smt = solve_dataplane(costs, Traffic(flows=8, cores=2, **udp), cores=2)
     assert no_smt.aggregate_gbps == pytest.approx(8.0, rel=1e-9)
 
 
@@ -369,14 +364,23 @@ def test_smt_with_full_gain_is_no_smt() -> None:
     # Pinned: the same draws with and without SMT (a random receiver's
     # placement depends on the siblings).
     t = Traffic(path="docker-overlay", flows=6, draws=4, placement="pinned-apart")
-    full = solve_dataplane(_smt(2, 2.0), t, cores=8)
+    full = solve_dataplane(table(nic=2e-6), t, cores=8, threads_per_core=2, core_work=2.0)
     assert full == solve_dataplane(table(nic=2e-6), t, cores=8)
 
 
 def test_smt_gain_above_thread_count_is_refused() -> None:
-    fields = {**table().model_dump(), "smt_threads_per_core": 2, "smt_core_throughput": 2.5}
-    with pytest.raises(ValueError, match=r"smt_core_throughput <= smt_threads_per_core"):
-        DataplaneCostTable(**fields)
+    with pytest.raises(ConfigError, match=r"core_work=2.5, threads_per_core=2"):
+        solve_dataplane(table(), Traffic(path="native"), cores=4, threads_per_core=2, core_work=2.5)
+
+
+def test_the_profile_s_host_gives_the_data_plane_its_hyper_threads() -> None:
+    """paper-004's SMT is a host fact; the solver gets it from the profile."""
+    t = Traffic(path="docker-overlay", flows=6)
+    host = P004.host
+    assert (host.threads_per_core, host.core_work) == (2, pytest.approx(1.3))
+    direct = solve_dataplane(P004.dataplane_costs(), t, cores=20, threads_per_core=2, core_work=1.3)
+    assert solve_on_profile(P004, t) == direct
+    assert solve_on_profile(P004, t) != solve_dataplane(P004.dataplane_costs(), t, cores=20)
 
 
 def test_woken_receiver_avoids_the_sibling_of_its_softirq_cpu() -> None:
@@ -388,5 +392,5 @@ def test_woken_receiver_avoids_the_sibling_of_its_softirq_cpu() -> None:
     rng = np.random.default_rng(0)
     traffic = Traffic(path="native", flows=40)
     for _ in range(50):
-        rss, recv, _send = _placement(traffic, DATA_PATHS["native"], costs, 20, rng)
+        rss, recv, _send = _placement(traffic, DATA_PATHS["native"], costs, 20, 2, rng)
         assert not np.any(rss % 10 == recv % 10)
