@@ -184,14 +184,16 @@ def compile_scenario(
     host = prof.host
     cores = scenario.cores or host.cores
     reserved = background_cores(scenario, prof)
-    if reserved >= host.capacity_cores(cores) * (1.0 - 1e-9):  # a full core, up to rounding
+    capacity = host.capacity_cores(cores)
+    if reserved >= capacity * (1.0 - 1e-9):  # a full core, up to rounding
         raise ConfigError(
             f"background_flows: {scenario.background_flows} flows of {scenario.flow_gbps} Gbps "
-            f"keep {reserved:.3g} cores busy, all {cores} of the node"
+            f"keep {reserved:.3g} cores busy, all the node has ({capacity:.3g} cores' worth of "
+            f"work from {cores} CPUs)"
         )
     # Hyper-threads are CPUs to the scheduler but not cores' worth of work:
     # the capacity they lack is held back like the background's.
-    smt_shortfall = cores - host.capacity_cores(cores)
+    smt_shortfall = cores - capacity
     machine = MachineSpec(
         cores=cores,
         reserved_cores=reserved + smt_shortfall,

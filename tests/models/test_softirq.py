@@ -319,7 +319,11 @@ def test_traffic_that_fills_every_core_is_refused() -> None:
         }
     )
     s = STORM.replace(cores=1, background_flows=200, flow_gbps=10.0)
-    with pytest.raises(ConfigError, match=r"background_flows: 200 flows .* all 1 of the node"):
+    with pytest.raises(
+        ConfigError,
+        match=r"background_flows: 200 flows .* all the node has \(1 cores. worth of work "
+        r"from 1 CPUs\)",
+    ):
         compile_scenario(s, profile=free_tap)
 
 
