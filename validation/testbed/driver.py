@@ -33,31 +33,24 @@ run's leftovers are swept by the next run (see :mod:`._leftovers`).
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import logging
 import os
 import shutil
-import signal
-import socket
-import struct
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pyroute2 import IPRoute
 
-from bootstorm.models.tuned import TunedConfig
 from bootstorm.traces import (
     AdmitSpan,
     Arrival,
-    HostFacts,
     KernelTraceFacts,
     LockSpan,
     ScenarioFacts,
@@ -69,6 +62,7 @@ from bootstorm.traces import (
 from .._names import CGROUP_PARENT
 from ._cgroup import add_process, cgroup2_root, netprio_root, remove_tree, write_ifpriomap
 from ._errors import TestbedError
+from ._host import host_facts, settle, signals_deferred
 from ._leftovers import (
     WORKDIR_PREFIX,
     RunNames,
@@ -78,147 +72,23 @@ from ._leftovers import (
     unregister_run,
 )
 from ._netns import create_netns_here, entered, remove_netns
+from ._tap import TUNSETIFF, TUNSETPERSIST, attach_tap, ifreq
 from ._vm import VmRunner, build_stub, stop, vm_available
 from .admission import Admission, LocalAdmission
+from .options import STAGES, StormOptions, StormResult
 
 __all__ = ["STAGES", "StormOptions", "StormResult", "TestbedError", "run_storm"]
 
 log = logging.getLogger(__name__)
 
-STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
 #: Locks named in the file in full when kernel spans are sampled.
 KEY_LOCKS = ("rtnl", "cgroup_mutex", "css_set_lock")
 
-_TUNSETIFF = 0x400454CA
-_TUNSETPERSIST = 0x400454CB
-_IFF_TAP = 0x0002
-_IFF_NO_PI = 0x1000
-_IFF_VNET_HDR = 0x4000
 _ETH_P_ALL = 0x0003
 _INGRESS = 0xFFFF0000
 _INNER_IF = "eth0"
 _TAP_IF = "tap0"
 _INNER_ADDR = ("10.88.0.2", 16)  # every sandbox the same: the namespaces are isolated
-
-
-class StormOptions(BaseModel):
-    """What to start, and how.
-
-    Parameters
-    ----------
-    sandboxes:
-        Sandboxes started at once.
-    endpoint:
-        What AddCNI makes for the sandbox: ``veth`` (a pair), ``tap`` (a
-        persistent tap in the namespace) or ``macvtap`` (on the run's shared
-        parent link, made on the host and moved in, keeping its host-unique
-        ifindex and so its ``/dev/tapN``).
-    peer:
-        With a veth endpoint, ``in-netns``: the peer is created inside the
-        namespace (one request); ``moved``: created on the host, then moved
-        in (two).
-    netprio_ifpriomap:
-        Also write net_prio's ``ifpriomap`` in the Cgroup stage (needs a
-        mounted v1 net_prio hierarchy; changes kernel-wide cgroup socket
-        matching until reboot).
-    vm:
-        Boot a QEMU microVM in StartVM when qemu and /dev/kvm exist; else,
-        or if False, the fallback process.
-    vm_memory_mib, mem_prealloc:
-        Guest memory, and whether QEMU zeroes it all up front.
-    kernel_trace, softirqs, buffer_size_kb:
-        Collect contention (and softirq) spans from a tracefs instance, with
-        this per-CPU buffer (None: the collector's default).
-    max_lock_spans:
-        Keep at most this many kernel lock spans in the trace: spans of
-        RTNL, cgroup_mutex and css_set_lock joined to a sandbox first, then
-        the longest others (the header says how many were seen).
-    config:
-        A tuned config: its ``limits`` gate the stages, its ``pools.netns``
-        namespaces (and ``pools.tap`` persistent taps for a tap endpoint,
-        ``pools.veth`` pairs for a veth one) are created before the storm.
-    settle_s:
-        Wait up to this long for the host to be quiet before the storm (the
-        kernel still tears down an earlier storm's namespaces for seconds).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    sandboxes: int = Field(default=8, ge=1, le=9999)
-    endpoint: Literal["veth", "tap", "macvtap"] = "veth"
-    peer: Literal["in-netns", "moved"] = "in-netns"
-    netprio_ifpriomap: bool = False
-    vm: bool = True
-    vm_memory_mib: int = Field(default=64, ge=16)
-    mem_prealloc: bool = False
-    kernel_trace: bool = True
-    softirqs: bool = False
-    buffer_size_kb: int | None = Field(default=None, ge=64)
-    max_lock_spans: int | None = Field(default=None, ge=0)
-    config: TunedConfig | None = None
-    settle_s: float = Field(default=20.0, ge=0.0)
-
-    @model_validator(mode="after")
-    def _peer_of_a_veth(self) -> StormOptions:
-        if self.peer != "in-netns" and self.endpoint != "veth":
-            raise ValueError(
-                f"peer: {self.peer!r} applies to the veth endpoint only "
-                f"(endpoint is {self.endpoint!r})"
-            )
-        return self
-
-    @property
-    def variant(self) -> str:
-        """The CNI-like variant a trace header names (``ScenarioFacts.cni``)."""
-        return f"veth-peer-{self.peer}" if self.endpoint == "veth" else f"{self.endpoint}-endpoint"
-
-    @model_validator(mode="after")
-    def _known_stages(self) -> StormOptions:
-        for stage in self.config.limits if self.config is not None else {}:
-            if stage not in STAGES:
-                raise ValueError(
-                    f"config.limits: unknown stage {stage!r}; the testbed's stages are "
-                    f"{', '.join(STAGES)}"
-                )
-        return self
-
-
-@dataclass(frozen=True)
-class StormResult:
-    """The recorded trace and the sandboxes that failed (``sandbox: reason``)."""
-
-    trace: Trace
-    failures: tuple[str, ...]
-    run: str
-
-
-# How long a re-attach waits for a forked child to let go of the tap (below).
-_TAP_BUSY_WAIT_S = 2.0
-_TAP_BUSY_POLL_S = 0.001  # a fork-to-exec window lasts about a millisecond
-
-
-def _attach_tap(fd: int, name: str) -> None:
-    """``TUNSETIFF`` onto the existing tap ``name``.
-
-    AddCNI closed its own fd, but a child that another sandbox's thread
-    forked meanwhile (to start its VMM) holds a copy until it execs
-    (``O_CLOEXEC`` acts at exec, not at fork), and a single-queue tap refuses
-    a second file with ``EBUSY`` until then: retry for that short window.
-    """
-    deadline = time.monotonic() + _TAP_BUSY_WAIT_S
-    while True:
-        try:
-            fcntl.ioctl(fd, _TUNSETIFF, _ifreq(name))
-            return
-        except OSError as exc:
-            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                raise
-            time.sleep(_TAP_BUSY_POLL_S)
-
-
-def _ifreq(name: str) -> bytes:
-    """A ``struct ifreq`` for ``TUNSETIFF``: a tap, no packet info, virtio-net headers."""
-    return struct.pack("16sH", name.encode(), _IFF_TAP | _IFF_NO_PI | _IFF_VNET_HDR)
 
 
 @dataclass
@@ -237,71 +107,6 @@ class _Sandbox:
     spans: list[StageSpan] = field(default_factory=list)
     admits: list[AdmitSpan] = field(default_factory=list)
     error: str | None = None
-
-
-def _busy_cores(window_s: float) -> float:
-    """Cores kept busy by the rest of the host, over ``window_s`` (/proc/stat)."""
-
-    def sample() -> tuple[int, int]:
-        with open("/proc/stat", encoding="ascii") as fh:
-            fields = [int(x) for x in fh.readline().split()[1:]]
-        idle = fields[3] + fields[4]  # idle + iowait
-        return sum(fields[:8]), idle
-
-    total0, idle0 = sample()
-    time.sleep(window_s)
-    total1, idle1 = sample()
-    cores = os.cpu_count() or 1
-    elapsed = total1 - total0
-    return cores * (1.0 - (idle1 - idle0) / elapsed) if elapsed > 0 else 0.0
-
-
-# Other work below this many cores counts as a quiet host.
-_QUIET_CORES = 0.25
-
-
-def _settle(max_s: float) -> float:
-    """Wait (at most ``max_s``) until the host is quiet — the kernel tears an
-    earlier storm's namespaces down in kworkers for seconds after it ends —
-    and return the cores other work keeps busy then."""
-    deadline = time.monotonic() + max_s
-    busy = _busy_cores(0.5)
-    while busy > _QUIET_CORES and time.monotonic() < deadline:
-        busy = _busy_cores(0.5)
-    return busy
-
-
-def _host_facts() -> HostFacts:
-    mem_kib = 0
-    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="utf-8") as fh:
-        for line in fh:
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    return HostFacts(
-        kernel=os.uname().release,
-        cores=os.cpu_count() or 1,
-        memory_mib=max(1, mem_kib // 1024),
-        hostname=socket.gethostname(),
-    )
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM off while cleaning up (a second Ctrl-C must not cut it short)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s in previous:
-        signal.signal(s, lambda n, _f: got.append(n))
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if got:
-            log.warning("signal %s arrived during cleanup; cleanup finished first", got[0])
 
 
 class _Storm:
@@ -496,8 +301,8 @@ class _Storm:
         with entered(sb.ns_fd):  # TUNSETIFF makes the tap in the caller's namespace
             fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
             try:
-                fcntl.ioctl(fd, _TUNSETIFF, _ifreq(_INNER_IF))
-                fcntl.ioctl(fd, _TUNSETPERSIST, 1)  # it outlives this fd, as a CNI's does
+                fcntl.ioctl(fd, TUNSETIFF, ifreq(_INNER_IF))
+                fcntl.ioctl(fd, TUNSETPERSIST, 1)  # it outlives this fd, as a CNI's does
             finally:
                 os.close(fd)
 
@@ -525,7 +330,7 @@ class _Storm:
         if self.options.endpoint == "tap":
             with entered(sb.ns_fd):  # re-attach to the endpoint by name: RTNL
                 sb.tap_fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
-                _attach_tap(sb.tap_fd, _INNER_IF)
+                attach_tap(sb.tap_fd, _INNER_IF)
             return
         if self.options.endpoint == "macvtap":
             (idx,) = ns.link_lookup(ifname=_INNER_IF)
@@ -539,7 +344,7 @@ class _Storm:
         with entered(sb.ns_fd):  # TUNSETIFF makes the tap in the caller's namespace
             fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
             sb.tap_fd = fd
-            fcntl.ioctl(fd, _TUNSETIFF, _ifreq(_TAP_IF))
+            fcntl.ioctl(fd, TUNSETIFF, ifreq(_TAP_IF))
         (tap,) = ns.link_lookup(ifname=_TAP_IF)
         (veth,) = ns.link_lookup(ifname=_INNER_IF)
         ns.link("set", index=tap, state="up")
@@ -599,7 +404,7 @@ class _Storm:
     # -- cleanup -------------------------------------------------------------
 
     def cleanup(self) -> None:
-        with _signals_deferred():
+        with signals_deferred():
             for sb in self.sandboxes:
                 if sb.proc is not None:
                     with contextlib.suppress(Exception):
@@ -691,7 +496,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             f"load average before the storm: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
             f"on {os.cpu_count()} cores"
         )
-        busy = _settle(options.settle_s)
+        busy = settle(options.settle_s)
         storm.notes.append(f"cores busy before the storm: {busy:.2f}")
         storm.prepare()
         barrier = threading.Barrier(options.sandboxes + 1)
@@ -774,7 +579,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             clock="monotonic",
             origin_s=origin_s,
             stages=STAGES,
-            host=_host_facts(),
+            host=host_facts(),
             config=options.config,
             scenario=ScenarioFacts(
                 sandboxes=options.sandboxes,
