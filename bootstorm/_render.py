@@ -28,7 +28,7 @@ def _headline(scenario: Scenario, result: Result) -> Table:
     t.add_row(
         "CPU busy / spinning",
         f"{cpu.busy_core_s:.1f} / {cpu.spin_core_s:.2f} core-s "
-        f"({cpu.utilisation:.0%} of {cpu.cores} cores)",
+        f"({cpu.utilisation:.0%} of {cpu.cores} CPUs)",
     )
     if cpu.zeroed_bytes:
         t.add_row(
