@@ -85,6 +85,9 @@ class DataplaneCostTable(_Frozen):
     at most ``gro_max_bytes``. ``copy_per_byte_s`` is the receiver's copy to
     user space and ``syscall_s`` one ``recv`` call (both system time), and
     ``user_per_byte_s`` the application's own work on the data.
+    ``context_switch_s`` is one context switch (its wake-up included): a
+    delivery that finds its receiver asleep costs the receiver's CPU two of
+    them, in and out (0: not modelled).
 
     Hyper-threads are a host fact (``HostSpec.threads_per_core``,
     ``HostSpec.smt_yield``), passed to the solver with the core count.
@@ -100,6 +103,7 @@ class DataplaneCostTable(_Frozen):
     copy_per_byte_s: Cost
     syscall_s: Cost
     user_per_byte_s: Cost
+    context_switch_s: Cost = 0.0
     stages: dict[str, StageCost]
 
 

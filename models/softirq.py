@@ -16,11 +16,11 @@ Elastic TCP flows that share cores fairly settle at the *max-min fair*
 allocation of these linear capacity constraints, which progressive filling
 computes exactly. A SimPy run at NAPI-batch granularity would reach the same
 steady state after millions of events, and add only noise around it; the
-one thing it would add — queueing delay — is not an output here. What the
-fluid model cannot see is second-order: cache and memory-bandwidth
-inefficiency as contexts multiply (seed 004's explanation of the overlay's
-poor multi-flow scaling); it is not modelled, and the tests say where that
-shows.
+one thing it would add — queueing delay — is not an output here. Of seed
+004's explanation of the overlay's poor multi-flow scaling (contexts that
+multiply) the model takes the receivers' context switches ("Wake-ups"
+below) but not the cache and memory-bandwidth inefficiency they bring; the
+tests say where that shows.
 
 Batching enters as amortisation: a stage that sees GRO-merged skbs pays its
 per-packet cost once per merged skb (up to ``gro_max_bytes`` of TCP payload),
@@ -38,6 +38,22 @@ problem. RSS queue
 ``q`` interrupts CPU ``q``; Linux numbers every core's first thread before
 any sibling, so the first queues land on distinct cores and the later ones
 on siblings of the first (seed 004: 16 queues on 10 cores x 2 threads).
+
+Wake-ups (seed 004 §3.2: "the kernel is just busy with juggling numerous
+tasks"): a receiver blocked in ``recv`` is woken by the poll that delivers
+its data, and switches in and out again, two context switches
+(``context_switch_s`` each) on its CPU. A poll takes ``B`` frames from its
+queue (``B`` = ``min(coalesce_frames, napi_budget)``; intra-host: a backlog
+poll of ``napi_budget`` skbs), so a flow with share ``s`` of its queue's
+frames has frames in ``1 - (1 - s)^B`` of the queue's polls: one poll per
+``B`` of its own frames when it is alone, up to one per frame when many
+flows share the queue. A woken receiver that finds its data still queued
+does not sleep: under processor sharing a thread with work ``u`` on a CPU
+busy ``rho`` is runnable ``u / (1 - rho + u)`` of the time (1 when the CPU
+is saturated), and only the rest of the deliveries wake it. The wake-ups
+change the load and the load the wake-ups: the solver iterates to the fixed
+point. A flow's own ceiling is not moved: at its receiver's ceiling the
+receiver never sleeps.
 
 Placement (RSS hash, scheduler) is random: results are means over
 ``Traffic.draws`` seeded draws.
@@ -73,6 +89,10 @@ __all__ = [
 ]
 
 BITS_PER_GBIT = 1e9
+#: A woken receiver switches in, and out again when it blocks.
+SWITCHES_PER_WAKEUP = 2
+#: Fixed-point iterations of the wake-up cost (converged to 1e-9 in far fewer).
+_WAKE_ITERATIONS = 50
 _F64 = npt.NDArray[np.float64]
 _EPS = 1e-12
 
@@ -224,8 +244,9 @@ class DataplaneResult:
     """The steady state of a :class:`Traffic` load (means over the draws).
 
     Throughputs are payload Gbps; CPU in cores (core-seconds per second);
-    rates per second. ``flow_spread`` is the ratio of the fastest to the
-    slowest flow's throughput.
+    rates per second (``wakeups_per_s``: deliveries that wake a sleeping
+    receiver, whose context switches are system time). ``flow_spread`` is
+    the ratio of the fastest to the slowest flow's throughput.
     """
 
     traffic: Traffic
@@ -243,6 +264,7 @@ class DataplaneResult:
     irq_per_s: float
     softirq_per_s: float
     messages_per_s: float
+    wakeups_per_s: float
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
@@ -341,6 +363,36 @@ def _smt_rows(threads: int, core_work: float, cpus: int) -> _F64:
     return shared
 
 
+def _wake_s_per_gbit(
+    rates: _F64,
+    queue: npt.NDArray[np.int64],
+    recv: npt.NDArray[np.int64],
+    busy: _F64,
+    own_gbit: _F64,
+    *,
+    frames_per_gbit: float,
+    frames_per_poll: int,
+    wakeup_s: float,
+) -> tuple[_F64, _F64]:
+    """(core-seconds per Gbit each flow's wake-ups cost its receiver's CPU,
+    wake-ups per Gbit): see the module's "Wake-ups". ``own_gbit``: each
+    receiver's own work per Gbit, wake-ups included."""
+    queue_rate = np.bincount(queue, weights=rates, minlength=int(queue.max()) + 1)[queue]
+    share = np.divide(rates, queue_rate, out=np.ones_like(rates), where=queue_rate > _EPS)
+    b = float(frames_per_poll)
+    # Polls with a frame of the flow, per frame of the flow (b / b = 1 per
+    # frame when its share goes to 0, 1 / b when it is alone).
+    hit = np.where(share > _EPS, (1.0 - (1.0 - share) ** b) / np.maximum(share, _EPS), b) / b
+    deliveries = frames_per_gbit * hit
+    own = rates * own_gbit
+    rho = np.minimum(busy[recv], 1.0)
+    runnable = np.minimum(
+        np.divide(own, 1.0 - rho + own, out=np.zeros_like(own), where=own > _EPS), 1.0
+    )
+    wakeups = deliveries * (1.0 - runnable)
+    return wakeups * wakeup_s, wakeups
+
+
 def solve_dataplane(
     costs: DataplaneCostTable,
     traffic: Traffic,
@@ -381,11 +433,18 @@ def solve_dataplane(
         [np.ones(n_cores), [costs.link_gbps], np.full(smt.shape[0], core_work)]
     )
     cap = np.full(n, offered)
-    sums = np.zeros(10)
+    # Wake-ups: only a receiver on the host sleeps on host CPUs.
+    wakeup_s = SWITCHES_PER_WAKEUP * costs.context_switch_s * float(path.host_receiver)
+    frames_per_poll = (
+        costs.napi_budget if path.intra_host else min(costs.coalesce_frames, costs.napi_budget)
+    )
+    frames_per_gbit = fc.batches * frames_per_poll
+    sums = np.zeros(11)
     for _ in range(traffic.draws):
         rss, recv, send = _placement(traffic, path, costs, n_cores, threads_per_core, rng)
         demand = np.zeros((n_cores + 1 + smt.shape[0], n))
         cols = np.arange(n)
+        core = send if path.intra_host else rss
         if path.intra_host:
             np.add.at(demand, (send, cols), rx)
         else:
@@ -397,9 +456,33 @@ def solve_dataplane(
             demand[n_cores, :] = fc.wire_gbit
         demand[n_cores + 1 :] = smt @ demand[:n_cores]
         rates = max_min_rates(demand, capacity, cap)
-        total = float(rates.sum())
         busy = demand[:n_cores] @ rates
-        core = send if path.intra_host else rss
+        wake = woken = np.zeros(n)
+        if wakeup_s > 0.0:
+            base = demand.copy()
+            for _ in range(_WAKE_ITERATIONS):
+                new_wake, woken = _wake_s_per_gbit(
+                    rates,
+                    core,
+                    recv,
+                    busy,
+                    app + wake,
+                    frames_per_gbit=frames_per_gbit,
+                    frames_per_poll=frames_per_poll,
+                    wakeup_s=wakeup_s,
+                )
+                # Damped: the wake-ups and the receivers' load chase each other.
+                new_wake = 0.5 * (wake + new_wake)
+                step = float(np.abs(new_wake - wake).max())
+                wake = new_wake
+                demand = base.copy()
+                np.add.at(demand, (recv, cols), wake)
+                demand[n_cores + 1 :] = smt @ demand[:n_cores]
+                rates = max_min_rates(demand, capacity, cap)
+                busy = demand[:n_cores] @ rates
+                if step <= 1e-9 * max(float(app), _EPS):
+                    break
+        total = float(rates.sum())
         rho = np.minimum(busy[core], 1.0)
         batches = rates * fc.batches
         softirqs = float((batches * (1.0 + (fc.softirqs_per_batch - 1) * rho)).sum())
@@ -414,10 +497,11 @@ def solve_dataplane(
                 hi / lo if lo > 0.0 else math.inf,
                 total * fc.rx_irq,
                 total * fc.rx_softirq,
-                total * (fc.app_system + fc.tx_system + fc.kthread_system),
+                total * (fc.app_system + fc.tx_system + fc.kthread_system) + float(rates @ wake),
                 total * (fc.app_user + fc.tx_user),
                 total * fc.irqs,
                 softirqs,
+                float(rates @ woken),
             ]
         )
     m = sums / traffic.draws
@@ -437,6 +521,7 @@ def solve_dataplane(
         irq_per_s=float(m[8]),
         softirq_per_s=float(m[9]),
         messages_per_s=float(m[0]) * fc.messages,
+        wakeups_per_s=float(m[10]),
     )
 
 

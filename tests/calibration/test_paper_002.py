@@ -92,8 +92,9 @@ def test_s2_3_ovs_pinned_apart_plus_21_percent() -> None:
     strict=True,
     reason="S2-3: bridge, pairs pinned to the same core: model +0.8% vs paper -13.2% (wrong "
     "direction). The fluid model lets a pair's two ends share a saturated core at no "
-    "cost; the paper's loss is from interrupts of one end stalling the other, i.e. a "
-    "context-switch cost per message, with no figure in seed 002 or a kernel default",
+    "cost; the paper's loss is from interrupts of one end stalling the other. The "
+    "receivers' wake-ups (two context switches each, paper-004's measured figure) do not "
+    "move it: on saturated vCPUs no receiver sleeps, and GSO skbs make deliveries few",
 )
 def test_s2_3_bridge_pinned_together_minus_13_percent() -> None:
     assert near(_pinning_gain("bridge-intra", "pinned-together"), -0.132)

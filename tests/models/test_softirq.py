@@ -108,7 +108,10 @@ def test_no_core_is_over_full_and_cpu_is_conserved() -> None:
     traffic = Traffic(path="docker-overlay", flows=12, draws=8)
     r = solve_on_profile(P004, traffic)
     per_gbit = flow_costs(P004.dataplane_costs(), DATA_PATHS["docker-overlay"], "tcp", 131072)
-    assert r.cpu_total_cores == pytest.approx(r.aggregate_gbps * per_gbit.core_s_per_gbit, rel=1e-9)
+    switches = 2.0 * P004.dataplane_costs().context_switch_s * r.wakeups_per_s
+    assert r.cpu_total_cores == pytest.approx(
+        r.aggregate_gbps * per_gbit.core_s_per_gbit + switches, rel=1e-9
+    )
     assert r.cpu_total_cores <= r.cores
     assert r.aggregate_gbps <= P004.dataplane_costs().link_gbps
 
@@ -120,6 +123,52 @@ def test_softirq_ratio_one_natively_three_when_overlay_cores_saturate() -> None:
     assert overlay.softirq_per_s == pytest.approx(3.0 * overlay.irq_per_s, rel=1e-9)
     light = solve_on_profile(P004, Traffic(path="docker-overlay", flow_gbps=1.0, draws=1))
     assert light.irq_per_s < light.softirq_per_s < 3.0 * light.irq_per_s  # some merge
+
+
+def _wake_table(**changes: object) -> DataplaneCostTable:
+    base = table(nic=1e-6).model_dump()
+    return DataplaneCostTable(**{**base, "copy_per_byte_s": 1e-10, **changes})
+
+
+def test_a_lone_receiver_pays_two_switches_per_poll_while_it_sleeps() -> None:
+    """One UDP flow bound by its softirq CPU: the receiver (another CPU) does
+    ``u`` of work and sleeps ``1 - u`` of the time, so ``(1 - u)`` of the
+    flow's polls wake it. Fixed point: ``w = 2 c D (1 - r a) / (1 + 2 c D r)``
+    core-s per Gbit with ``D`` polls per Gbit, ``a`` its work per Gbit."""
+    c = 1.5e-6
+    costs = _wake_table(context_switch_s=c)
+    traffic = Traffic(path="native", proto="udp", message_bytes=1472, draws=1)
+    r = solve_dataplane(costs, traffic, cores=4)
+    fc = flow_costs(costs, DATA_PATHS["native"], "udp", 1472)
+    rate, d, a = r.aggregate_gbps, fc.batches, fc.app_system + fc.app_user
+    assert rate == pytest.approx(1.0 / fc.rx_softirq)  # the wake-ups do not move the ceiling
+    w = 2 * c * d * (1 - rate * a) / (1 + 2 * c * d * rate)
+    assert r.wakeups_per_s == pytest.approx(rate * w / (2 * c), rel=1e-6)
+    assert r.cpu_system_cores == pytest.approx(rate * (fc.app_system + w), rel=1e-6)
+    free = solve_dataplane(_wake_table(), traffic, cores=4)
+    assert free.wakeups_per_s == 0.0
+    assert free.aggregate_gbps == r.aggregate_gbps
+
+
+def test_a_saturated_receiver_never_sleeps() -> None:
+    """Native TCP on paper-004 is bound by its receiver's copy (S4-1)."""
+    r = solve_on_profile(P004, Traffic(path="native", draws=1))
+    assert r.wakeups_per_s == 0.0
+
+
+def test_flows_sharing_a_queue_wake_their_receivers_more_often() -> None:
+    """A poll of ``B`` frames from ``k`` equal flows holds frames of each with
+    probability ``1 - (1 - 1/k)^B``: per frame, up to ``k`` times the lone flow's
+    ``1/B`` wake-ups."""
+    costs = _wake_table(context_switch_s=1.5e-6, rx_queues=1)
+    one = solve_dataplane(costs, Traffic(path="native", proto="udp", flow_gbps=0.1), cores=8)
+    four = solve_dataplane(
+        costs, Traffic(path="native", proto="udp", flows=4, flow_gbps=0.1), cores=8
+    )
+    b = 44
+    ratio = (four.wakeups_per_s / four.aggregate_gbps) / (one.wakeups_per_s / one.aggregate_gbps)
+    # Receivers sleep a little less at four flows (their CPUs are busier).
+    assert ratio == pytest.approx(4 * (1 - 0.75**b), rel=0.02)
 
 
 def test_sriov_costs_the_host_nothing() -> None:
@@ -163,6 +212,7 @@ EVERY_STAGE = DataplaneCostTable(
     copy_per_byte_s=3e-10,
     syscall_s=5e-7,
     user_per_byte_s=1e-11,
+    context_switch_s=1.5e-6,
     stages={
         name: StageCost(per_packet_s=(i + 1) * 2e-7, per_byte_s=1e-12 * i)
         for i, name in enumerate(sorted({s.cost for p in DATA_PATHS.values() for s in p.stages}))
@@ -206,7 +256,15 @@ def test_invariants(
     r = solve_dataplane(costs, traffic, cores=cores)
     fc = flow_costs(costs, DATA_PATHS[path], proto, traffic.message)
     assert r.cpu_total_cores <= cores * (1 + 1e-9)
-    assert r.cpu_total_cores == pytest.approx(r.aggregate_gbps * fc.core_s_per_gbit, rel=1e-9)
+    switches = 2.0 * costs.context_switch_s * r.wakeups_per_s
+    assert r.cpu_total_cores == pytest.approx(
+        r.aggregate_gbps * fc.core_s_per_gbit + switches, rel=1e-9
+    )
+    # At most one wake-up per frame (or skb) delivered, none for a guest.
+    per_poll = costs.napi_budget if DATA_PATHS[path].intra_host else costs.coalesce_frames
+    assert r.wakeups_per_s <= r.aggregate_gbps * fc.batches * per_poll * (1 + 1e-9)
+    if not DATA_PATHS[path].host_receiver:
+        assert r.wakeups_per_s == 0.0
     if not DATA_PATHS[path].intra_host:
         assert r.aggregate_gbps * fc.wire_gbit <= costs.link_gbps * (1 + 1e-9)
     assert r.flow_max_gbps <= r.per_flow_ceiling_gbps * (1 + 1e-9)
