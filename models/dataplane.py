@@ -83,7 +83,8 @@ class DataplaneCostTable(_Frozen):
     at most ``napi_budget`` packets per softirq and the NIC coalesces up to
     ``coalesce_frames`` frames per IRQ; GRO merges TCP segments into skbs of
     at most ``gro_max_bytes``. ``copy_per_byte_s`` is the receiver's copy to
-    user space and ``syscall_s`` one ``recv`` call (both system time), and
+    user space and ``syscall_s`` its system calls per message (one ``recv``;
+    iperf3's loop adds a ``select``), both system time, and
     ``user_per_byte_s`` the application's own work on the data.
     ``context_switch_s`` is one context switch (its wake-up included): a
     delivery that finds its receiver asleep costs the receiver's CPU two of

@@ -60,8 +60,8 @@ def test_s2_2_pairs_get_unequal_throughput(path: str) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="S2-2: spread (fastest / slowest pair) at 50 pairs: model 1.78 (bridge) and 1.47 "
-    "(OVS) vs paper up to 3 (-41%, -51%). Unequal sender/receiver mixes per core give "
+    reason="S2-2: spread (fastest / slowest pair) at 50 pairs: model 1.81 (bridge) and 1.50 "
+    "(OVS) vs paper up to 3 (-40%, -50%). Unequal sender/receiver mixes per core give "
     "some spread; seed 002 ties the rest to unequal chances to retransmit (TCP dynamics, "
     "not in a fluid model, whose max-min allocation is as fair as the placement allows)",
 )
