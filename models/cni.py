@@ -407,9 +407,13 @@ def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -
             )
         elif creates_vport:
             add += b.vport(scenario.qos_rules, qos_in_kernel=True, kernel_port=True)
-        if scenario.sg_rules:
-            # Security groups are OVS flows: vswitchd inserts them one by one.
-            add += (Hold(OVS_VSWITCHD, (Sleep(scenario.sg_rules * c.ovs_flow_mod_s, "sg flows"),)),)
+        # Security groups are OVS flows, one ovs-ofctl call per rule: the
+        # client's own work, then vswitchd's (its main loop serves one at a time).
+        sg_flow = (
+            Cpu(c.ovs_ofctl_cpu_s, "ovs-ofctl"),
+            Hold(OVS_VSWITCHD, (Sleep(c.ovs_flow_mod_s, "sg flow"),)),
+        )
+        add += sg_flow * scenario.sg_rules
         stages["AddCNI"] = add
 
     stages["Cgroup"] = rpc + cgroup_steps(costs, netdev_growth=cni in _HOST_NETDEV_PER_POD)

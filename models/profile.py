@@ -88,6 +88,9 @@ class CostTable(_Frozen):
     ovs_qos_s: Seconds
     ovs_dpdk_qos_s: Seconds
     pool_fetch_s: Seconds
+    # The OpenFlow client a CNI runs per flow (ovs-ofctl: start, connect,
+    # send), CPU on the sandbox's side; vswitchd's part is ovs_flow_mod_s.
+    ovs_ofctl_cpu_s: Seconds = 0.0
     # RTNL-held kernel work, by kind of netlink/ioctl operation.
     rtnl_create_hold_s: dict[str, PositiveSeconds]
     rtnl_link_hold_s: PositiveSeconds
