@@ -163,8 +163,12 @@ def test_sigkill_mid_run_is_swept() -> None:
     proc.wait(timeout=10)
     assert _objects_of(run, proc.pid) != []  # the kill left things behind
     report = sweep_leftovers()
-    assert any(n.startswith(f"bst-{run}-") for n in report.netns)
-    assert _objects_of(run, proc.pid) == []
+    # Every run sweeps dead runs' leftovers when it starts, so another root
+    # test's storm on the other xdist worker may have swept this run's first
+    # (seen once in a fresh-clone suite): the report then names none of it.
+    # What must hold either way is that nothing of the run is left.
+    named = [n for n in report.netns if n.startswith(f"bst-{run}-")]
+    assert _objects_of(run, proc.pid) == [], named
 
 
 def test_netprio_without_a_v1_mount_is_refused_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
