@@ -409,10 +409,12 @@ def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -
             add += b.vport(scenario.qos_rules, qos_in_kernel=True, kernel_port=True)
         # Security groups are OVS flows, one ovs-ofctl call per rule: the
         # client's own work, then vswitchd's (its main loop serves one at a time).
-        sg_flow = (
-            Cpu(c.ovs_ofctl_cpu_s, "ovs-ofctl"),
-            Hold(OVS_VSWITCHD, (Sleep(c.ovs_flow_mod_s, "sg flow"),)),
+        # A profile without the client's cost (ovs_ofctl_cpu_s: 0) gets no
+        # empty CPU step per rule: steps are events in the executors.
+        client: tuple[Step, ...] = (
+            (Cpu(c.ovs_ofctl_cpu_s, "ovs-ofctl"),) if c.ovs_ofctl_cpu_s > 0.0 else ()
         )
+        sg_flow = (*client, Hold(OVS_VSWITCHD, (Sleep(c.ovs_flow_mod_s, "sg flow"),)))
         add += sg_flow * scenario.sg_rules
         stages["AddCNI"] = add
 
