@@ -109,29 +109,7 @@ def fit_paper_000(
         source="no independent source: solved for S0-5 eBPF = 18 x no-network "
         "(that part of S0-5 is a fit)",
     )
-    veth = Scenario(cni="veth")
-    qos = relative_target(
-        fitted,
-        "S0-11",
-        "veth + 2 QoS rules (+48.4%)",
-        veth,
-        veth.replace(qos_rules=2),
-        1.484,
-        "seed 000 §4.1.2, Fig. 7a",
-        seed=seed,
-        executor=executor,
-    )
-    fitted = solve_single(
-        fitted,
-        qos,
-        "costs.ovs_qos_s",
-        start=0.005,
-        seed=seed,
-        executor=executor,
-        source="no independent source: solved for S0-11 veth +48.4% with 2 QoS rules "
-        "(that part of S0-11 is a fit)",
-    )
-    everything = [*(t for t in targets if t.role == "fit"), ebpf, qos]
+    everything = [*(t for t in targets if t.role == "fit"), ebpf]
     checks = tuple(check_targets(everything, fitted, seed=seed, executor=executor))
     return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)
 

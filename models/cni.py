@@ -260,11 +260,19 @@ class _Ops:
         port costs one link registration under RTNL, and each QoS rule on such
         a port is an ingress qdisc plus a policing filter (two tc changes).
         With DPDK (vhost-user) QoS stays in user space (seed 000 §4.1.2).
+
+        Each database change here (the port, each rule) makes vswitchd
+        reconfigure the bridge and send every kernel QoS rule on it again
+        (``ovs_qos_resend_s`` per rule, ``benchmarks/bench_ovs_qos.py``): the
+        vPorts of the sandboxes ahead in the program (sandbox i is the i-th to
+        make one: per pod for veth, the first of each tenant when shared) each
+        carry ``qos_rules`` rules, so the storm's OVS work grows as N².
         """
         c = self.c
+        resend = c.ovs_qos_resend_s * qos_rules if qos_in_kernel else 0.0
         steps: tuple[Step, ...] = (
             Sleep(c.ovsdb_txn_s, "ovsdb"),
-            Hold(OVS_VSWITCHD, (Sleep(c.ovs_port_add_s, "port add"),)),
+            Hold(OVS_VSWITCHD, (Sleep(c.ovs_port_add_s, "port add", growth_s=resend),)),
         )
         if kernel_port:
             steps += self.rtnl(c.rtnl_link_hold_s, "vport link")
@@ -273,7 +281,10 @@ class _Ops:
             if qos_in_kernel:
                 # vswitchd applies the rule's tc changes from its main loop:
                 # it waits for RTNL while every other OVS request waits for it.
-                rule = (Sleep(c.ovs_qos_s, "qos"), *self.rtnl(c.rtnl_tc_hold_s, "qos tc", 2))
+                rule = (
+                    Sleep(c.ovs_qos_s, "qos", growth_s=resend),
+                    *self.rtnl(c.rtnl_tc_hold_s, "qos tc", 2),
+                )
             else:
                 rule = (Sleep(c.ovs_dpdk_qos_s, "dpdk qos"),)
             steps += (Hold(OVS_VSWITCHD, rule),)

@@ -86,6 +86,9 @@ class CostTable(_Frozen):
     ovs_port_add_s: Seconds
     ovs_flow_mod_s: Seconds
     ovs_qos_s: Seconds
+    # Every change to OVS's database makes vswitchd reconfigure, and send the
+    # tc configuration of every QoS rule on the bridge again: per rule there.
+    ovs_qos_resend_s: Seconds = 0.0
     ovs_dpdk_qos_s: Seconds
     pool_fetch_s: Seconds
     # The OpenFlow client a CNI runs per flow (ovs-ofctl: start, connect,

@@ -64,13 +64,20 @@ class Cpu:
 
 @dataclass(frozen=True, slots=True)
 class Sleep:
-    """``duration_s`` seconds off-CPU."""
+    """``duration_s`` seconds off-CPU.
+
+    ``growth_s``: as for :class:`Cpu`, that much longer per sandbox ahead of
+    this one in the program (another process's work that walks what every
+    earlier sandbox has added, such as a daemon's reconfiguration).
+    """
 
     duration_s: float
     label: str = ""
+    growth_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check_nonnegative("Sleep", "duration_s", self.duration_s)
+        _check_nonnegative("Sleep", "growth_s", self.growth_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +180,7 @@ class _Flattener:
                 kind = OpKind.GUEST_CPU if step.guest else OpKind.CPU
                 ops.append((kind, 0, step.work_s, True, step.growth_s))
             elif isinstance(step, Sleep):
-                ops.append((OpKind.SLEEP, 0, step.duration_s, True, 0.0))
+                ops.append((OpKind.SLEEP, 0, step.duration_s, True, step.growth_s))
             elif isinstance(step, Zero):
                 ops.append((OpKind.ZERO, 0, step.n_bytes, False, 0.0))
             elif isinstance(step, Hold):

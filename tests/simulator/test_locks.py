@@ -810,6 +810,23 @@ def test_cpu_growth_adds_work_per_earlier_sandbox() -> None:
     assert run_program(program).finish_s.tolist() == [1.0, 1.5, 2.0, 2.5]
 
 
+def test_sleep_growth_lengthens_a_held_wait_per_earlier_sandbox() -> None:
+    """``Sleep(d, growth_s=g)`` under a lock (a daemon's main loop that walks
+    every earlier sandbox's port): sandbox i holds it d + i*g, so the four
+    finish at 1, 1+1.5, 2.5+2 and 4.5+2.5, in both executors."""
+    from bootstorm.simulator import MachineSpec, OpKind, Stage, compile_program, run_program
+
+    plan = (Stage("s", (Hold("L", (Sleep(1.0, growth_s=0.5),)),)),)
+    locks = [LockSpec(name="L")]
+    program = compile_program([plan] * 4, machine=MachineSpec(cores=4), locks=locks)
+    assert program.op_amount[program.op_kind == OpKind.SLEEP].tolist() == [1.0, 1.5, 2.0, 2.5]
+    expected = [1.0, 2.5, 4.5, 7.0]
+    assert run_program(program).finish_s.tolist() == expected
+    assert run_program_fast(program).finish_s.tolist() == expected
+    with pytest.raises(ProgramError, match="growth_s"):
+        Sleep(1.0, growth_s=-0.1)
+
+
 def test_linux_style_wake_lets_a_running_task_steal_then_hands_off() -> None:
     """``wake_s > 0``: a release wakes the head waiter, who needs ``wake_s`` to
     run. A, still running, re-takes the lock at t=1 (a steal); B, woken at

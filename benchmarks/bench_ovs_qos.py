@@ -1,0 +1,230 @@
+"""What QoS rules on vPorts cost Open vSwitch, as paper-000's
+``costs.ovs_qos_s`` and ``costs.ovs_qos_resend_per_port_s`` are measured.
+
+Seed 000 (§4.1.2, Fig. 7a) configures "two QoS rules for each vport to
+control the average and peak bandwidth of the ingress and egress traffic";
+for veth every pod has its own vPort, so a storm of N pods sets 2N rules.
+In OVS a rule is a row written through ovsdb-server (``ovs-vsctl``, which
+waits until ovs-vswitchd has applied it). vswitchd, from its one main loop,
+sees the database change and reconfigures every bridge, port and interface;
+for every port that has QoS it sends that port's tc configuration again by
+netlink (strace of OVS 3.1.0: two RTM_NEWTCLASS for the HTB rule, one
+RTM_DELQDISC, one RTM_NEWQDISC and two RTM_NEWTFILTER for the policing rule),
+whichever port the change was about.
+
+Method. A private switch (``_ovs.py``: namespace ``bst-ovs``, userspace
+bridge ``bstbr0``). For each bridge size in ``--ports`` (cumulative), veth
+pairs are made in the namespace (``bstv<i>``/``bstp<i>``) and added as
+ports; after ``--settle`` seconds a no-op change (an ``external_ids`` key on
+one port) is timed ``--repeats`` times (A: no port has QoS); then both rules
+are set on every port, each call timed (the ingress rule:
+``ingress_policing_rate``/``_burst``; the egress rule: a ``linux-htb`` QoS
+with one queue, min and max rate); after settling the no-op is timed again
+(B: every port has QoS); then the rules are cleared. vswitchd's CPU (all
+threads, less its idle rate, measured after settling) and the client's are
+read around each call. What one QoS port adds to every reconfiguration is
+(B - A) / ports; what one rule costs is its call on the smallest bridge.
+
+Needs root and ``openvswitch-switch``. Creates only its namespace (with the
+veths in it) and a temporary directory; removes them and ends the daemons it
+started, by PID, even on failure.
+
+Run: ``python benchmarks/bench_ovs_qos.py [--ports 10,50,100,200,300]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _ovs import (
+    BRIDGE,
+    NETNS,
+    Calls,
+    Ovs,
+    idle_cpu_rate,
+    private_ovs,
+    require_root_and_ovs,
+    timed,
+)
+
+# Rates of the two rules (any values: the cost is in configuring them).
+POLICING_RATE_KBPS = 100_000
+POLICING_BURST_KB = 10_000
+EGRESS_MAX_BPS = 100_000_000
+EGRESS_MIN_BPS = 10_000_000
+
+
+@dataclass
+class Size:
+    """One bridge size: no-op reconfigurations without (A) and with (B) QoS on
+    every port, and the rule calls in between."""
+
+    ports: int
+    noop_plain: Calls = field(default_factory=Calls)
+    noop_qos: Calls = field(default_factory=Calls)
+    ingress: Calls = field(default_factory=Calls)
+    egress: Calls = field(default_factory=Calls)
+
+    def per_qos_port(self, of: str) -> float:
+        """What one QoS port adds to a reconfiguration (``of``: a Calls field)."""
+        b = statistics.mean(getattr(self.noop_qos, of))
+        a = statistics.mean(getattr(self.noop_plain, of))
+        return (b - a) / self.ports
+
+
+def _veth(pod: int) -> str:
+    name = f"bstv{pod}"
+    subprocess.run(
+        ["ip", "-n", NETNS, "link", "add", name, "type", "veth", "peer", "name", f"bstp{pod}"],
+        check=True,
+    )
+    for dev in (name, f"bstp{pod}"):
+        subprocess.run(["ip", "-n", NETNS, "link", "set", dev, "up"], check=True)
+    return name
+
+
+def _ingress_rule(port: str) -> list[str]:
+    return [
+        "set",
+        "interface",
+        port,
+        f"ingress_policing_rate={POLICING_RATE_KBPS}",
+        f"ingress_policing_burst={POLICING_BURST_KB}",
+    ]
+
+
+def _egress_rule(port: str) -> list[str]:
+    return [
+        "set",
+        "port",
+        port,
+        "qos=@q",
+        "--",
+        "--id=@q",
+        "create",
+        "qos",
+        "type=linux-htb",
+        f"other-config:max-rate={EGRESS_MAX_BPS}",
+        "queues:0=@q0",
+        "--",
+        "--id=@q0",
+        "create",
+        "queue",
+        f"other-config:min-rate={EGRESS_MIN_BPS}",
+        f"other-config:max-rate={EGRESS_MAX_BPS}",
+    ]
+
+
+def _clear_rules(port: str) -> list[str]:
+    return [
+        "set",
+        "interface",
+        port,
+        "ingress_policing_rate=0",
+        "ingress_policing_burst=0",
+        "--",
+        "clear",
+        "port",
+        port,
+        "qos",
+    ]
+
+
+def _settled_idle_rate(ovs: Ovs, settle_s: float) -> float:
+    """Wait out what the last changes set off, then vswitchd's idle CPU rate."""
+    time.sleep(settle_s)
+    return idle_cpu_rate(ovs.vswitchd_pid, seconds=3.0)
+
+
+def _noop_changes(ovs: Ovs, tag: str, repeats: int, settle_s: float, into: Calls) -> float:
+    """Time ``repeats`` changes that concern no QoS (an ``external_ids`` key on
+    one port) after settling; returns the idle rate used."""
+    idle_rate = _settled_idle_rate(ovs, settle_s)
+    for r in range(repeats):
+        noop = [*ovs.vsctl, "set", "port", "bstv0", f"external_ids:bst={tag}-{r}"]
+        timed(noop, ovs, idle_rate, into)
+    return idle_rate
+
+
+def _size(ovs: Ovs, ports: int, repeats: int, settle_s: float) -> Size:
+    size, vsctl = Size(ports), list(ovs.vsctl)
+    idle_rate = _noop_changes(ovs, f"{ports}a", repeats, settle_s, size.noop_plain)
+    for i in range(ports):
+        timed([*vsctl, *_ingress_rule(f"bstv{i}")], ovs, idle_rate, size.ingress)
+        timed([*vsctl, *_egress_rule(f"bstv{i}")], ovs, idle_rate, size.egress)
+    _noop_changes(ovs, f"{ports}b", repeats, settle_s, size.noop_qos)
+    for i in range(ports):
+        subprocess.run([*vsctl, *_clear_rules(f"bstv{i}")], env=ovs.env, check=True)
+    return size
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ports", default="10,50,100,200,300")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--settle", type=float, default=6.0, help="seconds")
+    args = parser.parse_args(argv)
+    sizes = sorted(int(n) for n in args.ports.split(","))
+    require_root_and_ovs()
+    results: list[Size] = []
+    with tempfile.TemporaryDirectory(prefix="bst-ovs-") as tmp, private_ovs(Path(tmp)) as ovs:
+        made = 0
+        for ports in sizes:
+            while made < ports:
+                port = _veth(made)
+                subprocess.run(
+                    [*ovs.vsctl, "add-port", BRIDGE, port],
+                    env=ovs.env,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
+                made += 1
+            results.append(_size(ovs, ports, args.repeats, args.settle))
+            _report_size(results[-1])
+    _report(results)
+
+
+def _report_size(size: Size) -> None:
+    ms, us = 1e3, 1e6
+    mean = statistics.mean
+    sys.stdout.write(
+        f"{size.ports} ports: no-op change, vswitchd "
+        f"{mean(size.noop_plain.vswitchd_cpu_s) * ms:.3f} ms without QoS, "
+        f"{mean(size.noop_qos.vswitchd_cpu_s) * ms:.3f} ms with QoS on every port "
+        f"(client wall {statistics.median(size.noop_plain.wall_s) * ms:.2f} / "
+        f"{statistics.median(size.noop_qos.wall_s) * ms:.2f} ms); per QoS port: "
+        f"{size.per_qos_port('vswitchd_cpu_s') * us:.1f} us vswitchd CPU, "
+        f"{size.per_qos_port('wall_s') * us:.1f} us client wall; rule calls: ingress "
+        f"{mean(size.ingress.vswitchd_cpu_s) * ms:.3f} ms, egress "
+        f"{mean(size.egress.vswitchd_cpu_s) * ms:.3f} ms vswitchd CPU, client CPU "
+        f"{mean(size.ingress.client_cpu_s + size.egress.client_cpu_s) * ms:.2f} ms\n"
+    )
+    sys.stdout.flush()
+
+
+def _report(results: Sequence[Size]) -> None:
+    us = 1e6
+    per_port = [s.per_qos_port("vswitchd_cpu_s") for s in results if s.ports >= 50]
+    smallest = results[0]
+    rule_ms = statistics.mean(smallest.ingress.vswitchd_cpu_s + smallest.egress.vswitchd_cpu_s)
+    if per_port:
+        sys.stdout.write(
+            f"per QoS port and reconfiguration (bridges of 50+ ports): vswitchd "
+            f"{min(per_port) * us:.1f}-{max(per_port) * us:.1f} us, median "
+            f"{statistics.median(per_port) * us:.1f} us\n"
+        )
+    sys.stdout.write(
+        f"one rule on a bridge of {smallest.ports} ports: vswitchd {rule_ms * 1e3:.3f} ms of CPU\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
