@@ -127,11 +127,63 @@ def test_s0_11_qos_barely_touches_sharing_mode_cnis() -> None:
         assert rise < 0.04, (cni, rise)
 
 
+def test_s0_11_qos_on_veth_grows_the_storm() -> None:
+    """S0-11, veth (predict), the direction: each pod's vPort carries its own
+    rules, and every database change makes vswitchd re-send all of them
+    (``benchmarks/bench_ovs_qos.py``), so QoS costs veth more than any
+    sharing-mode CNI."""
+    rise = {
+        cni: _storm(cni, qos_rules=2).makespan_s / _storm(cni).makespan_s - 1.0
+        for cni in ("veth", "ipvlan", "ipvtap", "tc-routing")
+    }
+    assert rise["veth"] > 0.05 and rise["veth"] == max(rise.values()), rise
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss (S0-11): 2 QoS rules per vPort make the veth storm 8.6% longer "
+    "(paper +48.4%). The measured costs (0.9 ms per rule, 21 us per rule re-sent at each "
+    "of vswitchd's reconfigurations) give it 14 s of serialised OVS work in a 24 s storm; "
+    "the re-sent tc messages' RTNL acquisitions are not modelled",
+)
 def test_s0_11_qos_on_veth_is_48_percent() -> None:
-    """S0-11's veth part — moved to *fit*: the vswitchd cost of one QoS rule
-    (costs.ovs_qos_s) has no independent source and was solved for +48.4%."""
+    """S0-11, veth (predict since the OVS costs were measured; before, the
+    cost per rule was solved for this figure)."""
     rise = _storm("veth", qos_rules=2).makespan_s / _storm("veth").makespan_s - 1.0
-    assert rise == pytest.approx(0.484, rel=FIT_TOLERANCE), rise
+    assert rise == pytest.approx(0.484, rel=PREDICT_TOLERANCE), rise
+
+
+TENANTS = (1, 50, 100, 200)
+
+
+def test_s0_13_tenants_change_nothing_without_qos() -> None:
+    """S0-13 (predict): 400 sandboxes spread evenly over 1 to 200 tenants
+    change ipvlan's and ipvtap's storm by less than 4% (the bound S0-12's
+    "no change" uses) when no QoS is set."""
+    for cni in ("ipvlan", "ipvtap"):
+        base = _storm(cni).makespan_s
+        for tenants in TENANTS[1:]:
+            change = _storm(cni, tenants=tenants).makespan_s / base - 1.0
+            assert abs(change) < 0.04, (cni, tenants, change)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss (S0-13): with 2 QoS rules per vPort, 1 -> 200 tenants shorten "
+    "ipvlan 21.7 -> 18.8 s and ipvtap 20.2 -> 19.0 s (tc-routing 28.5 s): the tenants' "
+    "vswitchd work spreads the sandboxes' arrival at Cgroup, which under FIFO "
+    "cgroup_mutex shortens the storm (README: why S0-5, S0-8 and S0-9 miss)",
+)
+def test_s0_13_with_qos_tenants_grow_the_storm_past_tc_routing() -> None:
+    """S0-13 (predict): with QoS, more tenants (one vPort each, with rules)
+    grow ipvlan's and ipvtap's storm, past tc-routing's near 200 tenants."""
+    tc_routing = _storm("tc-routing", qos_rules=2).makespan_s
+    for cni in ("ipvlan", "ipvtap"):
+        spans = [_storm(cni, tenants=t, qos_rules=2).makespan_s for t in TENANTS]
+        assert spans == sorted(spans), (cni, spans)
+        assert spans[-1] == pytest.approx(tc_routing, rel=PREDICT_TOLERANCE) or (
+            spans[-1] > tc_routing
+        ), (cni, spans, tc_routing)
 
 
 def test_s0_12_security_group_rules_grow_the_storm_once_they_dominate() -> None:
