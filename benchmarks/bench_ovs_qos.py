@@ -30,12 +30,19 @@ Needs root and ``openvswitch-switch``. Creates only its namespace (with the
 veths in it) and a temporary directory; removes them and ends the daemons it
 started, by PID, even on failure.
 
-Run: ``python benchmarks/bench_ovs_qos.py [--ports 10,50,100,200,300]``.
+With ``--strace`` it also counts, on the smallest bridge, the tc messages
+vswitchd sends per QoS port for one change that concerns none of them.
+
+Run: ``python benchmarks/bench_ovs_qos.py [--ports 10,50,100,200,300] [--strace]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
+import collections
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -129,13 +136,43 @@ def _noop_changes(ovs: Ovs, tag: str, repeats: int, settle_s: float, into: Calls
     return idle_rate
 
 
-def _size(ovs: Ovs, ports: int, repeats: int, settle_s: float) -> Size:
+# rtnetlink message types a tc configuration sends (linux/rtnetlink.h)
+_RTM_TC = {36: "NEWQDISC", 37: "DELQDISC", 40: "NEWTCLASS", 41: "DELTCLASS", 44: "NEWTFILTER"}
+
+
+def _tc_messages_per_port(ovs: Ovs, ports: int) -> dict[str, float]:
+    """strace vswitchd over one no-op change while every port has both rules:
+    the tc messages it sends, per QoS port (raw netlink headers: type at
+    bytes 4-5)."""
+    log = Path(ovs.env["OVS_RUNDIR"]) / "strace.txt"
+    argv = ["strace", "-f", "-qq", "-e", "trace=sendmsg", "-s", "64", "-X", "raw"]
+    tracer = subprocess.Popen([*argv, "-o", str(log), "-p", str(ovs.vswitchd_pid)])
+    try:
+        time.sleep(1.0)  # strace attaches to every thread
+        noop = "set port bstv0 external_ids:bst=strace"
+        subprocess.run([*ovs.vsctl, *noop.split()], env=ovs.env, check=True)
+        time.sleep(0.5)
+    finally:
+        tracer.terminate()
+        tracer.wait()
+    counts: collections.Counter[str] = collections.Counter()
+    for match in re.finditer(r'iov_base="((?:[^"\\]|\\.)*)"', log.read_text()):
+        header = codecs.escape_decode(match.group(1).encode())[0]
+        if len(header) >= 6 and (kind := int.from_bytes(header[4:6], "little")) in _RTM_TC:
+            counts[_RTM_TC[kind]] += 1
+    return {kind: n / ports for kind, n in sorted(counts.items())}
+
+
+def _size(ovs: Ovs, ports: int, repeats: int, settle_s: float, *, trace: bool = False) -> Size:
     size = Size(ports)
     idle_rate = _noop_changes(ovs, f"{ports}a", repeats, settle_s, size.noop_plain)
     for i in range(ports):
         timed(_vsctl(ovs, INGRESS_RULE, f"bstv{i}"), ovs, idle_rate, size.ingress)
         timed(_vsctl(ovs, EGRESS_RULE, f"bstv{i}"), ovs, idle_rate, size.egress)
     _noop_changes(ovs, f"{ports}b", repeats, settle_s, size.noop_qos)
+    if trace:
+        per_port = _tc_messages_per_port(ovs, ports)
+        sys.stdout.write(f"{ports} ports: tc messages per QoS port and change: {per_port}\n")
     for i in range(ports):
         subprocess.run(_vsctl(ovs, CLEAR_RULES, f"bstv{i}"), env=ovs.env, check=True)
     return size
@@ -146,9 +183,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--ports", default="10,50,100,200,300")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--settle", type=float, default=6.0, help="seconds")
+    parser.add_argument(
+        "--strace", action="store_true", help="count the tc messages of a change (smallest bridge)"
+    )
     args = parser.parse_args(argv)
     sizes = sorted(int(n) for n in args.ports.split(","))
     require_root_and_ovs()
+    if args.strace and shutil.which("strace") is None:
+        sys.exit("--strace needs strace (apt install strace)")
     results: list[Size] = []
     with tempfile.TemporaryDirectory(prefix="bst-ovs-") as tmp, private_ovs(Path(tmp)) as ovs:
         made = 0
@@ -162,7 +204,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                     stdout=subprocess.DEVNULL,
                 )
                 made += 1
-            results.append(_size(ovs, ports, args.repeats, args.settle))
+            results.append(
+                _size(ovs, ports, args.repeats, args.settle, trace=args.strace and not results)
+            )
             _report_size(results[-1])
     _report(results)
 

@@ -126,7 +126,7 @@ def relative_target(
     seed: int = 0,
     executor: str = "compiled",
 ) -> PaperTarget:
-    """A row stated as a ratio ("18 x no-network", "+48.4%") as a target on
+    """A row stated as a ratio ("18 x no-network") as a target on
     ``scenario``'s makespan: ``ratio`` times ``base``'s makespan on ``profile``."""
     (plain,) = check_targets(
         [

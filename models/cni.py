@@ -258,7 +258,8 @@ class _Ops:
 
         ovs-vswitchd serialises its own work (one main loop); a kernel-datapath
         port costs one link registration under RTNL, and each QoS rule on such
-        a port is an ingress qdisc plus a policing filter (two tc changes).
+        a port costs two tc changes under RTNL (seed 000's pair: ingress policing,
+        a qdisc and a filter; egress shaping, an HTB qdisc and class).
         With DPDK (vhost-user) QoS stays in user space (seed 000 §4.1.2).
 
         Each database change here (the port, each rule) makes vswitchd
