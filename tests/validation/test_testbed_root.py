@@ -155,20 +155,50 @@ def test_sigint_mid_run_leaves_nothing() -> None:
 
 
 def test_sigkill_mid_run_is_swept() -> None:
-    from bootstorm.validation.testbed import sweep_leftovers
+    from bootstorm.validation.testbed import sweep_leftovers, sweep_lock
 
     proc, run = _start_run(40)
-    time.sleep(0.3)  # some devices, cgroups and the tracefs instance exist by now
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-    assert _objects_of(run, proc.pid) != []  # the kill left things behind
-    report = sweep_leftovers()
-    # Every run sweeps dead runs' leftovers when it starts, so another root
-    # test's storm on the other xdist worker may have swept this run's first
-    # (seen once in a fresh-clone suite): the report then names none of it.
-    # What must hold either way is that nothing of the run is left.
+    # Held from the kill to the sweep, the lock keeps another root test's
+    # storm (the other xdist worker) from sweeping this run's leftovers
+    # first, so the report must name them.
+    with sweep_lock() as lock:
+        time.sleep(0.3)  # some devices, cgroups and the tracefs instance exist by now
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        left = _objects_of(run, proc.pid)
+        assert left != []  # the kill left things behind
+        report = sweep_leftovers(lock=lock)
+    assert _objects_of(run, proc.pid) == []
     named = [n for n in report.netns if n.startswith(f"bst-{run}-")]
-    assert _objects_of(run, proc.pid) == [], named
+    assert named, (report, left)
+    assert run in report.registry
+
+
+def test_a_registration_waits_for_a_sweep_under_way() -> None:
+    """A run that registers mid-sweep must not be swept as dead (the race the lock closes)."""
+    import threading
+
+    from bootstorm.validation.testbed import sweep_lock
+    from bootstorm.validation.testbed._leftovers import (
+        REGISTRY_DIR,
+        new_run_id,
+        register_run,
+        unregister_run,
+    )
+
+    run = new_run_id()
+    registered = threading.Event()
+    thread = threading.Thread(target=lambda: (register_run(run), registered.set()))
+    with sweep_lock():
+        thread.start()
+        assert not registered.wait(0.5)  # blocked while the sweep holds the lock
+        assert not (REGISTRY_DIR / run).exists()
+    thread.join(timeout=10)
+    try:
+        assert registered.is_set()
+        assert (REGISTRY_DIR / run).read_text().strip() == str(os.getpid())
+    finally:
+        unregister_run(run)
 
 
 def test_netprio_without_a_v1_mount_is_refused_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,7 @@ mirred, QEMU microVM) and returns their trace; :func:`sweep_leftovers`
 removes what a killed run left. Needs root; the module imports without it.
 """
 
-from ._leftovers import SweepReport, sweep_leftovers
+from ._leftovers import SweepReport, sweep_leftovers, sweep_lock
 from .admission import Admission, AgentAdmission, LocalAdmission
 from .driver import STAGES, StormOptions, StormResult, TestbedError, run_storm
 from .summary import LockSummary, StormSummary, summarize
@@ -24,4 +24,5 @@ __all__ = [
     "run_storm",
     "summarize",
     "sweep_leftovers",
+    "sweep_lock",
 ]

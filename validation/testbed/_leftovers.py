@@ -5,11 +5,17 @@ registers ``/run/bootstorm-testbed/<run>`` holding its pid while it lives.
 The sweep removes only objects with the testbed's prefixes (from
 :mod:`bootstorm.validation._names`) whose run has no live owner, so two
 runs side by side (two pytest workers) never sweep each other.
+
+A sweep and a registration exclude each other (an ``flock`` on
+:data:`SWEEP_LOCK`): a run that registers while a sweep is under way waits
+for it, so the sweep's list of live runs cannot miss a run that is already
+creating objects.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import logging
 import os
@@ -18,6 +24,7 @@ import shutil
 import signal
 import string
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,18 +36,23 @@ from ._netns import list_netns, remove_netns
 
 __all__ = [
     "REGISTRY_DIR",
+    "SWEEP_LOCK",
     "WORKDIR_PREFIX",
     "RunNames",
+    "SweepLock",
     "SweepReport",
     "new_run_id",
     "register_run",
     "sweep_leftovers",
+    "sweep_lock",
     "unregister_run",
 ]
 
 log = logging.getLogger(__name__)
 
 REGISTRY_DIR = Path("/run/bootstorm-testbed")
+#: Outside REGISTRY_DIR, which the last run to leave removes.
+SWEEP_LOCK = Path("/run/bootstorm-testbed.lock")
 #: A run's work directory (its built guest stub): ``$TMPDIR/bootstorm-testbed-<run>-*``.
 WORKDIR_PREFIX = "bootstorm-testbed-"
 _RUN_ALPHABET = string.ascii_lowercase + string.digits
@@ -95,7 +107,30 @@ class RunNames:
         return f"{NETNS_PREFIX}{self.run}-{i}"
 
 
+@dataclass(frozen=True)
+class SweepLock:
+    """Proof that the caller holds :data:`SWEEP_LOCK` (from :func:`sweep_lock`)."""
+
+    fd: int
+
+
+@contextlib.contextmanager
+def sweep_lock() -> Iterator[SweepLock]:
+    """Hold the lock that sweeps and registrations take, for the ``with`` block."""
+    fd = os.open(SWEEP_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when the fd closes, even on a kill
+        yield SweepLock(fd)
+    finally:
+        os.close(fd)
+
+
 def register_run(run: str) -> None:
+    with sweep_lock():
+        _register(run)
+
+
+def _register(run: str) -> None:
     for attempt in range(3):  # another run may remove the empty directory in between
         REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
         try:
@@ -202,11 +237,16 @@ def _our_vm_processes(dead: set[str] | None, live: set[str]) -> list[tuple[int, 
     return found
 
 
-def sweep_leftovers(*, keep: set[str] | None = None) -> SweepReport:
+def sweep_leftovers(*, keep: set[str] | None = None, lock: SweepLock | None = None) -> SweepReport:
     """Remove objects of testbed runs that are no longer alive (see module doc).
 
     ``keep`` names run ids to spare besides the live ones (the caller's own).
+    ``lock`` says the caller already holds :func:`sweep_lock`; without it the
+    sweep takes the lock itself, waiting for a sweep or registration under way.
     """
+    if lock is None:
+        with sweep_lock() as held:
+            return sweep_leftovers(keep=keep, lock=held)
     live = _live_runs() | (keep or set())
     report = SweepReport()
     for pid, _run in _our_vm_processes(None, live):
