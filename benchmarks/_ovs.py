@@ -7,7 +7,7 @@ the benchmarks read around each client call.
 
 Creates only its namespace and the caller's temporary directory's contents;
 ends the daemons it started, by PID, and deletes the namespace (and every
-device in it) even on failure.
+device in it) even on failure or SIGTERM.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import contextlib
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -66,6 +67,8 @@ def private_ovs(tmp: Path) -> Iterator[Ovs]:
     env = {**os.environ, "OVS_RUNDIR": str(tmp), "OVS_DBDIR": str(tmp), "OVS_LOGDIR": str(tmp)}
     db_sock = f"unix:{tmp / 'db.sock'}"
     procs: list[subprocess.Popen[bytes]] = []
+    # SIGTERM would end the interpreter without unwinding: make it unwind.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
     try:
         subprocess.run(["ovsdb-tool", "create", str(tmp / "conf.db"), str(SCHEMA)], check=True)
@@ -113,6 +116,11 @@ def private_ovs(tmp: Path) -> Iterator[Ovs]:
                 proc.kill()
                 proc.wait()
         subprocess.run(["ip", "netns", "del", NETNS], check=False)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _wait_for(path: Path, timeout_s: float = 10.0) -> None:

@@ -33,7 +33,26 @@ started, by PID, even on failure.
 With ``--strace`` it also counts, on the smallest bridge, the tc messages
 vswitchd sends per QoS port for one change that concerns none of them.
 
-Run: ``python benchmarks/bench_ovs_qos.py [--ports 10,50,100,200,300] [--strace]``.
+With ``--rtnl`` it measures, on every bridge size, how long the kernel takes
+over each message vswitchd re-sends (``costs.ovs_qos_resend_rtnl_s``): a
+tracefs instance (``bst-ovs-rtnl``; this kernel allows no kprobes or function
+tracing) records ``sys_enter/exit_sendmsg`` and ``qdisc:qdisc_create/destroy``
+of vswitchd's main thread over ``--repeats`` no-op changes. Every rtnetlink
+request is handled inside the sender's ``sendmsg``, so its time there bounds
+what the request holds RTNL from above. The messages are told apart by what
+happens inside them and by their size (OVS 3.1.0): DELQDISC destroys the
+ingress qdisc and NEWQDISC creates it again; NEWTCLASS carries the HTB rates
+(2 152 bytes), NEWTFILTER the policer (1 172-1 176 bytes); the remaining
+52-byte requests are RTM_GETLINK by index. DELQDISC, NEWQDISC and NEWTCLASS
+run under RTNL (``tc_get_qdisc``, ``tc_modify_qdisc``, ``tc_ctl_tclass``).
+Whether NEWTFILTER and GETLINK take it depends on the kernel and classifier,
+so they are reported apart and left out: the share is a lower bound. The
+RTNL share is the RTNL messages' kernel time over all re-sent messages'
+kernel time, both from the same trace (the tracepoints' own cost falls on
+both); vswitchd's CPU per QoS port is about that kernel time, so the re-send
+is the kernel's work.
+
+Run: ``python benchmarks/bench_ovs_qos.py [--ports 10,50,100,200,300] [--strace] [--rtnl]``.
 """
 
 from __future__ import annotations
@@ -41,6 +60,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import collections
+import contextlib
 import re
 import shutil
 import statistics
@@ -163,7 +183,122 @@ def _tc_messages_per_port(ovs: Ovs, ports: int) -> dict[str, float]:
     return {kind: n / ports for kind, n in sorted(counts.items())}
 
 
-def _size(ovs: Ovs, ports: int, repeats: int, settle_s: float, *, trace: bool = False) -> Size:
+TRACEFS_INSTANCE = Path("/sys/kernel/tracing/instances/bst-ovs-rtnl")
+_TRACED = (
+    "syscalls/sys_enter_sendmsg",
+    "syscalls/sys_exit_sendmsg",
+    "qdisc/qdisc_create",
+    "qdisc/qdisc_destroy",
+)
+_EVENT = re.compile(r"-(\d+)\s+\[\d+\]\s+\S+\s+(\d+\.\d+): (.*)$")
+#: Under RTNL for certain; the others are reported apart (see the module doc).
+RTNL_MESSAGES = ("DELQDISC", "NEWQDISC", "NEWTCLASS")
+
+
+def _message_kind(size_bytes: int, qdisc_event: str | None) -> str:
+    if qdisc_event == "qdisc_destroy":
+        return "DELQDISC"
+    if qdisc_event == "qdisc_create":
+        return "NEWQDISC"
+    if size_bytes >= 2000:
+        return "NEWTCLASS"
+    if size_bytes >= 1000:
+        return "NEWTFILTER"
+    return "GETLINK"
+
+
+@dataclass
+class Resend:
+    """Kernel time of the messages vswitchd re-sends, per QoS port and change."""
+
+    ports: int
+    changes: int
+    kernel_s: dict[str, float] = field(default_factory=dict)
+    count: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rtnl_s(self) -> float:
+        return sum(self.kernel_s.get(kind, 0.0) for kind in RTNL_MESSAGES)
+
+    @property
+    def rtnl_share(self) -> float:
+        return self.rtnl_s / sum(self.kernel_s.values())
+
+
+def _parse_resends(text: str, ports: int, changes: int) -> Resend:
+    kernel: dict[str, float] = collections.defaultdict(float)
+    count: collections.Counter[str] = collections.Counter()
+    entered: float | None = None
+    inside: str | None = None
+    for line in text.splitlines():
+        match = _EVENT.search(line)
+        if line.startswith("#") or match is None:
+            continue
+        stamp, event = float(match.group(2)), match.group(3)
+        if event.startswith("sys_sendmsg("):
+            entered, inside = stamp, None
+        elif event.startswith("sys_sendmsg ->") and entered is not None:
+            kind = _message_kind(int(event.split("->")[1], 16), inside)
+            kernel[kind] += stamp - entered
+            count[kind] += 1
+            entered = None
+        elif event.startswith(("qdisc_create", "qdisc_destroy")):
+            inside = event.split(":")[0]
+    per = ports * changes
+    return Resend(
+        ports,
+        changes,
+        kernel_s={k: v / per for k, v in sorted(kernel.items())},
+        count={k: v / per for k, v in sorted(count.items())},
+    )
+
+
+def _trace_resends(ovs: Ovs, ports: int, repeats: int) -> Resend:
+    """Trace vswitchd's main thread over ``repeats`` no-op changes."""
+    instance = TRACEFS_INSTANCE
+    instance.mkdir()
+    try:
+        (instance / "buffer_size_kb").write_text("32768")
+        (instance / "set_event_pid").write_text(str(ovs.vswitchd_pid))
+        for event in _TRACED:
+            (instance / "events" / event / "enable").write_text("1")
+        for r in range(repeats):
+            noop = [*ovs.vsctl, "set", "port", "bstv0", f"external_ids:bst=rtnl-{r}"]
+            subprocess.run(noop, env=ovs.env, check=True)
+            time.sleep(0.2)  # vswitchd's reconfiguration is over
+        (instance / "tracing_on").write_text("0")
+        text = (instance / "trace").read_text()
+    finally:
+        for event in _TRACED:
+            with contextlib.suppress(OSError):
+                (instance / "events" / event / "enable").write_text("0")
+        instance.rmdir()
+    return _parse_resends(text, ports, repeats)
+
+
+def _report_resend(resend: Resend) -> None:
+    us = 1e6
+    kinds = ", ".join(
+        f"{kind} {resend.count[kind]:.2f}x {resend.kernel_s[kind] * us:.1f} us"
+        for kind in resend.kernel_s
+    )
+    sys.stdout.write(
+        f"{resend.ports} ports: re-sent per QoS port and change: {kinds}; under RTNL "
+        f"{resend.rtnl_s * us:.1f} us of {sum(resend.kernel_s.values()) * us:.1f} us "
+        f"({resend.rtnl_share:.0%})\n"
+    )
+    sys.stdout.flush()
+
+
+def _size(
+    ovs: Ovs,
+    ports: int,
+    repeats: int,
+    settle_s: float,
+    *,
+    trace: bool = False,
+    rtnl: list[Resend] | None = None,
+) -> Size:
     size = Size(ports)
     idle_rate = _noop_changes(ovs, f"{ports}a", repeats, settle_s, size.noop_plain)
     for i in range(ports):
@@ -173,6 +308,9 @@ def _size(ovs: Ovs, ports: int, repeats: int, settle_s: float, *, trace: bool = 
     if trace:
         per_port = _tc_messages_per_port(ovs, ports)
         sys.stdout.write(f"{ports} ports: tc messages per QoS port and change: {per_port}\n")
+    if rtnl is not None:
+        rtnl.append(_trace_resends(ovs, ports, repeats))
+        _report_resend(rtnl[-1])
     for i in range(ports):
         subprocess.run(_vsctl(ovs, CLEAR_RULES, f"bstv{i}"), env=ovs.env, check=True)
     return size
@@ -186,12 +324,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--strace", action="store_true", help="count the tc messages of a change (smallest bridge)"
     )
+    parser.add_argument(
+        "--rtnl",
+        action="store_true",
+        help="trace the kernel time of the re-sent tc messages (tracefs)",
+    )
     args = parser.parse_args(argv)
     sizes = sorted(int(n) for n in args.ports.split(","))
     require_root_and_ovs()
     if args.strace and shutil.which("strace") is None:
         sys.exit("--strace needs strace (apt install strace)")
+    if args.rtnl and not Path("/sys/kernel/tracing/events/syscalls").is_dir():
+        sys.exit("--rtnl needs tracefs with syscall tracepoints at /sys/kernel/tracing")
     results: list[Size] = []
+    resends: list[Resend] | None = [] if args.rtnl else None
     with tempfile.TemporaryDirectory(prefix="bst-ovs-") as tmp, private_ovs(Path(tmp)) as ovs:
         made = 0
         for ports in sizes:
@@ -205,10 +351,31 @@ def main(argv: Sequence[str] | None = None) -> None:
                 )
                 made += 1
             results.append(
-                _size(ovs, ports, args.repeats, args.settle, trace=args.strace and not results)
+                _size(
+                    ovs,
+                    ports,
+                    args.repeats,
+                    args.settle,
+                    trace=args.strace and not results,
+                    rtnl=resends,
+                )
             )
             _report_size(results[-1])
     _report(results)
+    if resends:
+        _report_resends(resends)
+
+
+def _report_resends(resends: Sequence[Resend]) -> None:
+    us = 1e6
+    per_rule = [r.rtnl_s / 2 for r in resends]  # two rules per port
+    shares = [r.rtnl_share for r in resends]
+    sys.stdout.write(
+        f"re-sent tc messages under RTNL, per rule and change: "
+        f"{min(per_rule) * us:.1f}-{max(per_rule) * us:.1f} us (median "
+        f"{statistics.median(per_rule) * us:.1f} us); share of their kernel time "
+        f"{min(shares):.0%}-{max(shares):.0%} (median {statistics.median(shares):.0%})\n"
+    )
 
 
 def _report_size(size: Size) -> None:

@@ -267,13 +267,24 @@ class _Ops:
         (``ovs_qos_resend_s`` per rule, ``benchmarks/bench_ovs_qos.py``): the
         vPorts of the sandboxes ahead in the program (sandbox i is the i-th to
         make one: per pod for veth, the first of each tenant when shared) each
-        carry ``qos_rules`` rules, so the storm's OVS work grows as N².
+        carry ``qos_rules`` rules, so the storm's OVS work grows as N². The
+        kernel's part of it (``ovs_qos_resend_rtnl_s`` per rule: the qdisc and
+        class messages) holds RTNL, once per reconfiguration.
         """
         c = self.c
         resend = c.ovs_qos_resend_s * qos_rules if qos_in_kernel else 0.0
+        resend_rtnl = c.ovs_qos_resend_rtnl_s * qos_rules if qos_in_kernel else 0.0
+        # The kernel part of the re-send holds RTNL: one hold per
+        # reconfiguration, as if vswitchd, running, took RTNL again for each
+        # message ahead of the sleeping waiters (it sends them back to back).
+        resent_tc = (Hold(RTNL, (Sleep(0.0, "resent tc", growth_s=resend_rtnl),)),)
+        resent_tc = resent_tc if resend_rtnl > 0.0 else ()
         steps: tuple[Step, ...] = (
             Sleep(c.ovsdb_txn_s, "ovsdb"),
-            Hold(OVS_VSWITCHD, (Sleep(c.ovs_port_add_s, "port add", growth_s=resend),)),
+            Hold(
+                OVS_VSWITCHD,
+                (Sleep(c.ovs_port_add_s, "port add", growth_s=resend - resend_rtnl), *resent_tc),
+            ),
         )
         if kernel_port:
             steps += self.rtnl(c.rtnl_link_hold_s, "vport link")
@@ -283,7 +294,8 @@ class _Ops:
                 # vswitchd applies the rule's tc changes from its main loop:
                 # it waits for RTNL while every other OVS request waits for it.
                 rule = (
-                    Sleep(c.ovs_qos_s, "qos", growth_s=resend),
+                    Sleep(c.ovs_qos_s, "qos", growth_s=resend - resend_rtnl),
+                    *resent_tc,
                     *self.rtnl(c.rtnl_tc_hold_s, "qos tc", 2),
                 )
             else:

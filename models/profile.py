@@ -89,6 +89,9 @@ class CostTable(_Frozen):
     # Every change to OVS's database makes vswitchd reconfigure, and send the
     # tc configuration of every QoS rule on the bridge again: per rule there.
     ovs_qos_resend_s: Seconds = 0.0
+    # The part of ovs_qos_resend_s the kernel spends under RTNL (the qdisc and
+    # class messages), per rule: one RTNL hold per reconfiguration.
+    ovs_qos_resend_rtnl_s: Seconds = 0.0
     ovs_dpdk_qos_s: Seconds
     pool_fetch_s: Seconds
     # The OpenFlow client a CNI runs per flow (ovs-ofctl: start, connect,
@@ -127,6 +130,16 @@ class CostTable(_Frozen):
     guest_memmap_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     # Memory cost of one pre-created device, by pool kind.
     pool_device_mib: dict[str, Annotated[float, Field(ge=0.0)]]
+
+    @model_validator(mode="after")
+    def _resend_rtnl_is_part_of_resend(self) -> CostTable:
+        rtnl_s, resend_s = self.ovs_qos_resend_rtnl_s, self.ovs_qos_resend_s
+        if rtnl_s > resend_s:
+            raise ValueError(
+                "`ovs_qos_resend_rtnl_s <= ovs_qos_resend_s` must hold (the RTNL part of a "
+                f"re-sent rule is part of it), but got ({rtnl_s=}, {resend_s=})"
+            )
+        return self
 
 
 class SriovCostTable(_Frozen):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from bootstorm.models import (
     Scenario,
     cni_stages,
     compile_scenario,
+    load_profile,
     pool_kinds,
 )
 from bootstorm.models.sriov import SRIOV_VARIANTS
@@ -110,3 +113,31 @@ def test_netprio_walk_grows_with_host_netdevs_for_veth_only() -> None:
     assert len(veth) == len(ipvtap) == 30
     assert veth[-1] > 2 * veth[0]  # the 30th walks 29 more netdevs than the first
     assert max(ipvtap) < 2 * min(ipvtap)
+
+
+def test_resent_qos_rules_hold_rtnl_once_per_reconfiguration() -> None:
+    """Each OVS database change (the vPort, then each rule) re-sends the rules
+    of every vPort ahead: its kernel part is one RTNL hold growing with them."""
+    base = load_profile("paper-000")
+    assert base.costs is not None
+    costs = base.costs.model_copy(
+        update={"ovs_qos_resend_s": 2e-3, "ovs_qos_resend_rtnl_s": 1e-3, "rtnl_tc_hold_s": 0.5}
+    )
+    profile = base.model_copy(update={"costs": costs, "service_cv": 0.0})
+
+    def addcni_rtnl(qos_rules: int) -> dict[int, list[float]]:
+        scenario = Scenario(cni="veth", sandboxes=20, qos_rules=qos_rules)
+        r = run_program(compile_scenario(scenario, profile=profile), record=True)
+        assert r.recording is not None
+        locks = r.recording.lock_frame()
+        held = locks[(locks.lock == "rtnl") & (locks.what == "hold") & (locks.stage == "AddCNI")]
+        return {int(s): sorted(g.duration_s) for s, g in held.groupby("sandbox")}
+
+    plain, qos = addcni_rtnl(0), addcni_rtnl(2)
+    for sandbox in range(20):
+        added = Counter(round(d, 9) for d in qos[sandbox])
+        added.subtract(Counter(round(d, 9) for d in plain[sandbox]))
+        # Per change (the vPort, each of 2 rules) one re-send hold of the
+        # rules ahead, 2 rules x 1 ms each; the rules' own tc changes, 2 each.
+        expected = Counter({round(sandbox * 2 * 1e-3, 9): 3, 0.5: 2 * 2})
+        assert +added == +expected, sandbox

@@ -78,3 +78,12 @@ def test_hyper_threads_give_a_fraction_of_a_core() -> None:
     assert plain.host.threads_per_core is None and "host.smt_yield" not in plain.sources
     assert plain.host.capacity_cores(64) == 64.0
     assert compile_scenario(Scenario(cni="veth", sandboxes=4)).machine.reserved_cores == 0.0
+
+
+def test_resend_rtnl_beyond_the_resend_is_refused(tmp_path: Path) -> None:
+    data = _dump(load_profile("paper-000"))
+    data["costs"]["ovs_qos_resend_rtnl_s"] = 1.0  # type: ignore[index]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"ovs_qos_resend_rtnl_s <= ovs_qos_resend_s.*rtnl_s=1\.0"):
+        Profile.from_yaml(path)
