@@ -141,10 +141,11 @@ def test_s0_11_qos_on_veth_grows_the_storm() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S0-11): 2 QoS rules per vPort make the veth storm 8.6% longer "
+    reason="known miss (S0-11): 2 QoS rules per vPort make the veth storm 17.5% longer "
     "(paper +48.4%). The measured costs (0.9 ms per rule, 21 us per rule re-sent at each "
-    "of vswitchd's reconfigurations) give it 14 s of serialised OVS work in a 24 s storm; "
-    "the re-sent tc messages' RTNL acquisitions are not modelled",
+    "of vswitchd's reconfigurations, 13 us of it under RTNL, one hold per reconfiguration) "
+    "give it 14 s of serialised OVS work in a 24 s storm; before the re-send held RTNL, "
+    "+8.6%",
 )
 def test_s0_11_qos_on_veth_is_48_percent() -> None:
     """S0-11, veth (predict since the OVS costs were measured; before, the
@@ -170,7 +171,7 @@ def test_s0_13_tenants_change_nothing_without_qos() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="known miss (S0-13): with 2 QoS rules per vPort, 1 -> 200 tenants shorten "
-    "ipvlan 21.7 -> 18.8 s and ipvtap 20.2 -> 19.0 s (tc-routing 28.5 s): the tenants' "
+    "ipvlan 21.9 -> 19.5 s and ipvtap 20.0 -> 19.0 s (tc-routing 28.6 s): the tenants' "
     "vswitchd work spreads the sandboxes' arrival at Cgroup, which under FIFO "
     "cgroup_mutex shortens the storm (README: why S0-5, S0-8 and S0-9 miss)",
 )

@@ -85,5 +85,6 @@ def test_resend_rtnl_beyond_the_resend_is_refused(tmp_path: Path) -> None:
     data["costs"]["ovs_qos_resend_rtnl_s"] = 1.0  # type: ignore[index]
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(ConfigError, match=r"ovs_qos_resend_rtnl_s <= ovs_qos_resend_s.*rtnl_s=1\.0"):
+    match = r"ovs_qos_resend_rtnl_s <= ovs_qos_resend_s.*rtnl_s=1\.0"
+    with pytest.raises(ConfigError, match=match):
         Profile.from_yaml(path)
