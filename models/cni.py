@@ -277,8 +277,9 @@ class _Ops:
         # The kernel part of the re-send holds RTNL: one hold per
         # reconfiguration, as if vswitchd, running, took RTNL again for each
         # message ahead of the sleeping waiters (it sends them back to back).
-        resent_tc = (Hold(RTNL, (Sleep(0.0, "resent tc", growth_s=resend_rtnl),)),)
-        resent_tc = resent_tc if resend_rtnl > 0.0 else ()
+        resent_tc: tuple[Step, ...] = ()
+        if resend_rtnl > 0.0:
+            resent_tc = (Hold(RTNL, (Sleep(0.0, "resent tc", growth_s=resend_rtnl),)),)
         steps: tuple[Step, ...] = (
             Sleep(c.ovsdb_txn_s, "ovsdb"),
             Hold(
