@@ -5,17 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 
 from .calibration import TargetCheck
-from .models import Scenario
+from .models import Scenario, load_profile, qos_resend_s
 from .simulator import LockStats, Result
 
 __all__ = ["comparison_table", "lock_rows", "result_tables", "target_table"]
 
 
 def _headline(scenario: Scenario, result: Result) -> Table:
-    t = Table(title=_title(scenario), show_header=False, title_justify="left")
+    # Escaped: "[qos 2]" would otherwise be read as rich markup and vanish.
+    t = Table(title=escape(_title(scenario)), show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column(justify="right")
     s = result.startup
@@ -39,6 +41,23 @@ def _headline(scenario: Scenario, result: Result) -> Table:
         taken = ", ".join(f"{k} {p.taken}/{p.capacity}" for k, p in result.pools.items())
         t.add_row("pools taken", taken)
         t.add_row("pooled memory", f"{result.pool_memory_mib:,.0f} MiB")
+    busiest = max(result.locks.items(), key=lambda kv: kv[1].contended_wall_s, default=None)
+    if busiest is not None and busiest[1].contended_wall_s > 0.0 and result.makespan_s > 0.0:
+        name, lock = busiest
+        t.add_row(
+            "most contended lock",
+            f"{name}: waited on {lock.contended_wall_s / result.makespan_s:.0%} of the storm "
+            f"(held {lock.hold_s:.1f} s)",
+        )
+    if scenario.qos_rules:
+        costs = load_profile(scenario.profile).costs
+        resend_s = qos_resend_s(scenario, costs) if costs is not None else 0.0
+        if resend_s > 0.0:
+            # The planner's warning: this term is quadratic in the vPorts.
+            t.add_row(
+                "OVS re-sending QoS rules",
+                f"{resend_s:.1f} s of ovs-vswitchd work (grows as vPorts²)",
+            )
     return t
 
 

@@ -12,6 +12,7 @@ from .cni import (
     RtnlOps,
     cni_stages,
     pool_kinds,
+    qos_resend_s,
     sandbox_plan,
     vport_creators,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "compile_scenario",
     "load_profile",
     "pool_kinds",
+    "qos_resend_s",
     "sandbox_plan",
     "scenario_pool_kinds",
     "scenario_stages",

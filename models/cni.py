@@ -43,6 +43,7 @@ __all__ = [
     "guest_touch_bytes",
     "lock_specs",
     "pool_kinds",
+    "qos_resend_s",
     "sandbox_plan",
     "virtiofs_steps",
     "vmm_start_steps",
@@ -207,6 +208,27 @@ def vport_creators(cni: str, tenants: int) -> int:
     if cni in _SHARED:
         return 1
     return 0
+
+
+def qos_resend_s(scenario: Scenario, costs: CostTable) -> float:
+    """vswitchd's work in a storm re-sending the QoS rules of earlier vPorts.
+
+    The k-th vPort's database changes (its creation, then each rule) each
+    re-send the rules of the k vPorts before it (:meth:`_Ops.vport`), so
+    this grows as the square of the vPorts with QoS: per pod for direct-mode
+    CNIs, per tenant for sharing ones. Pooled vPorts skip the creation, as if
+    the first sandboxes took them. QoS in DPDK (vhost-user) re-sends nothing.
+    """
+    if scenario.qos_rules == 0 or scenario.cni in ("vhost-user", "no-network"):
+        return 0.0
+    n = scenario.sandboxes
+    shared = min(vport_creators(scenario.cni, scenario.tenants), n)
+    vports = n if scenario.cni in _DIRECT else shared
+    pooled = min(scenario.pools.get("vport", 0), vports)
+    earlier = vports * (vports - 1) / 2  # sum of the vPorts ahead of each
+    creations = earlier - pooled * (pooled - 1) / 2
+    rules = scenario.qos_rules
+    return costs.ovs_qos_resend_s * rules * (rules * earlier + creations)
 
 
 def pool_kinds(cni: str) -> tuple[str, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -196,3 +197,19 @@ def test_calibrate_check_paper_001_prints_the_error_table() -> None:
     out = run_cli("calibrate", "--targets", "paper-001", "--check")
     assert out.returncode == 0, out.stderr
     assert "S1-1" in out.stdout and "S1-2" in out.stdout and "≥ −5%" in out.stdout
+
+
+def test_summary_names_the_options_the_busiest_lock_and_the_qos_resend() -> None:
+    out = run_cli(
+        "simulate", "--cni", "veth", "--sandboxes", "100", "--qos-rules", "2", "--pool", "netns=10"
+    )
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())  # rich may wrap a row
+    assert "100 × veth on paper-000 [netns=10, qos 2]" in text
+    assert "most contended lock" in text
+    # 21 us x 2 rules x 3 changes x (100 x 99 / 2) vPorts ahead: 0.6 s.
+    assert re.search(
+        r"OVS re-sending QoS rules\W+0\.6 s of ovs-vswitchd work \(grows as vPorts²\)", text
+    )
+    plain = run_cli("simulate", "--cni", "veth", "--sandboxes", "100")
+    assert "OVS re-sending" not in plain.stdout

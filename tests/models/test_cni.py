@@ -16,6 +16,8 @@ from bootstorm.models import (
     compile_scenario,
     load_profile,
     pool_kinds,
+    qos_resend_s,
+    vport_creators,
 )
 from bootstorm.models.sriov import SRIOV_VARIANTS
 from bootstorm.simulator import OpKind, run_program
@@ -141,3 +143,45 @@ def test_resent_qos_rules_hold_rtnl_once_per_reconfiguration() -> None:
         # rules ahead, 2 rules x 1 ms each; the rules' own tc changes, 2 each.
         expected = Counter({round(sandbox * 2 * 1e-3, 9): 3, 0.5: 2 * 2})
         assert +added == +expected, sandbox
+
+
+@pytest.mark.parametrize(
+    ("cni", "tenants", "pools"),
+    [("veth", 1, {}), ("veth", 1, {"vport": 4}), ("ipvtap", 6, {}), ("tc-routing", 6, {})],
+)
+def test_qos_resend_s_is_the_vswitchd_work_the_storm_does(
+    cni: str, tenants: int, pools: dict[str, int]
+) -> None:
+    """With sandboxes apart (nothing contended), vswitchd's holds are its
+    fixed work per vPort and rule plus exactly :func:`qos_resend_s`."""
+    base = load_profile("paper-000")
+    assert base.costs is not None
+    profile = base.model_copy(update={"service_cv": 0.0})
+    c = base.costs
+    scenario = Scenario(
+        cni=cni,  # type: ignore[arg-type]
+        sandboxes=12,
+        tenants=tenants,
+        qos_rules=2,
+        pools=pools,
+        arrival_s=[30.0 * i for i in range(12)],
+    )
+    r = run_program(compile_scenario(scenario, profile=profile))
+    vports = 12 if cni == "veth" else vport_creators(cni, tenants)
+    created = vports - pools.get("vport", 0)
+    fixed = created * c.ovs_port_add_s + vports * 2 * (c.ovs_qos_s + 2 * c.rtnl_tc_hold_s)
+    resend = qos_resend_s(scenario, c)
+    assert (resend > 0.0) == (vports > 1)  # tc-routing's one vPort re-sends nothing
+    assert r.locks["ovs-vswitchd"].hold_s == pytest.approx(fixed + resend, rel=1e-9)
+
+
+def test_qos_resend_s_grows_as_the_square_of_vports() -> None:
+    costs = load_profile("paper-000").costs
+    assert costs is not None
+    at = {
+        n: qos_resend_s(Scenario(cni="veth", sandboxes=n, qos_rules=2), costs) for n in (200, 400)
+    }
+    assert at[400] / at[200] == pytest.approx(400 * 399 / (200 * 199))
+    assert at[400] == pytest.approx(21e-6 * 2 * 3 * 400 * 399 / 2)  # 10 s at 400 pods
+    assert qos_resend_s(Scenario(cni="vhost-user", sandboxes=400, qos_rules=2), costs) == 0.0
+    assert qos_resend_s(Scenario(cni="veth", sandboxes=400), costs) == 0.0
