@@ -24,7 +24,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..simulator import Cpu, Hold, LockKind, LockSpec, Pooled, Sleep, Stage, Step, Zero
+from ..simulator import (
+    Cpu,
+    Hold,
+    LockKind,
+    LockSpec,
+    Once,
+    Pooled,
+    Sleep,
+    Stage,
+    Step,
+    Zero,
+)
 from .profile import CostTable
 from .scenario import Scenario
 
@@ -37,6 +48,7 @@ __all__ = [
     "STAGES",
     "VMM_TASKS",
     "RtnlOps",
+    "SharedVport",
     "boot_steps",
     "cgroup_steps",
     "cni_stages",
@@ -200,9 +212,10 @@ def cni_stages(cni: str) -> tuple[str, ...]:
 
 
 def vport_creators(cni: str, tenants: int) -> int:
-    """How many sandboxes create a shared vPort: the first of each tenant in
-    single-tenant sharing mode, the first of the node in multi-tenant sharing
-    mode. Direct-mode sandboxes each create their own and are not counted."""
+    """How many shared vPorts a storm makes (each by whichever of its
+    sandboxes comes first, see :class:`SharedVport`): one per tenant in
+    single-tenant sharing mode, one for the node in multi-tenant sharing
+    mode. Direct-mode sandboxes each make their own and are not counted."""
     if cni in _PER_TENANT:
         return tenants
     if cni in _SHARED:
@@ -275,8 +288,15 @@ class _Ops:
             return create
         return (Pooled(kind, create=create, fetch=(Sleep(self.c.pool_fetch_s, f"fetch {kind}"),)),)
 
-    def vport(self, qos_rules: int, qos_in_kernel: bool, kernel_port: bool) -> tuple[Step, ...]:
-        """Create a vPort on OVS and configure its QoS rules.
+    def vport(
+        self,
+        qos_rules: int,
+        qos_in_kernel: bool,
+        kernel_port: bool,
+        *,
+        index: int | None = None,
+    ) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
+        """Create a vPort on OVS, and configure its QoS rules: (port, rules).
 
         ovs-vswitchd serialises its own work (one main loop); a kernel-datapath
         port costs one link registration under RTNL, and each QoS rule on such
@@ -287,44 +307,66 @@ class _Ops:
         Each database change here (the port, each rule) makes vswitchd
         reconfigure the bridge and send every kernel QoS rule on it again
         (``ovs_qos_resend_s`` per rule, ``benchmarks/bench_ovs_qos.py``): the
-        vPorts of the sandboxes ahead in the program (sandbox i is the i-th to
-        make one: per pod for veth, the first of each tenant when shared) each
-        carry ``qos_rules`` rules, so the storm's OVS work grows as N². The
-        kernel's part of it (``ovs_qos_resend_rtnl_s`` per rule: the qdisc and
-        class messages) holds RTNL, once per reconfiguration.
+        vPorts made before this one each carry ``qos_rules`` rules, so the
+        storm's OVS work grows as N². This is the ``index``-th vPort (a shared
+        one's number), or, if ``None``, the sandbox's own in program order
+        (per pod for veth). The kernel's part of the re-send
+        (``ovs_qos_resend_rtnl_s`` per rule: the qdisc and class messages)
+        holds RTNL, once per reconfiguration.
         """
         c = self.c
         resend = c.ovs_qos_resend_s * qos_rules if qos_in_kernel else 0.0
         resend_rtnl = c.ovs_qos_resend_rtnl_s * qos_rules if qos_in_kernel else 0.0
+
+        def grown(base_s: float, growth_s: float, label: str) -> Sleep:
+            if index is None:
+                return Sleep(base_s, label, growth_s=growth_s)
+            return Sleep(base_s + index * growth_s, label)
+
         # The kernel part of the re-send holds RTNL: one hold per
         # reconfiguration, as if vswitchd, running, took RTNL again for each
         # message ahead of the sleeping waiters (it sends them back to back).
         resent_tc: tuple[Step, ...] = ()
         if resend_rtnl > 0.0:
-            resent_tc = (Hold(RTNL, (Sleep(0.0, "resent tc", growth_s=resend_rtnl),)),)
-        steps: tuple[Step, ...] = (
+            resent_tc = (Hold(RTNL, (grown(0.0, resend_rtnl, "resent tc"),)),)
+        port: tuple[Step, ...] = (
             Sleep(c.ovsdb_txn_s, "ovsdb"),
             Hold(
                 OVS_VSWITCHD,
-                (Sleep(c.ovs_port_add_s, "port add", growth_s=resend - resend_rtnl), *resent_tc),
+                (grown(c.ovs_port_add_s, resend - resend_rtnl, "port add"), *resent_tc),
             ),
         )
         if kernel_port:
-            steps += self.rtnl(c.rtnl_link_hold_s, "vport link")
-        steps = self.pooled("vport", steps)
+            port += self.rtnl(c.rtnl_link_hold_s, "vport link")
+        rules: tuple[Step, ...] = ()
         for _ in range(qos_rules):
             if qos_in_kernel:
                 # vswitchd applies the rule's tc changes from its main loop:
                 # it waits for RTNL while every other OVS request waits for it.
                 rule = (
-                    Sleep(c.ovs_qos_s, "qos", growth_s=resend - resend_rtnl),
+                    grown(c.ovs_qos_s, resend - resend_rtnl, "qos"),
                     *resent_tc,
                     *self.rtnl(c.rtnl_tc_hold_s, "qos tc", 2),
                 )
             else:
                 rule = (Sleep(c.ovs_dpdk_qos_s, "dpdk qos"),)
-            steps += (Hold(OVS_VSWITCHD, rule),)
-        return steps
+            rules += (Hold(OVS_VSWITCHD, rule),)
+        return self.pooled("vport", port), rules
+
+
+@dataclass(frozen=True)
+class SharedVport:
+    """The vPort a sandbox shares: its tenant's, or the node's (tc-routing).
+
+    Whichever of its ``sandboxes`` comes first makes it (and its QoS rules);
+    the others wait until it exists, since their devices hang off it (an
+    ipvlan slave's parent, a tc redirect's target). ``name`` is its signal
+    gate and ticket pool; it is the ``index``-th shared vPort made.
+    """
+
+    name: str
+    index: int
+    sandboxes: int
 
 
 # CNIs that leave one netdev per pod in the host namespace (the host end of a
@@ -414,11 +456,13 @@ def boot_steps(costs: CostTable, *, touch_bytes: float) -> tuple[Step, ...]:
     return (*steps, Sleep(c.vm_boot_sleep_s, "agent"))
 
 
-def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -> tuple[Stage, ...]:
+def sandbox_plan(
+    scenario: Scenario, costs: CostTable, *, shared_vport: SharedVport | None = None
+) -> tuple[Stage, ...]:
     """The stages of one sandbox.
 
-    ``creates_vport``: this sandbox is the first of its tenant (sharing mode)
-    or of the node (tc-routing), so it creates the shared vPort.
+    ``shared_vport``: the vPort it shares (sharing-mode CNIs); ``None`` for
+    direct mode, where each sandbox makes its own.
     ``cgrp_css_online`` sets a priority on every netdev of init_net under
     RTNL; veth-based CNIs leave one there per earlier pod (sandboxes reach
     Cgroup in about program order), so the walk grows through the storm.
@@ -445,15 +489,19 @@ def sandbox_plan(scenario: Scenario, costs: CostTable, *, creates_vport: bool) -
                 Cpu(c.bpf_compile_cpu_s, "bpf compile"),
                 Hold(BPF_VERIFIER, (Cpu(c.bpf_verify_hold_s, "bpf verify"),)),
             )
-        add += b.pooled(primary, device_ops) if primary else device_ops
+        device = b.pooled(primary, device_ops) if primary else device_ops
         if cni in _DIRECT:
-            add += b.vport(
-                scenario.qos_rules,
-                qos_in_kernel=cni != "vhost-user",
-                kernel_port=cni != "vhost-user",
+            kernel = cni != "vhost-user"
+            port, rules = b.vport(scenario.qos_rules, qos_in_kernel=kernel, kernel_port=kernel)
+            add += device + port + rules
+        else:
+            if shared_vport is None:
+                raise ValueError(f"a sharing-mode CNI ({cni}) needs `shared_vport`")
+            port, rules = b.vport(
+                scenario.qos_rules, qos_in_kernel=True, kernel_port=True, index=shared_vport.index
             )
-        elif creates_vport:
-            add += b.vport(scenario.qos_rules, qos_in_kernel=True, kernel_port=True)
+            waiters = shared_vport.sandboxes - 1
+            add += (Once(shared_vport.name, body=port, waiters=waiters, after=rules), *device)
         # Security groups are OVS flows, one ovs-ofctl call per rule: the
         # client's own work, then vswitchd's (its main loop serves one at a time).
         # A profile without the client's cost (ovs_ofctl_cpu_s: 0) gets no

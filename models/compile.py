@@ -10,9 +10,9 @@ import numpy as np
 
 from ..simulator import GateSpec, LockSpec, MachineSpec, PoolSpec, Program, compile_program
 from ._errors import ConfigError
-from .cni import cni_stages, lock_specs, pool_kinds, sandbox_plan, vport_creators
+from .cni import SharedVport, cni_stages, lock_specs, pool_kinds, sandbox_plan, vport_creators
 from .dataplane import Traffic, path_for_cni
-from .profile import Profile, load_profile
+from .profile import CostTable, Profile, load_profile
 from .scenario import Scenario
 from .softirq import DataplaneResult, solve_on_profile
 from .sriov import (
@@ -162,6 +162,8 @@ def compile_scenario(
 
     locks: list[LockSpec]
     plans: list[Any]
+    signals: list[GateSpec] = []
+    tickets: list[PoolSpec] = []
     if cni in TESTBED_CNIS:
         tb = testbed_costs(prof)
         plan = testbed_plan(scenario, tb, peer=TESTBED_CNIS[cni])
@@ -174,12 +176,7 @@ def compile_scenario(
     else:
         costs = prof.boot_costs()
         locks = lock_specs(costs, scenario.rtnl_priority)
-        # Sandbox i belongs to tenant i % tenants, so the first sandboxes are
-        # the first of their tenants: they create the shared vPorts.
-        n_creators = vport_creators(cni, scenario.tenants)
-        first = sandbox_plan(scenario, costs, creates_vport=True)
-        rest = sandbox_plan(scenario, costs, creates_vport=False)
-        plans = [first if i < n_creators else rest for i in range(scenario.sandboxes)]
+        plans, signals, tickets = _software_plans(scenario, costs)
 
     host = prof.host
     cores = scenario.cores or host.cores
@@ -206,15 +203,41 @@ def compile_scenario(
         plans,
         machine=machine,
         locks=locks,
-        gates=[GateSpec(name=s, permits=k) for s, k in scenario.limits.items()],
+        gates=[GateSpec(name=s, permits=k) for s, k in scenario.limits.items()] + signals,
         pools=[
             PoolSpec(name=k, capacity=n, memory_mib_per_device=pool_memory[k])
             for k, n in scenario.pools.items()
-        ],
+        ]
+        + tickets,
         arrival_s=scenario.arrival_s,
         service_cv=prof.service_cv,
         rng=service,
     )
+
+
+def _software_plans(
+    scenario: Scenario, costs: CostTable
+) -> tuple[list[Any], list[GateSpec], list[PoolSpec]]:
+    """The plans of a seed-000 CNI's sandboxes, and the signal gates and
+    ticket pools of its shared vPorts (see :class:`SharedVport`).
+
+    Sandbox i belongs to tenant i % tenants; a single-tenant sharing CNI has
+    one vPort per tenant, tc-routing one for the node.
+    """
+    n = scenario.sandboxes
+    n_shared = min(vport_creators(scenario.cni, scenario.tenants), n)
+    if n_shared == 0:  # direct mode: every sandbox its own vPort
+        return [sandbox_plan(scenario, costs)] * n, [], []
+    shared = [
+        SharedVport(name=f"vport/{t}", index=t, sandboxes=len(range(t, n, n_shared)))
+        for t in range(n_shared)
+    ]
+    plans = [sandbox_plan(scenario, costs, shared_vport=v) for v in shared]
+    signals = [GateSpec(name=v.name, permits=0, signal=True) for v in shared]
+    tickets = [
+        PoolSpec(name=v.name, capacity=1, memory_mib_per_device=0.0, ticket=True) for v in shared
+    ]
+    return [plans[i % n_shared] for i in range(n)], signals, tickets
 
 
 class ProgramCache:
@@ -260,13 +283,16 @@ class ProgramCache:
         self.hits += 1
         self._programs.move_to_end(key)
         memory = {p.name: p.memory_mib_per_device for p in template.pools}
+        limits = tuple(GateSpec(name=s, permits=k) for s, k in scenario.limits.items())
         return dataclasses.replace(
             template,
-            gates=tuple(GateSpec(name=s, permits=k) for s, k in scenario.limits.items()),
+            # The limits' gates come first; the vPorts' signal gates follow, as compiled.
+            gates=limits + template.gates[len(limits) :],
             pools=tuple(
                 PoolSpec(name=k, capacity=n, memory_mib_per_device=memory[k])
                 for k, n in scenario.pools.items()
-            ),
+            )
+            + template.pools[len(scenario.pools) :],  # the shared vPorts' tickets
         )
 
     @staticmethod

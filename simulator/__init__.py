@@ -36,7 +36,21 @@ from .result import (
     StageStats,
     StartupStats,
 )
-from .steps import Async, Cpu, Hold, Pooled, SandboxPlan, Sleep, Stage, Step, Zero, compile_program
+from .steps import (
+    Async,
+    Cpu,
+    Hold,
+    Once,
+    Pooled,
+    SandboxPlan,
+    Signal,
+    Sleep,
+    Stage,
+    Step,
+    Wait,
+    Zero,
+    compile_program,
+)
 from .trace_export import chrome_trace, write_chrome_trace
 
 __all__ = [
@@ -55,6 +69,7 @@ __all__ = [
     "LockSpec",
     "LockStats",
     "MachineSpec",
+    "Once",
     "OpKind",
     "PoolSpec",
     "PoolStats",
@@ -64,6 +79,7 @@ __all__ = [
     "Recording",
     "Result",
     "SandboxPlan",
+    "Signal",
     "SimPyExecutor",
     "Sleep",
     "Stage",
@@ -71,6 +87,7 @@ __all__ = [
     "StartupStats",
     "StartupSummary",
     "Step",
+    "Wait",
     "Zero",
     "check_executor",
     "chrome_trace",

@@ -284,12 +284,14 @@ class _Run:
                 contended_wall_s=g.stats.contended_wall_s,
             )
             for spec, g in zip(p.gates, self.gates, strict=True)
+            if not spec.signal  # events between sandboxes, not admission
         }
         pools = {
             spec.name: PoolStats(
                 capacity=spec.capacity, taken=spec.capacity - left, memory_mib=spec.memory_mib
             )
             for spec, left in zip(p.pools, self.pool_left, strict=True)
+            if not spec.ticket  # a right to do something once, not devices
         }
         names = [*p.stage_names, "-"]
         by_stage = {

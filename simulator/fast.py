@@ -875,6 +875,8 @@ def _assemble(p: Program, raw: _Raw) -> Result:
         )
     gates = {}
     for g, gate in enumerate(p.gates):
+        if gate.signal:
+            continue  # events between sandboxes, not admission
         entries, waited, _, _ = raw.counts[len(p.locks) + g]
         wait_s, _, contended_wall_s = raw.sums[len(p.locks) + g]
         gates[gate.name] = GateStats(
@@ -889,6 +891,7 @@ def _assemble(p: Program, raw: _Raw) -> Result:
             capacity=spec.capacity, taken=spec.capacity - left, memory_mib=spec.memory_mib
         )
         for spec, left in zip(p.pools, raw.pool_left, strict=True)
+        if not spec.ticket  # a right to do something once, not devices
     }
     cpu_acc = [raw.cpu_acc[3 * s : 3 * s + 3] for s in range(len(names))]
     by_stage = {

@@ -120,23 +120,39 @@ class LockSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GateSpec:
-    """An admission gate: at most ``permits`` sandboxes inside at once."""
+    """An admission gate: at most ``permits`` sandboxes inside at once.
+
+    ``signal``: an event between sandboxes instead. It starts with
+    ``permits`` (0: not yet happened); a waiter's entry takes one permit for
+    good, and every exit adds one — made by the sandbox that signals, never
+    by the waiters. So entries and exits need not pair up in one sandbox.
+    """
 
     name: str
     permits: int
+    signal: bool = False
 
     def __post_init__(self) -> None:
-        if self.permits < 1:
-            raise ProgramError(f"`permits >= 1` must hold, but got {self.name=} {self.permits=}")
+        if self.permits < (0 if self.signal else 1):
+            bound = 0 if self.signal else 1
+            raise ProgramError(
+                f"`permits >= {bound}` must hold, but got {self.name=} {self.permits=}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PoolSpec:
-    """Devices created before the storm; each costs ``memory_mib_per_device``."""
+    """Devices created before the storm; each costs ``memory_mib_per_device``.
+
+    ``ticket``: not devices but the right to do something once (the first
+    sandbox to try takes it, see :class:`~bootstorm.simulator.Once`); left
+    out of the result's pools.
+    """
 
     name: str
     capacity: int
     memory_mib_per_device: float
+    ticket: bool = False
 
     def __post_init__(self) -> None:
         if self.capacity < 0:
@@ -484,6 +500,8 @@ class Program:
                 if not stages or stages[-1] != a:
                     raise ProgramError(f"sandbox {sandbox} op {pc}: end of stage {a} not open")
                 stages = stages[:-1]
+            elif kind in (OpKind.GATE_ENTER, OpKind.GATE_EXIT) and self.gates[a].signal:
+                pass  # a wait or a signal: nothing to give back
             elif kind is OpKind.GATE_ENTER:
                 gates = (*gates, a)
             elif kind is OpKind.GATE_EXIT:

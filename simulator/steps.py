@@ -7,7 +7,9 @@ A sandbox's start is a sequence of stages; a stage is a sequence of steps:
 - :class:`Hold` — a lock-held section around more steps (nestable);
 - :class:`Zero` — clearing memory, at a per-core rate under shared bandwidth;
 - :class:`Pooled` — take a pre-created device if the pool has one, else create it;
-- :class:`Async` — start a branch the sandbox does not wait for.
+- :class:`Async` — start a branch the sandbox does not wait for;
+- :class:`Wait` / :class:`Signal` — wait for another sandbox to get somewhere;
+- :class:`Once` — the first sandbox to get here does something, the others wait for it.
 
 :func:`compile_program` turns one plan per sandbox into the flat op arrays,
 drawing the service-time jitter from the generator it is given.
@@ -27,11 +29,14 @@ __all__ = [
     "Async",
     "Cpu",
     "Hold",
+    "Once",
     "Pooled",
     "SandboxPlan",
+    "Signal",
     "Sleep",
     "Stage",
     "Step",
+    "Wait",
     "Zero",
     "compile_program",
 ]
@@ -128,7 +133,51 @@ class Async:
             raise ProgramError(f"`Async.kind` must be non-empty, but got {self.kind=}")
 
 
-Step: TypeAlias = Cpu | Sleep | Zero | Hold | Pooled | Async
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait until signal gate ``gate`` has a permit, and take it (see :class:`Signal`)."""
+
+    gate: str
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """Let ``count`` waiters of signal gate ``gate`` go on (now or when they come).
+
+    Declare the gate with ``GateSpec(signal=True, permits=0)``; each of the
+    sandboxes that depend on this one has a :class:`Wait` on it.
+    """
+
+    gate: str
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            raise ProgramError(f"`Signal.count >= 0` must hold, but got {self.count=}")
+
+
+@dataclass(frozen=True, slots=True)
+class Once:
+    """The first of the sandboxes that share ``name`` to get here runs
+    ``body``, lets the ``waiters`` others go on, then runs ``after``; each of
+    the others waits here until then (a device every pod of a tenant needs,
+    made by whichever pod comes first).
+
+    Declare ``GateSpec(name=name, permits=0, signal=True)`` and
+    ``PoolSpec(name=name, capacity=1, memory_mib_per_device=0, ticket=True)``.
+    """
+
+    name: str
+    body: tuple[Step, ...]
+    waiters: int
+    after: tuple[Step, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.waiters < 0:
+            raise ProgramError(f"`Once.waiters >= 0` must hold, but got {self.waiters=}")
+
+
+Step: TypeAlias = Cpu | Sleep | Zero | Hold | Pooled | Async | Wait | Signal | Once
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +197,17 @@ _Op: TypeAlias = tuple[int, int, float, bool, float]
 
 class _Flattener:
     def __init__(
-        self, lock_ids: Mapping[str, int], gate_ids: Mapping[str, int], pool_ids: Mapping[str, int]
+        self,
+        lock_ids: Mapping[str, int],
+        gate_ids: Mapping[str, int],
+        pool_ids: Mapping[str, int],
+        *,
+        signals: frozenset[str] = frozenset(),
     ) -> None:
         self.lock_ids = lock_ids
         self.gate_ids = gate_ids
         self.pool_ids = pool_ids
+        self.signals = signals
         self.stage_ids: dict[str, int] = {}
         self.branches: list[tuple[str, bool, list[_Op]]] = []
         self.in_branch = False
@@ -166,6 +221,10 @@ class _Flattener:
             gid = None
             if stage.gate is not None:
                 gid = self._lookup(self.gate_ids, stage.gate, "gate")
+                if stage.gate in self.signals:
+                    raise ProgramError(
+                        f"stage {stage.name!r} is guarded by {stage.gate!r}, a signal gate"
+                    )
                 ops.append((OpKind.GATE_ENTER, gid, 0.0, False, 0.0))
             ops.append((OpKind.STAGE_BEGIN, sid, 0.0, False, 0.0))
             self.steps(stage.steps, ops)
@@ -201,6 +260,23 @@ class _Flattener:
                 if fetch:
                     ops.append((OpKind.JUMP, 0, float(1 + len(fetch)), False, 0.0))
                     ops.extend(fetch)
+            elif isinstance(step, Wait):
+                ops.append((OpKind.GATE_ENTER, self._signal(step.gate), 0.0, False, 0.0))
+            elif isinstance(step, Signal):
+                gid = self._signal(step.gate)
+                ops.extend((OpKind.GATE_EXIT, gid, 0.0, False, 0.0) for _ in range(step.count))
+            elif isinstance(step, Once):
+                # Take the ticket and do it (the jump), or wait for whoever did.
+                pid = self._lookup(self.pool_ids, step.name, "pool")
+                gid = self._signal(step.name)
+                first: list[_Op] = []
+                self.steps(step.body, first)
+                first.extend((OpKind.GATE_EXIT, gid, 0.0, False, 0.0) for _ in range(step.waiters))
+                self.steps(step.after, first)
+                ops.append((OpKind.POOL_TRY, pid, 3.0, False, 0.0))
+                ops.append((OpKind.GATE_ENTER, gid, 0.0, False, 0.0))
+                ops.append((OpKind.JUMP, 0, float(1 + len(first)), False, 0.0))
+                ops.extend(first)
             elif isinstance(step, Async):
                 if self.in_branch:
                     raise ProgramError(f"a branch cannot start a branch, but got {step!r}")
@@ -214,6 +290,12 @@ class _Flattener:
                 self.branches.append((step.kind, step.ready, body))
             else:  # pragma: no cover - the type alias is closed
                 raise ProgramError(f"unknown step {step!r}")
+
+    def _signal(self, name: str) -> int:
+        gid = self._lookup(self.gate_ids, name, "gate")
+        if name not in self.signals:
+            raise ProgramError(f"Wait/Signal need a signal gate, but {name!r} is an admission gate")
+        return gid
 
     @staticmethod
     def _lookup(ids: Mapping[str, int], name: str, what: str) -> int:
@@ -262,7 +344,9 @@ def compile_program(
             out[s.name] = len(out)
         return out
 
-    flat = _Flattener(ids(locks), ids(gates), ids(pools))
+    flat = _Flattener(
+        ids(locks), ids(gates), ids(pools), signals=frozenset(g.name for g in gates if g.signal)
+    )
     # Equal plans are flattened once. A *part* is one op list of a template:
     # its sandbox's own ops, or one of its branches.
     template_of: dict[SandboxPlan, int] = {}

@@ -22,6 +22,7 @@ from bootstorm.simulator import (
     LockKind,
     LockSpec,
     MachineSpec,
+    Once,
     OpKind,
     Pooled,
     PoolSpec,
@@ -29,9 +30,11 @@ from bootstorm.simulator import (
     ProgramError,
     Result,
     SandboxPlan,
+    Signal,
     Sleep,
     Stage,
     Step,
+    Wait,
     Zero,
     compile_program,
     run_program,
@@ -369,6 +372,82 @@ def test_gate_limits_concurrency_to_permits() -> None:
     assert gate.wait_s == 4.0
     assert gate.contended_wall_s == 2.0
     assert result.stages["g"].mean_s == 1.0
+
+
+def test_signal_lets_dependents_go_when_it_comes() -> None:
+    """Sandbox 0 signals 2 dependents after 1 s; one dependent arrives before
+    (waits 0.8 s), one after (at 1.5 s: goes straight on). Exact in every
+    executor, and a signal gate is not an admission gate in the result."""
+    signal_gate = [GateSpec(name="ready", permits=0, signal=True)]
+    plans = [
+        _one("s", Sleep(1.0), Signal("ready", 2), Sleep(1.0)),
+        _one("s", Wait("ready"), Sleep(0.5)),
+        _one("s", Wait("ready"), Sleep(0.5)),
+    ]
+    program = compile_program(
+        plans, machine=MANY_CORES, locks=[], gates=signal_gate, arrival_s=[0.0, 0.2, 1.5]
+    )
+    runs = [run_program(program)] + [run_program_fast(program, jit=j) for j in (False, True)]
+    for result in runs:
+        assert result.finish_s.tolist() == [2.0, 1.5, 2.0]
+        assert result.gates == {}
+
+
+def test_an_unsignalled_wait_is_a_deadlock_and_signals_are_checked() -> None:
+    signal_gate = [GateSpec(name="ready", permits=0, signal=True)]
+    program = compile_program(
+        [_one("s", Wait("ready"))], machine=MANY_CORES, locks=[], gates=signal_gate
+    )
+    with pytest.raises(DeadlockError):
+        run_program(program)
+    with pytest.raises(ProgramError, match="need a signal gate, but 'g' is an admission gate"):
+        compile_program(
+            [_one("s", Wait("g"))],
+            machine=MANY_CORES,
+            locks=[],
+            gates=[GateSpec(name="g", permits=1)],
+        )
+    with pytest.raises(ProgramError, match="permits >= 0"):
+        GateSpec(name="ready", permits=-1, signal=True)
+
+
+def _once_program(arrival_s: Sequence[float], *, limit: int | None = None) -> Program:
+    """Every sandbox: Once("x": 1 s, then 2 s after letting the others go), then 0.1 s."""
+    n = len(arrival_s)
+    step = Once("x", body=(Sleep(1.0),), waiters=n - 1, after=(Sleep(2.0),))
+    plans = [_one("s", step, Sleep(0.1), gate="s" if limit else None)] * n
+    gates = [GateSpec(name="x", permits=0, signal=True)]
+    gates += [GateSpec(name="s", permits=limit)] if limit else []
+    return compile_program(
+        plans,
+        machine=MANY_CORES,
+        locks=[],
+        gates=gates,
+        pools=[PoolSpec(name="x", capacity=1, memory_mib_per_device=0.0, ticket=True)],
+        arrival_s=arrival_s,
+    )
+
+
+def test_once_is_done_by_the_first_comer_and_the_others_wait_for_it() -> None:
+    """Sandbox 1 comes first (t=0): it does the 1 s, lets the others go at 1.0,
+    does its 2 s and ends at 3.1; sandbox 0 (t=0.5) waits until 1.0, ends at
+    1.1; sandbox 2 (t=1.5) finds it done, ends at 1.6. Exact in every executor;
+    the ticket and the signal are not in the result's pools and gates."""
+    program = _once_program([0.5, 0.0, 1.5])
+    runs = [run_program(program)] + [run_program_fast(program, jit=j) for j in (False, True)]
+    for result in runs:
+        assert result.finish_s.tolist() == pytest.approx([1.1, 3.1, 1.6], abs=1e-12)
+        assert result.pools == {} and result.gates == {}
+
+
+def test_once_under_a_stage_limit_cannot_deadlock() -> None:
+    """Whoever is admitted first does it, so waiters inside the gated stage
+    never wait for a sandbox the gate keeps out (the last comer first here)."""
+    program = _once_program([0.4, 0.3, 0.2, 0.1, 0.0], limit=2)
+    result = run_program(program)
+    # Sandbox 4 (t=0) does it: 1 s, then 2 s; sandbox 3 waits and ends at 1.1,
+    # letting 2 in, which finds it done; and so on, 0.1 s each.
+    assert result.finish_s.tolist() == pytest.approx([1.4, 1.3, 1.2, 1.1, 3.1], abs=1e-12)
 
 
 @pytest.mark.parametrize("permits", [1, 3, 7])
