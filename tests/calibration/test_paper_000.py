@@ -99,7 +99,7 @@ def test_s0_5_ipvtap_and_macvtap_best_of_the_kernel_datapath_cnis() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S0-5): ipvtap is about 7% ahead of the second best (ipvlan), "
+    reason="known miss (S0-5): ipvtap is 8.0% ahead of the second best (ipvlan), "
     "the paper says 11.5% (±15% of it: 9.8-13.2%)",
 )
 def test_s0_5_ipvtap_11_5_percent_ahead_of_the_second_best() -> None:
@@ -141,7 +141,7 @@ def test_s0_11_qos_on_veth_grows_the_storm() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S0-11): 2 QoS rules per vPort make the veth storm 17.5% longer "
+    reason="known miss (S0-11): 2 QoS rules per vPort make the veth storm 17.7% longer "
     "(paper +48.4%). The measured costs (0.9 ms per rule, 21 us per rule re-sent at each "
     "of vswitchd's reconfigurations, 13 us of it under RTNL, one hold per reconfiguration) "
     "give it 14 s of serialised OVS work in a 24 s storm; before the re-send held RTNL, "
@@ -171,9 +171,10 @@ def test_s0_13_tenants_change_nothing_without_qos() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="known miss (S0-13): with 2 QoS rules per vPort, 1 -> 200 tenants shorten "
-    "ipvlan 21.9 -> 19.5 s and ipvtap 20.0 -> 19.0 s (tc-routing 28.6 s): the tenants' "
+    "ipvlan 21.8 -> 17.6 s and ipvtap 20.1 -> 16.0 s (tc-routing 29.0 s), more since the "
+    "tenant's other sandboxes wait for its vPort (19.5 and 19.0 s before): the tenants' "
     "vswitchd work spreads the sandboxes' arrival at Cgroup, which under FIFO "
-    "cgroup_mutex shortens the storm (README: why S0-5, S0-8 and S0-9 miss)",
+    "cgroup_mutex shortens the storm (README: why S0-5, S0-8 and S0-13 miss)",
 )
 def test_s0_13_with_qos_tenants_grow_the_storm_past_tc_routing() -> None:
     """S0-13 (predict): with QoS, more tenants (one vPort each, with rules)
@@ -205,8 +206,8 @@ def test_s0_12_ten_rules_change_nothing() -> None:
     """S0-12: 0 → 10 security-group rules per pod: no change (within ±4%).
 
     Ten calls hold vswitchd 4.4 ms per pod (1.8 s over the storm) and cost the
-    pod 25 ms of its own CPU: +2.9 to +3.9% (ipvtap the most). Narrowly: at the
-    top of the measured range (0.48 ms, 2.8 ms) ipvtap is at +4.4%. With the
+    pod 25 ms of its own CPU: +1.9 to +3.5% (ipvtap the most). Narrowly: at the
+    top of the measured range (0.48 ms, 2.8 ms) ipvtap is at +4.0%. With the
     former unsourced 1.5 ms per flow, the serialised inserts metered sandboxes
     into the RTNL-heavy stages and shortened the storm by 9-35%."""
     for cni in ("ipvlan", "ipvtap", "tc-routing"):

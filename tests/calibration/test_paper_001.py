@@ -116,8 +116,8 @@ def test_s1_4_vanilla_average_against_no_network() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S1-4): p99 over no-network is +34% for FastIOV (paper +11.6%) and "
-    "+414% for vanilla (paper +354.5%): the model's no-network tail is too short",
+    reason="known miss (S1-4): p99 over no-network is +33% for FastIOV (paper +11.6%) and "
+    "+411% for vanilla (paper +354.5%): the model's no-network tail is too short",
 )
 def test_s1_4_p99_against_no_network() -> None:
     vanilla, fast, nonet = run("sriov-vanilla"), run("fastiov"), run("no-network")
@@ -260,7 +260,7 @@ def test_s1_10_fastiov_starts_faster_than_ipvtap() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="known miss (S1-10): FastIOV cuts ipvtap's makespan by 31% (paper 41.3%); its "
-    "average by 36% (paper 31.8%) is within 15%",
+    "average by 36.5% (paper 31.8%) is within 15%",
 )
 def test_s1_10_numbers() -> None:
     fast, ipvtap = run("fastiov"), run("ipvtap")

@@ -88,3 +88,30 @@ def test_resend_rtnl_beyond_the_resend_is_refused(tmp_path: Path) -> None:
     match = r"ovs_qos_resend_rtnl_s <= ovs_qos_resend_s.*rtnl_s=1\.0"
     with pytest.raises(ConfigError, match=match):
         Profile.from_yaml(path)
+
+
+def test_numbers_taken_as_another_profiles_match_it() -> None:
+    """A source "as paper-000 ..." promises paper-000's value: a refit of
+    paper-000 must be carried over (it was once forgotten)."""
+    profiles = {name: load_profile(name) for name in available_profiles()}
+    for profile in profiles.values():
+        flat = _numbers(profile)
+        for path, source in profile.sources.items():
+            donor = source.split()[1] if source.startswith("as paper-") else None
+            if donor is not None:
+                assert flat[path] == _numbers(profiles[donor])[path], (profile.name, path, donor)
+
+
+def _numbers(profile: Profile) -> dict[str, object]:
+    data = profile.model_dump(mode="json", exclude_none=True)
+    out: dict[str, object] = {}
+
+    def walk(prefix: str, value: object) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            out[prefix] = value
+
+    walk("", data)
+    return out
