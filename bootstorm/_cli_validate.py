@@ -33,7 +33,7 @@ def calibrate_trace(
     executor: str = "compiled",
 ) -> None:
     """Fit a ``local`` profile to a recorded storm and print its error table."""
-    from ._render import target_table
+    from ._render import fit_spread, target_table
     from .calibration.trace_fit import StormStats, bootstrap_prediction, fit_trace
     from .traces import read_trace
 
@@ -60,6 +60,7 @@ def calibrate_trace(
             report.checks,
         )
     )
+    console.print(fit_spread(report))
     if output is not None:
         write_atomically(output, report.profile.to_yaml())
         console.print(f"profile written to [bold]{output}[/]")

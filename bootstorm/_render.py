@@ -8,11 +8,18 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from .calibration import TargetCheck
+from .calibration import FitReport, ParameterSpread, TargetCheck
 from .models import Scenario, load_profile, qos_resend_s
 from .simulator import LockStats, Result
 
-__all__ = ["comparison_table", "lock_rows", "result_tables", "target_table"]
+__all__ = [
+    "comparison_table",
+    "fit_spread",
+    "lock_rows",
+    "result_tables",
+    "spread_table",
+    "target_table",
+]
 
 
 def _headline(scenario: Scenario, result: Result) -> Table:
@@ -228,3 +235,40 @@ def target_table(title: str, checks: Sequence[TargetCheck]) -> Table:
             else f"±{c.target.tolerance_rel:.0%}",
         )
     return t
+
+
+def spread_table(title: str, spread: Sequence[ParameterSpread]) -> Table:
+    """Each fitted cost and how far it could move with the fit rows barely moving."""
+    t = Table(title=title, title_justify="left")
+    for col in ("free parameter", "value", "× alone", "× with the others"):
+        t.add_column(col, justify="left" if col == "free parameter" else "right")
+
+    def factor(x: float) -> str:
+        if x > 1e3:  # a direction the rows barely see: as good as unbounded
+            return "[red]unbounded[/]"
+        return f"[{'yellow' if x > 1.25 else 'green'}]{x:.3g}[/]"
+
+    for p in spread:
+        t.add_row(p.path, f"{p.value:.4g}", factor(p.alone_factor), factor(p.factor))
+    return t
+
+
+def fit_spread(report: FitReport) -> Group:
+    """A fit's spread table and, if the rows leave directions unseen, a warning."""
+    if not report.spread:
+        return Group()
+    rows_rel = report.spread[0].rows_rel
+    parts: list[Table | str] = [
+        spread_table(
+            f"how far each fitted cost could move while the fit rows move by "
+            f"{rows_rel:.0%} (RMS, to first order)",
+            report.spread,
+        )
+    ]
+    if report.unseen_directions:
+        parts.append(
+            f"[yellow]{report.unseen_directions} of {len(report.spread)} directions in the "
+            "free costs are seen by no fitted row: along them the fit keeps its starting "
+            "point (calibration/: FreeParameter.start)[/]"
+        )
+    return Group(*parts)

@@ -23,7 +23,7 @@ from ._cli_sweep import sweep_cmd
 from ._cli_testbed import testbed_app
 from ._io import write_atomically
 from ._options import EXECUTOR_OPTION
-from ._render import result_tables, target_table
+from ._render import fit_spread, result_tables, target_table
 from .models import ConfigError, Scenario, available_profiles
 from .simulator import ExecutorName
 
@@ -260,6 +260,7 @@ def calibrate(
             ),
         )
     console.print(target_table(f"{targets} fit ({report.evaluations} evaluations)", report.checks))
+    console.print(fit_spread(report))
     text = report.profile.to_yaml()
     destinations = [output] if output is not None else []
     if write:

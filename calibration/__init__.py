@@ -3,7 +3,7 @@
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ._fit import FitReport, FreeParameter
+from ._fit import FitReport, FreeParameter, ParameterSpread, parameter_spread, unseen_directions
 from .paper000 import FREE_PARAMETERS, fit_paper_000, solve_single
 from .paper001 import FREE_PARAMETERS_001, PAPER_001_FIT, TABLE_1, fit_paper_001
 from .paper002 import FREE_PARAMETERS_002, PAPER_002_FIT, fit_paper_002
@@ -39,6 +39,7 @@ __all__ = [
     "FreeParameter",
     "Metric",
     "PaperTarget",
+    "ParameterSpread",
     "TargetCheck",
     "TargetSet",
     "check_targets",
@@ -47,10 +48,12 @@ __all__ = [
     "fit_paper_002",
     "fit_paper_004",
     "makespan",
+    "parameter_spread",
     "rtnl_acquisitions",
     "rtnl_contended_wall",
     "rtnl_share_in",
     "solve_single",
+    "unseen_directions",
 ]
 
 

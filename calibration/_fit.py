@@ -21,7 +21,15 @@ from ..models import Profile
 from ..simulator import Result
 from .targets import PaperTarget, TargetCheck, check_targets
 
-__all__ = ["FitReport", "FreeParameter", "least_squares_fit"]
+__all__ = [
+    "FitReport",
+    "FreeParameter",
+    "LeastSquaresFit",
+    "ParameterSpread",
+    "least_squares_fit",
+    "parameter_spread",
+    "unseen_directions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +58,117 @@ class FreeParameter:
             )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParameterSpread:
+    """How well the fit pins one free cost down.
+
+    ``low``..``high`` is how far ``value`` can move, the other free costs
+    re-adjusting, while the fitted rows' weighted relative errors change by
+    at most ``rows_rel`` (root mean square over the rows), to first order.
+    An unbounded side (``inf``, or ``0`` for ``low``) means a direction no
+    fitted row sees mixes this cost in (always so with fewer rows than
+    costs). ``alone_factor``: the same with the other costs held, as a
+    factor either way (how strongly the rows feel this cost at all).
+    """
+
+    path: str
+    value: float
+    low: float
+    high: float
+    alone_factor: float
+    rows_rel: float
+
+    @property
+    def factor(self) -> float:
+        """``high / value``: the spread as one factor (``inf`` if unpinned)."""
+        return self.high / self.value
+
+
+def parameter_spread(
+    jacobian: np.ndarray,
+    log_values: np.ndarray,
+    paths: Sequence[str],
+    *,
+    rows_rel: float = 0.01,
+    rcond: float = 1e-9,
+) -> tuple[ParameterSpread, ...]:
+    """The linearised region of the fit, per parameter (see :class:`ParameterSpread`).
+
+    ``jacobian`` is d(weighted relative residual)/d(log value), rows by
+    parameters. The residuals move by ``J dx``; over the ellipsoid
+    ``|J dx| <= rows_rel * sqrt(rows)``, parameter i reaches
+    ``|dx_i| <= rows_rel * sqrt(rows) * sqrt(((J^T J)^-1)_ii)``, from the
+    singular values of ``J``; one below ``rcond`` times the largest leaves
+    the parameters it mixes unbounded.
+    """
+    jac = np.atleast_2d(np.asarray(jacobian, dtype=np.float64))
+    m, n = jac.shape
+    if n != len(paths) or len(log_values) != n:
+        raise ValueError(
+            f"one column and one value per path must hold, but got {jac.shape=}, "
+            f"{len(log_values)=}, {len(paths)=}"
+        )
+    if not rows_rel > 0.0:
+        raise ValueError(f"`rows_rel > 0` must hold, but got {rows_rel=}")
+    column_norms = np.linalg.norm(jac, axis=0)
+    _, sing, vt = np.linalg.svd(jac, full_matrices=True)
+    sing = np.concatenate([sing, np.zeros(n - len(sing))])  # more parameters than rows
+    radius = rows_rel * np.sqrt(m)
+    keep = sing > rcond * (sing.max() if sing.size and sing.max() > 0 else 1.0)
+    spreads = []
+    for i, path in enumerate(paths):
+        weights = vt[:, i] ** 2
+        if np.any(weights[~keep] > 1e-12):
+            half = np.inf
+        else:
+            half = radius * float(np.sqrt(np.sum(weights[keep] / sing[keep] ** 2)))
+        value = float(np.exp(log_values[i]))
+        alone = radius / column_norms[i] if column_norms[i] > 0.0 else np.inf
+        spreads.append(
+            ParameterSpread(
+                path=path,
+                value=value,
+                low=value * float(np.exp(-half)),
+                high=value * float(np.exp(half)),
+                alone_factor=float(np.exp(alone)),
+                rows_rel=rows_rel,
+            )
+        )
+    return tuple(spreads)
+
+
+def unseen_directions(jacobian: np.ndarray, *, rcond: float = 1e-9) -> int:
+    """Directions in the free costs that no fitted row sees (``columns - rank``):
+    along them the fit's answer is wherever it started."""
+    jac = np.atleast_2d(np.asarray(jacobian, dtype=np.float64))
+    sing = np.linalg.svd(jac, compute_uv=False)
+    top = sing.max() if sing.size else 0.0
+    rank = int(np.sum(sing > rcond * top)) if top > 0.0 else 0
+    return int(jac.shape[1]) - rank
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeastSquaresFit:
+    """What :func:`least_squares_fit` returns."""
+
+    profile: Profile
+    evaluations: int
+    cost: float
+    """Sum of squared weighted relative errors."""
+    spread: tuple[ParameterSpread, ...]
+    unseen_directions: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class FitReport:
     profile: Profile
     checks: tuple[TargetCheck, ...]
     evaluations: int
     cost: float
+    spread: tuple[ParameterSpread, ...] = ()
+    """How well the fit pins each free cost down (:func:`parameter_spread`)."""
+    unseen_directions: int = 0
+    """Directions in the free costs no fitted row sees (:func:`unseen_directions`)."""
 
     @property
     def all_within(self) -> bool:
@@ -108,12 +221,12 @@ def least_squares_fit(
     executor: str = "compiled",
     max_evaluations: int = 200,
     on_evaluation: Callable[[int, float], None] | None = None,
-) -> tuple[Profile, int, float]:
+) -> LeastSquaresFit:
     """Fit ``params`` of ``base`` to the *fit* targets with a positive weight.
 
     Returns the fitted profile (sources from ``source_for(target ids)``), the
-    number of evaluations and the final cost (sum of squared weighted
-    relative errors).
+    number of evaluations, the final cost and how well each parameter is
+    pinned down (from the solver's last Jacobian).
     """
     used = [t for t in targets if t.role == "fit" and t.weight > 0.0]
     if not used:
@@ -151,4 +264,11 @@ def least_squares_fit(
     )
     ids = sorted({t.id for t in used})
     fitted = _apply(base, params, np.exp(sol.x), source_for(ids))
-    return fitted, calls, float(2 * sol.cost)
+    spread = parameter_spread(sol.jac, sol.x, [p.path for p in params])
+    return LeastSquaresFit(
+        profile=fitted,
+        evaluations=calls,
+        cost=float(2 * sol.cost),
+        spread=spread,
+        unseen_directions=unseen_directions(sol.jac),
+    )

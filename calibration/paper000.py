@@ -75,7 +75,7 @@ def fit_paper_000(
     the report checks all of them.
     """
     base = start if start is not None else load_profile("paper-000")
-    fitted, calls, cost = least_squares_fit(
+    fit = least_squares_fit(
         base,
         targets,
         params,
@@ -88,6 +88,7 @@ def fit_paper_000(
         max_evaluations=max_evaluations,
         on_evaluation=on_evaluation,
     )
+    fitted = fit.profile
     ebpf = relative_target(
         fitted,
         "S0-5",
@@ -111,7 +112,14 @@ def fit_paper_000(
     )
     everything = [*(t for t in targets if t.role == "fit"), ebpf]
     checks = tuple(check_targets(everything, fitted, seed=seed, executor=executor))
-    return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)
+    return FitReport(
+        profile=fitted,
+        checks=checks,
+        evaluations=fit.evaluations,
+        cost=fit.cost,
+        spread=fit.spread,
+        unseen_directions=fit.unseen_directions,
+    )
 
 
 def relative_target(

@@ -161,7 +161,7 @@ def fit_paper_001(
 ) -> FitReport:
     """Fit ``params`` of ``start`` (default: the built-in ``paper-001``) to ``targets``."""
     base = start if start is not None else load_profile("paper-001")
-    fitted, calls, cost = least_squares_fit(
+    fit = least_squares_fit(
         base,
         targets,
         params,
@@ -174,7 +174,15 @@ def fit_paper_001(
         max_evaluations=max_evaluations,
         on_evaluation=on_evaluation,
     )
+    fitted = fit.profile
     checks = tuple(
         check_targets([t for t in targets if t.role == "fit"], fitted, seed=seed, executor=executor)
     )
-    return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)
+    return FitReport(
+        profile=fitted,
+        checks=checks,
+        evaluations=fit.evaluations,
+        cost=fit.cost,
+        spread=fit.spread,
+        unseen_directions=fit.unseen_directions,
+    )

@@ -70,7 +70,7 @@ def fit_paper_002(
 ) -> FitReport:
     """Fit ``params`` of ``start`` (default: the built-in ``paper-002``) to ``targets``."""
     base = start if start is not None else load_profile(PROFILE)
-    fitted, calls, cost = least_squares_fit(
+    fit = least_squares_fit(
         base,
         targets,
         params,
@@ -83,7 +83,15 @@ def fit_paper_002(
         max_evaluations=max_evaluations,
         on_evaluation=on_evaluation,
     )
+    fitted = fit.profile
     checks = tuple(
         check_targets([t for t in targets if t.role == "fit"], fitted, seed=seed, executor=executor)
     )
-    return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)
+    return FitReport(
+        profile=fitted,
+        checks=checks,
+        evaluations=fit.evaluations,
+        cost=fit.cost,
+        spread=fit.spread,
+        unseen_directions=fit.unseen_directions,
+    )

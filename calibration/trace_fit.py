@@ -389,7 +389,7 @@ def fit_trace(
             for p in params
         )
     targets = stats.targets()
-    fitted, calls, cost = least_squares_fit(
+    fit = least_squares_fit(
         base,
         targets,
         params,
@@ -401,8 +401,16 @@ def fit_trace(
         max_evaluations=max_evaluations,
         on_evaluation=on_evaluation,
     )
+    fitted = fit.profile
     checks = tuple(check_targets(targets, fitted, seed=seed, executor=executor))
-    return FitReport(profile=fitted, checks=checks, evaluations=calls, cost=cost)
+    return FitReport(
+        profile=fitted,
+        checks=checks,
+        evaluations=fit.evaluations,
+        cost=fit.cost,
+        spread=fit.spread,
+        unseen_directions=fit.unseen_directions,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
