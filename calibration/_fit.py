@@ -10,6 +10,7 @@ finite-difference step is a few percent, not 1e-8.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,13 +129,18 @@ def parameter_spread(
             ParameterSpread(
                 path=path,
                 value=value,
-                low=value * float(np.exp(-half)),
-                high=value * float(np.exp(half)),
-                alone_factor=float(np.exp(alone)),
+                low=value / _factor(half),
+                high=value * _factor(half),
+                alone_factor=_factor(alone),
                 rows_rel=rows_rel,
             )
         )
     return tuple(spreads)
+
+
+def _factor(log_half_width: float) -> float:
+    # Beyond e^700 a float overflows; that far is unbounded anyway.
+    return math.exp(log_half_width) if log_half_width < 700.0 else math.inf
 
 
 def unseen_directions(jacobian: np.ndarray, *, rcond: float = 1e-9) -> int:

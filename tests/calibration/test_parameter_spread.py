@@ -65,3 +65,10 @@ def test_alone_is_each_column_by_itself() -> None:
     assert math.log(a.alone_factor) == pytest.approx(0.01 * math.sqrt(2) / math.sqrt(2.0))
     assert math.log(b.alone_factor) == pytest.approx(0.01 * math.sqrt(2) / math.sqrt(1 + 1.21))
     assert a.alone_factor < a.factor  # together they trade off
+
+
+def test_a_nearly_unseen_direction_is_unbounded_without_overflow() -> None:
+    jac = np.array([[1.0, 1.0], [1.0, 1.0 + 1e-8]])  # seen, barely: e^(1e6) overflows
+    with np.errstate(all="raise"):
+        a, _ = parameter_spread(jac, np.zeros(2), ["a", "b"])
+    assert a.high == math.inf and a.low == 0.0
