@@ -778,7 +778,9 @@ def _simulate(
             elif kind == _GATE_EXIT:
                 gi = args[pc]
                 row = n_locks + gi
-                if g_len[gi]:
+                permits = max(1, int(amounts[pc]))  # a signal lets many go
+                while permits > 0 and g_len[gi]:
+                    permits -= 1
                     head = g_head[gi]
                     g_head[gi] = head + 1 if head + 1 < n_tasks else 0
                     g_len[gi] -= 1
@@ -787,8 +789,7 @@ def _simulate(
                     if cnt[row, 2] == 0:
                         cnf[row, 2] += now - cnf[row, 3]
                     _resume(c, ci, heaps, g_task[gi, head])  # the permit passes on
-                else:
-                    g_free[gi] += 1
+                g_free[gi] += permits
             elif kind == _ZERO:
                 amount = amounts[pc]
                 if amount > 0.0:

@@ -197,7 +197,8 @@ class _Run:
                     if rec is not None:
                         rec.gate_spans.append((args[pc], i, t0, env.now))
             elif kind == _GATE_EXIT:
-                gates[args[pc]].exit()
+                for _ in range(max(1, int(amounts[pc]))):  # a signal lets many go
+                    gates[args[pc]].exit()
             elif kind == _ACQUIRE_SHARED:
                 ev = locks[args[pc]].acquire_shared(i, stage)
                 if ev is not None:

@@ -403,7 +403,8 @@ class _FastRun:
                 if self._gate_enter(task, args[pc]):
                     break
             elif kind == _GATE_EXIT:
-                self._gate_exit(args[pc])
+                for _ in range(max(1, int(amounts[pc]))):  # a signal lets many go
+                    self._gate_exit(args[pc])
             elif kind == _ACQUIRE_SHARED:
                 if self._acquire(task, args[pc], stage, True):
                     break

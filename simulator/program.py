@@ -56,7 +56,7 @@ class OpKind(enum.IntEnum):
     GATE_ENTER = 8
     """Wait for a permit of admission gate ``arg`` (a counting semaphore)."""
     GATE_EXIT = 9
-    """Return the permit of gate ``arg``."""
+    """Return the permit of gate ``arg`` (a signal gate: add ``amount`` permits, at least 1)."""
     POOL_TRY = 10
     """Take a device from pool ``arg`` if one is left and jump ``amount`` ops ahead."""
     JUMP = 11

@@ -263,15 +263,17 @@ class _Flattener:
             elif isinstance(step, Wait):
                 ops.append((OpKind.GATE_ENTER, self._signal(step.gate), 0.0, False, 0.0))
             elif isinstance(step, Signal):
-                gid = self._signal(step.gate)
-                ops.extend((OpKind.GATE_EXIT, gid, 0.0, False, 0.0) for _ in range(step.count))
+                if step.count:  # one op, whatever the count: programs stay linear in sandboxes
+                    gid = self._signal(step.gate)
+                    ops.append((OpKind.GATE_EXIT, gid, float(step.count), False, 0.0))
             elif isinstance(step, Once):
                 # Take the ticket and do it (the jump), or wait for whoever did.
                 pid = self._lookup(self.pool_ids, step.name, "pool")
                 gid = self._signal(step.name)
                 first: list[_Op] = []
                 self.steps(step.body, first)
-                first.extend((OpKind.GATE_EXIT, gid, 0.0, False, 0.0) for _ in range(step.waiters))
+                if step.waiters:
+                    first.append((OpKind.GATE_EXIT, gid, float(step.waiters), False, 0.0))
                 self.steps(step.after, first)
                 ops.append((OpKind.POOL_TRY, pid, 3.0, False, 0.0))
                 ops.append((OpKind.GATE_ENTER, gid, 0.0, False, 0.0))
