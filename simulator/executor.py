@@ -346,6 +346,7 @@ class _Run:
                 gate_spans=tuple(r.gate_spans),
                 cpu_samples=tuple(r.cpu_samples),
                 branch_parent=tuple(p.branch_parent.tolist()),
+                signal_gates=frozenset(i for i, g in enumerate(p.gates) if g.signal),
             )
         # SimPy numbers every scheduled event; the next number is the count.
         events = next(self.env._eid) if hasattr(self.env, "_eid") else -1

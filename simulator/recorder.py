@@ -62,6 +62,9 @@ class Recording:
     #: Spans name *tasks*: task ``n_sandboxes + b`` is branch ``b`` of sandbox
     #: ``branch_parent[b]``.
     branch_parent: tuple[int, ...] = field(default=(), repr=False)
+    #: Gates that are signals between sandboxes (a wait there is for another
+    #: sandbox, not for admission).
+    signal_gates: frozenset[int] = field(default=frozenset(), repr=False)
 
     def sandbox_of(self, task: int) -> int:
         """The sandbox a task belongs to (itself, or a branch's parent)."""

@@ -212,7 +212,10 @@ def _sandbox_events(recording: Recording, n: int) -> tuple[list[Event], list[Eve
         name = recording.gate_names[gate]
         tid = _TID_BASE + sandbox
         args = {"gate": name, "sandbox": sandbox}
-        ev = _complete(f"admit {name}", "gate-wait", _PID_SANDBOXES, tid, b, e, args)
+        if gate in recording.signal_gates:  # another sandbox makes what it needs
+            ev = _complete(f"wait for {name}", "signal-wait", _PID_SANDBOXES, tid, b, e, args)
+        else:
+            ev = _complete(f"admit {name}", "gate-wait", _PID_SANDBOXES, tid, b, e, args)
         add(sandbox, _RANK_WAIT, b, e, ev)
     keyed.sort(key=lambda k: k[:5])
     meta: list[Event] = []

@@ -329,3 +329,17 @@ def test_lanes_never_overlap_and_are_as_few_as_possible(spans: list[tuple[int, i
         (1 + sum(e > spans[j][0] for _, e in spans[:j]) for j in range(len(spans))), default=0
     )
     assert n_lanes == depth
+
+
+def test_a_wait_for_a_shared_vport_reads_as_one() -> None:
+    """Sandboxes waiting for their tenant's vPort (a signal) are labelled as
+    waiting for it, not as waiting for admission."""
+    from bootstorm.models import Scenario, compile_scenario
+
+    program = compile_scenario(Scenario(cni="ipvlan", sandboxes=20, tenants=2))
+    result = run_program(program, record=True)
+    assert result.recording is not None
+    trace = chrome_trace(result.recording)
+    signal_waits = _events(trace, "X", "signal-wait")
+    assert signal_waits and not _events(trace, "X", "gate-wait")
+    assert {e["name"] for e in signal_waits} <= {"wait for vport/0", "wait for vport/1"}
