@@ -4,7 +4,9 @@ Programs have 1–30 sandboxes drawn from 1–3 plan templates of 1–4 stages; 
 are CPU work, sleeps, zeroing, pooled steps and nested lock holds on up to 3
 locks (mutexes, some spinning before they sleep, spinlocks and reader-writer
 locks), taken in a fixed global order so that no program can deadlock; stages
-may sit behind admission gates. Machines have 1–8 cores and a memory bandwidth
+may sit behind admission gates. Some templates do a ``Once`` at the top of a
+stage (no lock held while waiting, so it cannot deadlock either): the first
+sandbox there runs its body, the others wait for it. Machines have 1–8 cores and a memory bandwidth
 that may bind; service times are jittered by a seeded generator.
 """
 
@@ -25,6 +27,7 @@ from bootstorm.simulator import (
     LockKind,
     LockSpec,
     MachineSpec,
+    Once,
     OpKind,
     Pooled,
     PoolSpec,
@@ -167,25 +170,48 @@ def cases(draw: st.DrawFn, *, with_pools: bool = True) -> Case:
             PoolSpec(name=f"p{i}", capacity=draw(st.integers(0, 6)), memory_mib_per_device=1.0)
             for i in range(draw(st.integers(0, 2)))
         )
+    # A Once skips its body for all but one sandbox: not every op runs.
+    with_once = with_pools and draw(st.booleans())
     stage_gate = {
         name: draw(st.sampled_from([None, *(g.name for g in gates)])) for name in stage_names
     }
     frozen_locks = tuple(locks)
-    templates = [
-        tuple(
-            Stage(
-                name,
-                _steps(draw, frozen_locks, pools, depth=0, next_lock=0, atomic=False),
-                gate=stage_gate[name],
+
+    def stage_steps() -> tuple[Step, ...]:
+        return _steps(draw, frozen_locks, pools, depth=0, next_lock=0, atomic=False)
+
+    def once_steps() -> tuple[Step, ...]:
+        steps = stage_steps()
+        body = _steps(draw, frozen_locks, pools, depth=1, next_lock=0, atomic=False)
+        after = _steps(draw, frozen_locks, pools, depth=1, next_lock=0, atomic=False)
+        at = draw(st.integers(0, len(steps)))
+        return (*steps[:at], Once("o", body=body, waiters=0, after=after), *steps[at:])
+
+    templates = []
+    for _ in range(draw(st.integers(1, 3))):
+        once_stage = draw(st.integers(0, n_stages - 1)) if with_once and draw(st.booleans()) else -1
+        templates.append(
+            tuple(
+                Stage(
+                    name,
+                    once_steps() if k == once_stage else stage_steps(),
+                    gate=stage_gate[name],
+                )
+                for k, name in enumerate(stage_names)
             )
-            for name in stage_names
         )
-        for _ in range(draw(st.integers(1, 3)))
-    ]
     # Hypothesis favours its simplest choices (False, small integers): make the
     # simplest program a crowd, so that contention is the common case.
     n = draw(st.integers(1, 5)) if draw(st.booleans()) else draw(st.integers(8, 30))
-    plans = tuple(templates[draw(st.integers(0, len(templates) - 1))] for _ in range(n))
+    which = [draw(st.integers(0, len(templates) - 1)) for _ in range(n)]
+    # Every sandbox of a template with the Once passes it once: the maker lets
+    # all the others go.
+    sharing = sum(1 for t in which if _has_once(templates[t]))
+    templates = [_with_waiters(t, max(sharing - 1, 0)) for t in templates]
+    plans = tuple(templates[t] for t in which)
+    gates += (GateSpec(name="o", permits=0, signal=True),) if with_once else ()
+    if with_once:
+        pools += (PoolSpec(name="o", capacity=1, memory_mib_per_device=0.0, ticket=True),)
     if draw(st.booleans()):
         arrival = (0.0,) * n
     else:
@@ -208,20 +234,43 @@ def cases(draw: st.DrawFn, *, with_pools: bool = True) -> Case:
     )
 
 
+def _has_once(plan: SandboxPlan) -> bool:
+    return any(isinstance(step, Once) for stage in plan for step in stage.steps)
+
+
+def _with_waiters(plan: SandboxPlan, waiters: int) -> SandboxPlan:
+    return tuple(
+        replace(
+            stage,
+            steps=tuple(
+                replace(step, waiters=waiters) if isinstance(step, Once) else step
+                for step in stage.steps
+            ),
+        )
+        for stage in plan
+    )
+
+
 # -- helpers -------------------------------------------------------------------------------
 
 
 def _sandbox_alone(program: Program, i: int, capacities: tuple[int, ...]) -> Program:
-    """Sandbox ``i``'s compiled ops (jitter included) as a one-sandbox program."""
+    """Sandbox ``i``'s compiled ops (jitter included) as a one-sandbox program.
+
+    A signal it would wait for has happened already (the shortest wait)."""
     lo, hi = int(program.offsets[i]), int(program.offsets[i + 1])
     pools = tuple(
         replace(pool, capacity=c) for pool, c in zip(program.pools, capacities, strict=True)
+    )
+    gates = tuple(
+        replace(gate, permits=program.n_sandboxes) if gate.signal else gate
+        for gate in program.gates
     )
     return Program(
         machine=program.machine,
         stage_names=program.stage_names,
         locks=program.locks,
-        gates=program.gates,
+        gates=gates,
         pools=pools,
         arrival_s=np.zeros(1),
         offsets=np.array([0, hi - lo], dtype=np.int64),
@@ -429,6 +478,8 @@ def test_locks_and_gates_keep_their_promises(case: Case) -> None:
     frame: list[tuple[int, int, float, float]] = list(rec.stage_spans)
     plan_gate = [{stage.name: stage.gate for stage in plan} for plan in case.plans]
     for gate in program.gates:
+        if gate.signal:
+            continue  # a wait for another sandbox, not an admission
         inside = [
             (b, e)
             for sandbox, stage, b, e in frame
@@ -457,6 +508,9 @@ def test_generator_covers_the_features() -> None:
             elif isinstance(step, Pooled):
                 visit(step.create)
                 visit(step.fetch)
+            elif isinstance(step, Once):
+                visit(step.body)
+                visit(step.after)
 
     @settings(max_examples=200, deadline=None, database=None)
     @given(case=cases())
@@ -480,5 +534,6 @@ def test_generator_covers_the_features() -> None:
         "gate",
         "SPIN",
         "RW",
+        "Once",
     }
     assert expected <= seen, expected - seen
