@@ -203,11 +203,13 @@ class _Flattener:
         pool_ids: Mapping[str, int],
         *,
         signals: frozenset[str] = frozenset(),
+        tickets: frozenset[str] = frozenset(),
     ) -> None:
         self.lock_ids = lock_ids
         self.gate_ids = gate_ids
         self.pool_ids = pool_ids
         self.signals = signals
+        self.tickets = tickets
         self.stage_ids: dict[str, int] = {}
         self.branches: list[tuple[str, bool, list[_Op]]] = []
         self.in_branch = False
@@ -269,6 +271,10 @@ class _Flattener:
             elif isinstance(step, Once):
                 # Take the ticket and do it (the jump), or wait for whoever did.
                 pid = self._lookup(self.pool_ids, step.name, "pool")
+                if step.name not in self.tickets:
+                    raise ProgramError(
+                        f"Once needs a ticket pool, but {step.name!r} is a pool of devices"
+                    )
                 gid = self._signal(step.name)
                 first: list[_Op] = []
                 self.steps(step.body, first)
@@ -347,7 +353,11 @@ def compile_program(
         return out
 
     flat = _Flattener(
-        ids(locks), ids(gates), ids(pools), signals=frozenset(g.name for g in gates if g.signal)
+        ids(locks),
+        ids(gates),
+        ids(pools),
+        signals=frozenset(g.name for g in gates if g.signal),
+        tickets=frozenset(p.name for p in pools if p.ticket),
     )
     # Equal plans are flattened once. A *part* is one op list of a template:
     # its sandbox's own ops, or one of its branches.

@@ -409,6 +409,14 @@ def test_an_unsignalled_wait_is_a_deadlock_and_signals_are_checked() -> None:
         )
     with pytest.raises(ProgramError, match="permits >= 0"):
         GateSpec(name="ready", permits=-1, signal=True)
+    with pytest.raises(ProgramError, match="Once needs a ticket pool, but 'ready' is a pool of"):
+        compile_program(
+            [_one("s", Once("ready", body=(), waiters=0))],
+            machine=MANY_CORES,
+            locks=[],
+            gates=signal_gate,
+            pools=[PoolSpec(name="ready", capacity=1, memory_mib_per_device=1.0)],
+        )
 
 
 def _once_program(arrival_s: Sequence[float], *, limit: int | None = None) -> Program:
