@@ -164,6 +164,18 @@ class LeastSquaresFit:
     spread: tuple[ParameterSpread, ...]
     unseen_directions: int
 
+    def report(self, checks: Sequence[TargetCheck], *, profile: Profile | None = None) -> FitReport:
+        """The :class:`FitReport` of this fit, checked by ``checks`` (on
+        ``profile`` if a later step changed the fitted one)."""
+        return FitReport(
+            profile=self.profile if profile is None else profile,
+            checks=tuple(checks),
+            evaluations=self.evaluations,
+            cost=self.cost,
+            spread=self.spread,
+            unseen_directions=self.unseen_directions,
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class FitReport:

@@ -112,14 +112,7 @@ def fit_paper_000(
     )
     everything = [*(t for t in targets if t.role == "fit"), ebpf]
     checks = tuple(check_targets(everything, fitted, seed=seed, executor=executor))
-    return FitReport(
-        profile=fitted,
-        checks=checks,
-        evaluations=fit.evaluations,
-        cost=fit.cost,
-        spread=fit.spread,
-        unseen_directions=fit.unseen_directions,
-    )
+    return fit.report(checks, profile=fitted)
 
 
 def relative_target(

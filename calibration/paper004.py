@@ -103,11 +103,4 @@ def fit_paper_004(
     checks = tuple(
         check_targets([t for t in targets if t.role == "fit"], fitted, seed=seed, executor=executor)
     )
-    return FitReport(
-        profile=fitted,
-        checks=checks,
-        evaluations=fit.evaluations,
-        cost=fit.cost,
-        spread=fit.spread,
-        unseen_directions=fit.unseen_directions,
-    )
+    return fit.report(checks)

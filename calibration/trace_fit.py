@@ -403,14 +403,7 @@ def fit_trace(
     )
     fitted = fit.profile
     checks = tuple(check_targets(targets, fitted, seed=seed, executor=executor))
-    return FitReport(
-        profile=fitted,
-        checks=checks,
-        evaluations=fit.evaluations,
-        cost=fit.cost,
-        spread=fit.spread,
-        unseen_directions=fit.unseen_directions,
-    )
+    return fit.report(checks)
 
 
 @dataclass(frozen=True, kw_only=True)
