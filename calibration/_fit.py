@@ -112,13 +112,12 @@ def parameter_spread(
     if not rows_rel > 0.0:
         raise ValueError(f"`rows_rel > 0` must hold, but got {rows_rel=}")
     column_norms = np.linalg.norm(jac, axis=0)
-    _, sing, vt = np.linalg.svd(jac, full_matrices=True)
-    sing = np.concatenate([sing, np.zeros(n - len(sing))])  # more parameters than rows
+    sing, vt, keep = _directions(jac, rcond)
     radius = rows_rel * np.sqrt(m)
-    keep = sing > rcond * (sing.max() if sing.size and sing.max() > 0 else 1.0)
     spreads = []
     for i, path in enumerate(paths):
         weights = vt[:, i] ** 2
+        # An unseen direction with more than rounding noise of this cost in it.
         if np.any(weights[~keep] > 1e-12):
             half = np.inf
         else:
@@ -146,11 +145,19 @@ def _factor(log_half_width: float) -> float:
 def unseen_directions(jacobian: np.ndarray, *, rcond: float = 1e-9) -> int:
     """Directions in the free costs that no fitted row sees (``columns - rank``):
     along them the fit's answer is wherever it started."""
-    jac = np.atleast_2d(np.asarray(jacobian, dtype=np.float64))
-    sing = np.linalg.svd(jac, compute_uv=False)
-    top = sing.max() if sing.size else 0.0
-    rank = int(np.sum(sing > rcond * top)) if top > 0.0 else 0
-    return int(jac.shape[1]) - rank
+    _, _, seen = _directions(np.atleast_2d(np.asarray(jacobian, dtype=np.float64)), rcond)
+    return int(np.sum(~seen))
+
+
+def _directions(jac: np.ndarray, rcond: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One singular value per direction in the costs (0 for those beyond the
+    rows), the directions (rows of ``vt``), and which of them rows see: a
+    singular value above ``rcond`` times the largest."""
+    _, sing, vt = np.linalg.svd(jac, full_matrices=True)
+    sing = np.concatenate([sing, np.zeros(jac.shape[1] - len(sing))])
+    top = float(sing.max()) if sing.size else 0.0
+    seen = sing > rcond * top if top > 0.0 else np.zeros(len(sing), dtype=bool)
+    return sing, vt, seen
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
