@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ._render import caveat_table
+from .calibration import caveats
 from .models import ConfigError, Scenario, load_profile
 from .models.compile import background_traffic
 from .models.dataplane import PATH_NAMES, Traffic
@@ -121,9 +123,15 @@ def dataplane_cmd(
     ]
     if as_json:
         for r in results:
-            sys.stdout.write(json.dumps({"profile": prof.name, **r.to_dict()}) + "\n")
+            known = [m.to_dict() for m in caveats(r.traffic)]
+            sys.stdout.write(
+                json.dumps({"profile": prof.name, **r.to_dict(), "caveats": known}) + "\n"
+            )
         return
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)
     console.print(dataplane_table(f"{path} {proto} on {prof.name}", results))
+    caution = caveat_table(*caveats(*(r.traffic for r in results)))
+    if caution is not None:
+        console.print(caution)

@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ._api import simulate
 from ._io import write_atomically
-from ._render import comparison_table, result_tables
+from ._render import caveat_table, comparison_table, result_tables
+from .calibration import caveats
 from .models import Scenario
 
 __all__ = ["run_demo"]
@@ -79,6 +80,10 @@ def run_demo(
         ("pooled + tuned limits", tuned_result),
     ]
     console.print(comparison_table("before / after", final))
+    known = caveats(tuned)
+    caution = caveat_table(*known)
+    if caution is not None:
+        console.print(caution)
     output_dir.mkdir(parents=True, exist_ok=True)
     config_path = output_dir / "tuned.yaml"
     write_atomically(config_path, tuned_config.to_yaml())
@@ -95,5 +100,6 @@ def run_demo(
                 ("pooled", f"{rows[-1][1].makespan_s:.2f} s"),
                 ("limits", ", ".join(f"{k}={v}" for k, v in tuned_config.limits.items())),
             ],
+            caveats=known,
         )
         console.print(f"report written to [bold]{report_path}[/] (opens offline)")

@@ -91,7 +91,9 @@ def optimize_cmd(
     """Search per-stage concurrency limits (and pool sizes) that shorten the storm."""
     import optuna
 
+    from ._render import caveat_table
     from ._render_optimize import before_after_table, config_table, pareto_table
+    from .calibration import caveats
     from .optimizers import Constraints, Metrics, SearchSpace, StudySpec, optimize
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -172,7 +174,11 @@ def optimize_cmd(
         )
     console.print(config_table(chosen))
     console.print(before_after_table(result, chosen))
-    write_atomically(output, result.tuned_config(chosen).to_yaml())
+    tuned_config = result.tuned_config(chosen)
+    caution = caveat_table(*caveats(base.replace(config=tuned_config)))
+    if caution is not None:
+        console.print(caution)
+    write_atomically(output, tuned_config.to_yaml())
     console.print(
         f"tuned config written to [bold]{output}[/] — apply it with "
         f"`bootstorm simulate --config {output}`"

@@ -8,11 +8,12 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from .calibration import FitReport, ParameterSpread, TargetCheck
+from .calibration import FitReport, KnownMiss, ParameterSpread, TargetCheck, caveats
 from .models import Scenario, load_profile, qos_resend_s
 from .simulator import LockStats, Result
 
 __all__ = [
+    "caveat_table",
     "comparison_table",
     "fit_spread",
     "lock_rows",
@@ -183,7 +184,29 @@ def _locks(result: Result) -> Table:
 
 
 def result_tables(scenario: Scenario, result: Result) -> Group:
-    return Group(_headline(scenario, result), _stages(result), _locks(result))
+    parts: list[Table] = [_headline(scenario, result), _stages(result), _locks(result)]
+    known = caveat_table(*caveats(scenario))
+    if known is not None:
+        parts.append(known)
+    return Group(*parts)
+
+
+def caveat_table(*misses: KnownMiss) -> Table | None:
+    """The published figures a what-if rests on that the model misses, one per
+    row (``None`` when there are none): a planner should not read past them."""
+    if not misses:
+        return None
+    t = Table(
+        title="[yellow]caution: the papers measured otherwise[/]",
+        title_justify="left",
+        show_header=False,
+        box=None,
+    )
+    t.add_column(style="bold yellow", no_wrap=True)
+    t.add_column()
+    for m in misses:
+        t.add_row(m.row, escape(m.says))
+    return t
 
 
 def comparison_table(title: str, rows: Sequence[tuple[str, Result]], baseline: int = 0) -> Table:

@@ -24,6 +24,7 @@ from ._cli_testbed import testbed_app
 from ._io import write_atomically
 from ._options import EXECUTOR_OPTION
 from ._render import fit_spread, result_tables, target_table
+from .calibration import caveats
 from .models import ConfigError, Scenario, available_profiles
 from .simulator import ExecutorName
 
@@ -167,6 +168,7 @@ def simulate_cmd(
     if as_json:
         payload = {"scenario": scenario.model_dump(mode="json"), **result.to_dict()}
         payload["startup_s"] = {k: payload["startup_s"][k] for k in ("mean", "p50", "p99", "max")}
+        payload["caveats"] = [m.to_dict() for m in caveats(scenario)]
         if background is not None:
             payload["background"] = background
         sys.stdout.write(json.dumps(payload) + "\n")
@@ -336,7 +338,7 @@ def report(
         )
         result = simulate(scenario, record=True)
         title = f"{scenario.sandboxes} × {scenario.cni} on {scenario.profile}"
-        kw = {"recording": result.recording, "result": result}
+        kw = {"recording": result.recording, "result": result, "caveats": caveats(scenario)}
     write_report(output, title=title, **kw)
     console.print(f"report written to [bold]{output}[/] (self-contained; open it in a browser)")
 

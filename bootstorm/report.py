@@ -21,12 +21,15 @@ import html
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._io import write_atomically
 from .simulator import Recording, Result
+
+if TYPE_CHECKING:
+    from .calibration import KnownMiss
 
 __all__ = [
     "breakdown_figure",
@@ -342,8 +345,19 @@ h1 { font-size: 1.6em; } h2 { font-size: 1.2em; margin-top: 2em; }
 table.facts { border-collapse: collapse; }
 table.facts th { text-align: left; padding: 4px 16px 4px 0; font-weight: 600; }
 table.facts td { text-align: right; padding: 4px 0; font-variant-numeric: tabular-nums; }
+div.caution { border-left: 4px solid #d9a400; padding: 0 1em; background: #fff8e1; }
 footer { margin-top: 3em; color: #777; font-size: 0.85em; }
 """
+
+
+def _caution(misses: Sequence[KnownMiss]) -> str:
+    if not misses:
+        return ""
+    items = "".join(f"<li><b>{html.escape(m.row)}</b>: {html.escape(m.says)}</li>" for m in misses)
+    return (
+        "<div class='caution'><h2>Caution: the papers measured otherwise</h2>"
+        f"<ul>{items}</ul></div>"
+    )
 
 
 def report_html(
@@ -353,8 +367,12 @@ def report_html(
     result: Result | None = None,
     study: Any = None,
     facts: Sequence[tuple[str, str]] = (),
+    caveats: Sequence[KnownMiss] = (),
 ) -> str:
-    """The report as one HTML document (plotly.js embedded once)."""
+    """The report as one HTML document (plotly.js embedded once).
+
+    ``caveats``: the known misses the what-if rests on
+    (:func:`bootstorm.calibration.caveats`), shown under the headline."""
     if recording is None and study is None:
         raise ValueError("a report needs a recorded storm, a study, or both")
     sections: list[tuple[str, Any]] = []
@@ -375,7 +393,7 @@ def report_html(
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>{_headline(result, facts)}"
+        f"<h1>{html.escape(title)}</h1>{_headline(result, facts)}{_caution(caveats)}"
         + "\n".join(parts)
         + "<footer>bootstorm report — opens offline (plotly.js embedded)</footer></body></html>\n"
     )

@@ -4,6 +4,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ._fit import FitReport, FreeParameter, ParameterSpread, parameter_spread, unseen_directions
+from .known_misses import KNOWN_MISSES, KnownMiss, caveats, caveats_frame, known_miss
 from .paper000 import FREE_PARAMETERS, fit_paper_000, solve_single
 from .paper001 import FREE_PARAMETERS_001, PAPER_001_FIT, TABLE_1, fit_paper_001
 from .paper002 import FREE_PARAMETERS_002, PAPER_002_FIT, fit_paper_002
@@ -28,6 +29,7 @@ __all__ = [
     "FREE_PARAMETERS_001",
     "FREE_PARAMETERS_002",
     "FREE_PARAMETERS_004",
+    "KNOWN_MISSES",
     "PAPER_000_FIT",
     "PAPER_001_FIT",
     "PAPER_002_FIT",
@@ -37,16 +39,20 @@ __all__ = [
     "TARGET_SETS",
     "FitReport",
     "FreeParameter",
+    "KnownMiss",
     "Metric",
     "PaperTarget",
     "ParameterSpread",
     "TargetCheck",
     "TargetSet",
+    "caveats",
+    "caveats_frame",
     "check_targets",
     "fit_paper_000",
     "fit_paper_001",
     "fit_paper_002",
     "fit_paper_004",
+    "known_miss",
     "makespan",
     "parameter_spread",
     "rtnl_acquisitions",

@@ -24,6 +24,18 @@ def test_dataplane_json_one_object_per_flow_count(capsys: pytest.CaptureFixture[
     assert first["traffic"]["flows"] == 1 and first["traffic"]["proto"] == "udp"
     assert first["per_flow_ceiling_gbps"] == pytest.approx(9.3, rel=0.05)
     assert {"cpu_softirq_cores", "cpu_system_cores", "irq_per_s", "softirq_per_s"} <= set(first)
+    assert first["caveats"] == []  # one flow: no known miss concerns it
+    assert [c["key"] for c in json.loads(lines[1])["caveats"]] == ["S2-2/spread"]
+
+
+def test_dataplane_placement_warns_of_the_missed_pinning_row(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    main(["dataplane", "--profile", "paper-002", "--path", "bridge-intra", "--flows", "48",
+          "--placement", "pinned-together"])  # fmt: skip
+    text = " ".join(capsys.readouterr().out.split())
+    assert "caution: the papers measured otherwise" in text
+    assert "S2-3 pinning each pair to one core" in text
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from bootstorm import simulate
+from bootstorm.calibration import caveats
 from bootstorm.models import Scenario
 from bootstorm.report import report_html
 from bootstorm.traces import read_trace, to_recording
 
+FASTIOV_20 = Scenario(cni="fastiov", sandboxes=20, profile="paper-001")
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "data" / "testbed-veth-qemu-25.jsonl.gz"
 
 
@@ -41,6 +43,14 @@ def test_a_measured_storm_reports_its_kernel_waits() -> None:
     page = report_html(title="measured", recording=to_recording(read_trace(TRACE)))
     assert "longest wait s" in page and "rtnl" in page
     assert "<h2>CPU</h2>" not in page  # the testbed records no CPU timeline
+
+
+def test_the_report_lists_the_known_misses_it_is_given(fastiov_html: str) -> None:
+    r = simulate(FASTIOV_20, record=True)
+    page = report_html(title="t", recording=r.recording, result=r, caveats=caveats(FASTIOV_20))
+    assert "<h2>Caution: the papers measured otherwise</h2>" in page
+    assert "<b>S1-4</b>: p99 startup over no-network" in page
+    assert "Caution" not in fastiov_html  # none given, none shown
 
 
 def test_a_report_needs_something_to_report() -> None:

@@ -14,7 +14,13 @@ from functools import cache
 import pytest
 
 from bootstorm import simulate
-from bootstorm.calibration import FIT_TOLERANCE, PAPER_001_FIT, PREDICT_TOLERANCE, check_targets
+from bootstorm.calibration import (
+    FIT_TOLERANCE,
+    PAPER_001_FIT,
+    PREDICT_TOLERANCE,
+    check_targets,
+    known_miss,
+)
 from bootstorm.models import Scenario, load_profile
 from bootstorm.models.sriov import VF_RELATED_STAGES
 from bootstorm.simulator import Result
@@ -72,8 +78,7 @@ _TABLE_1_MISSES = {
             k,
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="known miss: Table 1 shares are fitted jointly with 11 costs and "
-                "reach ±15%, not ±5% (the p99 tail's virtiofs/dma shares are too small)",
+                reason=known_miss("S1-2/shares").reason,
             ),
         )
         if k in _TABLE_1_MISSES
@@ -116,8 +121,7 @@ def test_s1_4_vanilla_average_against_no_network() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S1-4): p99 over no-network is +33% for FastIOV (paper +11.6%) and "
-    "+411% for vanilla (paper +354.5%): the model's no-network tail is too short",
+    reason=known_miss("S1-4/p99").reason,
 )
 def test_s1_4_p99_against_no_network() -> None:
     vanilla, fast, nonet = run("sriov-vanilla"), run("fastiov"), run("no-network")
@@ -150,9 +154,7 @@ ABLATIONS = {
             "fastiov-eager-zero",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="known miss (S1-5): without decoupled zeroing the model cuts 52% "
-                "(paper 43.7%): eager zeroing of 512 MB under shared bandwidth costs "
-                "~2.0 s here, ~3.5 s in the paper",
+                reason=known_miss("S1-5/eager-zero").reason,
             ),
         ),
         "fastiov-no-lock",
@@ -203,8 +205,7 @@ def test_s1_7_reduction_grows_with_concurrency() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S1-7): at 10 sandboxes the model cuts 29% (paper 46.7%): its fixed "
-    "per-sandbox costs (virtiofsd, guest boot) dominate a small storm",
+    reason=known_miss("S1-7/at-10").reason,
 )
 def test_s1_7_reduction_at_10() -> None:
     assert near(_cut(10), 0.467)
@@ -223,9 +224,7 @@ def test_s1_8_fastiov_is_less_sensitive_to_memory() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S1-8): 512 MB -> 2 GB at 50 sandboxes grows vanilla by 34% (paper "
-    "60.5%) and FastIOV by 0.3% (paper 21.5%): nothing in FastIOV's start grows with memory "
-    "but pinning and mapping (3.2 ms/GiB) and the guest's memmap",
+    reason=known_miss("S1-8/memory").reason,
 )
 def test_s1_8_numbers() -> None:
     assert near(_growth("sriov-vanilla"), 0.605)
@@ -259,8 +258,7 @@ def test_s1_10_fastiov_starts_faster_than_ipvtap() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S1-10): FastIOV cuts ipvtap's makespan by 31% (paper 41.3%); its "
-    "average by 36.5% (paper 31.8%) is within 15%",
+    reason=known_miss("S1-10/makespan").reason,
 )
 def test_s1_10_numbers() -> None:
     fast, ipvtap = run("fastiov"), run("ipvtap")

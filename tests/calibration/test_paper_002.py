@@ -8,7 +8,13 @@ from functools import cache
 
 import pytest
 
-from bootstorm.calibration import PAPER_002_FIT, PREDICT_TOLERANCE, TargetCheck, check_targets
+from bootstorm.calibration import (
+    PAPER_002_FIT,
+    PREDICT_TOLERANCE,
+    TargetCheck,
+    check_targets,
+    known_miss,
+)
 from bootstorm.calibration.paper002 import pairs_traffic
 from bootstorm.models import load_profile
 from bootstorm.models.softirq import DataplaneResult, solve_on_profile
@@ -60,10 +66,7 @@ def test_s2_2_pairs_get_unequal_throughput(path: str) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="S2-2: spread (fastest / slowest pair) at 50 pairs: model 1.81 (bridge) and 1.50 "
-    "(OVS) vs paper up to 3 (-40%, -50%). Unequal sender/receiver mixes per core give "
-    "some spread; seed 002 ties the rest to unequal chances to retransmit (TCP dynamics, "
-    "not in a fluid model, whose max-min allocation is as fair as the placement allows)",
+    reason=known_miss("S2-2/spread").reason,
 )
 @pytest.mark.parametrize("path", ["bridge-intra", "ovs-intra"])
 def test_s2_2_spread_up_to_3x(path: str) -> None:
@@ -79,10 +82,7 @@ def _pinning_gain(path: str, placement: str) -> float:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="S2-3: OVS, pairs pinned to different cores: model +0.4% vs paper +21.2%. At 48 "
-    "pairs every vCPU is saturated in the fluid model whatever the placement; the gain "
-    "seed 002 measures is from fewer cache misses after migrations (its own suspicion, "
-    "citing [20]), a cost per migration and a migration rate no source gives",
+    reason=known_miss("S2-3/ovs-apart").reason,
 )
 def test_s2_3_ovs_pinned_apart_plus_21_percent() -> None:
     assert near(_pinning_gain("ovs-intra", "pinned-apart"), 0.212)
@@ -90,11 +90,7 @@ def test_s2_3_ovs_pinned_apart_plus_21_percent() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="S2-3: bridge, pairs pinned to the same core: model +0.8% vs paper -13.2% (wrong "
-    "direction). The fluid model lets a pair's two ends share a saturated core at no "
-    "cost; the paper's loss is from interrupts of one end stalling the other. The "
-    "receivers' wake-ups (two context switches each, paper-004's measured figure) do not "
-    "move it: on saturated vCPUs no receiver sleeps, and GSO skbs make deliveries few",
+    reason=known_miss("S2-3/bridge-together").reason,
 )
 def test_s2_3_bridge_pinned_together_minus_13_percent() -> None:
     assert near(_pinning_gain("bridge-intra", "pinned-together"), -0.132)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from bootstorm.calibration import PREDICT_TOLERANCE
+from bootstorm.calibration import PREDICT_TOLERANCE, known_miss
 from bootstorm.models import Scenario
 from bootstorm.optimizers import Evaluator, OptimizeResult, StudySpec, optimize, run_scenario
 
@@ -43,9 +43,7 @@ def _reduction(before_s: float, after_s: float) -> float:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S0-8): 50 TPE trials cut the 400 ipvtap storm 20.21 -> 13.14 s "
-    "(-35.0%; AddCNI=4, Cgroup=116, AttachIf=4, StartVM=211); the paper gets -18.8% "
-    "(±15% of it: 15.98-21.62%)",
+    reason=known_miss("S0-8/cut").reason,
 )
 def test_s0_8_tuned_limits_cut_the_storm_18_8_percent(tuned_400: OptimizeResult) -> None:
     """S0-8: Bayes-tuned limits on 4 stages, 50 iterations: 20.9 → 17.0 s (−18.8%)."""
@@ -55,10 +53,7 @@ def test_s0_8_tuned_limits_cut_the_storm_18_8_percent(tuned_400: OptimizeResult)
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (S0-8, Fig. 18): in the model the tuned limits do the same CPU work "
-    "in less time: busy 485.0 -> 485.3 core-s, spinning 0.09 -> 0.37 core-s (ipvtap "
-    "barely spins in the model), so total CPU does not fall and the mean utilisation "
-    "rises 37% -> 58%; the paper sees lower peak and total CPU",
+    reason=known_miss("S0-8/cpu").reason,
 )
 def test_s0_8_tuned_limits_burn_less_cpu(tuned_400: OptimizeResult) -> None:
     """S0-8 (trend): with the limits, the storm burns less CPU in total (Fig. 18)."""
