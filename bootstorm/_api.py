@@ -44,8 +44,12 @@ def compare(
     scenarios: Mapping[str, Scenario], *, seed: SeedLike = None, executor: str = "simpy"
 ) -> tuple[Any, dict[str, Result]]:
     """Simulate each what-if; return a table of their headline numbers (a pandas
-    DataFrame, one row per label) and the results by label."""
+    DataFrame, one row per label; ``caveats``: the rows of the known misses
+    each rests on, see :func:`bootstorm.calibration.caveats`) and the results
+    by label."""
     import pandas as pd
+
+    from .calibration import caveats
 
     results = {label: simulate(s, seed=seed, executor=executor) for label, s in scenarios.items()}
     rows = []
@@ -61,6 +65,7 @@ def compare(
                 "spin_core_s": r.cpu.spin_core_s,
                 "busy_core_s": r.cpu.busy_core_s,
                 "pool_memory_mib": r.pool_memory_mib,
+                "caveats": ",".join(sorted({m.row for m in caveats(scenarios[label])})),
             }
         )
     return pd.DataFrame(rows).set_index("what-if"), results

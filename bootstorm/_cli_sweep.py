@@ -64,7 +64,9 @@ def sweep_cmd(
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
 ) -> None:
     """Run a what-if grid in parallel on Dask and print one row per point."""
+    from ._render import caveat_table
     from ._render_optimize import frame_table
+    from .calibration import caveats
     from .optimizers._sweep import SweepGrid, sweep
 
     if output is not None and output.suffix.lower() not in (".csv", ".parquet"):
@@ -97,7 +99,13 @@ def sweep_cmd(
             on_done=lambda done, _total: progress.update(task, completed=done),
             executor=executor,
         )
+    # Rows come back in grid order: each point's known misses, by row id.
+    scenarios = [scenario for scenario, _pool in grid.points()]
+    frame["caveats"] = [",".join(sorted({m.row for m in caveats(s)})) for s in scenarios]
     console.print(frame_table(f"sweep: {total} storms", frame))
+    caution = caveat_table(*caveats(*scenarios))
+    if caution is not None:
+        console.print(caution)
     if output is not None:
         _write_frame(frame, output)
         console.print(f"table written to [bold]{output}[/]")

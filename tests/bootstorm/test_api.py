@@ -50,3 +50,13 @@ def test_keyword_only_and_validated() -> None:
         Scenario("ipvtap")  # type: ignore[misc]
     with pytest.raises(ConfigError, match="sandboxes"):
         Scenario(sandboxes=0)
+
+
+def test_compare_tabulates_each_what_if_with_its_known_misses() -> None:
+    from bootstorm import compare
+
+    base = Scenario(cni="ipvtap", sandboxes=30)
+    table, results = compare({"ipvtap": base, "veth + QoS": base.replace(cni="veth", qos_rules=2)})
+    assert list(table.index) == ["ipvtap", "veth + QoS"]
+    assert table.loc["veth + QoS", "makespan_s"] == results["veth + QoS"].makespan_s
+    assert list(table["caveats"]) == ["", "S0-11"]
