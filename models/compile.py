@@ -38,6 +38,7 @@ __all__ = [
     "background_cores",
     "background_traffic",
     "compile_scenario",
+    "full_pools",
     "scenario_stages",
     "service_streams",
 ]
@@ -87,6 +88,16 @@ def scenario_pool_kinds(cni: str) -> tuple[str, ...]:
     if cni in SRIOV_VARIANTS:
         return ()  # VFs are made once at boot; nothing to pool per sandbox
     return pool_kinds(cni)
+
+
+def full_pools(cni: str, *, sandboxes: int, tenants: int) -> dict[str, int]:
+    """Pools that hold every device a storm of ``cni`` makes (seed 000 §5.1):
+    one of each kind per sandbox, vPorts as the CNI shares them."""
+    full = {kind: sandboxes for kind in scenario_pool_kinds(cni)}
+    if "vport" in full:
+        shared = vport_creators(cni, tenants)
+        full["vport"] = shared if shared else sandboxes  # direct mode: one per pod
+    return full
 
 
 def _sriov_plans(scenario: Scenario, prof: Profile, variant: SriovVariant) -> list[Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..models import CNI_NAMES, ConfigError, Scenario, scenario_pool_kinds, vport_creators
+from ..models import CNI_NAMES, ConfigError, Scenario, full_pools, scenario_pool_kinds
 from ..simulator.executors import check_executor
 from ._evaluate import run_scenario
 
@@ -36,10 +36,7 @@ def pools_for(spec: str, *, cni: str, sandboxes: int, tenants: int) -> dict[str,
     if spec == NONE:
         return {}
     if spec == FULL:
-        full = {k: sandboxes for k in kinds}
-        if "vport" in full:
-            shared = vport_creators(cni, tenants)
-            full["vport"] = shared if shared else sandboxes  # direct mode: one per pod
+        full: dict[str, int] = full_pools(cni, sandboxes=sandboxes, tenants=tenants)
         return full
     out: dict[str, int] = {}
     for item in spec.split(","):

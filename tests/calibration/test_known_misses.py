@@ -68,6 +68,16 @@ def _keys(*whats: Scenario | Traffic) -> list[str]:
         (Scenario(cni="ipvtap", qos_rules=2, tenants=50), ["S0-13/qos-tenants"]),
         (Scenario(cni="tc-routing", qos_rules=2, tenants=50), []),  # one vPort for all
         (Scenario(cni="ipvtap", limits={"Cgroup": 40}), ["S0-8/cut", "S0-8/cpu"]),
+        (  # some devices still made: S0-8's case
+            Scenario(cni="ipvtap", limits={"Cgroup": 40}, pools={"netns": 400, "vport": 1}),
+            ["S0-8/cut", "S0-8/cpu"],
+        ),
+        (  # every device pooled: S0-9's case, which holds
+            Scenario(
+                cni="ipvtap", limits={"Cgroup": 40}, pools={"netns": 400, "vport": 1, "ipvtap": 400}
+            ),
+            [],
+        ),
         (Scenario(cni="ipvlan"), ["S0-Fig6/ipvlan-cgroup"]),
         (Scenario(cni="no-network"), ["S0-3/no-network"]),
         (
