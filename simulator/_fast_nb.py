@@ -28,7 +28,7 @@ time, which bounds every structure by the task count, fixed before the loop
   the loop pops the least of the FIFO's head, the heap's root and the timer;
 - only the CPU's newest timer is ever live (a later one supersedes it), so one
   slot holds it; a superseded timer is only counted as an event, since the
-  reference pops and ignores it;
+  reference numbers it as SimPy numbers a timeout and never runs it;
 - a task waits on at most one lock: a lock's queue is one FIFO per priority
   level, linked through the tasks (the reference's ``(priority, seq)`` heap
   pops in that order);
@@ -327,7 +327,7 @@ def _settle(c: Any, ci: Any, machine: Any, ht: Any, hn: Any, dl: Any) -> None:
         due = dl[0][first]
     if due < c[_TIMER_AT]:
         # A new timer; the pending one (if any) is superseded: the reference
-        # pops it later and ignores it, so only its count is kept.
+        # numbered it and never runs it, so only its count is kept.
         if c[_TIMER_AT] < math.inf:
             ci[_STALE] += 1
         c[_TIMER_AT] = due

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from .cpu import ProcessorSharingCPU
+from .cpu import ProcessorSharingCPU, TimerEnvironment
 from .locks import Gate, Mutex, RWLock, SpinLock
 from .program import LockKind, OpKind, Program
 from .recorder import Recorder, Recording
@@ -71,7 +71,7 @@ def run_program(program: Program, *, record: bool = False) -> Result:
 class _Run:
     def __init__(self, program: Program, record: bool) -> None:
         self.p = program
-        env = self.env = simpy.Environment()
+        env = self.env = TimerEnvironment()
         self.rec = Recorder() if record else None
         n_stages = len(program.stage_names)
         # Slot n_stages collects CPU spent outside any stage.
@@ -179,11 +179,11 @@ class _Run:
                 if is_spin[args[pc]]:
                     spin_depth -= 1
             elif kind == _STAGE_BEGIN:
-                stage_stack.append((stage, env.now))
+                stage_stack.append((stage, env._now))
                 stage = args[pc]
             elif kind == _STAGE_END:
                 outer, began = stage_stack.pop()
-                duration = env.now - began
+                duration = env._now - began
                 self.stage_durations[stage].append(duration)
                 self.stage_time[self.task_owner[i], stage] += duration
                 if rec is not None:

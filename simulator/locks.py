@@ -8,6 +8,9 @@ waiter on release, so a released lock cannot be stolen by a newcomer.
 Grant order is a policy: each waiter carries a key ``(priority, seq)``; the
 priority comes from the waiter's current stage (``stage_priority``), ``seq``
 is arrival order, so equal priorities are served FIFO.
+
+The hot paths read the clock as ``env._now``: SimPy's ``now`` is a property,
+a function call on every lock operation.
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ class _QueuedLock:
         self.acquisitions_by_stage = [0] * len(spin_account)
 
     def _enqueue(self, owner: int, stage: int, shared: bool = False) -> _Waiter:
-        now = self.env.now
+        now = self.env._now
         waiter = _Waiter(simpy.Event(self.env), owner, stage, now, shared)
         prio = self._priority[stage] if self._priority is not None else 0
         self._seq += 1
@@ -113,10 +116,10 @@ class _QueuedLock:
     def _take(self, owner: int, stage: int) -> None:
         self.stats.acquisitions += 1
         self.acquisitions_by_stage[stage] += 1
-        self._held_since[owner] = (self.env.now, stage)
+        self._held_since[owner] = (self.env._now, stage)
 
     def _grant(self, waiter: _Waiter) -> None:
-        now = self.env.now
+        now = self.env._now
         if waiter.spin is not None:
             self._cpu.stop_spin(waiter.spin)
         self.stats.dequeue(now, now - waiter.since)
@@ -126,7 +129,7 @@ class _QueuedLock:
         waiter.event.succeed()
 
     def _drop(self, owner: int) -> None:
-        now = self.env.now
+        now = self.env._now
         since, stage = self._held_since.pop(owner)
         self.stats.hold_s += now - since
         if self._spans is not None:
