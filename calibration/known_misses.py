@@ -95,7 +95,9 @@ def _index(misses: Iterable[KnownMiss]) -> dict[str, KnownMiss]:
 _LOCKSTEP = (
     "Under the model's FIFO mutexes the two cgroup_mutex takes of every sandbox run in "
     "lockstep, and anything that spreads the sandboxes' arrival at Cgroup breaks it and "
-    "shortens the storm more than the paper saw (README: why S0-5, S0-8 and S0-13 miss)"
+    "shortens the storm more than the paper saw (README: why S0-5, S0-8 and S0-13 miss). "
+    "A real kernel hands RTNL over less orderly than FIFO: its processes finish 2-5x "
+    "further apart (benchmarks/bench_rtnl_fairness.py)"
 )
 
 KNOWN_MISSES: dict[str, KnownMiss] = _index(
