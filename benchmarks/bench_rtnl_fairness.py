@@ -28,7 +28,9 @@ Each is set beside the same storm in the model's kernel, FIFO and with the
 Linux-style wake-up (``wake_s`` 50 us, the README's experiment), the single
 process's time per creation taken as the RTNL hold and 10 us as the gap
 between creations (the return to user space and the next send; below the
-wake-up time the figures hardly depend on it).
+wake-up time the figures hardly depend on it). Last, an order-only toy
+(:func:`steal_then_handoff`): FIFO, except that the releaser keeps the lock
+with the chance ``q`` that gives the measured runs.
 
 Run (root; C compiler): ``python benchmarks/bench_rtnl_fairness.py [NxM ...] [runs]``.
 """
@@ -143,6 +145,10 @@ int main(int argc, char **argv) {
 """
 
 
+TOY_DRAWS = 20
+"""The order-only toy's figures are means over this many draws."""
+
+
 @dataclass(frozen=True, slots=True)
 class Storm:
     """One measured storm: ``stamps[w]`` = start, then each completion, of process w."""
@@ -239,9 +245,33 @@ def build(workdir: Path) -> Path:
     return binary
 
 
-def _row(label: str, wall_s: float, n_ops: int, stamps: list[np.ndarray]) -> str:
+def steal_then_handoff(n: int, m: int, q: float, rng: np.random.Generator) -> list[np.ndarray]:
+    """Order only, no time: FIFO hand-over, except that the releaser takes the
+    lock again with probability ``q`` unless it has just done so (Linux's
+    hand-off flag: the woken waiter that lost once is handed the next
+    release). Every hold takes one unit, ±10%. Its runs share is q / (1 + q)."""
+    left = [m] * n
+    stamps = [[0.0] for _ in range(n)]
+    waiting = list(range(1, n))
+    owner, stole, t = 0, False, 0.0
+    while True:
+        t += 1.0 + 0.1 * float(rng.standard_normal())
+        left[owner] -= 1
+        stamps[owner].append(t)
+        if left[owner] and waiting and not stole and rng.random() < q:
+            stole = True
+            continue
+        stole = False
+        if left[owner]:
+            waiting.append(owner)
+        if not waiting:
+            return [np.array(s) for s in stamps]
+        owner = waiting.pop(0)
+
+
+def _row(label: str, per_op: str, stamps: list[np.ndarray]) -> str:
     runs, apart, behind = figures(stamps)
-    return f"{label:>22} {wall_s / n_ops * 1e6:9.0f} {runs:6.2f} {apart:7.2f} {behind:6.2f}"
+    return f"{label:>24} {per_op:>9} {runs:6.2f} {apart:7.2f} {behind:6.2f}"
 
 
 def main(argv: list[str]) -> None:
@@ -254,17 +284,26 @@ def main(argv: list[str]) -> None:
         binary = build(Path(tmp))
         hold_s = measure(binary, 1, 100).per_op_s
         print(f"one process alone: {hold_s * 1e6:.0f} us per veth creation")
-        print(f"{'storm':>22} {'per op us':>9} {'runs':>6} {'spread':>7} {'lag':>6}")
+        print(f"{'storm':>24} {'per op us':>9} {'runs':>6} {'spread':>7} {'lag':>6}")
+        rng = np.random.default_rng(0)
         for n, m in sizes:
+            measured_runs = []
             for r in range(repeats):
                 storm = measure(binary, n, m)
                 start = min(s[0] for s in storm.stamps)
                 wall = max(s[-1] for s in storm.stamps) - start
-                print(_row(f"{n} x {m}, run {r}", wall, n * m, storm.stamps))
+                measured_runs.append(runs_share(storm.stamps))
+                print(_row(f"{n} x {m}, run {r}", f"{wall / (n * m) * 1e6:.0f}", storm.stamps))
             for label, wake_s in (("model FIFO", 0.0), ("model wake 50 us", 50e-6)):
                 model = modelled(n, m, hold_s, wake_s=wake_s)
                 wall = max(s[-1] for s in model.stamps)
-                print(_row(label, wall, n * m, model.stamps))
+                print(_row(label, f"{wall / (n * m) * 1e6:.0f}", model.stamps))
+            runs = float(np.mean(measured_runs))
+            q = runs / (1.0 - runs)  # the steal chance that gives the measured runs
+            toys = [figures(steal_then_handoff(n, m, q, rng)) for _ in range(TOY_DRAWS)]
+            runs, apart, behind = np.mean(toys, axis=0)
+            label = f"order-only, q = {q:.2f}"
+            print(f"{label:>24} {'-':>9} {runs:6.2f} {apart:7.2f} {behind:6.2f}")
         print(
             "\nruns: share of hand-overs back to the same process while others wait; "
             "spread: first to last finish / storm; lag: fewest creations done at half time / M"
