@@ -49,7 +49,7 @@ def compare(
     by label."""
     import pandas as pd
 
-    from .calibration import caveats
+    from .calibration import caveat_rows
 
     results = {label: simulate(s, seed=seed, executor=executor) for label, s in scenarios.items()}
     rows = []
@@ -65,7 +65,7 @@ def compare(
                 "spin_core_s": r.cpu.spin_core_s,
                 "busy_core_s": r.cpu.busy_core_s,
                 "pool_memory_mib": r.pool_memory_mib,
-                "caveats": ",".join(sorted({m.row for m in caveats(scenarios[label])})),
+                "caveats": caveat_rows(scenarios[label]),
             }
         )
     return pd.DataFrame(rows).set_index("what-if"), results

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._render import caveat_table
+from ._render import print_caution
 from .calibration import caveats
 from .models import ConfigError, Scenario, load_profile
 from .models.compile import background_traffic
@@ -132,6 +132,4 @@ def dataplane_cmd(
     if not console.is_terminal:
         console = Console(width=160)
     console.print(dataplane_table(f"{path} {proto} on {prof.name}", results))
-    caution = caveat_table(*caveats(*(r.traffic for r in results)))
-    if caution is not None:
-        console.print(caution)
+    print_caution(console, *(r.traffic for r in results))

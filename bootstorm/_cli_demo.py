@@ -15,8 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ._api import simulate
 from ._io import write_atomically
-from ._render import caveat_table, comparison_table, result_tables
-from .calibration import caveats
+from ._render import comparison_table, print_caution, result_tables
 from .models import Scenario
 
 __all__ = ["run_demo"]
@@ -80,10 +79,7 @@ def run_demo(
         ("pooled + tuned limits", tuned_result),
     ]
     console.print(comparison_table("before / after", final))
-    known = caveats(tuned)
-    caution = caveat_table(*known)
-    if caution is not None:
-        console.print(caution)
+    known = print_caution(console, tuned)
     output_dir.mkdir(parents=True, exist_ok=True)
     config_path = output_dir / "tuned.yaml"
     write_atomically(config_path, tuned_config.to_yaml())

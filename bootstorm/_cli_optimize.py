@@ -91,9 +91,8 @@ def optimize_cmd(
     """Search per-stage concurrency limits (and pool sizes) that shorten the storm."""
     import optuna
 
-    from ._render import caveat_table
+    from ._render import print_caution
     from ._render_optimize import before_after_table, config_table, pareto_table
-    from .calibration import caveats
     from .optimizers import Constraints, Metrics, SearchSpace, StudySpec, optimize
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -175,9 +174,7 @@ def optimize_cmd(
     console.print(config_table(chosen))
     console.print(before_after_table(result, chosen))
     tuned_config = result.tuned_config(chosen)
-    caution = caveat_table(*caveats(base.replace(config=tuned_config)))
-    if caution is not None:
-        console.print(caution)
+    print_caution(console, base.replace(config=tuned_config))
     write_atomically(output, tuned_config.to_yaml())
     console.print(
         f"tuned config written to [bold]{output}[/] — apply it with "

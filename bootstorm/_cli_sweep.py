@@ -64,9 +64,9 @@ def sweep_cmd(
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
 ) -> None:
     """Run a what-if grid in parallel on Dask and print one row per point."""
-    from ._render import caveat_table
+    from ._render import print_caution
     from ._render_optimize import frame_table
-    from .calibration import caveats
+    from .calibration import caveat_rows
     from .optimizers._sweep import SweepGrid, sweep
 
     if output is not None and output.suffix.lower() not in (".csv", ".parquet"):
@@ -101,11 +101,9 @@ def sweep_cmd(
         )
     # Rows come back in grid order: each point's known misses, by row id.
     scenarios = [scenario for scenario, _pool in grid.points()]
-    frame["caveats"] = [",".join(sorted({m.row for m in caveats(s)})) for s in scenarios]
+    frame["caveats"] = [caveat_rows(s) for s in scenarios]
     console.print(frame_table(f"sweep: {total} storms", frame))
-    caution = caveat_table(*caveats(*scenarios))
-    if caution is not None:
-        console.print(caution)
+    print_caution(console, *scenarios)
     if output is not None:
         _write_frame(frame, output)
         console.print(f"table written to [bold]{output}[/]")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
 from .calibration import FitReport, KnownMiss, ParameterSpread, TargetCheck, caveats
-from .models import Scenario, load_profile, qos_resend_s
+from .models import Scenario, Traffic, load_profile, qos_resend_s
 from .simulator import LockStats, Result
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "comparison_table",
     "fit_spread",
     "lock_rows",
+    "print_caution",
     "result_tables",
     "spread_table",
     "target_table",
@@ -207,6 +208,15 @@ def caveat_table(*misses: KnownMiss) -> Table | None:
     for m in misses:
         t.add_row(m.row, escape(m.says))
     return t
+
+
+def print_caution(console: Console, *whats: Scenario | Traffic) -> tuple[KnownMiss, ...]:
+    """Print the known misses ``whats`` rest on (nothing if none); return them."""
+    known: tuple[KnownMiss, ...] = caveats(*whats)
+    table = caveat_table(*known)
+    if table is not None:
+        console.print(table)
+    return known
 
 
 def comparison_table(title: str, rows: Sequence[tuple[str, Result]], baseline: int = 0) -> Table:

@@ -4,7 +4,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ._fit import FitReport, FreeParameter, ParameterSpread, parameter_spread, unseen_directions
-from .known_misses import KNOWN_MISSES, KnownMiss, caveats, caveats_frame, known_miss
+from .known_misses import (
+    KNOWN_MISSES,
+    KnownMiss,
+    caveat_rows,
+    caveats,
+    caveats_frame,
+    known_miss,
+)
 from .paper000 import FREE_PARAMETERS, fit_paper_000, solve_single
 from .paper001 import FREE_PARAMETERS_001, PAPER_001_FIT, TABLE_1, fit_paper_001
 from .paper002 import FREE_PARAMETERS_002, PAPER_002_FIT, fit_paper_002
@@ -45,6 +52,7 @@ __all__ = [
     "ParameterSpread",
     "TargetCheck",
     "TargetSet",
+    "caveat_rows",
     "caveats",
     "caveats_frame",
     "check_targets",

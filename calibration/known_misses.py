@@ -22,7 +22,7 @@ from typing import Any
 from ..models import Scenario, Traffic, full_pools
 from ..models.sriov import SRIOV_VARIANTS
 
-__all__ = ["KNOWN_MISSES", "KnownMiss", "caveats", "caveats_frame", "known_miss"]
+__all__ = ["KNOWN_MISSES", "KnownMiss", "caveat_rows", "caveats", "caveats_frame", "known_miss"]
 
 _SHARING_PER_TENANT = frozenset({"ipvlan", "macvlan", "ipvtap", "macvtap"})
 _SRIOV = frozenset(SRIOV_VARIANTS)
@@ -308,6 +308,11 @@ def known_miss(key: str) -> KnownMiss:
 def caveats(*whats: Scenario | Traffic) -> tuple[KnownMiss, ...]:
     """The known misses that concern any of ``whats``, each once, in registry order."""
     return tuple(m for m in KNOWN_MISSES.values() if any(m.concerns(w) for w in whats))
+
+
+def caveat_rows(what: Scenario | Traffic) -> str:
+    """The rows of the known misses ``what`` rests on, comma-separated (a table column)."""
+    return ",".join(sorted({m.row for m in caveats(what)}))
 
 
 def caveats_frame(*whats: Scenario | Traffic) -> Any:
