@@ -24,7 +24,9 @@ with one queue, min and max rate); after settling the no-op is timed again
 (B: every port has QoS); then the rules are cleared. vswitchd's CPU (all
 threads, less its idle rate, measured after settling) and the client's are
 read around each call. What one QoS port adds to every reconfiguration is
-(B - A) / ports; what one rule costs is its call on the smallest bridge.
+(B - A) / ports; what one rule costs is its call on the smallest bridge;
+what every port, QoS or not, adds to a reconfiguration is the slope of A
+against the bridge's size (``ovs_reconfigure_per_port_s``).
 
 Needs root and ``openvswitch-switch``. Creates only its namespace (with the
 veths in it) and a temporary directory; removes them and ends the daemons it
@@ -396,11 +398,28 @@ def _report_size(size: Size) -> None:
     sys.stdout.flush()
 
 
+def plain_port_slope(results: Sequence[Size]) -> tuple[float, float]:
+    """What each port on the bridge, QoS or not, adds to a reconfiguration:
+    the least-squares line of the no-op change's vswitchd CPU without QoS (A)
+    against the bridge's ports. Returns (seconds per port, seconds at 0 ports)."""
+    ports = [float(s.ports) for s in results]
+    cpu = [statistics.mean(s.noop_plain.vswitchd_cpu_s) for s in results]
+    slope, intercept = statistics.linear_regression(ports, cpu)
+    return slope, intercept
+
+
 def _report(results: Sequence[Size]) -> None:
     us = 1e6
     per_port = [s.per_qos_port("vswitchd_cpu_s") for s in results if s.ports >= 50]
     smallest = results[0]
     rule_ms = statistics.mean(smallest.ingress.vswitchd_cpu_s + smallest.egress.vswitchd_cpu_s)
+    if len(results) >= 2:
+        slope, intercept = plain_port_slope(results)
+        sys.stdout.write(
+            f"per port of any kind and reconfiguration (line through the no-op changes "
+            f"without QoS, {len(results)} bridge sizes): vswitchd {slope * us:.1f} us per "
+            f"port, {intercept * 1e3:.3f} ms at no port\n"
+        )
     if per_port:
         sys.stdout.write(
             f"per QoS port and reconfiguration (bridges of 50+ ports): vswitchd "
