@@ -54,6 +54,7 @@ __all__ = [
     "cni_stages",
     "guest_touch_bytes",
     "lock_specs",
+    "ovs_reconfigure_s",
     "pool_kinds",
     "qos_resend_s",
     "sandbox_plan",
@@ -223,6 +224,30 @@ def vport_creators(cni: str, tenants: int) -> int:
     return 0
 
 
+def _vports_ahead(scenario: Scenario) -> tuple[float, float]:
+    """Over a storm's vPorts: the vPorts ahead of each, summed (what each of
+    its rules' reconfigurations walks), and the same for its creations
+    (pooled vPorts, as if the first sandboxes took them, make none)."""
+    n = scenario.sandboxes
+    shared = min(vport_creators(scenario.cni, scenario.tenants), n)
+    vports = n if scenario.cni in _DIRECT else shared
+    pooled = min(scenario.pools.get("vport", 0), vports)
+    earlier = vports * (vports - 1) / 2
+    return earlier, earlier - pooled * (pooled - 1) / 2
+
+
+def ovs_reconfigure_s(scenario: Scenario, costs: CostTable) -> float:
+    """vswitchd's work in a storm that grows with the vPorts already on the
+    bridge: each database change (a vPort's creation, each of its rules)
+    walks every port ahead (``ovs_reconfigure_per_port_s``) and re-sends
+    their QoS rules (:func:`qos_resend_s`, included). Quadratic in the vPorts."""
+    if scenario.cni == "no-network":
+        return 0.0
+    earlier, creations = _vports_ahead(scenario)
+    walk = costs.ovs_reconfigure_per_port_s * (scenario.qos_rules * earlier + creations)
+    return walk + qos_resend_s(scenario, costs)
+
+
 def qos_resend_s(scenario: Scenario, costs: CostTable) -> float:
     """vswitchd's work in a storm re-sending the QoS rules of earlier vPorts.
 
@@ -234,12 +259,7 @@ def qos_resend_s(scenario: Scenario, costs: CostTable) -> float:
     """
     if scenario.qos_rules == 0 or scenario.cni in ("vhost-user", "no-network"):
         return 0.0
-    n = scenario.sandboxes
-    shared = min(vport_creators(scenario.cni, scenario.tenants), n)
-    vports = n if scenario.cni in _DIRECT else shared
-    pooled = min(scenario.pools.get("vport", 0), vports)
-    earlier = vports * (vports - 1) / 2  # sum of the vPorts ahead of each
-    creations = earlier - pooled * (pooled - 1) / 2
+    earlier, creations = _vports_ahead(scenario)
     rules = scenario.qos_rules
     return costs.ovs_qos_resend_s * rules * (rules * earlier + creations)
 
@@ -305,11 +325,13 @@ class _Ops:
         With DPDK (vhost-user) QoS stays in user space (seed 000 §4.1.2).
 
         Each database change here (the port, each rule) makes vswitchd
-        reconfigure the bridge and send every kernel QoS rule on it again
-        (``ovs_qos_resend_s`` per rule, ``benchmarks/bench_ovs_qos.py``): the
-        vPorts made before this one each carry ``qos_rules`` rules, so the
-        storm's OVS work grows as N². This is the ``index``-th vPort (a shared
-        one's number), or, if ``None``, the sandbox's own in program order
+        reconfigure the bridge: each port on it costs
+        ``ovs_reconfigure_per_port_s``, and every kernel QoS rule on it is sent
+        again (``ovs_qos_resend_s`` per rule; both ``benchmarks/bench_ovs_qos.py``).
+        The vPorts made before this one are on the bridge, each with
+        ``qos_rules`` rules, so the storm's OVS work grows as N². This is the
+        ``index``-th vPort (a shared one's number), or, if ``None``, the
+        sandbox's own in program order
         (per pod for veth). The kernel's part of the re-send
         (``ovs_qos_resend_rtnl_s`` per rule: the qdisc and class messages)
         holds RTNL, once per reconfiguration.
@@ -317,6 +339,8 @@ class _Ops:
         c = self.c
         resend = c.ovs_qos_resend_s * qos_rules if qos_in_kernel else 0.0
         resend_rtnl = c.ovs_qos_resend_rtnl_s * qos_rules if qos_in_kernel else 0.0
+        # Per vPort ahead, each reconfiguration walks its port and re-sends its rules.
+        ahead = c.ovs_reconfigure_per_port_s + resend - resend_rtnl
 
         def grown(base_s: float, growth_s: float, label: str) -> Sleep:
             if index is None:
@@ -333,7 +357,7 @@ class _Ops:
             Sleep(c.ovsdb_txn_s, "ovsdb"),
             Hold(
                 OVS_VSWITCHD,
-                (grown(c.ovs_port_add_s, resend - resend_rtnl, "port add"), *resent_tc),
+                (grown(c.ovs_port_add_s, ahead, "port add"), *resent_tc),
             ),
         )
         if kernel_port:
@@ -344,12 +368,12 @@ class _Ops:
                 # vswitchd applies the rule's tc changes from its main loop:
                 # it waits for RTNL while every other OVS request waits for it.
                 rule = (
-                    grown(c.ovs_qos_s, resend - resend_rtnl, "qos"),
+                    grown(c.ovs_qos_s, ahead, "qos"),
                     *resent_tc,
                     *self.rtnl(c.rtnl_tc_hold_s, "qos tc", 2),
                 )
             else:
-                rule = (Sleep(c.ovs_dpdk_qos_s, "dpdk qos"),)
+                rule = (grown(c.ovs_dpdk_qos_s, ahead, "dpdk qos"),)
             rules += (Hold(OVS_VSWITCHD, rule),)
         return self.pooled("vport", port), rules
 

@@ -15,6 +15,7 @@ from bootstorm.models import (
     cni_stages,
     compile_scenario,
     load_profile,
+    ovs_reconfigure_s,
     pool_kinds,
     qos_resend_s,
     vport_creators,
@@ -149,17 +150,25 @@ def test_resent_qos_rules_hold_rtnl_once_per_reconfiguration() -> None:
 
 @pytest.mark.parametrize(
     ("cni", "tenants", "pools"),
-    [("veth", 1, {}), ("veth", 1, {"vport": 4}), ("ipvtap", 6, {}), ("tc-routing", 6, {})],
+    [
+        ("veth", 1, {}),
+        ("veth", 1, {"vport": 4}),
+        ("ipvtap", 6, {}),
+        ("tc-routing", 6, {}),
+        ("vhost-user", 1, {}),
+    ],
 )
-def test_qos_resend_s_is_the_vswitchd_work_the_storm_does(
+def test_ovs_reconfigure_s_is_the_vswitchd_work_the_storm_does(
     cni: str, tenants: int, pools: dict[str, int]
 ) -> None:
     """With sandboxes apart (nothing contended), vswitchd's holds are its
-    fixed work per vPort and rule plus exactly :func:`qos_resend_s`."""
+    fixed work per vPort and rule plus exactly :func:`ovs_reconfigure_s`
+    (the walk over the ports ahead, and :func:`qos_resend_s` within it)."""
     base = load_profile("paper-000")
     assert base.costs is not None
-    profile = base.model_copy(update={"service_cv": 0.0})
-    c = base.costs
+    # The walk's measured cost (paper-000 leaves it at 0; see its source).
+    c = base.costs.model_copy(update={"ovs_reconfigure_per_port_s": 37e-6})
+    profile = base.model_copy(update={"service_cv": 0.0, "costs": c})
     scenario = Scenario(
         cni=cni,  # type: ignore[arg-type]
         sandboxes=12,
@@ -169,12 +178,31 @@ def test_qos_resend_s_is_the_vswitchd_work_the_storm_does(
         arrival_s=[30.0 * i for i in range(12)],
     )
     r = run_program(compile_scenario(scenario, profile=profile))
-    vports = 12 if cni == "veth" else vport_creators(cni, tenants)
+    vports = 12 if cni in ("veth", "vhost-user") else vport_creators(cni, tenants)
     created = vports - pools.get("vport", 0)
-    fixed = created * c.ovs_port_add_s + vports * 2 * (c.ovs_qos_s + 2 * c.rtnl_tc_hold_s)
-    resend = qos_resend_s(scenario, c)
-    assert (resend > 0.0) == (vports > 1)  # tc-routing's one vPort re-sends nothing
-    assert r.locks["ovs-vswitchd"].hold_s == pytest.approx(fixed + resend, rel=1e-9)
+    if cni == "vhost-user":  # QoS in DPDK, and each pod's vhost-user socket in StartVM
+        fixed = created * c.ovs_port_add_s + vports * (2 * c.ovs_dpdk_qos_s + c.vhost_user_setup_s)
+    else:
+        fixed = created * c.ovs_port_add_s + vports * 2 * (c.ovs_qos_s + 2 * c.rtnl_tc_hold_s)
+    growth = ovs_reconfigure_s(scenario, c)
+    assert (growth > 0.0) == (vports > 1)  # tc-routing's one vPort has none ahead
+    assert (qos_resend_s(scenario, c) > 0.0) == (vports > 1 and cni != "vhost-user")
+    assert r.locks["ovs-vswitchd"].hold_s == pytest.approx(fixed + growth, rel=1e-9)
+
+
+def test_ovs_reconfigure_s_walks_the_ports_ahead_without_qos_too() -> None:
+    paper = load_profile("paper-000").costs
+    assert paper is not None
+    assert paper.ovs_reconfigure_per_port_s == 0.0  # measured, not adopted (its source)
+    costs = paper.model_copy(update={"ovs_reconfigure_per_port_s": 37e-6})
+    veth = Scenario(cni="veth", sandboxes=400)
+    # 37 us per port ahead at each pod's one change: 3 s at 400 pods.
+    assert ovs_reconfigure_s(veth, costs) == pytest.approx(37e-6 * 400 * 399 / 2)
+    assert ovs_reconfigure_s(Scenario(cni="ipvtap", sandboxes=400), costs) == 0.0  # one vPort
+    assert ovs_reconfigure_s(Scenario(cni="no-network", sandboxes=400), costs) == 0.0
+    with_qos = Scenario(cni="veth", sandboxes=400, qos_rules=2)
+    walk = 37e-6 * (2 + 1) * 400 * 399 / 2  # the port and its 2 rules, each a change
+    assert ovs_reconfigure_s(with_qos, costs) == pytest.approx(walk + qos_resend_s(with_qos, costs))
 
 
 def test_qos_resend_s_grows_as_the_square_of_vports() -> None:
