@@ -239,9 +239,10 @@ def _vports_ahead(scenario: Scenario) -> tuple[float, float]:
 def ovs_reconfigure_s(scenario: Scenario, costs: CostTable) -> float:
     """vswitchd's work in a storm that grows with the vPorts already on the
     bridge: each database change (a vPort's creation, each of its rules)
-    walks every port ahead (``ovs_reconfigure_per_port_s``) and re-sends
-    their QoS rules (:func:`qos_resend_s`, included). Quadratic in the vPorts."""
-    if scenario.cni == "no-network":
+    walks every port ahead (``ovs_reconfigure_per_port_s``, kernel netdevs
+    only: vhost-user's DPDK ports were not measured) and re-sends their QoS
+    rules (:func:`qos_resend_s`, included). Quadratic in the vPorts."""
+    if scenario.cni in ("vhost-user", "no-network"):
         return 0.0
     earlier, creations = _vports_ahead(scenario)
     walk = costs.ovs_reconfigure_per_port_s * (scenario.qos_rules * earlier + creations)
@@ -339,8 +340,10 @@ class _Ops:
         c = self.c
         resend = c.ovs_qos_resend_s * qos_rules if qos_in_kernel else 0.0
         resend_rtnl = c.ovs_qos_resend_rtnl_s * qos_rules if qos_in_kernel else 0.0
-        # Per vPort ahead, each reconfiguration walks its port and re-sends its rules.
-        ahead = c.ovs_reconfigure_per_port_s + resend - resend_rtnl
+        # Per vPort ahead, each reconfiguration walks its port (a kernel netdev:
+        # DPDK ports were not measured) and re-sends its rules.
+        walk = c.ovs_reconfigure_per_port_s if kernel_port else 0.0
+        ahead = walk + resend - resend_rtnl
 
         def grown(base_s: float, growth_s: float, label: str) -> Sleep:
             if index is None:

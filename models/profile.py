@@ -92,8 +92,8 @@ class CostTable(_Frozen):
     # The part of ovs_qos_resend_s the kernel spends under RTNL (the qdisc and
     # class messages), per rule: one RTNL hold per reconfiguration.
     ovs_qos_resend_rtnl_s: Seconds = 0.0
-    # What every port on the bridge, QoS or not, adds to each of vswitchd's
-    # reconfigurations (one per database change): off RTNL, per port.
+    # What every kernel-netdev port on the bridge, QoS or not, adds to each
+    # of vswitchd's reconfigurations (one per database change): off RTNL.
     ovs_reconfigure_per_port_s: Seconds = 0.0
     ovs_dpdk_qos_s: Seconds
     pool_fetch_s: Seconds
