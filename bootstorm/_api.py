@@ -75,16 +75,19 @@ def dataplane_sweep(
     profile: str | Profile, path: str, flows: Sequence[int], *, proto: str = "tcp", **traffic: Any
 ) -> Any:
     """The data plane of ``profile`` for each flow count: a pandas DataFrame
-    of per-flow and aggregate throughput, CPU by kind and IRQ/softirq rates."""
+    of per-flow and aggregate throughput, CPU by kind, IRQ/softirq rates and
+    the rows of the known misses each load rests on (``caveats``)."""
     import pandas as pd
 
+    from .calibration import caveat_rows
     from .models import Traffic, load_profile
     from .models.softirq import solve_on_profile
 
     prof = load_profile(profile) if isinstance(profile, str) else profile
     rows = []
     for n in flows:
-        r = solve_on_profile(prof, Traffic(path=path, proto=proto, flows=n, **traffic))
+        load = Traffic(path=path, proto=proto, flows=n, **traffic)
+        r = solve_on_profile(prof, load)
         rows.append(
             {
                 "flows": n,
@@ -97,6 +100,7 @@ def dataplane_sweep(
                 "user_cores": r.cpu_user_cores,
                 "irq_per_s": r.irq_per_s,
                 "softirq_per_s": r.softirq_per_s,
+                "caveats": caveat_rows(load),
             }
         )
     return pd.DataFrame(rows).set_index("flows")

@@ -60,3 +60,11 @@ def test_compare_tabulates_each_what_if_with_its_known_misses() -> None:
     assert list(table.index) == ["ipvtap", "veth + QoS"]
     assert table.loc["veth + QoS", "makespan_s"] == results["veth + QoS"].makespan_s
     assert list(table["caveats"]) == ["", "S0-11"]
+
+
+def test_dataplane_sweep_names_the_known_misses_of_each_load() -> None:
+    from bootstorm import dataplane_sweep
+
+    frame = dataplane_sweep("paper-002", "bridge-intra", [1, 48])
+    assert frame.loc[48, "aggregate_gbps"] > frame.loc[1, "aggregate_gbps"]
+    assert list(frame["caveats"]) == ["", "S2-2"]  # one flow has no spread to miss
