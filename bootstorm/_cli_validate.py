@@ -61,6 +61,8 @@ def calibrate_trace(
         )
     )
     console.print(fit_spread(report))
+    family = report.profile.sources.get("service_family", "lognormal (no choice stated)")
+    console.print(f"service times: {family.removeprefix('the recorded storm: ')}")
     if output is not None:
         write_atomically(output, report.profile.to_yaml())
         console.print(f"profile written to [bold]{output}[/]")

@@ -14,10 +14,15 @@ report shows, not a target. (On this project's 2-core host the check shows
 the model's weak spot: it puts into RTNL waits time that the real storm
 spends waiting for the GIL and the cores.)
 
-Service-time variability: each operation is the profile's lognormal jitter
-(``service_cv``), the family the simulator draws from; its coefficient of
-variation is the one of the fastest half of the NetNS-less stage times of
-the storm (the least contended), a stated, not fitted, estimate.
+Service-time variability: each operation is jittered by a factor of mean 1
+(``service_cv``, ``service_family``). The sample is the fastest half of each
+stage's times, NetNS aside (the least contended), each over its own mean.
+Its coefficient of variation is the median of the stages' (a stated, not
+fitted, estimate). The family is chosen among :data:`SERVICE_FAMILIES` by a
+stated criterion, :func:`choose_service_family`: lognormal, the simulator's
+default, unless another family's AIC is lower by more than
+:data:`AIC_MARGIN`. Lock holds have no distribution here: the kernel's
+tracepoints show waits, not holds.
 
 Uncertainty: a bootstrap over the storm's sandboxes (resampled with
 replacement, refitted) gives a confidence interval on any prediction.
@@ -35,19 +40,23 @@ import numpy as np
 
 from ..models import HostSpec, Profile, Scenario, TestbedCostTable
 from ..models.testbed import TESTBED_STAGES
-from ..simulator import Result
+from ..simulator import SERVICE_FAMILIES, Result
 from ..traces import Trace
 from ._fit import FitReport, FreeParameter, least_squares_fit
 from .targets import Metric, PaperTarget, check_targets, makespan
 
 __all__ = [
+    "AIC_MARGIN",
     "TRACE_FREE_PARAMETERS",
     "Comparison",
+    "FamilyChoice",
     "Interval",
     "StormStats",
     "bootstrap_prediction",
+    "choose_service_family",
     "fit_trace",
     "predicted_vs_measured",
+    "service_samples",
     "testbed_template",
     "validation_frame",
 ]
@@ -289,8 +298,11 @@ def testbed_template(
     vm_tap_ioctls: int = 4,
     kworker_rtnl_ops: int = 0,
     name: str = "local",
+    service_family: FamilyChoice | None = None,
 ) -> Profile:
-    """A testbed profile at the fit's starting point, for a host of ``cores``."""
+    """A testbed profile at the fit's starting point, for a host of ``cores``;
+    ``service_family``: the family chosen for its service times (lognormal
+    with no stated choice if ``None``)."""
     testbed = TestbedCostTable(
         **{p.path.split(".", 1)[1]: p.start for p in TRACE_FREE_PARAMETERS},
         rtnl_netns_hold_s=5e-4,
@@ -324,27 +336,114 @@ def testbed_template(
             "(linkwatch, addrconf) per sandbox",
         }
     )
+    if service_family is not None:
+        sources["service_family"] = f"the recorded storm: {service_family.describe()}"
     return Profile(
         schema_version=1,
         name=name,
         description=f"a testbed host of {cores} CPUs, fitted to a recorded storm",
         host=host,
         service_cv=service_cv,
+        service_family=service_family.chosen if service_family is not None else None,
         testbed=testbed,
         sources=sources,
     )
 
 
-def _service_cv(stats: StormStats) -> float:
-    """The spread of the fastest half of each stage's times (least contended), pooled."""
-    cvs = []
+def _fast_halves(stats: StormStats) -> list[tuple[np.ndarray, float]]:
+    """The fastest half of each stage's times (the least contended), NetNS
+    aside, and the time that cuts it off (the median)."""
+    halves = []
     for stage, times in stats.stage_s.items():
         if stage == "NetNS" or times.size < 4:
             continue
-        fast = np.sort(times)[: times.size // 2]
+        ordered = np.sort(times)
+        fast = ordered[: times.size // 2]
         if fast.mean() > 0:
-            cvs.append(float(fast.std() / fast.mean()))
+            halves.append((fast, float(ordered[times.size // 2])))
+    return halves
+
+
+def _service_cv(stats: StormStats) -> float:
+    """The median over the stages of their fastest half's coefficient of variation."""
+    cvs = [float(fast.std() / fast.mean()) for fast, _ in _fast_halves(stats)]
     return float(np.clip(np.median(cvs), 0.0, 1.0)) if cvs else 0.1
+
+
+ServiceSample = tuple[np.ndarray, float]
+"""Service-time factors of one stage (its fastest half over that half's mean)
+and where the sample is cut off (the stage's median, on the same scale)."""
+
+
+def service_samples(stats: StormStats) -> list[ServiceSample]:
+    """Each stage's fastest half over its own mean, with its cut-off."""
+    return [(fast / fast.mean(), cut / fast.mean()) for fast, cut in _fast_halves(stats)]
+
+
+AIC_MARGIN = 2.0
+"""How much lower another family's AIC must be to replace lognormal. A model
+within 2 of the best "has substantial support" (Burnham and Anderson, *Model
+Selection and Multimodel Inference*, 2002, §2.6), so a smaller edge is no
+reason to leave the simulator's default."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyChoice:
+    """Akaike's information criterion of each family fitted to the samples
+    (maximum likelihood, location 0, two parameters each) and the choice."""
+
+    aic: Mapping[str, float]
+    samples: int
+    chosen: str
+
+    def describe(self) -> str:
+        scores = ", ".join(f"{family} {aic:.1f}" for family, aic in self.aic.items())
+        return (
+            f"{self.chosen} by AIC over {self.samples} service-time factors ({scores}; "
+            f"lognormal unless another is lower by more than {AIC_MARGIN:g})"
+        )
+
+
+def choose_service_family(samples: Sequence[ServiceSample]) -> FamilyChoice:
+    """Fit each of :data:`SERVICE_FAMILIES` to ``samples`` and choose by AIC:
+    lognormal unless another is lower by more than :data:`AIC_MARGIN`.
+
+    Each stage's sample is its fastest half, so the likelihood is the one of
+    a sample cut off at the stage's median, ``f(x) / F(cut)``: fitted as if
+    whole, the missing tail would favour the lighter-tailed gamma. Both
+    families share a shape and a scale over the stages (maximum likelihood,
+    location 0, from the uncut fit's values). A cut-off sample says little
+    about the tail, so the criterion often cannot tell them apart.
+    """
+    from scipy import optimize
+    from scipy import stats as st
+
+    if not samples or any(x.size < 2 or not np.all(x > 0) for x, _ in samples):
+        raise ValueError("samples: need positive factors, two or more per stage")
+    pooled = np.concatenate([x for x, _ in samples])
+    dists = {"lognormal": st.lognorm, "gamma": st.gamma}
+    assert tuple(dists) == SERVICE_FAMILIES
+    aic = {}
+    for family, dist in dists.items():
+        shape0, _, scale0 = dist.fit(pooled, floc=0.0)
+
+        def nll(log_params: np.ndarray, dist: Any = dist) -> float:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                shape, scale = np.exp(log_params)
+                total = 0.0
+                for x, cut in samples:
+                    total -= float(np.sum(dist.logpdf(x, shape, scale=scale)))
+                    total += x.size * float(dist.logcdf(cut, shape, scale=scale))
+            return total if np.isfinite(total) else 1e300  # off the edge of the family
+
+        best = optimize.minimize(
+            nll, np.log([shape0, scale0]), method="Nelder-Mead",
+            options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 4000},
+        )  # fmt: skip
+        aic[family] = 2.0 * 2 + 2.0 * float(best.fun)
+    lowest = min(aic, key=aic.__getitem__)
+    chosen = lowest if aic[lowest] < aic["lognormal"] - AIC_MARGIN else "lognormal"
+    return FamilyChoice(aic=aic, samples=int(pooled.size), chosen=chosen)
 
 
 def fit_trace(
@@ -371,6 +470,7 @@ def fit_trace(
         cores=stats.cores,
         memory_mib=h.host.memory_mib if h.host is not None else 1024,
         service_cv=round(_service_cv(stats), 4),
+        service_family=choose_service_family(service_samples(stats)),
         vm_tap_ioctls=stats.vm_rtnl_waits or 4,
         kworker_rtnl_ops=stats.kworker_rtnl_waits,
     )

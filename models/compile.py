@@ -222,6 +222,7 @@ def compile_scenario(
         + tickets,
         arrival_s=scenario.arrival_s,
         service_cv=prof.service_cv,
+        service_family=prof.service_family or "lognormal",
         rng=service,
     )
 

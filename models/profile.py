@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -209,6 +209,9 @@ class Profile(_Frozen):
     description: str
     host: HostSpec
     service_cv: Annotated[float, Field(ge=0.0, le=2.0)]
+    service_family: Literal["lognormal", "gamma"] | None = None
+    """The family service times vary in (:data:`~bootstorm.simulator.SERVICE_FAMILIES`);
+    ``None``: lognormal. Given, it needs a source like a number."""
     costs: CostTable | None = None
     """The seed-000 operation costs; ``None`` in a data-plane-only profile or a
     testbed host's."""
@@ -237,6 +240,8 @@ class Profile(_Frozen):
         # Optional host numbers (SMT) need a source only where they are given.
         paths = [f"host.{k}" for k in HostSpec.model_fields if getattr(self.host, k) is not None]
         paths.append("service_cv")
+        if self.service_family is not None:
+            paths.append("service_family")
         if self.costs is not None:
             for k in CostTable.model_fields:
                 value = getattr(self.costs, k)

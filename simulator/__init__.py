@@ -37,6 +37,7 @@ from .result import (
     StartupStats,
 )
 from .steps import (
+    SERVICE_FAMILIES,
     Async,
     Cpu,
     Hold,
@@ -55,6 +56,7 @@ from .trace_export import chrome_trace, write_chrome_trace
 
 __all__ = [
     "EXECUTOR_NAMES",
+    "SERVICE_FAMILIES",
     "Async",
     "Cpu",
     "CpuStats",

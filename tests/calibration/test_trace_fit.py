@@ -127,6 +127,8 @@ def test_calibrate_trace_prints_its_error_table_and_writes_the_profile(tmp_path:
     assert out.returncode == 0, out.stderr
     assert "AttachIf mean" in out.stdout and "RTNL wait" in out.stdout
     assert "how far each fitted cost could move" in out.stdout and "× alone" in out.stdout
+    assert " ".join(out.stdout.split()).count("service times: ") == 1
+    assert "by AIC over" in out.stdout
     assert Profile.from_yaml(out_file).testbed is not None
 
 
@@ -166,3 +168,39 @@ def test_a_malformed_or_missing_trace_is_one_line_per_problem(tmp_path: Path) ->
     assert out.stderr.startswith("error: bad.jsonl:1: header.")
     out = _cli("calibrate", "--trace", str(tmp_path / "missing.jsonl.gz"))
     assert out.returncode == 2 and "cannot read" in out.stderr and "Traceback" not in out.stderr
+
+
+def _cut_halves(draw: np.ndarray) -> list[tuple[np.ndarray, float]]:
+    """Stages as the trace fit sees them: each one's fastest half over its
+    mean, and its median on that scale."""
+    out = []
+    for stage in draw:
+        ordered = np.sort(stage)
+        fast = ordered[: stage.size // 2]
+        out.append((fast / fast.mean(), float(ordered[stage.size // 2] / fast.mean())))
+    return out
+
+
+def test_the_criterion_finds_gamma_and_keeps_lognormal_without_evidence() -> None:
+    from bootstorm.calibration.trace_fit import AIC_MARGIN, choose_service_family
+
+    rng = np.random.default_rng(0)
+    cv = 0.8  # wide enough for a cut-off sample to show the tail's shape
+    gamma = rng.gamma(1 / cv**2, cv**2, size=(4, 2000))
+    sigma = np.sqrt(np.log1p(cv**2))
+    lognormal = rng.lognormal(-0.5 * sigma**2, sigma, size=(4, 2000))
+    found = choose_service_family(_cut_halves(gamma))
+    assert found.chosen == "gamma" and found.samples == 4000
+    assert found.aic["gamma"] < found.aic["lognormal"] - AIC_MARGIN
+    kept = choose_service_family(_cut_halves(lognormal))
+    assert kept.chosen == "lognormal"
+    # A small sample says too little: the simulator's default stays.
+    assert choose_service_family(_cut_halves(gamma[:, :40])).chosen == "lognormal"
+    with pytest.raises(ValueError, match="positive factors"):
+        choose_service_family([(np.array([1.0, -1.0]), 2.0)])
+
+
+def test_the_fitted_profile_states_its_service_family(fitted: Profile) -> None:
+    assert fitted.service_family in ("lognormal", "gamma")
+    source = fitted.sources["service_family"]
+    assert source.startswith(f"the recorded storm: {fitted.service_family} by AIC over")

@@ -115,3 +115,19 @@ def _numbers(profile: Profile) -> dict[str, object]:
 
     walk("", data)
     return out
+
+
+def test_a_service_family_needs_a_source_and_a_known_name(tmp_path: Path) -> None:
+    data = _dump(load_profile("paper-000"))
+    data["service_family"] = "gamma"  # type: ignore[index]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"numbers without a source.*service_family"):
+        Profile.from_yaml(path)
+    data["sources"]["service_family"] = "a test"  # type: ignore[index]
+    path.write_text(yaml.safe_dump(data))
+    assert Profile.from_yaml(path).service_family == "gamma"
+    data["service_family"] = "weibull"  # type: ignore[index]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="service_family"):
+        Profile.from_yaml(path)
