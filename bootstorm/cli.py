@@ -317,8 +317,15 @@ def report(
             raise ConfigError(
                 f"study: cannot load {study_name or '(the only study)'} from {source}: {exc}"
             ) from None
+        from .optimizers import searched_scenario
+
         title = f"study {study.study_name}"
-        kw = {"study": study, "facts": [("trials", str(len(study.trials)))]}
+        searched = searched_scenario(study)
+        kw = {
+            "study": study,
+            "facts": [("trials", str(len(study.trials)))],
+            "caveats": caveats(searched) if searched is not None else (),
+        }
     elif source is not None and source.endswith((".jsonl", ".jsonl.gz")):
         from .traces import read_trace, to_recording
 

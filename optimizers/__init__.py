@@ -19,6 +19,7 @@ from ._study import (
     optimize,
     read_study,
     run_worker,
+    searched_scenario,
 )
 from ._sweep import SweepGrid, pools_for, sweep
 
@@ -46,5 +47,6 @@ __all__ = [
     "read_study",
     "run_scenario",
     "run_worker",
+    "searched_scenario",
     "sweep",
 ]

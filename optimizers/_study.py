@@ -36,7 +36,7 @@ from ..simulator import ExecutorName
 from ._evaluate import Evaluator, Robust
 from ._objectives import Constraints, Metrics, check_objectives
 from ._samplers import make_sampler
-from ._space import LIMIT_PREFIX, SearchSpace
+from ._space import LIMIT_PREFIX, POOL_PREFIX, SearchSpace
 
 __all__ = [
     "Callback",
@@ -46,6 +46,7 @@ __all__ = [
     "optimize",
     "read_study",
     "run_worker",
+    "searched_scenario",
 ]
 
 log = logging.getLogger(__name__)
@@ -390,6 +391,27 @@ def _pareto(outcomes: list[TrialOutcome], objectives: tuple[str, ...]) -> list[T
         seen.add(v)
         front.append(o)
     return front
+
+
+def searched_scenario(study: Study) -> Scenario | None:
+    """The what-if a bootstorm study searched, with the limits and pools of
+    its best completed trial by the first objective (feasible or not), or
+    ``None`` for a study bootstorm did not make."""
+    record = study.user_attrs.get(_SPEC_ATTR)
+    if record is None:
+        return None
+    scenario = Scenario.model_validate(json.loads(record)["scenario"])
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not done:
+        return scenario
+    best = min(done, key=lambda t: (t.values[0], t.number))
+    limits, pools = dict(scenario.limits), dict(scenario.pools)
+    for name, value in best.params.items():
+        if name.startswith(LIMIT_PREFIX):
+            limits[name.removeprefix(LIMIT_PREFIX)] = int(value)
+        elif name.startswith(POOL_PREFIX):
+            pools[name.removeprefix(POOL_PREFIX)] = int(value)
+    return scenario.replace(limits=limits, pools=pools)
 
 
 def read_study(spec: StudySpec, *, study: Study | None = None) -> OptimizeResult:

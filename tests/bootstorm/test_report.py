@@ -141,3 +141,23 @@ def test_a_study_report_has_the_front_histories_and_importances() -> None:
     page = report_html(title="study", study=result.study)
     for heading in ("Pareto front", "History: makespan", "History: memory"):
         assert f"<h2>{heading}</h2>" in page
+
+
+def test_a_study_report_from_the_cli_names_the_known_misses(tmp_path: Path) -> None:
+    """Limits searched on a storm that still makes devices rest on S0-8."""
+    from bootstorm.optimizers import StudySpec, optimize, searched_scenario
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    storm = Scenario(cni="ipvtap", sandboxes=30, profile="paper-000")
+    result = optimize(StudySpec(scenario=storm, trials=4, storage=storage, study_name="s"))
+    assert result.study is not None
+    searched = searched_scenario(result.study)
+    assert searched is not None and searched.limits == result.best[0].config.limits
+    out = tmp_path / "r.html"
+    done = subprocess.run(
+        [sys.executable, "-c", "from bootstorm.cli import main; main()", "report", storage,
+         "-o", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "<b>S0-8</b>: per-stage limits" in out.read_text()
