@@ -437,9 +437,11 @@ def choose_service_family(samples: Sequence[ServiceSample]) -> FamilyChoice:
             return total if np.isfinite(total) else 1e300  # off the edge of the family
 
         best = optimize.minimize(
-            nll, np.log([shape0, scale0]), method="Nelder-Mead",
+            nll,
+            np.log([shape0, scale0]),
+            method="Nelder-Mead",
             options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 4000},
-        )  # fmt: skip
+        )
         aic[family] = 2.0 * 2 + 2.0 * float(best.fun)
     lowest = min(aic, key=aic.__getitem__)
     chosen = lowest if aic[lowest] < aic["lognormal"] - AIC_MARGIN else "lognormal"

@@ -31,8 +31,19 @@ def test_dataplane_json_one_object_per_flow_count(capsys: pytest.CaptureFixture[
 def test_dataplane_placement_warns_of_the_missed_pinning_row(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    main(["dataplane", "--profile", "paper-002", "--path", "bridge-intra", "--flows", "48",
-          "--placement", "pinned-together"])  # fmt: skip
+    main(
+        [
+            "dataplane",
+            "--profile",
+            "paper-002",
+            "--path",
+            "bridge-intra",
+            "--flows",
+            "48",
+            "--placement",
+            "pinned-together",
+        ]
+    )
     text = " ".join(capsys.readouterr().out.split())
     assert "caution: the papers measured otherwise" in text
     assert "S2-3 pinning each pair to one core" in text

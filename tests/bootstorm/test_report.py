@@ -155,9 +155,18 @@ def test_a_study_report_from_the_cli_names_the_known_misses(tmp_path: Path) -> N
     assert searched is not None and searched.limits == result.best[0].config.limits
     out = tmp_path / "r.html"
     done = subprocess.run(
-        [sys.executable, "-c", "from bootstorm.cli import main; main()", "report", storage,
-         "-o", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from bootstorm.cli import main; main()",
+            "report",
+            storage,
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "<b>S0-8</b>: per-stage limits" in out.read_text()
