@@ -44,6 +44,7 @@ def run_demo(
     ]
     rows = [(label, result if s == base else simulate(s)) for label, s in what_ifs]
     console.print(comparison_table(f"what-ifs, {n} sandboxes", rows))
+    print_caution(console, *(s for _, s in what_ifs))
 
     # Per-stage limits on top of the pools (seed 000 §5.2 + §5.1): a small TPE search.
     from .models import load_profile

@@ -37,7 +37,6 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
     FreeParameter(path="costs.vm_boot_cpu_s", start=1.1, low=0.3, high=4.0),
     FreeParameter(path="costs.cgroup_mkdir_cpu_s", start=7.0e-3, low=1e-4, high=0.05),
     FreeParameter(path="costs.netprio_hold_s", start=1.3e-4, low=2e-5, high=0.01),
-    FreeParameter(path="costs.netprio_per_netdev_s", start=5.0e-5, low=1e-7, high=1e-3),
     FreeParameter(path="costs.rtnl_small_hold_s", start=7.0e-5, low=2e-5, high=0.01),
     FreeParameter(path="costs.rtnl_tc_hold_s", start=2.3e-3, low=2e-5, high=0.02),
     FreeParameter(path="costs.rtnl_link_hold_s", start=1.6e-3, low=2e-5, high=0.02),

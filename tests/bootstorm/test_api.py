@@ -59,7 +59,7 @@ def test_compare_tabulates_each_what_if_with_its_known_misses() -> None:
     table, results = compare({"ipvtap": base, "veth + QoS": base.replace(cni="veth", qos_rules=2)})
     assert list(table.index) == ["ipvtap", "veth + QoS"]
     assert table.loc["veth + QoS", "makespan_s"] == results["veth + QoS"].makespan_s
-    assert list(table["caveats"]) == ["", "S0-11"]
+    assert list(table["caveats"]) == ["", "S0-11,S0-5"]
 
 
 def test_dataplane_sweep_names_the_known_misses_of_each_load() -> None:

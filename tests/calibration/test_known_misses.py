@@ -64,7 +64,8 @@ def _keys(*whats: Scenario | Traffic) -> list[str]:
         (Scenario(), []),
         (Scenario(cni="ipvtap", pools={"netns": 400, "vport": 1, "ipvtap": 400}), []),
         (Scenario(cni="ipvtap", qos_rules=2), []),  # one tenant: S0-11 holds there
-        (Scenario(cni="veth", qos_rules=2), ["S0-11/veth"]),
+        (Scenario(cni="veth"), ["S0-5/order"]),
+        (Scenario(cni="veth", qos_rules=2), ["S0-5/order", "S0-11/veth"]),
         (Scenario(cni="ipvtap", qos_rules=2, tenants=50), ["S0-13/qos-tenants"]),
         (Scenario(cni="tc-routing", qos_rules=2, tenants=50), []),  # one vPort for all
         (Scenario(cni="ipvtap", limits={"Cgroup": 40}), ["S0-8/cut", "S0-8/cpu"]),
@@ -72,11 +73,11 @@ def _keys(*whats: Scenario | Traffic) -> list[str]:
             Scenario(cni="ipvtap", limits={"Cgroup": 40}, pools={"netns": 400, "vport": 1}),
             ["S0-8/cut", "S0-8/cpu"],
         ),
-        (  # every device pooled: S0-9's case, which holds
+        (  # every device pooled: S0-9's case
             Scenario(
                 cni="ipvtap", limits={"Cgroup": 40}, pools={"netns": 400, "vport": 1, "ipvtap": 400}
             ),
-            [],
+            ["S0-9/total", "S0-9/on-top"],
         ),
         (Scenario(cni="ipvlan"), ["S0-Fig6/ipvlan-cgroup"]),
         (Scenario(cni="no-network"), ["S0-3/no-network"]),
@@ -107,7 +108,7 @@ def test_caveats_match_the_what_ifs_their_rows_test(
 def test_caveats_of_several_what_ifs_come_once_each_in_registry_order() -> None:
     one = Traffic(path="ovs-intra", flows=48, placement="pinned-apart")
     keys = _keys(one, one.model_copy(update={"flows": 10}), Scenario(cni="veth", qos_rules=2))
-    assert keys == ["S0-11/veth", "S2-2/spread", "S2-3/ovs-apart"]
+    assert keys == ["S0-5/order", "S0-11/veth", "S2-2/spread", "S2-3/ovs-apart"]
 
 
 def test_comparison_rows_concern_no_single_what_if() -> None:

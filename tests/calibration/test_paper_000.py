@@ -82,6 +82,7 @@ def test_s0_7_pool_memory_for_400_vports_and_400x400_ipvtaps() -> None:
 # --- predict rows -------------------------------------------------------------
 
 
+@pytest.mark.xfail(strict=True, reason=known_miss("S0-5/order").reason)
 def test_s0_5_ipvtap_and_macvtap_best_of_the_kernel_datapath_cnis() -> None:
     """S0-5 (predict): every CNI is slower than no-network; ipvtap ≈ macvtap are
     the best. vhost-user is left out of the order: its OVS-DPDK port setup cost
@@ -190,6 +191,7 @@ def test_s0_12_security_group_rules_grow_the_storm_once_they_dominate() -> None:
         assert max(at100.stages, key=lambda s: at100.stages[s].mean_s) == "AddCNI"
 
 
+@pytest.mark.xfail(strict=True, reason=known_miss("S0-12/ten-rules").reason)
 def test_s0_12_ten_rules_change_nothing() -> None:
     """S0-12: 0 → 10 security-group rules per pod: no change (within ±4%).
 
@@ -252,6 +254,7 @@ def test_fig6_ipvtap_gains_on_veth_mainly_in_cgroup() -> None:
     assert max(gains, key=gains.__getitem__) == "Cgroup", gains
 
 
+@pytest.mark.xfail(strict=True, reason=known_miss("S0-Fig6/ipvtap-cgroup").reason)
 def test_fig6_ipvtap_shortens_cgroup_against_veth() -> None:
     """What does hold of the statement above: ipvtap's Cgroup is shorter than
     veth's, by at least a third of the mean startup's difference."""

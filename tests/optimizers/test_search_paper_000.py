@@ -66,6 +66,7 @@ def test_s0_8_tuned_limits_burn_less_cpu(tuned_400: OptimizeResult) -> None:
     )
 
 
+@pytest.mark.xfail(strict=True, reason=known_miss("S0-9/total").reason)
 def test_s0_9_pooling_and_limits_cut_58_9_percent(
     tuned_400: OptimizeResult, tuned_pooled: OptimizeResult
 ) -> None:
@@ -74,13 +75,13 @@ def test_s0_9_pooling_and_limits_cut_58_9_percent(
     assert cut == pytest.approx(0.589, rel=PREDICT_TOLERANCE), cut
 
 
+@pytest.mark.xfail(strict=True, reason=known_miss("S0-9/on-top").reason)
 def test_s0_9_limits_on_top_of_pooling_cut_18_1_percent(tuned_pooled: OptimizeResult) -> None:
     """S0-9: concurrency control alone on top of pooling: −18.1%.
 
-    Holds since paper-000 was refitted with the shared vPort's dependants
-    (10.49 -> 8.46 s, -19.4%); before, -24.3%. The fit rows did not move, the
-    fitted costs did (by up to a quarter): this row rests on a weakly
-    identified fit, and can flip again with the next refit."""
+    Held from the refit with the shared vPort's dependants (10.49 -> 8.46 s,
+    -19.4%) to the refit that pinned net_prio's walk to its measured cost,
+    which moved the fitted mkdir from 5.5 to 0.43 ms; no fit row pins it."""
     cut = _reduction(tuned_pooled.baseline.makespan_s, tuned_pooled.best[0].metrics.makespan_s)
     assert cut == pytest.approx(0.181, rel=PREDICT_TOLERANCE), cut
 
