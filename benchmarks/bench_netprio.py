@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _cc import build_c
 
 PREFIX = "bstnp"
 
@@ -160,14 +160,7 @@ def measure(binary: Path, mountpoint: Path, cgroups: int) -> np.ndarray:
 
 
 def build(workdir: Path) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise SystemExit("needs a C compiler (cc)")
-    src = workdir / "netprio.c"
-    src.write_text(_C_SOURCE)
-    binary = workdir / "netprio"
-    subprocess.run([cc, "-O2", "-o", str(binary), str(src)], check=True)
-    return binary
+    return build_c(_C_SOURCE, workdir, "netprio")
 
 
 def main(argv: list[str]) -> None:

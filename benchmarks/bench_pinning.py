@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _cc import build_c
 
 PREFIX = "bstpin"
 BRIDGE_NS = f"{PREFIX}-br"
@@ -282,14 +282,7 @@ def run_round(
 
 
 def build(workdir: Path) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise SystemExit("needs a C compiler (cc)")
-    src = workdir / "pinpair.c"
-    src.write_text(_C_SOURCE)
-    binary = workdir / "pinpair"
-    subprocess.run([cc, "-O2", "-o", str(binary), str(src)], check=True)
-    return binary
+    return build_c(_C_SOURCE, workdir, "pinpair")
 
 
 def summarise(pairs: int, rounds: dict[str, list[Round]]) -> None:

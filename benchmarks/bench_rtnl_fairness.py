@@ -38,7 +38,6 @@ Run (root; C compiler): ``python benchmarks/bench_rtnl_fairness.py [NxM ...] [ru
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _cc import build_c
 
 _C_SOURCE = r"""
 #define _GNU_SOURCE
@@ -235,14 +235,7 @@ def measure(binary: Path, n: int, m: int) -> Storm:
 
 
 def build(workdir: Path) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise SystemExit("needs a C compiler (cc)")
-    src = workdir / "rtnl_fairness.c"
-    src.write_text(_C_SOURCE)
-    binary = workdir / "rtnl_fairness"
-    subprocess.run([cc, "-O2", "-o", str(binary), str(src)], check=True)
-    return binary
+    return build_c(_C_SOURCE, workdir, "rtnl_fairness")
 
 
 def steal_then_handoff(n: int, m: int, q: float, rng: np.random.Generator) -> list[np.ndarray]:
