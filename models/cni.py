@@ -185,14 +185,16 @@ _PRIMARY_DEVICE = {
 def lock_specs(costs: CostTable, rtnl_priority: dict[str, int]) -> list[LockSpec]:
     """The locks of the node, in a fixed order (cgroup_mutex before RTNL).
 
-    The kernel's mutexes hand over as Linux does (a release wakes the next
-    waiter and a running task may steal the lock meanwhile); an explicit RTNL
-    priority order is a controlled hand-off instead. ovs-vswitchd's main loop
-    serves requests in order.
+    The kernel's mutexes hand over as the profile says: FIFO with a
+    ``wake_s`` of 0, else as Linux does (a release wakes the next waiter and
+    a running task may steal the lock meanwhile); cgroup_mutex may have its
+    own (``cgroup_mutex_wake_s``). An explicit RTNL priority order is a
+    controlled hand-off instead. ovs-vswitchd's main loop serves requests in
+    order.
     """
     wake_s = costs.mutex_wake_s
     return [
-        LockSpec(name=CGROUP_MUTEX, wake_s=wake_s),
+        LockSpec(name=CGROUP_MUTEX, wake_s=costs.cgroup_mutex_wake_s or wake_s),
         LockSpec(
             name=RTNL,
             spin_s=costs.rtnl_spin_s,

@@ -110,6 +110,9 @@ class CostTable(_Frozen):
     netprio_per_netdev_s: Seconds
     rtnl_spin_s: Seconds
     mutex_wake_s: Seconds
+    # cgroup_mutex's own hand-over (benchmarks/bench_cgroup_lockstep.py);
+    # 0 = as mutex_wake_s.
+    cgroup_mutex_wake_s: Seconds = 0.0
     # Namespaces and cgroups.
     netns_create_cpu_s: Seconds
     cgroup_mkdir_cpu_s: Seconds

@@ -128,6 +128,29 @@ def test_netprio_walk_grows_with_host_netdevs_for_veth_only() -> None:
     assert max(ipvtap) < 2 * min(ipvtap)
 
 
+@pytest.mark.parametrize(("wake_s", "lockstep"), [(0.0, True), (35e-6, False)])
+def test_cgroup_mutex_hand_over_decides_the_lockstep(wake_s: float, lockstep: bool) -> None:
+    """FIFO (``cgroup_mutex_wake_s`` 0, as ``mutex_wake_s``) queues every
+    attach behind every mkdir; the Linux-style wake-up lets the releaser take
+    cgroup_mutex again for its attach (benchmarks/bench_cgroup_lockstep.py)."""
+    base = load_profile("paper-000")
+    profile = base.with_values({"costs.cgroup_mutex_wake_s": wake_s}, source="a test")
+    recorded = run_program(
+        compile_scenario(Scenario(cni="no-network", sandboxes=30), profile=profile), record=True
+    ).recording
+    assert recorded is not None
+    locks = recorded.lock_frame()
+    holds = locks[(locks.lock == "cgroup_mutex") & (locks.what == "hold")].sort_values("end_s")
+    owners = holds.sandbox.to_numpy()
+    # Hand-overs to the same sandbox (its attach right after its mkdir): at
+    # most every other one, 0.5; FIFO gives none.
+    back_to_back = float((owners[1:] == owners[:-1]).mean())
+    if lockstep:
+        assert back_to_back < 0.05, back_to_back
+    else:
+        assert back_to_back > 0.4, back_to_back
+
+
 def test_resent_qos_rules_hold_rtnl_once_per_reconfiguration() -> None:
     """Each OVS database change (the vPort, then each rule) re-sends the rules
     of every vPort ahead: its kernel part is one RTNL hold growing with them."""
