@@ -159,7 +159,7 @@ def test_demo_prints_the_summary_and_writes_config_and_report(tmp_path: Path) ->
     # The what-ifs rank veth (S0-5), and the tuned limits sit on full pools
     # (S0-9): both rows the model misses; the report is of the tuned storm.
     text = " ".join(out.stdout.split())
-    assert "S0-5 veth is the fastest" in text
+    assert "S0-5 ipvtap is the slowest kernel-datapath CNI" in text
     assert "caution: the papers measured otherwise S0-9" in text
     assert "S0-9" in page and "S0-5" not in page and "S0-8" not in text
 

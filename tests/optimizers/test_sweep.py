@@ -99,8 +99,8 @@ def test_sweep_cli_writes_csv_and_parquet(
     csv = pd.read_csv(tmp_path / "s.csv", keep_default_na=False)
     assert list(csv["sandboxes"]) == [10, 10, 20, 20]
     # Each point names the known misses it rests on; the table lists them once.
-    assert list(csv["caveats"]) == ["", "S0-Fig6"] * 2
-    assert "caution: the papers measured otherwise S0-Fig6 ipvlan's Cgroup stage" in out
+    assert list(csv["caveats"]) == ["", "S0-5,S0-Fig6"] * 2
+    assert "caution: the papers measured otherwise S0-5 ipvtap is the slowest" in out
     args += ["--workers", "1"]
     main([*args, "--output", str(tmp_path / "s.parquet")])
     parquet = pd.read_parquet(tmp_path / "s.parquet")
