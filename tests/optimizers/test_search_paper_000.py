@@ -80,8 +80,9 @@ def test_s0_9_limits_on_top_of_pooling_cut_18_1_percent(tuned_pooled: OptimizeRe
     """S0-9: concurrency control alone on top of pooling: −18.1%.
 
     Held from the refit with the shared vPort's dependants (10.49 -> 8.46 s,
-    -19.4%) to the refit that pinned net_prio's walk to its measured cost,
-    which moved the fitted mkdir from 5.5 to 0.43 ms; no fit row pins it."""
+    -19.4%) until net_prio's walk and cgroup_mutex's hand-over were measured:
+    the limits had broken the FIFO lockstep of cgroup_mutex, which a real
+    kernel does not have (benchmarks/bench_cgroup_lockstep.py)."""
     cut = _reduction(tuned_pooled.baseline.makespan_s, tuned_pooled.best[0].metrics.makespan_s)
     assert cut == pytest.approx(0.181, rel=PREDICT_TOLERANCE), cut
 
