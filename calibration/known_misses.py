@@ -33,21 +33,23 @@ _NETWORKED_SOFTWARE = frozenset(
 _SRIOV_PROFILE = "paper-001"
 
 
-def _limits_without_full_pools(s: Scenario) -> bool:
-    """Stage limits on a networked software storm that still makes devices:
-    S0-8's case."""
+def _fully_pooled(s: Scenario) -> bool | None:
+    """For stage limits on a networked software storm: whether every device it
+    makes is pooled. ``None`` for any other storm."""
     if not s.limits or s.cni not in _NETWORKED_SOFTWARE:
-        return False
+        return None
     full = full_pools(s.cni, sandboxes=s.sandboxes, tenants=s.tenants)
-    return any(s.pools.get(kind, 0) < count for kind, count in full.items())
+    return all(s.pools.get(kind, 0) >= count for kind, count in full.items())
+
+
+def _limits_without_full_pools(s: Scenario) -> bool:
+    """Stage limits on a storm that still makes devices: S0-8's case."""
+    return _fully_pooled(s) is False
 
 
 def _limits_on_full_pools(s: Scenario) -> bool:
-    """Stage limits on a networked software storm whose devices are all pooled: S0-9's case."""
-    if not s.limits or s.cni not in _NETWORKED_SOFTWARE:
-        return False
-    full = full_pools(s.cni, sandboxes=s.sandboxes, tenants=s.tenants)
-    return all(s.pools.get(kind, 0) >= count for kind, count in full.items())
+    """Stage limits on a storm whose devices are all pooled: S0-9's case."""
+    return _fully_pooled(s) is True
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
