@@ -9,15 +9,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from .calibration import FitReport, KnownMiss, ParameterSpread, TargetCheck, caveats
-from .models import Scenario, Traffic, load_profile, ovs_reconfigure_s, qos_resend_s
+from .calibration.identify import IdentificationCaution
+from .models import Profile, Scenario, Traffic, load_profile, ovs_reconfigure_s, qos_resend_s
 from .simulator import LockStats, Result
 
 __all__ = [
     "caveat_table",
     "comparison_table",
     "fit_spread",
+    "identification_table",
     "lock_rows",
     "print_caution",
+    "print_identification",
     "result_tables",
     "spread_table",
     "target_table",
@@ -219,6 +222,46 @@ def print_caution(console: Console, *whats: Scenario | Traffic) -> tuple[KnownMi
     if table is not None:
         console.print(table)
     return known
+
+
+def identification_table(cautions: Sequence[IdentificationCaution]) -> Table | None:
+    """The unidentified costs that move a what-if beyond the profile's error,
+    one per row (``None`` when there are none)."""
+    if not cautions:
+        return None
+    t = Table(
+        title="[yellow]caution: this what-if rests on costs the profile never identified[/]",
+        title_justify="left",
+        show_header=False,
+        box=None,
+    )
+    t.add_column(style="yellow")
+    for c in cautions:
+        t.add_row(escape(c.line()))
+    t.add_row(
+        "[dim]measure them (sudo bootstorm testbed measure-ops) or calibrate with storms that "
+        "use them (sudo bootstorm calibrate --plan)[/]"
+    )
+    return t
+
+
+def print_identification(
+    console: Console,
+    scenario: Scenario,
+    *,
+    result: Result | None = None,
+    profile: Profile | None = None,
+) -> tuple[IdentificationCaution, ...]:
+    """Print the unidentified costs that move ``scenario`` beyond its profile's
+    error (nothing if none); return them. ``result``: the what-if already
+    simulated (same seed), so it is not run again."""
+    from .calibration.identify import whatif_cautions
+
+    found = whatif_cautions(scenario, profile=profile, base=result)
+    table = identification_table(found)
+    if table is not None:
+        console.print(table)
+    return found
 
 
 def comparison_table(title: str, rows: Sequence[tuple[str, Result]], baseline: int = 0) -> Table:

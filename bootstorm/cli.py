@@ -23,8 +23,9 @@ from ._cli_sweep import sweep_cmd
 from ._cli_testbed import testbed_app
 from ._io import write_atomically
 from ._options import EXECUTOR_OPTION
-from ._render import fit_spread, result_tables, target_table
+from ._render import fit_spread, print_identification, result_tables, target_table
 from .calibration import caveats
+from .calibration.identify import whatif_cautions
 from .models import ConfigError, Scenario, available_profiles
 from .simulator import ExecutorName
 
@@ -169,11 +170,15 @@ def simulate_cmd(
         payload = {"scenario": scenario.model_dump(mode="json"), **result.to_dict()}
         payload["startup_s"] = {k: payload["startup_s"][k] for k in ("mean", "p50", "p99", "max")}
         payload["caveats"] = [m.to_dict() for m in caveats(scenario)]
+        payload["unidentified"] = [
+            c.to_dict() for c in whatif_cautions(scenario, base=result, executor=executor)
+        ]
         if background is not None:
             payload["background"] = background
         sys.stdout.write(json.dumps(payload) + "\n")
         return
     console.print(result_tables(scenario, result))
+    print_identification(console, scenario, result=result)
     if background is not None:
         console.print(
             f"background traffic on {background['path']}: {background['delivered_gbps']:.1f} Gbps "
@@ -345,7 +350,12 @@ def report(
         )
         result = simulate(scenario, record=True)
         title = f"{scenario.sandboxes} × {scenario.cni} on {scenario.profile}"
-        kw = {"recording": result.recording, "result": result, "caveats": caveats(scenario)}
+        kw = {
+            "recording": result.recording,
+            "result": result,
+            "caveats": caveats(scenario),
+            "unidentified": whatif_cautions(scenario, base=result),
+        }
     write_report(output, title=title, **kw)
     console.print(f"report written to [bold]{output}[/] (self-contained; open it in a browser)")
 

@@ -360,6 +360,57 @@ def _caution(misses: Sequence[KnownMiss]) -> str:
     )
 
 
+def _unidentified(cautions: Sequence[Any]) -> str:
+    if not cautions:
+        return ""
+    items = "".join(f"<li>{html.escape(c.line())}</li>" for c in cautions)
+    return (
+        "<div class='caution'><h2>Caution: costs the profile never identified move this "
+        f"what-if</h2><ul>{items}</ul><p>Measure them (<code>sudo bootstorm testbed "
+        "measure-ops</code>) or calibrate with storms that use them (<code>sudo bootstorm "
+        "calibrate --plan</code>).</p></div>"
+    )
+
+
+def _candidates(rows: Sequence[Any]) -> str:
+    """Predicted against measured, one row per candidate config."""
+    if not rows:
+        return ""
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "config",
+            "measured makespan (s)",
+            "predicted (s)",
+            "error",
+            "measured mean startup (s)",
+            "predicted (s)",
+            "error",
+        )
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(x))}</td>"
+            for x in (
+                r.name,
+                f"{r.measured_makespan_s:.3f}",
+                f"{r.predicted_makespan_s:.3f}",
+                f"{r.makespan_error:+.1%}",
+                f"{r.measured_mean_s:.3f}",
+                f"{r.predicted_mean_s:.3f}",
+                f"{r.mean_error:+.1%}",
+            )
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return (
+        "<h2>Candidates: predicted against measured on real storms</h2>"
+        f"<table class='facts'><tr>{head}</tr>{body}</table>"
+    )
+
+
 def report_html(
     *,
     title: str,
@@ -368,13 +419,21 @@ def report_html(
     study: Any = None,
     facts: Sequence[tuple[str, str]] = (),
     caveats: Sequence[KnownMiss] = (),
+    unidentified: Sequence[Any] = (),
+    candidates: Sequence[Any] = (),
 ) -> str:
     """The report as one HTML document (plotly.js embedded once).
 
     ``caveats``: the known misses the what-if rests on
-    (:func:`bootstorm.calibration.caveats`), shown under the headline."""
-    if recording is None and study is None:
-        raise ValueError("a report needs a recorded storm, a study, or both")
+    (:func:`bootstorm.calibration.caveats`), shown under the headline;
+    ``unidentified``: the costs the profile never identified that move it
+    (:func:`bootstorm.calibration.identify.whatif_cautions`); ``candidates``:
+    configs measured on real storms against their predictions (rows with
+    ``name``, ``measured_makespan_s``, ``predicted_makespan_s``,
+    ``makespan_error``, ``measured_mean_s``, ``predicted_mean_s``,
+    ``mean_error``, as ``bootstorm tune`` and ``validate --candidates`` make)."""
+    if recording is None and study is None and not candidates:
+        raise ValueError("a report needs a recorded storm, a study, candidates, or more")
     sections: list[tuple[str, Any]] = []
     if recording is not None:
         sections += [
@@ -394,6 +453,7 @@ def report_html(
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
         f"<h1>{html.escape(title)}</h1>{_headline(result, facts)}{_caution(caveats)}"
+        f"{_unidentified(unidentified)}{_candidates(candidates)}"
         + "\n".join(parts)
         + "<footer>bootstorm report — opens offline (plotly.js embedded)</footer></body></html>\n"
     )

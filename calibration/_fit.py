@@ -170,6 +170,10 @@ class LeastSquaresFit:
     """Sum of squared weighted relative errors."""
     spread: tuple[ParameterSpread, ...]
     unseen_directions: int
+    jacobian: np.ndarray | None = None
+    """d(weighted relative residual)/d(log cost) at the solution, fitted rows by costs."""
+    rows: tuple[PaperTarget, ...] = ()
+    """The fitted rows, in the Jacobian's order."""
 
     def report(self, checks: Sequence[TargetCheck], *, profile: Profile | None = None) -> FitReport:
         """The :class:`FitReport` of this fit, checked by ``checks`` (on
@@ -296,4 +300,6 @@ def least_squares_fit(
         cost=float(2 * sol.cost),
         spread=spread,
         unseen_directions=unseen_directions(sol.jac),
+        jacobian=np.asarray(sol.jac),
+        rows=tuple(used),
     )

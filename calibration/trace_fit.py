@@ -32,18 +32,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..models import HostSpec, Profile, Scenario, TestbedCostTable
+from ..models import CostEvidence, HostSpec, Identification, Profile, Scenario, TestbedCostTable
 from ..models.testbed import TESTBED_STAGES
 from ..simulator import SERVICE_FAMILIES, Result
 from ..traces import Trace
-from ._fit import FitReport, FreeParameter, least_squares_fit
-from .targets import Metric, PaperTarget, check_targets, makespan
+from ._fit import FitReport, FreeParameter, least_squares_fit, parameter_spread
+from .identify import unseen_directions_of
+from .targets import Metric, PaperTarget, TargetCheck, check_targets, makespan
 
 __all__ = [
     "AIC_MARGIN",
@@ -51,12 +53,16 @@ __all__ = [
     "Comparison",
     "FamilyChoice",
     "Interval",
+    "MeasuredCost",
     "StormStats",
     "bootstrap_prediction",
     "choose_service_family",
+    "fit_storms",
     "fit_trace",
+    "group_storms",
     "predicted_vs_measured",
     "service_samples",
+    "storm_name",
     "testbed_template",
     "validation_frame",
 ]
@@ -271,7 +277,10 @@ def _target(
     )
 
 
-# Where the fit starts, and how far each cost may go.
+# Where the fit starts, and how far each cost may go. The first ten are seen
+# by every storm; the last three only by the storms that use them (a move
+# into a namespace, a netns-veth pool...) or by a direct measurement, and a
+# fit without either leaves them where they start: unidentified.
 TRACE_FREE_PARAMETERS: tuple[FreeParameter, ...] = (
     FreeParameter(path="testbed.py_op_cpu_s", start=2e-3, low=1e-5, high=0.1),
     FreeParameter(path="testbed.netns_create_cpu_s", start=5e-3, low=1e-5, high=0.5),
@@ -283,7 +292,19 @@ TRACE_FREE_PARAMETERS: tuple[FreeParameter, ...] = (
     FreeParameter(path="testbed.vm_spawn_cpu_s", start=1e-2, low=1e-4, high=0.5),
     FreeParameter(path="testbed.vm_boot_cpu_s", start=5e-2, low=1e-4, high=2.0),
     FreeParameter(path="testbed.vm_boot_s", start=0.2, low=1e-3, high=5.0),
+    FreeParameter(path="testbed.rtnl_netns_hold_s", start=5e-4, low=1e-6, high=0.05),
+    FreeParameter(path="testbed.rcu_grace_s", start=5e-4, low=1e-6, high=0.2),
+    FreeParameter(path="testbed.cgroup_attach_hold_s", start=5e-4, low=1e-6, high=0.05),
 )
+
+PLAUSIBLE_FACTOR = 4.0
+"""An unidentified cost of a fitted testbed profile is plausible within this
+factor of where the fit left it (and within its bounds): the fit's starting
+points are guesses of the right order of magnitude, no better."""
+
+IDENTIFIED_FACTOR = 2.0
+"""A fitted cost whose spread (:class:`~._fit.ParameterSpread`, at the fit's
+own error) reaches further than this factor either way counts as unidentified."""
 
 _START = (
     "start value of `bootstorm calibrate --trace`; replaced by the fit (calibration/trace_fit.py)"
@@ -305,9 +326,6 @@ def testbed_template(
     with no stated choice if ``None``)."""
     testbed = TestbedCostTable(
         **{p.path.split(".", 1)[1]: p.start for p in TRACE_FREE_PARAMETERS},
-        rtnl_netns_hold_s=5e-4,
-        rcu_grace_s=5e-4,
-        cgroup_attach_hold_s=5e-4,
         vm_tap_ioctls=vm_tap_ioctls,
         kworker_rtnl_ops=kworker_rtnl_ops,
     )
@@ -327,9 +345,6 @@ def testbed_template(
             "host.zero_gib_s_per_core": "assumption: unused by the testbed catalog (no zeroing)",
             "host.sandbox_vcpus": "the testbed's QEMU runs one vCPU",
             "service_cv": "the recorded storm: CV of the fastest half of its stage times",
-            "testbed.rtnl_netns_hold_s": "assumption: the new namespace's loopback, 0.5 ms",
-            "testbed.rcu_grace_s": "assumption: an expedited RCU grace period, 0.5 ms",
-            "testbed.cgroup_attach_hold_s": "assumption: a cgroup.procs write, as a mkdir",
             "testbed.vm_tap_ioctls": "the recorded storm: RTNL waits of the busiest sandbox's "
             "VMM in StartVM (QEMU's tap ioctls take RTNL in __tun_chr_ioctl)",
             "testbed.kworker_rtnl_ops": "the recorded storm: RTNL waits by kworkers "
@@ -448,6 +463,245 @@ def choose_service_family(samples: Sequence[ServiceSample]) -> FamilyChoice:
     return FamilyChoice(aic=aic, samples=int(pooled.size), chosen=chosen)
 
 
+class MeasuredCost(Protocol):
+    """A cost timed alone on the node (``bootstorm testbed measure-ops``):
+    ``value`` and its quartiles ``low``..``high`` in seconds, ``how`` it was
+    derived from the timed operations. ``testbed.vm_boot_total_s`` is the
+    sum ``vm_boot_cpu_s + vm_boot_s``."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def value(self) -> float: ...
+    @property
+    def low(self) -> float: ...
+    @property
+    def high(self) -> float: ...
+    @property
+    def how(self) -> str: ...
+
+
+#: Sums of costs a measurement times as one (the VM's whole boot).
+_SUMS = {"testbed.vm_boot_total_s": ("vm_boot_cpu_s", "vm_boot_s")}
+
+MEASUREMENT_SIGMA_FLOOR = 0.05
+"""A measured cost is trusted to its quartiles' half-width relative to its
+median, never closer than 5%: the fit weighs it as a row whose error is that."""
+
+STORM_SIGMA = 0.10
+"""The relative error a storm's row is fitted to: the run-to-run spread of
+the median of several runs on a small host (±30% single runs, three runs)."""
+
+
+def group_storms(traces: Sequence[Trace]) -> list[list[Trace]]:
+    """Recorded storms grouped by what they are (size, variant, pools,
+    limits): the runs of one storm pool, different storms fit together."""
+    groups: dict[tuple[Any, ...], list[Trace]] = {}
+    for t in traces:
+        st = StormStats.of(t)
+        key = (
+            st.sandboxes,
+            st.cni,
+            tuple(sorted(st.pools.items())),
+            tuple(sorted(st.limits.items())),
+        )
+        groups.setdefault(key, []).append(t)
+    return list(groups.values())
+
+
+def storm_name(stats: StormStats) -> str:
+    """``150 × testbed-veth, pools netns-veth=150, limits AttachIf=4``."""
+    parts = [f"{stats.sandboxes} × {stats.cni}"]
+    if stats.pools:
+        parts.append("pools " + " ".join(f"{k}={v}" for k, v in sorted(stats.pools.items())))
+    if stats.limits:
+        parts.append("limits " + " ".join(f"{k}={v}" for k, v in sorted(stats.limits.items())))
+    return ", ".join(parts)
+
+
+def _measurement_targets(
+    measured: Mapping[str, MeasuredCost], template: Scenario
+) -> list[PaperTarget]:
+    out = []
+    for path, m in measured.items():
+        if not m.value > 0.0:
+            continue
+        sigma = max((m.high - m.low) / (2.0 * m.value), MEASUREMENT_SIGMA_FLOOR)
+        if path in _SUMS:
+            a, b = _SUMS[path]
+
+            def evaluate(prof: Profile | None, a: str = a, b: str = b) -> float:
+                assert prof is not None and prof.testbed is not None
+                return float(getattr(prof.testbed, a) + getattr(prof.testbed, b))
+
+        else:
+            leaf = path.split(".", 1)[1]
+            if leaf not in TestbedCostTable.model_fields:
+                continue
+
+            def evaluate(prof: Profile | None, leaf: str = leaf) -> float:
+                assert prof is not None and prof.testbed is not None
+                return float(getattr(prof.testbed, leaf))
+
+        out.append(
+            PaperTarget(
+                id="measured",
+                role="fit",
+                label=f"measured {path}",
+                evaluate=evaluate,
+                value=m.value,
+                source=f"bootstorm testbed measure-ops: {m.how}",
+                tolerance_rel=2 * sigma,
+                weight=STORM_SIGMA / sigma,
+            )
+        )
+    return out
+
+
+def fit_storms(
+    traces: Sequence[Trace],
+    *,
+    measured: Mapping[str, MeasuredCost] | None = None,
+    seed: int = 0,
+    executor: str = "compiled",
+    max_evaluations: int = 160,
+    on_evaluation: Callable[[int, float], None] | None = None,
+) -> FitReport:
+    """Fit one ``local`` testbed profile to every storm in ``traces`` at once
+    (runs of one storm pooled, see :func:`group_storms`) and to the costs
+    measured alone (``measured``, by path), and record in the profile which
+    costs that identified (:class:`~bootstorm.models.Identification`)."""
+    groups = group_storms(traces)
+    if not groups:
+        raise ValueError("trace: give at least one recorded storm")
+    stats = [StormStats.pooled(g) for g in groups]
+    # The largest storm sets the host facts and the service-time spread.
+    first = max(range(len(stats)), key=lambda i: stats[i].sandboxes)
+    h = groups[first][0].header
+    all_samples = [x for st in stats for x in service_samples(st)]
+    base = testbed_template(
+        cores=stats[first].cores,
+        memory_mib=h.host.memory_mib if h.host is not None else 1024,
+        service_cv=round(float(np.median([_service_cv(st) for st in stats])), 4),
+        service_family=choose_service_family(all_samples),
+        vm_tap_ioctls=max(st.vm_rtnl_waits for st in stats) or 4,
+        kworker_rtnl_ops=round(float(np.mean([st.kworker_rtnl_waits for st in stats]))),
+    )
+    targets: list[PaperTarget] = []
+    many = len(stats) > 1
+    for st in stats:
+        name = storm_name(st)
+        for t in st.targets():
+            targets.append(
+                dataclasses.replace(t, id=name, label=f"{name}: {t.label}" if many else t.label)
+            )
+    measured = dict(measured or {})
+    targets += _measurement_targets(measured, stats[first].scenario())
+    params = TRACE_FREE_PARAMETERS
+    names = [storm_name(st) for st in stats]
+    fit = least_squares_fit(
+        base,
+        targets,
+        params,
+        source_for=lambda _ids: (
+            f"fit: {len(stats)} recorded storm(s) ({'; '.join(names)})"
+            + (f" and {len(measured)} measured cost(s)" if measured else "")
+            + " by `bootstorm calibrate --trace` (calibration/trace_fit.py)"
+        ),
+        seed=seed,
+        executor=executor,
+        max_evaluations=max_evaluations,
+        on_evaluation=on_evaluation,
+    )
+    checks = tuple(check_targets(targets, fit.profile, seed=seed, executor=executor))
+    profile = fit.profile.model_copy(
+        update={"identification": _identification(fit, checks, params, measured, stats)}
+    )
+    profile = Profile(**profile.model_dump())  # validated again, with its identification
+    return fit.report(checks, profile=profile)
+
+
+_HEADLINE = ("startup mean", "makespan")
+
+
+def _identification(
+    fit: Any,
+    checks: Sequence[TargetCheck],
+    params: Sequence[FreeParameter],
+    measured: Mapping[str, MeasuredCost],
+    stats: Sequence[StormStats],
+) -> Identification:
+    """Which free costs the fit identified, by what, and its unseen directions."""
+    headline = [
+        abs(c.rel_error)
+        for c in checks
+        if c.target.weight > 0 and c.target.id != "measured" and c.target.label.endswith(_HEADLINE)
+    ]
+    error_rel = float(max([STORM_SIGMA / 2, *headline]))
+    paths = [p.path for p in params]
+    values = {p.path: float(_get(fit.profile, p.path)) for p in params}
+    jac = np.asarray(fit.jacobian)
+    log_values = [math.log(values[p]) for p in paths]
+    unseen = unseen_directions_of(
+        jac,
+        paths,
+        error_rel=error_rel,
+        bounds_log=[(math.log(p.low), math.log(p.high)) for p in params],
+        log_values=log_values,
+    )
+    spread = {
+        s.path: s for s in parameter_spread(jac, np.array(log_values), paths, rows_rel=error_rel)
+    }
+    costs: dict[str, CostEvidence] = {}
+    for i, p in enumerate(params):
+        v = values[p.path]
+        column = np.abs(jac[:, i]) if jac.size else np.zeros(0)
+        top = float(column.max()) if column.size else 0.0
+        seers = sorted(
+            {
+                row.id
+                for row, x in zip(fit.rows, column, strict=True)
+                if top > 0 and x > 0.05 * top and row.id != "measured"
+            }
+        )
+        in_unseen = [d for d in unseen if abs(d.weights.get(p.path, 0.0)) >= 0.3]
+        m = measured.get(p.path)
+        if in_unseen:
+            reach = max(d.span_log * abs(d.weights[p.path]) for d in in_unseen)
+            costs[p.path] = CostEvidence(
+                status="unidentified",
+                low=max(p.low, v * math.exp(-reach)),
+                high=min(p.high, v * math.exp(reach)),
+                by=in_unseen[0].by
+                if not seers
+                else f"seen only in combination by {len(seers)} storm(s)",
+            )
+        elif m is not None:
+            costs[p.path] = CostEvidence(
+                status="measured",
+                low=min(m.low, v),
+                high=max(m.high, v),
+                by=f"measure-ops ({m.how})" + (f"; and {len(seers)} storm(s)" if seers else ""),
+            )
+        else:
+            sp = spread[p.path]
+            finite = math.isfinite(sp.high) and sp.low > 0
+            costs[p.path] = CostEvidence(
+                status="fitted",
+                low=sp.low if finite else p.low,
+                high=sp.high if finite else p.high,
+                by="; ".join(seers) if seers else "the fitted storms",
+            )
+    return Identification(error_rel=min(error_rel, 10.0), costs=costs, unseen=unseen)
+
+
+def _get(profile: Profile, path: str) -> float:
+    node: Any = profile
+    for key in path.split("."):
+        node = getattr(node, key)
+    return float(node)
+
+
 def fit_trace(
     trace: Trace | Sequence[Trace],
     *,
@@ -505,7 +759,14 @@ def fit_trace(
     )
     fitted = fit.profile
     checks = tuple(check_targets(targets, fitted, seed=seed, executor=executor))
-    return fit.report(checks)
+    if start is not None:
+        return fit.report(checks)
+    profile = Profile(
+        **fitted.model_copy(
+            update={"identification": _identification(fit, checks, params, {}, [stats])}
+        ).model_dump()
+    )
+    return fit.report(checks, profile=profile)
 
 
 @dataclass(frozen=True, kw_only=True)

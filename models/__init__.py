@@ -28,11 +28,14 @@ from .compile import (
 )
 from .dataplane import DATA_PATHS, DataPath, DataplaneCostTable, Traffic
 from .profile import (
+    CostEvidence,
     CostTable,
     HostSpec,
+    Identification,
     Profile,
     SriovCostTable,
     TestbedCostTable,
+    UnseenDirection,
     available_profiles,
     load_profile,
 )
@@ -50,11 +53,13 @@ __all__ = [
     "CniName",
     "ConfigError",
     "ConfigOrigin",
+    "CostEvidence",
     "CostTable",
     "DataPath",
     "DataplaneCostTable",
     "DataplaneResult",
     "HostSpec",
+    "Identification",
     "Profile",
     "ProgramCache",
     "RtnlOps",
@@ -64,6 +69,7 @@ __all__ = [
     "TestbedCostTable",
     "Traffic",
     "TunedConfig",
+    "UnseenDirection",
     "available_profiles",
     "cni_stages",
     "compile_scenario",

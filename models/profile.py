@@ -21,10 +21,13 @@ from .dataplane import DataplaneCostTable
 
 __all__ = [
     "PROFILE_SCHEMA_VERSION",
+    "CostEvidence",
     "CostTable",
     "HostSpec",
+    "Identification",
     "Profile",
     "SriovCostTable",
+    "UnseenDirection",
     "available_profiles",
     "load_profile",
 ]
@@ -204,6 +207,82 @@ class TestbedCostTable(_Frozen):
     vm_boot_s: Seconds
 
 
+CostStatus = Literal["measured", "fitted", "unidentified"]
+
+
+class CostEvidence(_Frozen):
+    """What pins one cost of a profile down, and how far it could be.
+
+    ``measured``: timed alone on the node (``bootstorm testbed measure-ops``),
+    ``low``..``high`` its quartiles; ``fitted``: calibration storms see it
+    (alone or with a measurement), ``low``..``high`` the fit's spread;
+    ``unidentified``: nothing that was fitted or measured sees it (an
+    assumption, or a direction of the costs no calibration storm moved),
+    ``low``..``high`` its plausible range. ``by`` says which storms,
+    measurement or assumption.
+    """
+
+    status: CostStatus
+    low: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+    high: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+    by: str
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CostEvidence:
+        if self.low > self.high:
+            raise ValueError(f"`low <= high` must hold, but got low={self.low}, high={self.high}")
+        return self
+
+
+class UnseenDirection(_Frozen):
+    """A direction in the costs that nothing fitted or measured sees.
+
+    ``weights``: the direction, a unit vector over the costs' logarithms
+    (a cost absent has weight 0). Along it the costs may move together by
+    ``exp(±span_log × weight)`` each without the calibration storms noticing
+    beyond the profile's error; ``by`` says why it is unseen.
+    """
+
+    weights: dict[str, float]
+    span_log: Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+    by: str
+
+    def moved(self, values: Mapping[str, float], sign: float) -> dict[str, float]:
+        """``values`` moved to one end of the direction (``sign`` ±1)."""
+        import math
+
+        return {
+            path: values[path] * math.exp(sign * self.span_log * w)
+            for path, w in self.weights.items()
+            if path in values
+        }
+
+    def label(self) -> str:
+        """The costs that make up the direction, largest first."""
+        parts = sorted(self.weights.items(), key=lambda kv: -abs(kv[1]))
+        return (
+            " with ".join(f"{'' if w > 0 else '-'}{p}" for p, w in parts[:3] if abs(w) >= 0.2)
+            or parts[0][0]
+        )
+
+
+class Identification(_Frozen):
+    """Which costs of a profile were identified, and the profile's own error.
+
+    ``error_rel``: how far the profile misses the storms it was fitted to
+    (the largest relative error of a fitted headline row, floored at the
+    run-to-run spread it was measured with): a what-if whose answer moves
+    by more than this along an unidentified cost says so.
+    """
+
+    error_rel: Annotated[float, Field(gt=0.0, le=10.0)]
+    costs: dict[str, CostEvidence] = Field(default_factory=dict)
+    unseen: list[UnseenDirection] = Field(default_factory=list)
+
+    def unidentified(self) -> dict[str, CostEvidence]:
+        return {p: e for p, e in self.costs.items() if e.status == "unidentified"}
+
+
 class Profile(_Frozen):
     """A named, versioned set of host facts and operation costs with sources."""
 
@@ -224,6 +303,10 @@ class Profile(_Frozen):
     dataplane: DataplaneCostTable | None = None
     """The receive data plane (softirq chains); ``None`` if never measured."""
     sources: dict[str, str]
+    identification: Identification | None = None
+    """Per cost: measured, fitted or unidentified, with its range
+    (:mod:`bootstorm.calibration.identify`). ``None``: derived from
+    ``sources`` (an ``assumption:`` is unidentified)."""
 
     @model_validator(mode="after")
     def _every_number_has_a_source(self) -> Profile:
@@ -237,6 +320,13 @@ class Profile(_Frozen):
         unknown = sorted(set(self.sources) - set(self.numeric_paths()))
         if unknown:
             raise ValueError(f"sources for unknown numbers: {', '.join(unknown)}")
+        if self.identification is not None:
+            known = set(self.numeric_paths())
+            stray = sorted(set(self.identification.costs) - known)
+            for direction in self.identification.unseen:
+                stray += sorted(set(direction.weights) - known)
+            if stray:
+                raise ValueError(f"identification of unknown numbers: {', '.join(stray)}")
         return self
 
     def numeric_paths(self) -> list[str]:
