@@ -59,6 +59,7 @@ __all__ = [
     "profile_numbers",
     "sensitivities",
     "unseen_directions_of",
+    "visibility",
     "whatif_cautions",
 ]
 
@@ -125,6 +126,19 @@ def profile_numbers(profile: Profile) -> dict[str, float]:
     return out
 
 
+def visibility(
+    jacobian: np.ndarray, *, error_rel: float, plausible_factor: float = PLAUSIBLE_FACTOR
+) -> np.ndarray:
+    """Per direction of the costs (right singular vectors), how far the rows
+    move over its plausible span, in units of ``error_rel`` (below 1: unseen)."""
+    jac = np.atleast_2d(np.asarray(jacobian, dtype=np.float64))
+    n = jac.shape[1]
+    _, sing, vt = np.linalg.svd(jac, full_matrices=True)
+    sing = np.concatenate([sing, np.zeros(n - len(sing))])
+    reach = math.log(plausible_factor) / np.max(np.abs(vt), axis=1)
+    return np.asarray(sing * reach / error_rel)
+
+
 def unseen_directions_of(
     jacobian: np.ndarray,
     paths: Sequence[str],
@@ -143,11 +157,11 @@ def unseen_directions_of(
     by ``s t`` (root sum of squares) when the costs move by ``t v``; its
     span ``t`` is where the largest cost has moved by ``plausible_factor``
     (or reached its bound, given ``bounds_log`` and ``log_values``). It is
-    unseen when the rows move less than the profile's error over that span,
-    in root mean square: ``s t / sqrt(rows) < error_rel``.
+    unseen when the rows move less than the profile's error over that span
+    (``s t < error_rel``): no row, nor any combination of rows, would tell.
     """
     jac = np.atleast_2d(np.asarray(jacobian, dtype=np.float64))
-    m, n = jac.shape
+    n = jac.shape[1]
     if n != len(paths):
         raise ValueError(f"one column per path must hold, but got {jac.shape=}, {len(paths)=}")
     _, sing, vt = np.linalg.svd(jac, full_matrices=True)
@@ -164,7 +178,7 @@ def unseen_directions_of(
                 lo, hi = bounds_log[i]
                 room = max(hi - log_values[i], log_values[i] - lo)
                 reach = min(reach, max(room, 0.0) / abs(w)) if room > 0 else reach
-        if sing[k] * reach / math.sqrt(max(m, 1)) >= error_rel:
+        if sing[k] * reach >= error_rel:
             continue
         weights = {p: float(round(w, 4)) for p, w in zip(paths, v, strict=True) if abs(w) >= 0.05}
         if weights:

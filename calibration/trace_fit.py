@@ -60,6 +60,7 @@ __all__ = [
     "fit_storms",
     "fit_trace",
     "group_storms",
+    "measurement_sigma",
     "predicted_vs_measured",
     "service_samples",
     "storm_name",
@@ -519,6 +520,11 @@ def storm_name(stats: StormStats) -> str:
     return ", ".join(parts)
 
 
+def measurement_sigma(m: MeasuredCost) -> float:
+    """The relative error a measured cost is trusted to (:data:`MEASUREMENT_SIGMA_FLOOR`)."""
+    return max((m.high - m.low) / (2.0 * m.value), MEASUREMENT_SIGMA_FLOOR)
+
+
 def _measurement_targets(
     measured: Mapping[str, MeasuredCost], template: Scenario
 ) -> list[PaperTarget]:
@@ -526,7 +532,7 @@ def _measurement_targets(
     for path, m in measured.items():
         if not m.value > 0.0:
             continue
-        sigma = max((m.high - m.low) / (2.0 * m.value), MEASUREMENT_SIGMA_FLOOR)
+        sigma = measurement_sigma(m)
         if path in _SUMS:
             a, b = _SUMS[path]
 

@@ -1,0 +1,329 @@
+"""``bootstorm calibrate --trace`` and ``--plan``: a model of this node whose
+every cost is identified by a measurement or a calibration storm."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ._io import write_atomically
+from .models import ConfigError, Profile
+
+__all__ = [
+    "calibrate_plan",
+    "calibrate_traces",
+    "identification_summary",
+    "load_measured",
+    "run_plan",
+]
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=120)
+
+
+def load_measured(path: Path | None) -> dict[str, Any]:
+    """The costs measured alone (``bootstorm testbed measure-ops --output``), by path."""
+    if path is None:
+        return {}
+    from .validation.testbed.ops import OperationTimes, testbed_costs_from
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"measured_ops: cannot read {path}: {exc.strerror}") from None
+    try:
+        times = OperationTimes.from_json(text)
+    except ValueError as exc:
+        raise ConfigError(f"measured_ops: {path}: {exc}") from None
+    return dict(testbed_costs_from(times))
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g}"
+
+
+def identification_summary(profile: Profile) -> Table:
+    """Each free cost: measured, fitted or unidentified, its range and what identified it."""
+    ident = profile.identification
+    t = Table(
+        title=(
+            f"what identified each cost (the profile's own error ±{ident.error_rel:.0%})"
+            if ident is not None
+            else "no identification recorded"
+        ),
+        title_justify="left",
+    )
+    for col in ("cost", "status", "ms", "range (ms)", "by"):
+        t.add_column(col, justify="right" if col in ("ms", "range (ms)") else "left")
+    if ident is None:
+        return t
+    assert profile.testbed is not None
+    colour = {"measured": "green", "fitted": "cyan", "unidentified": "yellow"}
+    for path, e in ident.costs.items():
+        value = float(getattr(profile.testbed, path.split(".", 1)[1]))
+        t.add_row(
+            path.removeprefix("testbed."),
+            f"[{colour[e.status]}]{e.status}[/]",
+            _ms(value),
+            f"{_ms(e.low)}…{_ms(e.high)}",
+            escape(e.by[:60]),
+        )
+    return t
+
+
+def _print_identification(console: Console, profile: Profile) -> None:
+    console.print(identification_summary(profile))
+    ident = profile.identification
+    if ident is not None and ident.unseen:
+        console.print(
+            f"[yellow]{len(ident.unseen)} direction(s) of the costs are seen by no fitted storm "
+            "or measurement; what-ifs along them carry a caution:[/]"
+        )
+        for d in ident.unseen:
+            console.print(f"  [yellow]{escape(d.label())}[/]")
+    elif ident is not None:
+        console.print("[green]every cost is identified by a storm or a measurement[/]")
+
+
+def calibrate_traces(
+    trace_paths: Sequence[Path],
+    *,
+    output: Path | None,
+    measured_ops: Path | None,
+    bootstrap: int,
+    predict_sandboxes: int | None,
+    max_evaluations: int,
+    executor: str = "compiled",
+    as_json: bool = False,
+) -> Profile:
+    """Fit one ``local`` profile to every recorded storm given (runs of one
+    storm pooled, different storms together) and the measured costs; print
+    the error table and what identified each cost."""
+    from ._render import target_table
+    from .calibration.trace_fit import (
+        StormStats,
+        bootstrap_prediction,
+        fit_storms,
+        group_storms,
+    )
+    from .traces import read_trace
+
+    console = _console()
+    traces = [read_trace(p) for p in trace_paths]
+    measured = load_measured(measured_ops)
+    try:
+        groups = group_storms(traces)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    name = f"{len(traces)} run(s) of {len(groups)} storm(s)"
+    with console.status(f"fitting a local profile to {name} …") as status:
+        try:
+            report = fit_storms(
+                traces,
+                measured=measured,
+                max_evaluations=max_evaluations,
+                executor=executor,
+                on_evaluation=lambda n, cost: status.update(
+                    f"fitting a local profile to {name} … evaluation {n}, cost {cost:.4g}"
+                ),
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if output is not None:
+        write_atomically(output, report.profile.to_yaml())
+    if as_json:
+        import json
+
+        ident = report.profile.identification
+        payload = {
+            "rows": [
+                {
+                    "row": c.target.label,
+                    "fitted": c.target.weight > 0,
+                    "measured": c.target.value,
+                    "model": c.model,
+                    "rel_error": c.rel_error,
+                }
+                for c in report.checks
+            ],
+            "identification": ident.model_dump(mode="json") if ident is not None else None,
+            "output": str(output) if output is not None else None,
+        }
+        sys.stdout.write(json.dumps(payload) + "\n")
+        return report.profile
+    console.print(
+        target_table(f"local profile vs {name} ({report.evaluations} evaluations)", report.checks)
+    )
+    _print_identification(console, report.profile)
+    family = report.profile.sources.get("service_family", "lognormal (no choice stated)")
+    console.print(f"service times: {family.removeprefix('the recorded storm: ')}")
+    if output is not None:
+        console.print(f"profile written to [bold]{output}[/]")
+    if bootstrap:
+        if len(groups) > 1 or len(traces) > 1:
+            raise ConfigError("bootstrap: resamples one recorded storm; give one --trace")
+        stats = StormStats.of(traces[0])
+        what_if = stats.scenario(sandboxes=predict_sandboxes or stats.sandboxes)
+        with console.status(f"bootstrap: {bootstrap} refits …"):
+            interval = bootstrap_prediction(
+                traces[0],
+                report.profile,
+                what_if,
+                resamples=bootstrap,
+                max_evaluations=40,
+                executor=executor,
+            )
+        console.print(
+            f"predicted makespan of {what_if.sandboxes} sandboxes: {interval.point:.2f} s "
+            f"({interval.level:.0%} bootstrap interval {interval.low:.2f} … {interval.high:.2f} s)"
+        )
+    return report.profile
+
+
+def run_plan(
+    storms: Sequence[Any],
+    *,
+    runs: int,
+    vm: bool,
+    trace_dir: Path | None,
+    console: Console,
+    run_one: Callable[[Any], Any] | None = None,
+    order_seed: int = 0,
+) -> list[Any]:
+    """Run every storm ``runs`` times, interleaved (each round in its own
+    shuffled order, so drift and the previous storm's teardown favour none),
+    writing each trace to ``trace_dir/<storm>-run<k>.jsonl.gz``."""
+    from .traces import write_trace
+
+    if run_one is None:
+        from ._cli_testbed import run_storm_interruptibly
+        from .validation.testbed import StormOptions
+
+        def run_one(storm: Any) -> Any:
+            options = StormOptions(
+                sandboxes=storm.sandboxes, vm=vm, peer=storm.peer, config=storm.config()
+            )
+            result = run_storm_interruptibly(options, None, console)
+            if result.failures:
+                raise ConfigError(
+                    f"testbed: {len(result.failures)} sandboxes of {storm.name} failed: "
+                    f"{result.failures[0]}"
+                )
+            return result.trace
+
+    rng = np.random.default_rng(order_seed)
+    traces = []
+    for k in range(runs):
+        for i in rng.permutation(len(storms)):
+            storm = storms[int(i)]
+            console.print(f"[dim]run {k + 1}/{runs}: {storm.name}[/]")
+            trace = run_one(storm)
+            traces.append(trace)
+            if trace_dir is not None:
+                trace_dir.mkdir(parents=True, exist_ok=True)
+                write_trace(trace, trace_dir / f"{storm.name}-run{k + 1}.jsonl.gz")
+    return traces
+
+
+def calibrate_plan(
+    *,
+    sandboxes: int,
+    runs: int,
+    pool_kinds: Sequence[str],
+    limit_stages: Sequence[str],
+    measured_ops: Path | None,
+    measure: bool,
+    trace_dir: Path | None,
+    output: Path | None,
+    dry_run: bool,
+    vm: bool,
+    max_evaluations: int,
+    executor: str = "compiled",
+    console: Console | None = None,
+) -> Profile | None:
+    """Measure the operations alone (``measure``), design the plan from the
+    catalog, run its storms here and fit them together (or, ``dry_run``,
+    print the plan only)."""
+    import os
+
+    from .calibration.plan import calibration_plan
+    from .calibration.trace_fit import fit_storms, testbed_template
+
+    console = console or _console()
+    if runs < 1:
+        raise ConfigError(f"runs: must be at least 1, but got {runs}")
+    if sandboxes < 4:
+        raise ConfigError(f"plan_sandboxes: must be at least 4, but got {sandboxes}")
+    if not dry_run and os.geteuid() != 0:
+        raise ConfigError("plan: running the plan's storms needs root (or give --dry-run)")
+    measured = load_measured(measured_ops)
+    if measure and not measured and not dry_run:
+        measured = measure_here(console, vm=vm, trace_dir=trace_dir)
+    start = testbed_template(cores=os.cpu_count() or 1, memory_mib=4096, service_cv=0.1)
+    known = {
+        p: m.value
+        for p, m in measured.items()
+        if p.startswith("testbed.") and p.split(".", 1)[1] in type(start.testbed).model_fields
+    }
+    if known:
+        start = start.with_values(known, source="measured alone (bootstorm testbed measure-ops)")
+    try:
+        plan = calibration_plan(
+            sandboxes=sandboxes,
+            runs=runs,
+            pool_kinds=pool_kinds,
+            limit_stages=limit_stages,
+            start=start,
+            measured=measured,
+            executor=executor,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    t = Table(title=f"calibration plan: {len(plan.storms)} storm(s) × {runs} run(s)")
+    t.add_column("storm")
+    t.add_column("why")
+    for s in plan.storms:
+        t.add_row(s.name, s.why)
+    console.print(t)
+    if plan.unseen_after:
+        console.print(
+            "[yellow]linearised at the start, still unseen after the plan: "
+            + "; ".join(plan.unseen_after)
+            + " (the fit reports what is left)[/]"
+        )
+    if dry_run:
+        return None
+    traces = run_plan(plan.storms, runs=runs, vm=vm, trace_dir=trace_dir, console=console)
+    with console.status(f"fitting a local profile to {len(traces)} runs …"):
+        report = fit_storms(
+            traces, measured=measured, max_evaluations=max_evaluations, executor=executor
+        )
+    from ._render import target_table
+
+    console.print(target_table("local profile vs the plan's storms", report.checks))
+    _print_identification(console, report.profile)
+    if output is not None:
+        write_atomically(output, report.profile.to_yaml())
+        console.print(f"profile written to [bold]{output}[/]")
+    return report.profile
+
+
+def measure_here(console: Console, *, vm: bool, trace_dir: Path | None) -> Mapping[str, Any]:
+    """Time each operation alone on this node (root) and return the costs it gives."""
+    from .validation.testbed.ops import measure_operations, testbed_costs_from
+
+    with console.status("timing each operation alone (measure-ops) …"):
+        times = measure_operations(vm=vm)
+    if trace_dir is not None:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        write_atomically(trace_dir / "ops.json", times.to_json())
+    return dict(testbed_costs_from(times))

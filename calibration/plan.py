@@ -1,0 +1,249 @@
+"""A calibration plan: the fewest real storms that identify every cost a search touches.
+
+A storm of one size with no pools and no limits sees only some combinations
+of the testbed's costs: the move into a namespace (``rcu_grace_s``) never
+happens, the split of the VM's boot between CPU and waiting only shows once
+the cores saturate. A what-if along such a combination is the fit's
+starting point (:mod:`.identify`). The plan chooses storms from the catalog
+— two sizes, each peer mode, each pool kind, a binding limit on each stage
+— so that, fitted together (with any costs measured alone), no direction of
+the costs stays unseen.
+
+The choice is greedy on the linearised fit: each candidate storm's rows
+(stage means, mean startup, makespan) are differentiated by the costs'
+logarithms at the starting profile, and the storm that leaves the fewest
+unseen directions (:func:`~.identify.unseen_directions_of`) is added until
+none is left or no storm helps. The baseline storm is always in the plan.
+Linearised at a start that is a guess, the plan is a design, not a proof:
+the fit on its storms reports what is still unseen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from ..models import Profile, Scenario, TunedConfig, compile_scenario
+from ..models.testbed import TESTBED_CNIS, TESTBED_POOL_KINDS, TESTBED_STAGES
+from ..simulator import Result, run_with
+from .identify import unseen_directions_of
+from .trace_fit import (
+    STORM_SIGMA,
+    TRACE_FREE_PARAMETERS,
+    MeasuredCost,
+    measurement_sigma,
+    testbed_template,
+)
+
+__all__ = ["CalibrationPlan", "PlanStorm", "calibration_plan", "candidate_storms"]
+
+Peer = Literal["in-netns", "moved"]
+_VARIANT = {peer: cni for cni, peer in TESTBED_CNIS.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanStorm:
+    """One storm of a plan: its size, where the veth peer is made, its pools and limits."""
+
+    sandboxes: int
+    peer: Peer = "in-netns"
+    pools: Mapping[str, int] = field(default_factory=dict)
+    limits: Mapping[str, int] = field(default_factory=dict)
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if self.sandboxes < 2:
+            raise ValueError(f"sandboxes: a plan storm needs at least 2, but got {self.sandboxes}")
+        if self.peer not in _VARIANT:
+            raise ValueError(f"peer: one of {', '.join(_VARIANT)}, but got {self.peer!r}")
+        object.__setattr__(self, "pools", dict(self.pools))
+        object.__setattr__(self, "limits", dict(self.limits))
+
+    @property
+    def name(self) -> str:
+        """A file-safe name: ``50-moved-pool-netns-limit-AttachIf4``."""
+        parts = [str(self.sandboxes)]
+        if self.peer == "moved":
+            parts.append("moved")
+        parts += [f"pool-{k}" for k in sorted(self.pools)]
+        parts += [f"limit-{k}{v}" for k, v in sorted(self.limits.items())]
+        return "-".join(parts)
+
+    def config(self) -> TunedConfig | None:
+        """The config the testbed runs it with (``None``: none)."""
+        if not self.pools and not self.limits:
+            return None
+        return TunedConfig(pools=dict(self.pools), limits=dict(self.limits))
+
+    def scenario(self, *, background_load: float = 0.0) -> Scenario:
+        """The storm as the testbed catalog simulates it."""
+        return Scenario(
+            cni=_VARIANT[self.peer],
+            sandboxes=self.sandboxes,
+            profile="local",
+            pools=dict(self.pools),
+            limits=dict(self.limits),
+            background_load=background_load,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationPlan:
+    """The storms to run (``runs`` times each) and what stays unseen after them."""
+
+    storms: tuple[PlanStorm, ...]
+    runs: int
+    unseen_after: tuple[str, ...]
+    """Labels of the directions the plan's storms (with the measured costs)
+    still leave unseen, linearised at the start: empty when it identifies all."""
+    measured: tuple[str, ...] = ()
+    """The costs measured alone that the plan counted on."""
+
+    def describe(self) -> list[str]:
+        return [f"{s.name}: {s.why}" for s in self.storms]
+
+
+def candidate_storms(
+    *,
+    sandboxes: int,
+    pool_kinds: Sequence[str] = TESTBED_POOL_KINDS,
+    limit_stages: Sequence[str] = ("AddCNI", "Cgroup", "AttachIf", "StartVM"),
+    peers: Sequence[Peer] = ("in-netns", "moved"),
+) -> list[PlanStorm]:
+    """Every storm a plan may choose from: the baseline at two sizes, each peer
+    mode, each pool kind (full), a binding limit on each stage."""
+    half = max(2, sandboxes // 2)
+    limit = max(2, sandboxes // 8)
+    out = [
+        PlanStorm(sandboxes=sandboxes, why="the baseline: the storm the search starts from"),
+        PlanStorm(sandboxes=half, why="a second size: what grows with the storm"),
+    ]
+    out += [
+        PlanStorm(sandboxes=sandboxes, peer=p, why=f"peer {p}: where the veth peer is made")
+        for p in peers
+        if p != "in-netns"
+    ]
+    for kind in pool_kinds:
+        if kind not in TESTBED_POOL_KINDS:
+            raise ValueError(
+                f"pool_kinds: unknown kind {kind!r}; "
+                f"the testbed pools {', '.join(TESTBED_POOL_KINDS)}"
+            )
+        pools = {kind: sandboxes}
+        if kind == "veth":
+            pools["netns"] = sandboxes  # as a node pools them: a pair is moved into a namespace
+        out.append(
+            PlanStorm(sandboxes=sandboxes, pools=pools, why=f"pool {kind}: what taking one costs")
+        )
+    for stage in limit_stages:
+        if stage not in TESTBED_STAGES:
+            raise ValueError(
+                f"limit_stages: unknown stage {stage!r}; "
+                f"the testbed's are {', '.join(TESTBED_STAGES)}"
+            )
+        out.append(
+            PlanStorm(
+                sandboxes=sandboxes,
+                limits={stage: limit},
+                why=f"limit {stage}={limit}: the stage's own time when it is not contended",
+            )
+        )
+    return out
+
+
+_ROWS = ("startup.mean", "makespan")
+
+
+def _rows(result: Result) -> np.ndarray:
+    means = [float(result.stage_time_s[s].mean()) for s in TESTBED_STAGES]
+    return np.log(np.maximum([*means, result.startup.mean, result.makespan_s], 1e-9))
+
+
+def _jacobian(storm: PlanStorm, profile: Profile, seed: int, executor: str) -> np.ndarray:
+    """d log(row) / d log(cost) for the storm's rows, by forward differences."""
+    step = 0.1
+    scenario = storm.scenario()
+    base = _rows(run_with(compile_scenario(scenario, seed=seed, profile=profile), executor))
+    assert profile.testbed is not None
+    cols = []
+    for p in TRACE_FREE_PARAMETERS:
+        leaf = p.path.split(".", 1)[1]
+        moved = profile.with_values({p.path: getattr(profile.testbed, leaf) * math.exp(step)})
+        rows = _rows(run_with(compile_scenario(scenario, seed=seed, profile=moved), executor))
+        cols.append((rows - base) / step)
+    return np.array(cols).T
+
+
+def calibration_plan(
+    *,
+    sandboxes: int = 50,
+    runs: int = 3,
+    pool_kinds: Sequence[str] = TESTBED_POOL_KINDS,
+    limit_stages: Sequence[str] = ("AddCNI", "Cgroup", "AttachIf", "StartVM"),
+    peers: Sequence[Peer] = ("in-netns", "moved"),
+    cores: int = 2,
+    start: Profile | None = None,
+    measured: Mapping[str, MeasuredCost] | None = None,
+    seed: int = 0,
+    executor: str = "compiled",
+) -> CalibrationPlan:
+    """The fewest candidate storms (:func:`candidate_storms`) that, fitted
+    together with the ``measured`` costs, leave no direction of the testbed's
+    costs unseen, linearised at ``start`` (default: the fit's starting point
+    on a host of ``cores``)."""
+    if runs < 1:
+        raise ValueError(f"runs: must be at least 1, but got {runs}")
+    profile = start or testbed_template(cores=cores, memory_mib=4096, service_cv=0.1)
+    candidates = candidate_storms(
+        sandboxes=sandboxes, pool_kinds=pool_kinds, limit_stages=limit_stages, peers=peers
+    )
+    paths = [p.path for p in TRACE_FREE_PARAMETERS]
+    prior_rows = []
+    for path, m in (measured or {}).items():
+        if path in paths and m.value > 0:
+            row = np.zeros(len(paths))
+            row[paths.index(path)] = STORM_SIGMA / measurement_sigma(m)
+            prior_rows.append(row)
+        elif path == "testbed.vm_boot_total_s" and m.value > 0 and profile.testbed is not None:
+            t = profile.testbed
+            row = np.zeros(len(paths))
+            total = t.vm_boot_cpu_s + t.vm_boot_s
+            w = STORM_SIGMA / measurement_sigma(m)
+            row[paths.index("testbed.vm_boot_cpu_s")] = w * t.vm_boot_cpu_s / total
+            row[paths.index("testbed.vm_boot_s")] = w * t.vm_boot_s / total
+            prior_rows.append(row)
+    jacobians = [_jacobian(s, profile, seed, executor) for s in candidates]
+    error = STORM_SIGMA / 2
+
+    def unseen(chosen: list[int]) -> list[str]:
+        blocks = [jacobians[i] for i in chosen]
+        if prior_rows:
+            blocks.append(np.array(prior_rows))
+        jac = np.vstack(blocks)
+        return [d.label() for d in unseen_directions_of(jac, paths, error_rel=error)]
+
+    chosen = [0]
+    left = unseen(chosen)
+    while left:
+        trials = [
+            (len(unseen([*chosen, i])), candidates[i].sandboxes, i)
+            for i in range(len(candidates))
+            if i not in chosen
+        ]
+        if not trials:
+            break
+        n_left, _, best = min(trials)
+        if n_left >= len(left):
+            break
+        chosen.append(best)
+        left = unseen(chosen)
+    return CalibrationPlan(
+        storms=tuple(candidates[i] for i in chosen),
+        runs=runs,
+        unseen_after=tuple(left),
+        measured=tuple(sorted((measured or {}).keys())),
+    )
