@@ -267,7 +267,7 @@ def calibrate_plan(
         raise ConfigError("plan: running the plan's storms needs root (or give --dry-run)")
     measured = load_measured(measured_ops)
     if measure and not measured and not dry_run:
-        measured = measure_here(console, vm=vm, trace_dir=trace_dir)
+        measured = dict(measure_here(console, vm=vm, trace_dir=trace_dir))
     start = testbed_template(cores=os.cpu_count() or 1, memory_mib=4096, service_cv=0.1)
     known = {
         p: m.value

@@ -26,6 +26,7 @@ def run_demo(
 ) -> None:
     import optuna
 
+    from ._render_optimize import config_summary
     from .optimizers import SearchSpace, StudySpec, optimize
     from .report import write_report
 
@@ -69,10 +70,10 @@ def run_demo(
             progress.update(task, completed=len(values), best=best)
 
         found = optimize(spec, callbacks=[on_trial])
+    # The whole config (the pools and the limits found on them): applied to the
+    # default storm, as a node agent applies it, it is the storm the search predicted.
     tuned_config = found.tuned_config()
-    tuned = Scenario(
-        cni=pooled.cni, sandboxes=n, profile=pooled.profile, pools=pooled.pools, config=tuned_config
-    )
+    tuned = base.replace(config=tuned_config)
     tuned_result = simulate(tuned, record=True)
     final = [
         ("ipvtap (default)", result),
@@ -80,6 +81,7 @@ def run_demo(
         ("pooled + tuned limits", tuned_result),
     ]
     console.print(comparison_table("before / after", final))
+    console.print(config_summary(tuned_config), soft_wrap=True)
     known = print_caution(console, tuned)
     output_dir.mkdir(parents=True, exist_ok=True)
     config_path = output_dir / "tuned.yaml"
@@ -96,6 +98,7 @@ def run_demo(
                 ("before (default)", f"{result.makespan_s:.2f} s"),
                 ("pooled", f"{rows[-1][1].makespan_s:.2f} s"),
                 ("limits", ", ".join(f"{k}={v}" for k, v in tuned_config.limits.items())),
+                ("pools", ", ".join(f"{k}={v}" for k, v in tuned_config.pools.items())),
             ],
             caveats=known,
         )

@@ -92,7 +92,7 @@ def optimize_cmd(
     import optuna
 
     from ._render import print_caution
-    from ._render_optimize import before_after_table, config_table, pareto_table
+    from ._render_optimize import before_after_table, config_summary, config_table, pareto_table
     from .optimizers import Constraints, Metrics, SearchSpace, StudySpec, optimize
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -171,9 +171,20 @@ def optimize_cmd(
         console.print(
             f"writing the front's best {spec.objectives[0]} point (trial {chosen.number})"
         )
-    console.print(config_table(chosen))
-    console.print(before_after_table(result, chosen))
+    # The whole config a node takes: the storm's own limits, pools and RTNL
+    # priority under the searched values, and what it predicts for this storm.
     tuned_config = result.tuned_config(chosen)
+    console.print(config_table(tuned_config))
+    console.print(before_after_table(result, chosen))
+    console.print(config_summary(tuned_config), soft_wrap=True)
+    predicted = tuned_config.origin.predicted if tuned_config.origin is not None else {}
+    if predicted:
+        console.print(
+            f"predicted for {base.sandboxes} × {base.cni} (seed {base.seed}) with it: "
+            f"makespan {predicted['makespan_s']:.2f} s, startup mean {predicted['mean_s']:.2f} s, "
+            f"p99 {predicted['p99_s']:.2f} s",
+            soft_wrap=True,
+        )
     print_caution(console, base.replace(config=tuned_config))
     write_atomically(output, tuned_config.to_yaml())
     console.print(

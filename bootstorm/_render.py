@@ -257,7 +257,9 @@ def print_identification(
     simulated (same seed), so it is not run again."""
     from .calibration.identify import whatif_cautions
 
-    found = whatif_cautions(scenario, profile=profile, base=result)
+    found: tuple[IdentificationCaution, ...] = whatif_cautions(
+        scenario, profile=profile, base=result
+    )
     table = identification_table(found)
     if table is not None:
         console.print(table)

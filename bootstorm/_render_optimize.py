@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
+from .models import TunedConfig
 from .optimizers import Metrics, OptimizeResult, TrialOutcome
 
-__all__ = ["before_after_table", "config_table", "frame_table", "pareto_table"]
+__all__ = [
+    "before_after_table",
+    "config_summary",
+    "config_table",
+    "frame_table",
+    "pareto_table",
+]
 
 _ROWS = (
     ("makespan", "makespan_s", "s"),
@@ -39,15 +47,30 @@ def before_after_table(result: OptimizeResult, outcome: TrialOutcome) -> Table:
     return t
 
 
-def config_table(outcome: TrialOutcome) -> Table:
+def config_table(config: TunedConfig) -> Table:
+    """The settings a tuned config carries (the searched storm's own and the searched ones)."""
     t = Table(title="best config", show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column(justify="right")
-    for stage, k in outcome.config.limits.items():
+    for stage, k in config.limits.items():
         t.add_row(f"limit {stage}", str(k))
-    for kind, n in outcome.config.pools.items():
+    for kind, n in config.pools.items():
         t.add_row(f"pool {kind}", str(n))
+    for stage, p in config.rtnl_priority.items():
+        t.add_row(f"RTNL priority {stage}", str(p))
     return t
+
+
+def config_summary(config: TunedConfig) -> str:
+    """One line: ``tuned config: limits AddCNI=4, Cgroup=155; pools netns=400, ...``."""
+
+    def listed(values: dict[str, int]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in values.items()) or "none"
+
+    line = f"tuned config: limits {listed(config.limits)}; pools {listed(config.pools)}"
+    if config.rtnl_priority:
+        line += f"; RTNL priority {listed(config.rtnl_priority)}"
+    return escape(line)
 
 
 def _metric(m: Metrics, objective: str) -> str:

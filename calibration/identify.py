@@ -240,7 +240,7 @@ class Sensitivity:
 
     @property
     def costs(self) -> str:
-        return self.direction.label()
+        return str(self.direction.label())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -35,6 +35,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -525,6 +526,12 @@ def measurement_sigma(m: MeasuredCost) -> float:
     return max((m.high - m.low) / (2.0 * m.value), MEASUREMENT_SIGMA_FLOOR)
 
 
+def _sum_of(prof: Profile | None, *, leaves: Sequence[str]) -> float:
+    """The sum of testbed costs ``leaves`` of ``prof`` (a measured cost's model value)."""
+    assert prof is not None and prof.testbed is not None
+    return float(sum(getattr(prof.testbed, leaf) for leaf in leaves))
+
+
 def _measurement_targets(
     measured: Mapping[str, MeasuredCost], template: Scenario
 ) -> list[PaperTarget]:
@@ -534,21 +541,12 @@ def _measurement_targets(
             continue
         sigma = measurement_sigma(m)
         if path in _SUMS:
-            a, b = _SUMS[path]
-
-            def evaluate(prof: Profile | None, a: str = a, b: str = b) -> float:
-                assert prof is not None and prof.testbed is not None
-                return float(getattr(prof.testbed, a) + getattr(prof.testbed, b))
-
+            evaluate: Callable[[Profile | None], float] = partial(_sum_of, leaves=_SUMS[path])
         else:
             leaf = path.split(".", 1)[1]
             if leaf not in TestbedCostTable.model_fields:
                 continue
-
-            def evaluate(prof: Profile | None, leaf: str = leaf) -> float:
-                assert prof is not None and prof.testbed is not None
-                return float(getattr(prof.testbed, leaf))
-
+            evaluate = partial(_sum_of, leaves=(leaf,))
         out.append(
             PaperTarget(
                 id="measured",

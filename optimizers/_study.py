@@ -344,7 +344,16 @@ class OptimizeResult:
     study: Study | None = field(default=None, repr=False, compare=False)
 
     def tuned_config(self, outcome: TrialOutcome | None = None) -> TunedConfig:
-        """The config of ``outcome`` (default: the first best), with its origin filled."""
+        """The complete config of ``outcome`` (default: the first best), with its origin filled.
+
+        A node takes the config alone, not the what-if it was searched on: so
+        it carries the searched storm's own limits, pools and RTNL priority
+        with the trial's searched values laid over them (the searched values
+        win), exactly as the evaluator applied them. Applied to the storm
+        without any of them (``Scenario(..., config=...)``) it gives the
+        trial's storm, and ``origin.predicted`` holds that storm's metrics
+        (at the scenario's own size and seed, also when the search ran others).
+        """
         chosen = outcome if outcome is not None else (self.best[0] if self.best else None)
         if chosen is None:
             raise ConfigError(
@@ -352,6 +361,18 @@ class OptimizeResult:
                 "relax them or search more trials"
             )
         s = self.spec.scenario
+        storm = s.replace(config=chosen.config)  # the trial's storm, as the evaluator ran it
+        config = TunedConfig(
+            limits=storm.limits,
+            pools=storm.pools,
+            rtnl_priority=storm.rtnl_priority,
+            lease_ttl_s=chosen.config.lease_ttl_s,
+        )
+        if self.spec.sizes in ((), (s.sandboxes,)) and self.spec.seeds in ((), (s.seed,)):
+            predicted = chosen.metrics  # the search ran this very storm
+        else:
+            # The trial's metrics aggregate several storms; the config's origin names one.
+            predicted = Evaluator(base=s, executor=self.spec.executor).evaluate(config)
         origin = ConfigOrigin(
             profile=s.profile,
             cni=s.cni,
@@ -360,10 +381,10 @@ class OptimizeResult:
             storage=_safe_url(self.spec.storage),
             trial_number=chosen.number,
             sampler=self.spec.sampler,
-            predicted=chosen.metrics.as_dict(),
+            predicted=predicted.as_dict(),
             created_at=datetime.now(UTC),
         )
-        return chosen.config.model_copy(update={"origin": origin})
+        return config.model_copy(update={"origin": origin})
 
 
 def _safe_url(url: str | None) -> str | None:

@@ -237,4 +237,4 @@ def test_a_what_if_resting_on_a_missed_row_says_so() -> None:
     keys = [c["key"] for c in _json(*args[1:], "--tenants", "20")["caveats"]]
     assert keys == ["S0-13/qos-tenants"]
     assert _json(*args[1:])["caveats"] == []
-    assert "caution" not in run_cli(*args).stdout
+    assert "the papers measured otherwise" not in run_cli(*args).stdout

@@ -54,7 +54,7 @@ def test_the_report_lists_the_known_misses_it_is_given(fastiov_html: str) -> Non
 
 
 def test_a_report_needs_something_to_report() -> None:
-    with pytest.raises(ValueError, match="needs a recorded storm, a study, or both"):
+    with pytest.raises(ValueError, match="needs a recorded storm, a study, candidates"):
         report_html(title="nothing")
 
 
