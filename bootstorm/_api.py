@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .calibration.identify import IdentificationCaution
 from .models import Profile, Scenario, SeedLike, compile_scenario
 from .simulator import Result, run_with
 
@@ -45,8 +46,10 @@ def compare(
 ) -> tuple[Any, dict[str, Result]]:
     """Simulate each what-if; return a table of their headline numbers (a pandas
     DataFrame, one row per label; ``caveats``: the rows of the known misses
-    each rests on, see :func:`bootstorm.calibration.caveats`) and the results
-    by label."""
+    each rests on, see :func:`bootstorm.calibration.caveats`; ``unidentified``:
+    the costs the profile never identified that move it beyond the profile's
+    error, see :func:`bootstorm.calibration.identify.whatif_cautions`) and the
+    results by label."""
     import pandas as pd
 
     from .calibration import caveat_rows
@@ -66,9 +69,25 @@ def compare(
                 "busy_core_s": r.cpu.busy_core_s,
                 "pool_memory_mib": r.pool_memory_mib,
                 "caveats": caveat_rows(scenarios[label]),
+                "unidentified": "; ".join(c.costs for c in _cautions(scenarios[label], seed, r)),
             }
         )
     return pd.DataFrame(rows).set_index("what-if"), results
+
+
+def _cautions(
+    scenario: Scenario, seed: SeedLike, result: Result
+) -> tuple[IdentificationCaution, ...]:
+    """The identification cautions of a what-if already simulated with ``seed``
+    (a Generator seed cannot be replayed: the ends are drawn from the scenario's)."""
+    from .calibration.identify import whatif_cautions
+
+    found: tuple[IdentificationCaution, ...]
+    if seed is None or isinstance(seed, int):
+        found = whatif_cautions(scenario, seed=seed, base=result)
+    else:
+        found = whatif_cautions(scenario)
+    return found
 
 
 def dataplane_sweep(

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ._api import simulate
 from ._io import write_atomically
-from ._render import comparison_table, print_caution, result_tables
+from ._render import comparison_table, print_caution, print_identification, result_tables
 from .models import Scenario
 
 __all__ = ["run_demo"]
@@ -83,6 +83,7 @@ def run_demo(
     console.print(comparison_table("before / after", final))
     console.print(config_summary(tuned_config), soft_wrap=True)
     known = print_caution(console, tuned)
+    unidentified = print_identification(console, tuned, result=tuned_result)
     output_dir.mkdir(parents=True, exist_ok=True)
     config_path = output_dir / "tuned.yaml"
     write_atomically(config_path, tuned_config.to_yaml())
@@ -94,6 +95,7 @@ def run_demo(
             title=f"{n} × ipvtap on paper-000, pooled, tuned limits",
             recording=tuned_result.recording,
             result=tuned_result,
+            unidentified=unidentified,
             facts=[
                 ("before (default)", f"{result.makespan_s:.2f} s"),
                 ("pooled", f"{rows[-1][1].makespan_s:.2f} s"),

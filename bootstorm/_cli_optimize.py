@@ -18,7 +18,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ._io import write_atomically
 from ._options import EXECUTOR_OPTION
 from ._units import parse_int_list, parse_mib, parse_seconds
-from .models import ConfigError, Scenario, load_profile, scenario_pool_kinds, scenario_stages
+from .models import (
+    ConfigError,
+    Scenario,
+    TunedConfig,
+    load_profile,
+    scenario_pool_kinds,
+    scenario_stages,
+)
 from .simulator import ExecutorName
 
 if TYPE_CHECKING:
@@ -91,7 +98,7 @@ def optimize_cmd(
     """Search per-stage concurrency limits (and pool sizes) that shorten the storm."""
     import optuna
 
-    from ._render import print_caution
+    from ._render import print_caution, print_identification
     from ._render_optimize import before_after_table, config_summary, config_table, pareto_table
     from .optimizers import Constraints, Metrics, SearchSpace, StudySpec, optimize
 
@@ -186,8 +193,27 @@ def optimize_cmd(
             soft_wrap=True,
         )
     print_caution(console, base.replace(config=tuned_config))
+    print_identification(console, base.replace(config=tuned_config))
+    _print_decision(console, base, tuned_config)
     write_atomically(output, tuned_config.to_yaml())
     console.print(
         f"tuned config written to [bold]{output}[/] — apply it with "
         f"`bootstorm simulate --config {output}`"
     )
+
+
+def _print_decision(console: Console, base: Scenario, config: TunedConfig) -> None:
+    """Flag the chosen config if its gain over the baseline changes sign
+    along a cost the profile never identified: the model cannot decide it."""
+    from rich.markup import escape
+
+    from .calibration.identify import decision_cautions
+    from .models import load_profile
+
+    flags = decision_cautions(
+        {"the tuned config": base.replace(config=config)},
+        baseline=base,
+        profile=load_profile(base.profile),
+    )
+    for f in flags:
+        console.print(f"[yellow]caution: {escape(f.line())}[/]")

@@ -159,6 +159,11 @@ def unseen_directions_of(
     (or reached its bound, given ``bounds_log`` and ``log_values``). It is
     unseen when the rows move less than the profile's error over that span
     (``s t < error_rel``): no row, nor any combination of rows, would tell.
+
+    A cost that no row sees at all (a zero column: an assumption no storm
+    uses) is plausible anywhere within its bounds: ``bounds_log`` sets its
+    span, not ``plausible_factor`` — a guess nothing has checked is no
+    closer to the node than its bounds say.
     """
     jac = np.atleast_2d(np.asarray(jacobian, dtype=np.float64))
     n = jac.shape[1]
@@ -166,12 +171,21 @@ def unseen_directions_of(
         raise ValueError(f"one column per path must hold, but got {jac.shape=}, {len(paths)=}")
     _, sing, vt = np.linalg.svd(jac, full_matrices=True)
     sing = np.concatenate([sing, np.zeros(n - len(sing))])
+    blind = np.linalg.norm(jac, axis=0) == 0.0
     out = []
     for k in range(n):
         v = vt[k]
         v = v if v[np.argmax(np.abs(v))] > 0 else -v  # a sign convention: largest weight up
         reach = math.log(plausible_factor) / float(np.max(np.abs(v)))
-        if bounds_log is not None and log_values is not None:
+        support = np.abs(v) >= 0.05
+        if bounds_log is not None and log_values is not None and np.all(blind[support]):
+            # Seen by nothing: anywhere within the bounds (the nearer one sets the span).
+            reach = min(
+                min(bounds_log[i][1] - log_values[i], log_values[i] - bounds_log[i][0])
+                / abs(float(v[i]))
+                for i in np.flatnonzero(support)
+            )
+        elif bounds_log is not None and log_values is not None:
             for i, w in enumerate(v):
                 if abs(w) < 1e-9:
                     continue
