@@ -231,20 +231,90 @@ def calibrate(
     predict_sandboxes: Annotated[
         int | None, typer.Option(help="With --bootstrap: the storm size to predict.")
     ] = None,
+    measured_ops: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --trace or --plan: costs timed alone "
+            "(bootstorm testbed measure-ops --output FILE), fitted with the storms."
+        ),
+    ] = None,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="Root: time each operation alone, run the storms that identify every cost "
+            "of the testbed catalog (sizes, peer modes, pool kinds, limits), fit them together.",
+        ),
+    ] = False,
+    plan_sandboxes: Annotated[
+        int, typer.Option(help="With --plan: the largest plan storm's size.")
+    ] = 50,
+    runs: Annotated[int, typer.Option(help="With --plan: runs of each plan storm.")] = 3,
+    pool_kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="With --plan: pool kinds the search may use (default: all the testbed's)."
+        ),
+    ] = None,
+    limit_stage: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="With --plan: stages the search may limit (default: the four of seed 000)."
+        ),
+    ] = None,
+    measure: Annotated[
+        bool,
+        typer.Option(help="With --plan: time each operation alone first (unless --measured-ops)."),
+    ] = True,
+    trace_dir: Annotated[
+        Path | None,
+        typer.Option(help="With --plan: write every storm's trace (and ops.json) here."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="With --plan: print the plan, run nothing.")
+    ] = False,
+    vm: Annotated[bool, typer.Option(help="With --plan: QEMU microVMs in StartVM.")] = True,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="With --trace: one JSON object instead of tables.")
+    ] = False,
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
 ) -> None:
-    """Fit a profile to a paper's *fit* rows (or to a recorded storm, --trace)
-    and print the per-target error table."""
-    if trace:
-        from ._cli_validate import calibrate_trace
+    """Fit a profile to a paper's *fit* rows, to recorded storms (--trace), or
+    to a calibration plan run on this node (--plan); print the per-target
+    error table and what identified each cost."""
+    if plan:
+        from ._cli_calibrate import calibrate_plan
+        from .models.testbed import TESTBED_POOL_KINDS
 
-        calibrate_trace(
+        calibrate_plan(
+            sandboxes=plan_sandboxes,
+            runs=runs,
+            pool_kinds=tuple(pool_kind) if pool_kind else TESTBED_POOL_KINDS,
+            limit_stages=tuple(limit_stage)
+            if limit_stage
+            else ("AddCNI", "Cgroup", "AttachIf", "StartVM"),
+            measured_ops=measured_ops,
+            measure=measure,
+            trace_dir=trace_dir,
+            output=output,
+            dry_run=dry_run,
+            vm=vm,
+            max_evaluations=max_evaluations,
+            executor=executor,
+        )
+        return
+    if trace:
+        from ._cli_calibrate import calibrate_traces
+
+        calibrate_traces(
             trace,
             output=output,
+            measured_ops=measured_ops,
             bootstrap=bootstrap,
             predict_sandboxes=predict_sandboxes,
             max_evaluations=max_evaluations,
             executor=executor,
+            as_json=as_json,
         )
         return
     from .calibration import TARGET_SETS, check_targets
@@ -366,6 +436,22 @@ def validate(
     config: Annotated[
         Path | None, typer.Option(help="Tuned config: stage limits and pools, both sides.")
     ] = None,
+    candidates: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Rank tuned configs instead: [NAME=]FILE, repeat (NAME defaults to the "
+            "file's stem). Runs --repeat storms of each, interleaved (each round every "
+            "candidate once, in a shuffled order), or reads --measured-dir; prints measured "
+            "against predicted per candidate and the Spearman of the two rankings."
+        ),
+    ] = None,
+    baseline: Annotated[
+        bool,
+        typer.Option(
+            "--baseline/--no-baseline",
+            help="With --candidates: rank the storm without a config too, as 'baseline'.",
+        ),
+    ] = True,
     profile: Annotated[Path | None, typer.Option(help="The node's fitted profile YAML.")] = None,
     calibrate_from: Annotated[
         list[Path] | None,
@@ -380,23 +466,52 @@ def validate(
             "of one storm, pooled; the makespan is their median)."
         ),
     ] = None,
+    measured_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --candidates: compare the runs recorded here instead of running any "
+            "(DIR/<candidate>-run<k>.jsonl.gz, as --trace-out writes them; every run found)."
+        ),
+    ] = None,
     repeat: Annotated[
-        int, typer.Option(help="Run the storm this many times and compare the median.")
-    ] = 1,
+        int | None,
+        typer.Option(
+            help="Run the storm this many times and compare the median (default: 1; "
+            "3 per candidate with --candidates)."
+        ),
+    ] = None,
     calibration_sandboxes: Annotated[
         int | None,
         typer.Option(
             help="Without --profile or --calibrate-from: the size of the storms the node's "
-            "profile is fitted to first, without the config [default: half of --sandboxes]."
+            "profile is fitted to first, without the config (default: half of --sandboxes)."
         ),
     ] = None,
     calibration_runs: Annotated[
         int, typer.Option(help="Without --profile or --calibrate-from: how many of them.")
     ] = 3,
     trace: Annotated[Path | None, typer.Option(help="Write the measured storm here.")] = None,
+    trace_out: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --candidates: write every run's trace as "
+            "DIR/<candidate>-run<k>.jsonl.gz (k from 1), as each storm ends."
+        ),
+    ] = None,
     threshold: Annotated[
-        float, typer.Option(help="Exit 1 if makespan, mean or p99 is off by more (0.15 = 15%).")
+        float,
+        typer.Option(
+            help="Exit 1 if makespan, mean or p99 is off by more (0.15 = 15%); with "
+            "--candidates: if any candidate's makespan is."
+        ),
     ] = 0.15,
+    min_spearman: Annotated[
+        float,
+        typer.Option(
+            help="With --candidates: exit 1 if the Spearman of predicted against measured "
+            "makespan is lower, or undefined (the model predicts them all equal)."
+        ),
+    ] = 0.9,
     vm: Annotated[bool, typer.Option("--vm/--no-vm", help="QEMU microVMs in StartVM.")] = True,
     agent: Annotated[
         str | None, typer.Option(help="Admit the testbed's stages through this node agent.")
@@ -405,9 +520,42 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
 ) -> None:
-    """Run the storm on this host (root), simulate it, print predicted vs measured."""
-    from ._cli_validate import validate_storm
+    """Run the storm on this host (root), simulate it, print predicted vs measured.
 
+    With --candidates: whether the model ranks tuned configs as this host
+    does. Run them here (root), or give --measured-dir DIR (no root) with
+    --profile or --calibrate-from.
+    """
+    from ._cli_validate import check_validate_options, validate_candidates, validate_storm
+
+    check_validate_options(
+        candidates=candidates,
+        config=config,
+        measured=measured,
+        measured_dir=measured_dir,
+        trace=trace,
+        trace_out=trace_out,
+        agent=agent,
+    )
+    if candidates:
+        validate_candidates(
+            candidates=candidates,
+            baseline=baseline,
+            sandboxes=sandboxes,
+            repeat=3 if repeat is None else repeat,
+            profile=profile,
+            calibrate_from=calibrate_from,
+            measured_dir=measured_dir,
+            trace_out=trace_out,
+            threshold=threshold,
+            min_spearman=min_spearman,
+            vm=vm,
+            as_json=as_json,
+            calibration_sandboxes=calibration_sandboxes,
+            calibration_runs=calibration_runs,
+            executor=executor,
+        )
+        return
     validate_storm(
         sandboxes=sandboxes,
         config=config,
@@ -420,10 +568,76 @@ def validate(
         as_json=as_json,
         agent=agent,
         token_file=token_file,
-        repeat=repeat,
+        repeat=1 if repeat is None else repeat,
         calibration_sandboxes=calibration_sandboxes,
         calibration_runs=calibration_runs,
         executor=executor,
+    )
+
+
+@app.command()
+def tune(
+    sandboxes: Annotated[int, typer.Option(help="The storm to shorten: sandboxes at once.")] = 150,
+    budget: Annotated[int, typer.Option(help="TPE trials of the search on the model.")] = 60,
+    candidates: Annotated[
+        int, typer.Option(help="The best configs of the search to run for real.")
+    ] = 3,
+    repeats: Annotated[
+        int, typer.Option(help="Rounds of real storms (each runs every config once).")
+    ] = 5,
+    profile: Annotated[
+        Path | None,
+        typer.Option(help="The node's profile; default: calibrate it here first (--plan)."),
+    ] = None,
+    measured_ops: Annotated[
+        Path | None, typer.Option(help="Costs timed alone (testbed measure-ops --output).")
+    ] = None,
+    plan_sandboxes: Annotated[
+        int | None, typer.Option(help="The largest plan storm (default: a third of the storm).")
+    ] = None,
+    plan_runs: Annotated[int, typer.Option(help="Runs of each plan storm.")] = 3,
+    pool_kind: Annotated[
+        list[str] | None, typer.Option(help="Pool kinds to search (default: the testbed's).")
+    ] = None,
+    limit_stage: Annotated[
+        list[str] | None,
+        typer.Option(help="Stages to limit (default: AddCNI, Cgroup, AttachIf, StartVM)."),
+    ] = None,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="The tuned config (only if measured faster).")
+    ] = Path("tuned.yaml"),
+    trace_dir: Annotated[
+        Path | None, typer.Option(help="Write every storm's trace and the profiles here.")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option(help="An HTML report of predicted against measured.")
+    ] = None,
+    vm: Annotated[bool, typer.Option(help="QEMU microVMs in StartVM.")] = True,
+) -> None:
+    """Root: calibrate this node, search pools and limits on its model, run the
+    best candidates and the baseline for real, and write the config that was
+    measured faster than the baseline (and none otherwise)."""
+    from ._cli_tune import tune as run_tune
+    from .models.testbed import TESTBED_POOL_KINDS
+
+    run_tune(
+        sandboxes=sandboxes,
+        trials=budget,
+        candidates=candidates,
+        repeats=repeats,
+        profile_path=profile,
+        measured_ops=measured_ops,
+        plan_sandboxes=plan_sandboxes,
+        plan_runs=plan_runs,
+        pool_kinds=tuple(pool_kind) if pool_kind else TESTBED_POOL_KINDS,
+        limit_stages=tuple(limit_stage)
+        if limit_stage
+        else ("AddCNI", "Cgroup", "AttachIf", "StartVM"),
+        output=output,
+        trace_dir=trace_dir,
+        report=report,
+        vm=vm,
+        console=console,
     )
 
 

@@ -183,7 +183,7 @@ def unseen_directions_of(
             reach = min(
                 min(bounds_log[i][1] - log_values[i], log_values[i] - bounds_log[i][0])
                 / abs(float(v[i]))
-                for i in np.flatnonzero(support)
+                for i in (int(j) for j in np.flatnonzero(support))
             )
         elif bounds_log is not None and log_values is not None:
             for i, w in enumerate(v):

@@ -126,7 +126,7 @@ def test_calibrate_trace_prints_its_error_table_and_writes_the_profile(tmp_path:
     )
     assert out.returncode == 0, out.stderr
     assert "AttachIf mean" in out.stdout and "RTNL wait" in out.stdout
-    assert "how far each fitted cost could move" in out.stdout and "× alone" in out.stdout
+    assert "what identified each cost" in out.stdout and "unidentified" in out.stdout
     assert " ".join(out.stdout.split()).count("service times: ") == 1
     assert "by AIC over" in out.stdout
     assert Profile.from_yaml(out_file).testbed is not None
