@@ -244,7 +244,9 @@ def tune(
             trace_dir.mkdir(parents=True, exist_ok=True)
             write_trace(trace, trace_dir / f"{candidate.name}-run{r + 1}.jsonl.gz")
 
-    kw: dict[str, Any] = {"run_storm": run_storm} if run_storm is not None else {}
+    from ._cli_validate import interruptible_runner
+
+    kw: dict[str, Any] = {"run_storm": run_storm or interruptible_runner(console)}
     traces = measure_candidates(
         chosen_candidates, sandboxes=sandboxes, repeats=repeats, vm=vm, on_run=on_run, **kw
     )

@@ -132,6 +132,9 @@ def validate_storm(
             color = "red" if name in failed else "green" if name in headline else "white"
             table.add_row(name, f"{m:.3f}", f"{p:.3f}", f"[{color}]{errors[name]:+.1%}[/]")
         console.print(table)
+        from ._render import print_identification
+
+        print_identification(console, scenario, profile=local)
         if stats.background_load:
             console.print(
                 f"[dim]the host's load average before the storm ({stats.background_load:.1f}) "
