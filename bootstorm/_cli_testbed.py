@@ -93,7 +93,12 @@ def agent_admission(url: str, token_file: Path | None, tuned: TunedConfig | None
 def run_cmd(
     sandboxes: Annotated[int, typer.Option(help="Sandboxes started at once.")] = 8,
     config: Annotated[
-        Path | None, typer.Option(help="Tuned config YAML: stage limits and a netns pool.")
+        Path | None,
+        typer.Option(
+            help="Tuned config YAML: stage limits, and pools made before the storm: netns; "
+            "veth or tap for that endpoint; netns-veth (a namespace made with its veth "
+            "peer inside: no move when taken; taken first, the others serve the rest).",
+        ),
     ] = None,
     trace: Annotated[
         Path | None, typer.Option(help="Write the trace here (JSON Lines; .gz compresses).")
@@ -287,3 +292,95 @@ def sweep_cmd() -> None:
         items = getattr(report, kind)
         if items:
             console.print(f"removed {len(items)} {kind}: {', '.join(map(str, items[:8]))}")
+
+
+def _op_ms(x_s: float) -> str:
+    return f"{x_s * 1e3:,.3f}"
+
+
+@testbed_app.command("measure-ops")
+def measure_ops_cmd(
+    repeats: Annotated[
+        int, typer.Option(help="Timed repetitions of each operation (after the warm-up).")
+    ] = 30,
+    warmup: Annotated[
+        int, typer.Option(help="Repetitions of each operation run first and discarded.")
+    ] = 3,
+    vm: Annotated[
+        bool,
+        typer.Option(
+            "--vm/--no-vm",
+            help="Time vm_spawn/vm_up on a QEMU microVM (if available), or on the "
+            "StartVM fallback process.",
+        ),
+    ] = True,
+    output: Annotated[
+        Path | None, typer.Option(help="Write the timings here (JSON), whole or not at all.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+    ] = False,
+) -> None:
+    """Time each testbed operation alone (serial, idle host) and derive the catalog's costs."""
+    from ._io import write_atomically
+    from .validation.testbed import TestbedError
+    from .validation.testbed._vm import VmError
+    from .validation.testbed.ops import measure_operations, testbed_costs_from
+
+    if repeats < 1:
+        raise ConfigError(f"repeats: must be at least 1, but got {repeats}")
+    if warmup < 0:
+        raise ConfigError(f"warmup: must be at least 0, but got {warmup}")
+    if output is not None and not output.resolve().parent.is_dir():
+        raise ConfigError(f"output: no directory {output.resolve().parent} to write {output.name}")
+    console = _console()
+    # As for a storm: SIGTERM unwinds like Ctrl-C through the cleanup.
+    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with console.status("timing each operation alone …"):
+            times = measure_operations(repeats=repeats, warmup=warmup, vm=vm)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: everything the measurement made was removed[/]")
+        raise typer.Exit(130) from None
+    except (TestbedError, VmError, OSError) as exc:
+        raise ConfigError(f"testbed: {exc}") from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    costs = testbed_costs_from(times)
+    if output is not None:
+        write_atomically(output, times.to_json())
+    if as_json:
+        payload = {
+            "times": json.loads(times.to_json()),
+            "summary": {
+                t.name: {"median_s": t.median_s, "q25_s": t.q25_s, "q75_s": t.q75_s}
+                for t in times.timings
+            },
+            "costs": {path: dataclasses.asdict(c) for path, c in costs.items()},
+        }
+        sys.stdout.write(json.dumps(payload, allow_nan=False) + "\n")
+        return
+    host = times.host
+    table = Table(
+        title=f"operations alone: {times.repeats} repeats after {times.warmup} warm-up, "
+        f"{host.kernel}, {host.cores} cores, VM: {times.vm_mode}"
+    )
+    table.add_column("operation")
+    for column in ("median ms", "q25 ms", "q75 ms"):
+        table.add_column(column, justify="right")
+    for t in times.timings:
+        table.add_row(t.name, _op_ms(t.median_s), _op_ms(t.q25_s), _op_ms(t.q75_s))
+    console.print(table)
+    derived = Table(title="derived testbed costs")
+    derived.add_column("cost")
+    for column in ("value ms", "low ms", "high ms"):
+        derived.add_column(column, justify="right")
+    derived.add_column("how")
+    for path, c in costs.items():
+        derived.add_row(path, _op_ms(c.value), _op_ms(c.low), _op_ms(c.high), c.how)
+    console.print(derived)
+    for note in times.notes:
+        console.print(f"[dim]note: {note}[/]")
+    if output is not None:
+        console.print(f"timings written to [bold]{output}[/]")

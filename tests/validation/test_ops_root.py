@@ -1,0 +1,127 @@
+"""``measure_operations`` on this host (root): every operation timed, nothing left behind.
+
+Assertions about leftovers name only this measurement's run id: another
+root test's storm may run at the same moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, links, cgroups)"),
+    pytest.mark.skipif(sys.platform != "linux", reason="Linux only"),
+]
+
+REGISTRY = Path("/run/bootstorm-testbed")
+
+
+def _objects_of(run: str) -> list[str]:
+    """Everything left of run ``run``: namespaces, links, its cgroup, workdir, registration."""
+    from pyroute2 import IPRoute
+
+    from bootstorm.validation.testbed._cgroup import cgroup2_root
+
+    netns = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    left = [f"netns {n}" for n in netns if n.startswith(f"bst-{run}-")]
+    with IPRoute() as ipr:
+        left += [
+            f"link {n}"
+            for link in ipr.get_links()
+            if (n := link.get_attr("IFLA_IFNAME")) and n.startswith(f"bst{run}")
+        ]
+    cg = cgroup2_root() / "bootstorm-testbed" / run
+    if cg.exists():
+        left.append(f"cgroup {cg}")
+    left += [f"workdir {p}" for p in Path(tempfile.gettempdir()).glob(f"bootstorm-testbed-{run}-*")]
+    if (REGISTRY / run).exists():
+        left.append(f"registry {run}")
+    for entry in Path("/proc").iterdir():  # a VM of ours, by its -name
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if f"bst-{run}-".encode() in argv:
+                left.append(f"process {entry.name}")
+    return left
+
+
+def test_every_operation_timed_and_nothing_left() -> None:
+    from bootstorm.validation.testbed.ops import (
+        OPERATIONS,
+        OperationTimes,
+        measure_operations,
+        testbed_costs_from,
+    )
+
+    times = measure_operations(repeats=5, warmup=1, vm=False)
+    assert times.run is not None
+    assert _objects_of(times.run) == []
+    assert times.vm_mode == "process"
+    assert times.names == OPERATIONS
+    for t in times.timings:
+        assert len(t.samples_s) == 5, t.name
+        assert all(x > 0 for x in t.samples_s), t.name
+    # The move into a namespace waits for synchronize_net under RTNL; bringing
+    # a link up does not.
+    assert times["move_into_netns"].median_s > times["link_up"].median_s
+    costs = testbed_costs_from(times)
+    assert costs["testbed.rcu_grace_s"].value > 1e-6
+    assert OperationTimes.from_json(times.to_json()) == times
+
+
+def test_a_subset_in_a_microvm() -> None:
+    from bootstorm.validation.testbed._vm import vm_available
+    from bootstorm.validation.testbed.ops import measure_operations
+
+    ok, why = vm_available()
+    if not ok:
+        pytest.skip(f"no microVM here: {why}")
+    times = measure_operations(repeats=2, warmup=0, vm=True, ops=("vm_up", "vm_spawn"))
+    assert times.run is not None
+    assert _objects_of(times.run) == []
+    assert times.vm_mode == "qemu-microvm"
+    assert times.names == ("vm_spawn", "vm_up")  # in OPERATIONS' order
+    assert times["vm_up"].median_s > times["vm_spawn"].median_s
+
+
+def test_cli_writes_the_file(tmp_path: Path) -> None:
+    out = tmp_path / "ops.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from bootstorm.cli import main; main()",
+            "testbed",
+            "measure-ops",
+            "--repeats",
+            "2",
+            "--warmup",
+            "0",
+            "--no-vm",
+            "--output",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    from bootstorm.validation.testbed.ops import OperationTimes
+
+    times = OperationTimes.from_json(out.read_text())
+    assert times.repeats == 2 and times.vm_mode == "process"
+    payload = json.loads(done.stdout)
+    assert payload["times"]["run"] == times.run
+    assert "testbed.rcu_grace_s" in payload["costs"]
+    assert times.run is not None and _objects_of(times.run) == []
