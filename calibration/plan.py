@@ -30,7 +30,7 @@ import numpy as np
 from ..models import Profile, Scenario, TunedConfig, compile_scenario
 from ..models.testbed import TESTBED_CNIS, TESTBED_POOL_KINDS, TESTBED_STAGES
 from ..simulator import Result, run_with
-from .identify import unseen_directions_of
+from .identify import unseen_directions_of, visibility
 from .trace_fit import (
     STORM_SIGMA,
     TRACE_FREE_PARAMETERS,
@@ -155,7 +155,14 @@ def candidate_storms(
     return out
 
 
-_ROWS = ("startup.mean", "makespan")
+def _mechanisms(storm: PlanStorm) -> set[str]:
+    """What a storm exercises beyond the baseline: its peer mode, pools, limits, size."""
+    out = {f"size:{storm.sandboxes}"}
+    if storm.peer != "in-netns":
+        out.add(f"peer:{storm.peer}")
+    out |= {f"pool:{k}" for k in storm.pools}
+    out |= {f"limit:{k}" for k in storm.limits}
+    return out
 
 
 def _rows(result: Result) -> np.ndarray:
@@ -190,11 +197,14 @@ def calibration_plan(
     measured: Mapping[str, MeasuredCost] | None = None,
     seed: int = 0,
     executor: str = "compiled",
+    cover_mechanisms: bool = True,
 ) -> CalibrationPlan:
     """The fewest candidate storms (:func:`candidate_storms`) that, fitted
     together with the ``measured`` costs, leave no direction of the testbed's
     costs unseen, linearised at ``start`` (default: the fit's starting point
-    on a host of ``cores``)."""
+    on a host of ``cores``); with ``cover_mechanisms``, then every peer mode,
+    pool kind and stage limit the search may use that those storms do not
+    run, and a second size."""
     if runs < 1:
         raise ValueError(f"runs: must be at least 1, but got {runs}")
     profile = start or testbed_template(cores=cores, memory_mib=4096, service_cv=0.1)
@@ -219,28 +229,39 @@ def calibration_plan(
     jacobians = [_jacobian(s, profile, seed, executor) for s in candidates]
     error = STORM_SIGMA / 2
 
-    def unseen(chosen: list[int]) -> list[str]:
+    def stacked(chosen: list[int]) -> np.ndarray:
         blocks = [jacobians[i] for i in chosen]
         if prior_rows:
             blocks.append(np.array(prior_rows))
-        jac = np.vstack(blocks)
-        return [d.label() for d in unseen_directions_of(jac, paths, error_rel=error)]
+        return np.vstack(blocks)
+
+    def score(chosen: list[int]) -> float:
+        # Each direction counts up to 1 as it becomes seen: a storm that half
+        # shows two directions is worth as much as one that shows one.
+        return float(np.sum(np.minimum(visibility(stacked(chosen), error_rel=error), 1.0)))
 
     chosen = [0]
-    left = unseen(chosen)
-    while left:
-        trials = [
-            (len(unseen([*chosen, i])), candidates[i].sandboxes, i)
+    while len(chosen) < len(candidates):
+        now = score(chosen)
+        if now >= len(paths) - 1e-9:
+            break
+        gain, _, best = max(
+            (score([*chosen, i]) - now, -candidates[i].sandboxes, i)
             for i in range(len(candidates))
             if i not in chosen
-        ]
-        if not trials:
-            break
-        n_left, _, best = min(trials)
-        if n_left >= len(left):
+        )
+        if gain < 0.05:  # no storm left shows anything new
             break
         chosen.append(best)
-        left = unseen(chosen)
+    left = [d.label() for d in unseen_directions_of(stacked(chosen), paths, error_rel=error)]
+    if cover_mechanisms:
+        # A cost timed alone says nothing of how the storm queues around it
+        # (the GIL, RTNL's hand-over): every mechanism the search may use is
+        # run once, at the plan's size, and a second size shows what grows.
+        for i, storm in enumerate(candidates):
+            covered = any(_mechanisms(candidates[j]) >= _mechanisms(storm) for j in chosen)
+            if i not in chosen and not covered:
+                chosen.append(i)
     return CalibrationPlan(
         storms=tuple(candidates[i] for i in chosen),
         runs=runs,

@@ -13,6 +13,13 @@ then the kernel's work, under the lock it takes:
   in the namespace, or made on the host and moved in: ``synchronize_net``
   under RTNL) — or one taken from the pool, its peer moved in and its host
   end renamed — both ends up, an address;
+- a ``netns-veth`` pool holds namespaces made with their veth pair's peer
+  already inside (the host end down on the host): NetNS takes one (a fetch,
+  no unshare) and AddCNI only brings both ends up and addresses the peer — no
+  creation, no move, no rename. It comes first: a sandbox that finds it empty
+  falls back to the ``netns`` and ``veth`` pools (or creates), so in the
+  model NetNS's creation branch also makes the veth pair, and AddCNI makes
+  none;
 - **Cgroup**: ``cgroup_mkdir`` under cgroup_mutex;
 - **AttachIf**: ``TUNSETIFF`` (a netdev under RTNL), the tap up, an ingress
   qdisc and a u32 + mirred filter on each of veth and tap (RTNL each);
@@ -52,7 +59,9 @@ TESTBED_CNIS: dict[str, Literal["in-netns", "moved"]] = {
     "testbed-veth": "in-netns",
     "testbed-veth-moved": "moved",
 }
-TESTBED_POOL_KINDS = ("netns", "veth")
+#: Pool kinds of the testbed: ``netns-veth`` (a namespace with its veth peer
+#: inside) is taken before ``netns`` and ``veth`` (see :func:`testbed_plan`).
+TESTBED_POOL_KINDS = ("netns", "veth", "netns-veth")
 GIL = "gil"
 
 
@@ -113,6 +122,13 @@ def testbed_plan(
             *rtnl(c.rtnl_small_hold_s, "rename host end"),
         )
         veth = (Pooled("veth", create=veth, fetch=fetch_veth),)
+    if scenario.pools.get("netns-veth", 0) > 0:
+        # A namespace made with the pair's peer inside it: taking one is the
+        # whole endpoint (no unshare, no veth, no move, no rename). An empty
+        # pool falls back to the other pools or to creation, all in NetNS
+        # here: the branch is one, so AddCNI makes no pair in either case.
+        netns = (Pooled("netns-veth", create=(*netns, *veth), fetch=(py("take netns+veth"),)),)
+        veth = ()
     # New links up: the kernel queues linkwatch and address work for kworkers,
     # which take RTNL behind the sandbox's back.
     kworker: tuple[Step, ...] = ()

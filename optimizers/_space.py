@@ -126,7 +126,13 @@ class SearchSpace:
             # (SR-IOV, the testbed's): all of its stages.
             own = scenario_stages(cni)
             chosen = tuple(s for s in DEFAULT_STAGES if s in own) or own
-        memory = profile.costs.pool_device_mib if profile.costs is not None else {"netns": 0.0}
+        # A profile without seed costs (a testbed host's, fitted to a trace)
+        # knows no device memory: its CNI's kinds cost nothing known.
+        memory = (
+            profile.costs.pool_device_mib
+            if profile.costs is not None
+            else dict.fromkeys(scenario_pool_kinds(cni), 0.0)
+        )
         return cls(
             cni=cni,
             limits={s: IntRange(low=1, high=sandboxes) for s in chosen},

@@ -127,7 +127,7 @@ def test_metrics_parse_and_name_what_the_agent_does(agent: AgentFactory) -> None
     }
     assert in_use == {"StartVM": 1, "Cgroup": 0}
     levels = {s.labels["kind"]: s.value for s in families["bootstorm_agent_pool_level"].samples}
-    assert levels == {"netns": 0, "veth": 0, "tap": 0}
+    assert levels == {"netns": 0, "veth": 0, "tap": 0, "netns-veth": 0}
     assert families["bootstorm_agent_config_generation"].samples[0].value == 1
 
 

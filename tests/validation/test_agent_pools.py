@@ -61,7 +61,8 @@ def pool_id() -> Iterator[int]:
 def test_pools_fill_hand_out_refill_and_are_removed_on_shutdown(pool_id: int) -> None:
     config = TunedConfig(pools={"netns": 2, "veth": 3, "tap": 2, "ipvtap": 4})
     with thread_agent(config, pool_id=pool_id) as client:
-        wait_for_levels(client, {"netns": 2, "veth": 3, "tap": 2})  # ipvtap: not ours, ignored
+        # ipvtap: not ours, ignored
+        wait_for_levels(client, {"netns": 2, "veth": 3, "tap": 2, "netns-veth": 0})
         assert len(pooled_on_host(pool_id)) == 2 + 2 * 3 + 2
         veth = client.take("veth", "sb-1")
         netns = client.take("netns", "sb-1")
@@ -70,7 +71,7 @@ def test_pools_fill_hand_out_refill_and_are_removed_on_shutdown(pool_id: int) ->
         assert veth.kind == "veth" and veth.peer == f"{veth.name}p" and veth.holder == "sb-1"
         taken = {veth.name, veth.peer, netns.name, tap.name}
         assert taken <= pooled_on_host(pool_id)  # real devices, now the client's
-        wait_for_levels(client, {"netns": 2, "veth": 3, "tap": 2})  # refilled
+        wait_for_levels(client, {"netns": 2, "veth": 3, "tap": 2, "netns-veth": 0})  # refilled
         for family in text_string_to_metric_families(client.metrics()):
             if family.name == "bootstorm_agent_pool_refill_seconds":
                 counts = {
@@ -79,7 +80,7 @@ def test_pools_fill_hand_out_refill_and_are_removed_on_shutdown(pool_id: int) ->
                 assert counts == {"netns": 3, "veth": 4, "tap": 3}
         # Shrinking the pools removes the surplus.
         client.put_config(TunedConfig(pools={"veth": 1}))
-        wait_for_levels(client, {"netns": 0, "veth": 1, "tap": 0})
+        wait_for_levels(client, {"netns": 0, "veth": 1, "tap": 0, "netns-veth": 0})
         assert len(pooled_on_host(pool_id) - taken) == 2  # one veth pair
     # Shut down: every pooled device is gone; the handed-out ones are the client's.
     assert pooled_on_host(pool_id) == taken
@@ -87,9 +88,9 @@ def test_pools_fill_hand_out_refill_and_are_removed_on_shutdown(pool_id: int) ->
 
 def test_an_empty_pool_answers_none(pool_id: int) -> None:
     with thread_agent(TunedConfig(pools={"tap": 1}), pool_id=pool_id) as client:
-        wait_for_levels(client, {"netns": 0, "veth": 0, "tap": 1})
+        wait_for_levels(client, {"netns": 0, "veth": 0, "tap": 1, "netns-veth": 0})
         client.put_config(TunedConfig(pools={"tap": 0}))
-        wait_for_levels(client, {"netns": 0, "veth": 0, "tap": 0})
+        wait_for_levels(client, {"netns": 0, "veth": 0, "tap": 0, "netns-veth": 0})
         assert client.take("tap", "sb-1") is None
         assert client.take("netns", "sb-1") is None
     assert not pooled_on_host(pool_id)
@@ -99,7 +100,7 @@ def test_sigterm_cleans_up_and_a_restart_sweeps_a_killed_agents_leftovers(
     pool_id: int, tmp_path: Path
 ) -> None:
     config = TunedConfig(pools={"netns": 2, "veth": 2, "tap": 1})
-    want = {"netns": 2, "veth": 2, "tap": 1}
+    want = {"netns": 2, "veth": 2, "tap": 1, "netns-veth": 0}
     args = ("--pool-id", str(pool_id))
     with process_agent(tmp_path, *args, config=config) as agent:
         with AgentClient(agent.url, token=TOKEN) as client:
@@ -109,7 +110,7 @@ def test_sigterm_cleans_up_and_a_restart_sweeps_a_killed_agents_leftovers(
     assert len(leftovers) == 2 + 2 * 2 + 1
     with process_agent(tmp_path, *args, config=TunedConfig()) as agent:
         with AgentClient(agent.url, token=TOKEN) as client:
-            assert levels(client) == {"netns": 0, "veth": 0, "tap": 0}
+            assert levels(client) == {"netns": 0, "veth": 0, "tap": 0, "netns-veth": 0}
         assert not pooled_on_host(pool_id)  # swept at start
         assert agent.stop(signal.SIGTERM) is not None
     with process_agent(tmp_path, *args, config=config) as agent:

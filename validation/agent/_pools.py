@@ -7,13 +7,19 @@ host never sweep each other's devices; every name carries a prefix from
 * ``netns``: a named network namespace ``bstpool-netns-<id>-<n>``;
 * ``veth``: a veth pair ``bsp<id>v<n>`` / ``bsp<id>v<n>p``, both ends in
   the host namespace, down; the client moves one end into its sandbox;
-* ``tap``: a persistent tap device ``bsp<id>t<n>`` in the host namespace, down.
+* ``tap``: a persistent tap device ``bsp<id>t<n>`` in the host namespace, down;
+* ``netns-veth``: a namespace ``bstpool-netns-veth-<id>-<n>`` made with a
+  veth pair whose peer is inside it (``eth0``, the sandbox's end) and whose
+  host end ``bsp<id>n<n>`` stays on the host, both down: the client takes the
+  namespace (``name``) and the host end (``peer``) and moves nothing.
 
 A device handed out is the client's: the agent forgets it and never removes
 it. A client should move links out of the host namespace or rename them,
 because an agent restarted with the same ``pool_id`` sweeps every device
 that still carries its pool names (the leftovers of an agent that was killed
-before it could clean up).
+before it could clean up). A ``netns-veth`` keeps its names (renaming the
+host end would take RTNL, the cost the kind saves): a restart of its agent
+during a storm sweeps the taken ones too.
 
 All netlink work runs on one executor thread that owns the one netlink
 socket (pyroute2 sockets are not thread-safe), so the event loop never blocks.
@@ -25,6 +31,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import re
 from collections import deque
 from collections.abc import Mapping
@@ -34,7 +41,7 @@ from typing import Any, Protocol
 
 from .._names import AGENT_POOL_LINK_PREFIX, AGENT_POOL_NETNS_PREFIX, owned_link, owned_netns
 from ._metrics import AgentMetrics, PoolSnapshot
-from ._protocol import POOL_KINDS
+from ._protocol import NETNS_VETH_PEER, POOL_KINDS
 
 __all__ = ["Device", "DeviceOps", "NetlinkDevices", "PoolManager", "pool_names"]
 
@@ -49,8 +56,10 @@ _BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 @dataclass(frozen=True, slots=True)
 class Device:
     kind: str
+    #: The device; a ``netns-veth``'s namespace.
     name: str
-    #: The other end of a veth pair; None for other kinds.
+    #: The other end of a veth pair; a ``netns-veth``'s host end (its peer is
+    #: :data:`NETNS_VETH_PEER` inside the namespace); None for other kinds.
     peer: str | None = None
 
 
@@ -63,6 +72,12 @@ def pool_names(pool_id: int, kind: str, index: int) -> Device:
         return Device(kind, name, peer=f"{name}p")
     if kind == "tap":
         return Device(kind, f"{AGENT_POOL_LINK_PREFIX}{pool_id}t{index}")
+    if kind == "netns-veth":
+        return Device(
+            kind,
+            f"{AGENT_POOL_NETNS_PREFIX}netns-veth-{pool_id}-{index}",
+            peer=f"{AGENT_POOL_LINK_PREFIX}{pool_id}n{index}",
+        )
     raise ValueError(f"kind: unknown pool kind {kind!r}")
 
 
@@ -81,8 +96,9 @@ class NetlinkDevices:
     def __init__(self, pool_id: int) -> None:
         self._pool_id = pool_id
         self._ipr: Any = None
-        self._link_re = re.compile(rf"^{AGENT_POOL_LINK_PREFIX}{pool_id}([vt])(\d+)$")
+        self._link_re = re.compile(rf"^{AGENT_POOL_LINK_PREFIX}{pool_id}([vtn])(\d+)$")
         self._netns_re = re.compile(rf"^{AGENT_POOL_NETNS_PREFIX}netns-{pool_id}-(\d+)$")
+        self._netns_veth_re = re.compile(rf"^{AGENT_POOL_NETNS_PREFIX}netns-veth-{pool_id}-(\d+)$")
 
     def _route(self) -> Any:
         if self._ipr is None:
@@ -100,19 +116,56 @@ class NetlinkDevices:
             self._route().link("add", ifname=device.name, kind="veth", peer={"ifname": device.peer})
         elif device.kind == "tap":
             self._route().link("add", ifname=device.name, kind="tuntap", mode="tap")
+        elif device.kind == "netns-veth":
+            self._create_netns_veth(device)
         else:
             raise ValueError(f"kind: unknown pool kind {device.kind!r}")
 
+    def _create_netns_veth(self, device: Device) -> None:
+        """The namespace, then the pair made with its peer inside it; the
+        namespace goes again if the pair cannot be made (its name taken)."""
+        from pyroute2 import netns
+
+        netns.create(device.name)
+        try:
+            fd = os.open(f"/run/netns/{device.name}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                self._route().link(
+                    "add",
+                    ifname=device.peer,
+                    kind="veth",
+                    peer={"ifname": NETNS_VETH_PEER, "net_ns_fd": fd},
+                )
+            finally:
+                os.close(fd)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                netns.remove(device.name)
+            raise
+
     def remove(self, device: Device) -> None:
-        from pyroute2 import NetlinkError, netns
+        from pyroute2 import netns
 
         if device.kind == "netns":
             assert owned_netns(device.name)
             netns.remove(device.name)
             return
-        assert owned_link(device.name)
+        if device.kind == "netns-veth":
+            # The host end first (its peer goes with it, now, under RTNL);
+            # either may be gone already (a sweep finds what is left).
+            assert owned_netns(device.name) and device.peer is not None
+            self._remove_link(device.peer)
+            if device.name in netns.listnetns():
+                netns.remove(device.name)
+            return
+        self._remove_link(device.name)
+
+    def _remove_link(self, name: str) -> None:
+        from pyroute2 import NetlinkError
+
+        assert owned_link(name)
         ipr = self._route()
-        index = ipr.link_lookup(ifname=device.name)
+        index = ipr.link_lookup(ifname=name)
         if not index:
             return  # already gone (a veth's peer goes with it)
         try:
@@ -125,15 +178,23 @@ class NetlinkDevices:
         from pyroute2 import netns
 
         found: list[Device] = []
+        netns_veth: set[int] = set()  # by index: its namespace, its host end, or both
         for name in netns.listnetns():
             if self._netns_re.match(name):
                 found.append(Device("netns", name))
+            elif m := self._netns_veth_re.match(name):
+                netns_veth.add(int(m.group(1)))
         for link in self._route().get_links():
             name = link.get("ifname") or link.get_attr("IFLA_IFNAME")
             m = self._link_re.match(name or "")
-            if m:
-                kind = "veth" if m.group(1) == "v" else "tap"
-                found.append(Device(kind, name, peer=f"{name}p" if kind == "veth" else None))
+            if not m:
+                continue
+            if m.group(1) == "n":
+                netns_veth.add(int(m.group(2)))
+                continue
+            kind = "veth" if m.group(1) == "v" else "tap"
+            found.append(Device(kind, name, peer=f"{name}p" if kind == "veth" else None))
+        found += [pool_names(self._pool_id, "netns-veth", n) for n in sorted(netns_veth)]
         return found
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "DEFAULT_WAIT_S",
     "MAX_WAIT_S",
+    "NETNS_VETH_PEER",
     "POOL_KINDS",
     "STAGE_NAME",
     "AcquireRequest",
@@ -27,9 +28,11 @@ DEFAULT_WAIT_S = 30.0
 #: The longest long-poll an agent grants; a longer ``wait_s`` is refused (422).
 MAX_WAIT_S = 600.0
 
-PoolKind = Literal["netns", "veth", "tap"]
+PoolKind = Literal["netns", "veth", "tap", "netns-veth"]
 #: Device kinds the agent can pre-create; other pool keys of a config are ignored.
 POOL_KINDS: tuple[str, ...] = get_args(PoolKind)
+#: The name of a ``netns-veth``'s peer inside its namespace (a CNI's default ifname).
+NETNS_VETH_PEER = "eth0"
 
 #: Stage names in URLs: the simulator's (``StartVM``) and the testbed's own.
 STAGE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")

@@ -96,6 +96,11 @@ class RunNames:
         """A veth pair made before the storm for a veth pool: (host end, peer)."""
         return f"{LINK_PREFIX}{self.run}a{k}", f"{LINK_PREFIX}{self.run}b{k}"
 
+    def pool_netns_veth(self, k: int) -> tuple[str, str]:
+        """A ``netns-veth`` made before the storm: (namespace, host end of the
+        veth pair whose peer is inside the namespace)."""
+        return f"{NETNS_PREFIX}{self.run}-v{k}", f"{LINK_PREFIX}{self.run}n{k}"
+
     def vport(self) -> str:
         """The run's shared parent of macvtap endpoints (a veth pair: this end)."""
         return f"{LINK_PREFIX}{self.run}vp"
@@ -181,10 +186,10 @@ def _run_of_link(name: str) -> str | None:
     rest = name[len(LINK_PREFIX) :]
     if not name.startswith(LINK_PREFIX) or len(rest) < _RUN_LEN + 2:
         return None
-    # RunNames' links: h<i>, m<i>, e<i> per sandbox; t<k>, a<k>/b<k> pooled;
-    # vp, vq the shared parent.
+    # RunNames' links: h<i>, m<i>, e<i> per sandbox; t<k>, a<k>/b<k>, n<k>
+    # (a netns-veth's host end) pooled; vp, vq the shared parent.
     tail = rest[_RUN_LEN:]
-    if tail in ("vp", "vq") or (tail[0] in "hmetab" and tail[1:].isdigit()):
+    if tail in ("vp", "vq") or (tail[0] in "hmetabn" and tail[1:].isdigit()):
         return rest[:_RUN_LEN]
     return None
 

@@ -36,14 +36,21 @@ class Admission(Protocol):
         the host namespace, or None if the pool is empty."""
         ...
 
+    def take_netns_veth(self, holder: str) -> tuple[str, str] | None:
+        """A pre-created ``netns-veth``: a namespace (its name under
+        ``/run/netns``) holding its veth pair's peer (``eth0``), and the pair's
+        host end on the host, both down; or None if the pool is empty."""
+        ...
+
 
 class LocalAdmission:
     """Threading semaphores per limited stage and in-process device pools.
 
     ``limits`` maps a stage to the most sandboxes inside it at once (stages
     not named are unlimited); ``pools`` maps a device kind to the names of
-    devices already created, ``pairs`` a kind of veth pair to (host end,
-    peer) names (the driver creates both before the storm).
+    devices already created, ``pairs`` a kind of pair to its two names: a
+    ``veth`` pair's (host end, peer), a ``netns-veth``'s (namespace, host
+    end) (the driver creates them before the storm).
     """
 
     def __init__(
@@ -79,6 +86,9 @@ class LocalAdmission:
             pool = self._pairs.get(kind)
             return pool.popleft() if pool else None
 
+    def take_netns_veth(self, holder: str) -> tuple[str, str] | None:
+        return self.take_pair("netns-veth", holder)
+
     def left(self, kind: str) -> list[str]:
         """Devices of ``kind`` still in the pool (the driver removes them after)."""
         with self._lock:
@@ -113,4 +123,23 @@ class AgentAdmission:
             return None
         if device.peer is None:
             raise ValueError(f"pools.{kind}: the agent handed out {device.name!r} without a peer")
+        return device.name, device.peer
+
+    def take_netns_veth(self, holder: str) -> tuple[str, str] | None:
+        from ..agent.client import AgentError  # httpx: only where an agent is used
+
+        try:
+            device = self.client.take("netns-veth", holder)
+        except AgentError as exc:
+            if exc.status == 422 and "unknown pool kind" in exc.message:
+                return None  # an agent older than the kind pools none
+            raise
+        if device is None:
+            return None
+        # The agent's answer: the namespace as ``name``, the pair's end on the
+        # host as ``peer`` (the peer inside is eth0).
+        if device.peer is None:
+            raise ValueError(
+                f"pools.netns-veth: the agent handed out {device.name!r} without a host end"
+            )
         return device.name, device.peer

@@ -6,13 +6,17 @@ Kata sandbox's network start performs, through in-process netlink
 (pyroute2), timed on CLOCK_MONOTONIC with the thread id:
 
 - **NetNS**: a named network namespace ``bst-<run>-<i>`` (unshare + bind
-  mount, as ``ip netns add``) — or one taken from the pre-created pool;
+  mount, as ``ip netns add``) — or one taken from the pre-created pool; a
+  ``netns-veth`` pool's namespace comes with its veth pair, the peer made
+  inside it (no move when taken), the host end down on the host;
 - **AddCNI**: a netlink socket opened inside the namespace (as a CNI plugin
   entering it), then the endpoint: a veth pair, the peer created inside the
   namespace or created on the host and moved in (both ends up, an address on
   the inner end); or a persistent tap made in the namespace; or a macvtap on
   the run's one shared parent link (the vPort every sandbox of a tenant
-  shares, as the ipvtap/macvtap CNIs do), made on the host and moved in;
+  shares, as the ipvtap/macvtap CNIs do), made on the host and moved in; a
+  sandbox with a ``netns-veth`` namespace makes no pair: both ends up and
+  the address only (the host end keeps its pool name: a rename takes RTNL);
 - **Cgroup**: a cgroup-v2 directory (``cgroup_mkdir`` under cgroup_mutex),
   optionally a net_prio ``ifpriomap`` write (takes RTNL; off by default, see
   :mod:`._cgroup`);
@@ -98,6 +102,9 @@ class _Sandbox:
     index: int
     netns: str | None = None
     ns_fd: int | None = None
+    #: The host end of the veth pair that came with a ``netns-veth`` namespace
+    #: (it keeps its pool name); None when the sandbox made or moved its own.
+    host_end: str | None = None
     ns_ipr: Any = None
     host_ipr: Any = None
     tap_fd: int | None = None
@@ -120,6 +127,8 @@ class _Storm:
         self.pool_netns: list[str] = []
         self.pool_tap: list[str] = []  # made for the storm; those taken move into a namespace
         self.pool_veth: list[tuple[str, str]] = []  # (host end, peer), likewise
+        # (namespace, host end): the peer is inside the namespace already.
+        self.pool_netns_veth: list[tuple[str, str]] = []
         self.notes: list[str] = []
         self.stop = threading.Event()
         self.cgroup_run: Path | None = None
@@ -130,6 +139,12 @@ class _Storm:
         limits = options.config.limits if options.config else {}
         self._own_admission = admission is None
         self.admission: Admission = admission or LocalAdmission(limits=limits)
+        # Ask for a netns-veth namespace first: with a veth endpoint, unless
+        # the config says it pools none (an agent without a config may).
+        pools = options.config.pools if options.config else None
+        self._wants_netns_veth = options.endpoint == "veth" and (
+            pools is None or pools.get("netns-veth", 0) > 0
+        )
 
     def _runner(self) -> VmRunner:
         opts = self.options
@@ -187,14 +202,22 @@ class _Storm:
         emulated = {"netns", endpoint} if endpoint in ("veth", "tap") else {"netns"}
         n_tap = min(pools.get("tap", 0), self.options.sandboxes) if "tap" in emulated else 0
         n_veth = min(pools.get("veth", 0), self.options.sandboxes) if "veth" in emulated else 0
+        # A namespace with its veth pair's peer inside: a sandbox takes one
+        # before it looks at the netns and veth pools (they serve those that
+        # find it empty).
+        if endpoint == "veth":
+            emulated.add("netns-veth")
+        n_nv = min(pools.get("netns-veth", 0), self.options.sandboxes) if endpoint == "veth" else 0
         for kind in sorted(set(pools) - emulated):
             self.notes.append(f"pool {kind!r} of the config is not emulated by the testbed")
         local = isinstance(self.admission, LocalAdmission) and self._own_admission
-        if (n_netns or n_tap or n_veth) and local:
+        if (n_netns or n_tap or n_veth or n_nv) and local:
             for k in range(n_netns):
                 name = self.names.pool_netns(k)
                 os.close(create_netns_here(name))
                 self.pool_netns.append(name)
+            for k in range(n_nv):
+                self._make_netns_veth(k)
             with IPRoute() as ipr:
                 for k in range(n_tap):
                     name = self.names.pool_tap(k)
@@ -207,8 +230,26 @@ class _Storm:
             self.admission = LocalAdmission(
                 limits=self.options.config.limits if self.options.config else {},
                 pools={"netns": self.pool_netns, "tap": list(self.pool_tap)},
-                pairs={"veth": list(self.pool_veth)},
+                pairs={"veth": list(self.pool_veth), "netns-veth": list(self.pool_netns_veth)},
             )
+
+    def _make_netns_veth(self, k: int) -> None:
+        """Pool entry ``k`` of ``netns-veth``: a namespace, and a veth pair
+        whose peer is made inside it as the sandbox's ``eth0`` (both down)."""
+        netns, host_end = self.names.pool_netns_veth(k)
+        fd = create_netns_here(netns)
+        # Listed before the pair is made: cleanup removes both, whichever exists.
+        self.pool_netns_veth.append((netns, host_end))
+        try:
+            with IPRoute() as ipr:
+                ipr.link(
+                    "add",
+                    ifname=host_end,
+                    kind="veth",
+                    peer={"ifname": _INNER_IF, "net_ns_fd": fd},
+                )
+        finally:
+            os.close(fd)
 
     # -- the stages ----------------------------------------------------------
 
@@ -236,6 +277,12 @@ class _Storm:
         )
 
     def _netns(self, sb: _Sandbox) -> None:
+        if self._wants_netns_veth:
+            both = self.admission.take_netns_veth(f"{self.run}/{sb.index}")
+            if both is not None:
+                sb.netns, sb.host_end = both
+                sb.ns_fd = os.open(f"/run/netns/{sb.netns}", os.O_RDONLY)
+                return
         pooled = self.admission.take("netns", f"{self.run}/{sb.index}")
         if pooled is not None:
             sb.netns = pooled
@@ -265,9 +312,16 @@ class _Storm:
         host.link("set", index=idx, net_ns_fd=sb.ns_fd, ifname=_INNER_IF)
 
     def _veth(self, sb: _Sandbox) -> None:
-        """A veth pair: taken from the pool, or made with its peer in the
-        namespace or on the host and moved in; the host end up."""
+        """A veth pair: the one that came with a ``netns-veth`` namespace,
+        taken from the pool, or made with its peer in the namespace or on the
+        host and moved in; the host end up."""
         host = sb.host_ipr
+        if sb.host_end is not None:
+            # Made before the storm with its peer inside: nothing to make or
+            # move, and no rename (RTNL): the host end keeps its pool name.
+            (hidx,) = host.link_lookup(ifname=sb.host_end)
+            host.link("set", index=hidx, state="up")
+            return
         host_link = self.names.host_link(sb.index)
         pair = self.admission.take_pair("veth", f"{self.run}/{sb.index}")
         if pair is not None:
@@ -322,7 +376,7 @@ class _Storm:
         if self.netprio_run is not None:
             sb.netprio = self.netprio_run / f"sb{sb.index}"
             sb.netprio.mkdir()
-            write_ifpriomap(sb.netprio, self.names.host_link(sb.index), 1)
+            write_ifpriomap(sb.netprio, sb.host_end or self.names.host_link(sb.index), 1)
 
     def _attach_if(self, sb: _Sandbox) -> None:
         assert sb.ns_fd is not None
@@ -419,13 +473,20 @@ class _Storm:
                         self.names.host_link(sb.index),
                         self.names.moved_peer(sb.index),
                         self.names.endpoint(sb.index),
+                        *((sb.host_end,) if sb.host_end is not None else ()),
                     )
                     for name in links:
                         with contextlib.suppress(Exception):
                             for idx in ipr.link_lookup(ifname=name):
                                 ipr.link("del", index=idx)
-                # Pooled devices no sandbox took.
-                for name in [*self.pool_tap, *(host_end for host_end, _ in self.pool_veth)]:
+                # Pooled devices no sandbox took (a netns-veth pair's host end
+                # takes its peer with it, before its namespace goes).
+                pooled = [
+                    *self.pool_tap,
+                    *(host_end for host_end, _ in self.pool_veth),
+                    *(host_end for _, host_end in self.pool_netns_veth),
+                ]
+                for name in pooled:
                     with contextlib.suppress(Exception):
                         for idx in ipr.link_lookup(ifname=name):
                             ipr.link("del", index=idx)
@@ -438,7 +499,7 @@ class _Storm:
                 if sb.netns is not None:
                     remove_netns(sb.netns)
                 remove_netns(self.names.netns(sb.index))
-            for name in self.pool_netns:
+            for name in [*self.pool_netns, *(netns for netns, _ in self.pool_netns_veth)]:
                 remove_netns(name)
             for run_dir in (self.cgroup_run, self.netprio_run):
                 if run_dir is not None:
@@ -572,6 +633,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             "netns": len(storm.pool_netns),
             "tap": len(storm.pool_tap),
             "veth": len(storm.pool_veth),
+            "netns-veth": len(storm.pool_netns_veth),
         }
         used_pools = {kind: n for kind, n in made.items() if n}
         header = TraceHeader(

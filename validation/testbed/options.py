@@ -52,6 +52,10 @@ class StormOptions(BaseModel):
         A tuned config: its ``limits`` gate the stages, its ``pools.netns``
         namespaces (and ``pools.tap`` persistent taps for a tap endpoint,
         ``pools.veth`` pairs for a veth one) are created before the storm.
+        With a veth endpoint, ``pools.netns-veth`` namespaces are made with
+        their veth pair's peer inside (nothing to move at take time); a
+        sandbox takes one first, and only when none is left the ``netns``
+        and ``veth`` pools serve it (or it creates).
     settle_s:
         Wait up to this long for the host to be quiet before the storm (the
         kernel still tears down an earlier storm's namespaces for seconds).
