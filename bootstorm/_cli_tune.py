@@ -282,8 +282,7 @@ def tune(
         chosen = top.name
         k = [c.name for c in chosen_candidates].index(top.name)
         wins = int(np.sum(np.array(rounds[k]) < baseline_runs))
-        config = top.candidate.config
-        assert config is not None
+        config = _with_origin(top.candidate.config, profile, sandboxes=sandboxes, output=output)
         write_atomically(output, config.to_yaml())
         console.print(
             f"[green]{chosen} ({escape(_describe(config))}) measured "
@@ -320,6 +319,37 @@ def tune(
         rounds=repeats,
         profile=profile,
     )
+
+
+def _with_origin(
+    config: TunedConfig | None, profile: Profile, *, sandboxes: int, output: Path
+) -> TunedConfig:
+    """The chosen config as written: with the profile it was last predicted
+    under (saved beside it) and that prediction, so that applying it to the
+    bare storm under that profile reproduces ``origin.predicted``."""
+    from datetime import UTC, datetime
+
+    from .models import ConfigOrigin, compile_scenario
+    from .simulator import run_with
+
+    assert config is not None
+    profile_path = output.with_name(output.stem + ".profile.yaml")
+    write_atomically(profile_path, profile.to_yaml())
+    storm = Scenario(cni="testbed-veth", sandboxes=sandboxes, profile=str(profile_path))
+    result = run_with(compile_scenario(storm.replace(config=config), profile=profile), "compiled")
+    origin = ConfigOrigin(
+        profile=str(profile_path),
+        cni="testbed-veth",
+        sandboxes=sandboxes,
+        sampler="tpe",
+        predicted={
+            "makespan_s": result.makespan_s,
+            "mean_s": result.startup.mean,
+            "p99_s": result.startup.p99,
+        },
+        created_at=datetime.now(UTC),
+    )
+    return config.model_copy(update={"origin": origin})
 
 
 def _makespan(trace: Any) -> float:

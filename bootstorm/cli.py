@@ -25,8 +25,8 @@ from ._io import write_atomically
 from ._options import EXECUTOR_OPTION
 from ._render import fit_spread, print_identification, result_tables, target_table
 from .calibration import caveats
-from .calibration.identify import whatif_cautions
-from .models import ConfigError, Scenario, available_profiles
+from .calibration.identify import identification_of, whatif_cautions
+from .models import ConfigError, Scenario, available_profiles, load_profile
 from .simulator import ExecutorName
 
 __all__ = ["app", "main"]
@@ -173,6 +173,7 @@ def simulate_cmd(
         payload["unidentified"] = [
             c.to_dict() for c in whatif_cautions(scenario, base=result, executor=executor)
         ]
+        payload["profile_error_rel"] = identification_of(load_profile(scenario.profile)).error_rel
         if background is not None:
             payload["background"] = background
         sys.stdout.write(json.dumps(payload) + "\n")
