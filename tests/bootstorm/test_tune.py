@@ -101,17 +101,12 @@ def test_tune_writes_the_config_measured_faster_and_it_reproduces_its_prediction
 
 
 def test_tune_writes_nothing_when_no_candidate_beats_the_baseline(tmp_path: Path) -> None:
-    """The model believes pooling helps (a dear namespace); the node does not
-    (a cheap one, and a take costs Python work): nothing is written."""
-    model = node(**{"testbed.netns_create_cpu_s": 0.05, "testbed.rtnl_veth_hold_s": 0.02})
-    truth = node(
-        **{
-            "testbed.netns_create_cpu_s": 1e-5,
-            "testbed.rtnl_veth_hold_s": 1e-5,
-            "testbed.py_op_cpu_s": 5e-3,
-        }
-    )
-    outcome = _tune(tmp_path, truth, model, limit_stages=())
+    """The model believes pooled veth pairs help (a dear pair, a cheap move);
+    on the node a move is dear and a pair cheap: nothing is written."""
+    model = node(**{"testbed.rtnl_veth_hold_s": 0.02, "testbed.rcu_grace_s": 1e-4})
+    truth = node(**{"testbed.rtnl_veth_hold_s": 1e-4, "testbed.rcu_grace_s": 0.03})
+    outcome = _tune(tmp_path, truth, model, pool_kinds=("veth",), limit_stages=())
+    assert outcome.comparison.predicted_best.name != "baseline"
     assert outcome.chosen is None
     assert not (tmp_path / "tuned.yaml").exists()
     assert outcome.refitted is not None  # the profile missed: refitted with the storms
