@@ -286,14 +286,13 @@ def calibrate(
     if plan:
         from ._cli_calibrate import calibrate_plan
         from .models.testbed import TESTBED_POOL_KINDS
+        from .optimizers import DEFAULT_STAGES
 
         calibrate_plan(
             sandboxes=plan_sandboxes,
             runs=runs,
             pool_kinds=tuple(pool_kind) if pool_kind else TESTBED_POOL_KINDS,
-            limit_stages=tuple(limit_stage)
-            if limit_stage
-            else ("AddCNI", "Cgroup", "AttachIf", "StartVM"),
+            limit_stages=tuple(limit_stage or DEFAULT_STAGES),
             measured_ops=measured_ops,
             measure=measure,
             trace_dir=trace_dir,
@@ -620,6 +619,7 @@ def tune(
     measured faster than the baseline (and none otherwise)."""
     from ._cli_tune import tune as run_tune
     from .models.testbed import TESTBED_POOL_KINDS
+    from .optimizers import DEFAULT_STAGES
 
     run_tune(
         sandboxes=sandboxes,
@@ -631,9 +631,7 @@ def tune(
         plan_sandboxes=plan_sandboxes,
         plan_runs=plan_runs,
         pool_kinds=tuple(pool_kind) if pool_kind else TESTBED_POOL_KINDS,
-        limit_stages=tuple(limit_stage)
-        if limit_stage
-        else ("AddCNI", "Cgroup", "AttachIf", "StartVM"),
+        limit_stages=tuple(limit_stage or DEFAULT_STAGES),
         output=output,
         trace_dir=trace_dir,
         report=report,

@@ -44,7 +44,7 @@ from ..models import CostEvidence, HostSpec, Identification, Profile, Scenario, 
 from ..models.testbed import TESTBED_STAGES
 from ..simulator import SERVICE_FAMILIES, Result
 from ..traces import Trace
-from ._fit import FitReport, FreeParameter, least_squares_fit, parameter_spread
+from ._fit import FitReport, FreeParameter, LeastSquaresFit, least_squares_fit, parameter_spread
 from .identify import unseen_directions_of
 from .targets import Metric, PaperTarget, TargetCheck, check_targets, makespan
 
@@ -618,9 +618,8 @@ def fit_storms(
     # VM's whole boot) leaves its split to the storms, and the split has
     # valleys (CPU only shows once the cores saturate): the fit starts from
     # several splits and keeps the best.
-    fit = None
-    for params in _starts(measured):
-        tried = least_squares_fit(
+    def fit_from(params: Sequence[FreeParameter]) -> LeastSquaresFit:
+        return least_squares_fit(
             base,
             targets,
             params,
@@ -630,6 +629,10 @@ def fit_storms(
             max_evaluations=max_evaluations,
             on_evaluation=on_evaluation,
         )
+
+    fit = None
+    for params in _starts(measured):
+        tried = fit_from(params)
         if fit is None or tried.cost < fit.cost:
             fit, chosen_params = tried, params
     assert fit is not None
@@ -641,16 +644,7 @@ def fit_storms(
     restart = _scan_flat_costs(fit, targets, params, seed=seed, executor=executor)
     if restart is not None:
         params = restart
-        fit = least_squares_fit(
-            base,
-            targets,
-            params,
-            source_for=source,
-            seed=seed,
-            executor=executor,
-            max_evaluations=max_evaluations,
-            on_evaluation=on_evaluation,
-        )
+        fit = fit_from(params)
     checks = tuple(check_targets(targets, fit.profile, seed=seed, executor=executor))
     profile = fit.profile.model_copy(
         update={"identification": _identification(fit, checks, params, measured, stats)}
