@@ -54,6 +54,10 @@ def search_candidates(
     (name, config, predicted makespan), best first."""
     import tempfile
 
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the console shows the outcome
+
     # A search names its profile (its workers load it by name or path).
     with tempfile.TemporaryDirectory(prefix="bootstorm-tune-") as tmp:
         path = Path(tmp) / "local.yaml"
