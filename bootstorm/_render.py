@@ -224,7 +224,9 @@ def print_caution(console: Console, *whats: Scenario | Traffic) -> tuple[KnownMi
     return known
 
 
-def identification_table(cautions: Sequence[IdentificationCaution]) -> Table | None:
+def identification_table(
+    cautions: Sequence[IdentificationCaution], *, testbed: bool = True
+) -> Table | None:
     """The unidentified costs that move a what-if beyond the profile's error,
     one per row (``None`` when there are none)."""
     if not cautions:
@@ -238,10 +240,14 @@ def identification_table(cautions: Sequence[IdentificationCaution]) -> Table | N
     t.add_column(style="yellow")
     for c in cautions:
         t.add_row(escape(c.line()))
-    t.add_row(
-        "[dim]measure them (sudo bootstorm testbed measure-ops) or calibrate with storms that "
-        "use them (sudo bootstorm calibrate --plan)[/]"
+    # A node's own profile can be measured here; a paper's host cannot.
+    hint = (
+        "measure them (sudo bootstorm testbed measure-ops) or calibrate with storms that "
+        "use them (sudo bootstorm calibrate --plan)"
+        if testbed
+        else "an assumption of the profile's source: read the answer within that range"
     )
+    t.add_row(f"[dim]{hint}[/]")
     return t
 
 
@@ -264,7 +270,7 @@ def print_identification(
 
     prof = profile if profile is not None else load_profile(scenario.profile)
     found: tuple[IdentificationCaution, ...] = whatif_cautions(scenario, profile=prof, base=result)
-    table = identification_table(found)
+    table = identification_table(found, testbed=prof.testbed is not None)
     if table is not None:
         console.print(table)
     error = identification_of(prof).error_rel
