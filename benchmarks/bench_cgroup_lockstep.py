@@ -4,7 +4,7 @@ Every sandbox takes cgroup_mutex twice in the model's Cgroup stage: the mkdir
 of its cgroup (net_prio onlines under it) and the attach of its tasks
 (``models.cni.cgroup_steps``). With the model's FIFO mutexes and a storm that
 arrives at once, every attach queues behind every mkdir: all N mkdirs, then
-all N attaches. The README's "why S0-5, S0-8 and S0-13 miss" blames that
+all N attaches. docs/fidelity.md's "why S0-5, S0-8 and S0-13 miss" blames that
 lockstep. This measures it.
 
 In a mount namespace of its own, a small C program mounts a cgroup v1

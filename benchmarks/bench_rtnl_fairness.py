@@ -4,7 +4,7 @@ The model's kernel mutexes hand over in FIFO order by default
 (``costs.mutex_wake_s: 0``); Linux mutexes do not: a release wakes the first
 sleeper, and until it runs any task already running (an optimistic spinner,
 or the releaser coming back for its next operation) may take the lock. The
-README's "Why S0-5, S0-8 and S0-13 miss" turns on that difference. This
+docs/fidelity.md's "Why S0-5, S0-8 and S0-13 miss" turns on that difference. This
 measures it on this host's kernel.
 
 ``N`` processes, each in a network namespace of its own (made by
@@ -25,7 +25,7 @@ Two figures read the hand-over order off the stamps:
   storm's time, as a share of its ``M`` (FIFO round-robin: about 0.5).
 
 Each is set beside the same storm in the model's kernel, FIFO and with the
-Linux-style wake-up (``wake_s`` 50 us, the README's experiment), the single
+Linux-style wake-up (``wake_s`` 50 us, docs/fidelity.md's experiment), the single
 process's time per creation taken as the RTNL hold and 10 us as the gap
 between creations (the return to user space and the next send; below the
 wake-up time the figures hardly depend on it). Last, an order-only toy

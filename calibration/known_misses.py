@@ -113,7 +113,7 @@ _MISSING_CNI_COST = (
     "(benchmarks/bench_netprio.py, bench_cgroup_lockstep.py), the fit keeps every CNI's "
     "RTNL contention time (S0-3) but not seed 000's order: veth (14.0 s), ipvlan (15.9 s) "
     "and tc-routing (16.9 s) start faster than ipvtap (20.2 s, fitted to S0-2). What slows "
-    "them on seed 000's host besides their RTNL holds is not in the model (README: "
+    "them on seed 000's host besides their RTNL holds is not in the model (docs/fidelity.md: "
     "cgroup_mutex's hand-over, measured)"
 )
 

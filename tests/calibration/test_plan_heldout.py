@@ -1,5 +1,5 @@
 """The calibration plan recorded on this project's host against storms it
-never ran (traces/data/plan/, traces/data/heldout/; README, "Modelling your
+never ran (traces/data/plan/, traces/data/heldout/; docs/testbed.md, "Modelling your
 own node"). Fitted here from the plan's traces and measured costs only.
 
 Rows, each a *predict* row of the fitted profile with its tolerance:
@@ -8,7 +8,7 @@ Rows, each a *predict* row of the fitted profile with its tolerance:
 - pooled veth pairs are the slowest of the six 150-sandbox configs, as
   measured (the old profile ranked them best);
 - the measured best of the six is the predicted best.
-The levels miss by about −20% (a known miss, in the README's table).
+The levels miss by about −20% (a known miss, in docs/testbed.md's table).
 """
 
 from __future__ import annotations
