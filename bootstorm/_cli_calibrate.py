@@ -205,20 +205,18 @@ def run_plan(
     from .traces import write_trace
 
     if run_one is None:
-        from ._cli_testbed import run_storm_interruptibly
-        from .validation.testbed import StormOptions
+        from ._cli_validate import _run_testbed
 
         def run_one(storm: Any) -> Any:
-            options = StormOptions(
-                sandboxes=storm.sandboxes, vm=vm, peer=storm.peer, config=storm.config()
+            return _run_testbed(
+                storm.sandboxes,
+                storm.config(),
+                vm,
+                console,
+                None,
+                what=f"{storm.name}: ",
+                peer=storm.peer,
             )
-            result = run_storm_interruptibly(options, None, console)
-            if result.failures:
-                raise ConfigError(
-                    f"testbed: {len(result.failures)} sandboxes of {storm.name} failed: "
-                    f"{result.failures[0]}"
-                )
-            return result.trace
 
     rng = np.random.default_rng(order_seed)
     traces = []
@@ -256,7 +254,7 @@ def calibrate_plan(
     import os
 
     from .calibration.plan import calibration_plan
-    from .calibration.trace_fit import fit_storms, testbed_template
+    from .calibration.trace_fit import fit_storms
 
     console = console or _console()
     if runs < 1:
@@ -268,21 +266,13 @@ def calibrate_plan(
     measured = load_measured(measured_ops)
     if measure and not measured and not dry_run:
         measured = dict(measure_here(console, vm=vm, trace_dir=trace_dir))
-    start = testbed_template(cores=os.cpu_count() or 1, memory_mib=4096, service_cv=0.1)
-    known = {
-        p: m.value
-        for p, m in measured.items()
-        if p.startswith("testbed.") and p.split(".", 1)[1] in type(start.testbed).model_fields
-    }
-    if known:
-        start = start.with_values(known, source="measured alone (bootstorm testbed measure-ops)")
     try:
         plan = calibration_plan(
             sandboxes=sandboxes,
             runs=runs,
             pool_kinds=pool_kinds,
             limit_stages=limit_stages,
-            start=start,
+            cores=os.cpu_count() or 1,
             measured=measured,
             executor=executor,
         )

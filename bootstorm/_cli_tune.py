@@ -169,7 +169,7 @@ def tune(
 ) -> TuneOutcome:
     """The loop (see the module's docstring). ``run_storm``: one real storm of
     a candidate (default: this host's testbed, root), for tests."""
-    from .calibration.identify import decision_cautions
+    from .calibration.identify import DEFAULT_ERROR_REL, decision_cautions, identification_of
     from .calibration.trace_fit import fit_storms
     from .traces import read_trace, write_trace
     from .validation.candidates import Candidate, compare_candidates, measure_candidates
@@ -262,8 +262,9 @@ def tune(
         f"{comparison.predicted_best.name}"
     )
     # 4. Refit with the candidates' storms when the profile missed them.
-    error = profile.identification.error_rel if profile.identification is not None else 0.10
-    missed = [r for r in comparison.rows if abs(r.makespan_error) > max(error, 0.10)]
+    # Beyond the profile's own error (never tighter than a paper row's ±10%).
+    error = max(identification_of(profile).error_rel, DEFAULT_ERROR_REL)
+    missed = [r for r in comparison.rows if abs(r.makespan_error) > error]
     refitted = None
     if missed:
         console.rule("4. refit: the profile missed " + ", ".join(r.name for r in missed))
@@ -276,16 +277,15 @@ def tune(
             write_atomically(trace_dir / "local-refitted.yaml", profile.to_yaml())
     # 5. Choose by measurement, never by prediction alone.
     console.rule("5. choose")
-    rounds = [[_makespan(t) for t in traces[c.name]] for c in chosen_candidates]
-    baseline_runs = np.array(rounds[0])
+    baseline_runs = np.array(comparison.rows[0].run_makespans_s)
     chosen: str | None = None
     wins = 0
     ranked = sorted(comparison.rows[1:], key=lambda r: r.measured_makespan_s)
     if ranked and ranked[0].measured_makespan_s < comparison.rows[0].measured_makespan_s:
         top = ranked[0]
         chosen = top.name
-        k = [c.name for c in chosen_candidates].index(top.name)
-        wins = int(np.sum(np.array(rounds[k]) < baseline_runs))
+        # Runs are in the order they ran: run k of each is from round k.
+        wins = int(np.sum(np.array(top.run_makespans_s) < baseline_runs))
         config = _with_origin(top.candidate.config, profile, sandboxes=sandboxes, output=output)
         write_atomically(output, config.to_yaml())
         console.print(

@@ -210,11 +210,12 @@ def _run_testbed(
     console: Console,
     admission: Any,
     what: str = "",
+    peer: str = "in-netns",
 ) -> Any:
     from ._cli_testbed import run_storm_interruptibly
     from .validation.testbed import StormOptions
 
-    options = StormOptions(sandboxes=sandboxes, vm=vm, config=tuned)
+    options = StormOptions(sandboxes=sandboxes, vm=vm, config=tuned, peer=peer)
     result = run_storm_interruptibly(options, admission, console)
     if result.failures:
         raise ConfigError(

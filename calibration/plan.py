@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..models import Profile, Scenario, TunedConfig, compile_scenario
+from ..models import Profile, Scenario, TestbedCostTable, TunedConfig, compile_scenario
 from ..models.testbed import TESTBED_CNIS, TESTBED_POOL_KINDS, TESTBED_STAGES
 from ..simulator import Result, run_with
 from .identify import unseen_directions_of, visibility
@@ -117,6 +117,8 @@ def candidate_storms(
     """Every storm a plan may choose from: the baseline at two sizes, each peer
     mode, each pool kind (full), a binding limit on each stage."""
     half = max(2, sandboxes // 2)
+    # A limit binds when it admits a small share of the storm: an eighth
+    # leaves the stage uncontended inside, which is what shows its own time.
     limit = max(2, sandboxes // 8)
     out = [
         PlanStorm(sandboxes=sandboxes, why="the baseline: the storm the search starts from"),
@@ -207,7 +209,18 @@ def calibration_plan(
     run, and a second size."""
     if runs < 1:
         raise ValueError(f"runs: must be at least 1, but got {runs}")
-    profile = start or testbed_template(cores=cores, memory_mib=4096, service_cv=0.1)
+    # The fit's own starting point, the measured costs at their measurement:
+    # a storm shows a cost only near where it really is (a 0.5 ms move hides
+    # behind the GIL's queue, a 13.5 ms one does not). Memory and service_cv
+    # do not enter a testbed storm's linearisation: any value serves.
+    profile = start or testbed_template(cores=cores, memory_mib=1024, service_cv=0.1)
+    known = {
+        p: m.value
+        for p, m in (measured or {}).items()
+        if start is None and p.split(".", 1)[-1] in TestbedCostTable.model_fields and m.value > 0
+    }
+    if known:
+        profile = profile.with_values(known, source="measured alone (testbed measure-ops)")
     candidates = candidate_storms(
         sandboxes=sandboxes, pool_kinds=pool_kinds, limit_stages=limit_stages, peers=peers
     )

@@ -536,9 +536,7 @@ def _sum_of(prof: Profile | None, *, leaves: Sequence[str]) -> float:
     return float(sum(getattr(prof.testbed, leaf) for leaf in leaves))
 
 
-def _measurement_targets(
-    measured: Mapping[str, MeasuredCost], template: Scenario
-) -> list[PaperTarget]:
+def _measurement_targets(measured: Mapping[str, MeasuredCost]) -> list[PaperTarget]:
     out = []
     for path, m in measured.items():
         if not m.value > 0.0:
@@ -604,7 +602,7 @@ def fit_storms(
                 dataclasses.replace(t, id=name, label=f"{name}: {t.label}" if many else t.label)
             )
     measured = dict(measured or {})
-    targets += _measurement_targets(measured, stats[first].scenario())
+    targets += _measurement_targets(measured)
     names = [storm_name(st) for st in stats]
 
     def source(_ids: list[str]) -> str:
@@ -821,6 +819,21 @@ def fit_trace(
 ) -> FitReport:
     """Fit a ``local`` testbed profile to ``trace`` (over ``sandboxes``, for a
     resample), or to several recordings of one storm, pooled."""
+    if start is None and sandboxes is None:
+        # The whole storm: the general fit, with its identification.
+        runs = [trace] if isinstance(trace, Trace) else list(trace)
+        if len(group_storms(runs)) > 1:
+            raise ValueError(
+                "trace: pooled storms must be the same storm (sandboxes, variant, pools, limits); "
+                "fit different storms together with fit_storms"
+            )
+        return fit_storms(
+            runs,
+            seed=seed,
+            executor=executor,
+            max_evaluations=max_evaluations,
+            on_evaluation=on_evaluation,
+        )
     if isinstance(trace, Trace):
         stats = StormStats.of(trace, sandboxes=sandboxes)
     else:
@@ -864,16 +877,8 @@ def fit_trace(
         max_evaluations=max_evaluations,
         on_evaluation=on_evaluation,
     )
-    fitted = fit.profile
-    checks = tuple(check_targets(targets, fitted, seed=seed, executor=executor))
-    if start is not None:
-        return fit.report(checks)
-    profile = Profile(
-        **fitted.model_copy(
-            update={"identification": _identification(fit, checks, params, {}, [stats])}
-        ).model_dump()
-    )
-    return fit.report(checks, profile=profile)
+    checks = tuple(check_targets(targets, fit.profile, seed=seed, executor=executor))
+    return fit.report(checks)
 
 
 @dataclass(frozen=True, kw_only=True)
