@@ -251,11 +251,6 @@ def identification_table(
     return t
 
 
-PROFILE_ERROR_CAUTION = 0.10
-"""A fitted profile that misses its own calibration storms by more than this
-says so under every what-if: its answers are no closer than that."""
-
-
 def print_identification(
     console: Console,
     scenario: Scenario,
@@ -266,7 +261,7 @@ def print_identification(
     """Print the unidentified costs that move ``scenario`` beyond its profile's
     error (nothing if none); return them. ``result``: the what-if already
     simulated (same seed), so it is not run again."""
-    from .calibration.identify import identification_of, whatif_cautions
+    from .calibration.identify import DEFAULT_ERROR_REL, identification_of, whatif_cautions
 
     prof = profile if profile is not None else load_profile(scenario.profile)
     found: tuple[IdentificationCaution, ...] = whatif_cautions(scenario, profile=prof, base=result)
@@ -274,7 +269,9 @@ def print_identification(
     if table is not None:
         console.print(table)
     error = identification_of(prof).error_rel
-    if prof.identification is not None and error > PROFILE_ERROR_CAUTION:
+    # A fitted profile that misses its own storms by more than a paper row
+    # (±10%) says so under every what-if: none of its answers is closer.
+    if prof.identification is not None and error > DEFAULT_ERROR_REL:
         console.print(
             f"[yellow]caution: this profile misses its own calibration storms by up to "
             f"±{error:.0%}; read this answer to that precision[/]"
