@@ -28,29 +28,45 @@ from typing import Literal
 import numpy as np
 
 from ..models import Profile, Scenario, TestbedCostTable, TunedConfig, compile_scenario
-from ..models.testbed import TESTBED_CNIS, TESTBED_POOL_KINDS, TESTBED_STAGES
+from ..models.testbed import TESTBED_CNIS, TESTBED_STAGES
 from ..simulator import Result, run_with
+from ._fit import FreeParameter
 from .identify import unseen_directions_of, visibility
 from .trace_fit import (
     STORM_SIGMA,
-    TRACE_FREE_PARAMETERS,
     MeasuredCost,
+    free_parameters,
     measurement_sigma,
     testbed_template,
 )
 
-__all__ = ["CalibrationPlan", "PlanStorm", "calibration_plan", "candidate_storms"]
+__all__ = [
+    "CalibrationPlan",
+    "PlanStorm",
+    "calibration_plan",
+    "candidate_storms",
+    "runtime_pool_kinds",
+]
 
 Peer = Literal["in-netns", "moved"]
-_VARIANT = {peer: cni for cni, peer in TESTBED_CNIS.items()}
+Runtime = Literal["threads", "cni"]
+_VARIANT = {(v.runtime, v.peer): cni for cni, v in TESTBED_CNIS.items()}
+
+
+def runtime_pool_kinds(runtime: Runtime) -> tuple[str, ...]:
+    """The pool kinds the testbed's ``runtime`` takes from."""
+    kinds: tuple[str, ...] = TESTBED_CNIS[_VARIANT[(runtime, "in-netns")]].pool_kinds
+    return kinds
 
 
 @dataclass(frozen=True, kw_only=True)
 class PlanStorm:
-    """One storm of a plan: its size, where the veth peer is made, its pools and limits."""
+    """One storm of a plan: its size, its runtime, where the veth peer is made
+    (the threads runtime), its pools and limits."""
 
     sandboxes: int
     peer: Peer = "in-netns"
+    runtime: Runtime = "threads"
     pools: Mapping[str, int] = field(default_factory=dict)
     limits: Mapping[str, int] = field(default_factory=dict)
     why: str = ""
@@ -58,15 +74,22 @@ class PlanStorm:
     def __post_init__(self) -> None:
         if self.sandboxes < 2:
             raise ValueError(f"sandboxes: a plan storm needs at least 2, but got {self.sandboxes}")
-        if self.peer not in _VARIANT:
-            raise ValueError(f"peer: one of {', '.join(_VARIANT)}, but got {self.peer!r}")
+        if (self.runtime, self.peer) not in _VARIANT:
+            peers = sorted({p for r, p in _VARIANT if r == self.runtime})
+            raise ValueError(
+                f"peer: the {self.runtime} runtime's are {', '.join(peers) or 'none'}, "
+                f"but got {self.peer!r}"
+            )
         object.__setattr__(self, "pools", dict(self.pools))
         object.__setattr__(self, "limits", dict(self.limits))
 
     @property
     def name(self) -> str:
-        """A file-safe name: ``50-moved-pool-netns-limit-AttachIf4``."""
+        """A file-safe name: ``50-moved-pool-netns-limit-AttachIf4`` (``cni-50-…``
+        for the CNI runtime)."""
         parts = [str(self.sandboxes)]
+        if self.runtime == "cni":
+            parts.insert(0, "cni")
         if self.peer == "moved":
             parts.append("moved")
         parts += [f"pool-{k}" for k in sorted(self.pools)]
@@ -82,7 +105,7 @@ class PlanStorm:
     def scenario(self, *, background_load: float = 0.0) -> Scenario:
         """The storm as the testbed catalog simulates it."""
         return Scenario(
-            cni=_VARIANT[self.peer],
+            cni=_VARIANT[(self.runtime, self.peer)],
             sandboxes=self.sandboxes,
             profile="local",
             pools=dict(self.pools),
@@ -110,36 +133,49 @@ class CalibrationPlan:
 def candidate_storms(
     *,
     sandboxes: int,
-    pool_kinds: Sequence[str] = TESTBED_POOL_KINDS,
+    pool_kinds: Sequence[str] | None = None,
     limit_stages: Sequence[str] = ("AddCNI", "Cgroup", "AttachIf", "StartVM"),
     peers: Sequence[Peer] = ("in-netns", "moved"),
+    runtime: Runtime = "threads",
 ) -> list[PlanStorm]:
     """Every storm a plan may choose from: the baseline at two sizes, each peer
-    mode, each pool kind (full), a binding limit on each stage."""
+    mode (the threads runtime), each pool kind (full; default: every kind
+    the runtime pools), a binding limit on each stage."""
+    kinds = runtime_pool_kinds(runtime)
     half = max(2, sandboxes // 2)
     # A limit binds when it admits a small share of the storm: an eighth
     # leaves the stage uncontended inside, which is what shows its own time.
     limit = max(2, sandboxes // 8)
     out = [
-        PlanStorm(sandboxes=sandboxes, why="the baseline: the storm the search starts from"),
-        PlanStorm(sandboxes=half, why="a second size: what grows with the storm"),
+        PlanStorm(
+            sandboxes=sandboxes,
+            runtime=runtime,
+            why="the baseline: the storm the search starts from",
+        ),
+        PlanStorm(sandboxes=half, runtime=runtime, why="a second size: what grows with the storm"),
     ]
-    out += [
-        PlanStorm(sandboxes=sandboxes, peer=p, why=f"peer {p}: where the veth peer is made")
-        for p in peers
-        if p != "in-netns"
-    ]
-    for kind in pool_kinds:
-        if kind not in TESTBED_POOL_KINDS:
+    if runtime == "threads":
+        out += [
+            PlanStorm(sandboxes=sandboxes, peer=p, why=f"peer {p}: where the veth peer is made")
+            for p in peers
+            if p != "in-netns"
+        ]
+    for kind in kinds if pool_kinds is None else pool_kinds:
+        if kind not in kinds:
             raise ValueError(
                 f"pool_kinds: unknown kind {kind!r}; "
-                f"the testbed pools {', '.join(TESTBED_POOL_KINDS)}"
+                f"the testbed's {runtime} runtime pools {', '.join(kinds)}"
             )
         pools = {kind: sandboxes}
         if kind == "veth":
             pools["netns"] = sandboxes  # as a node pools them: a pair is moved into a namespace
         out.append(
-            PlanStorm(sandboxes=sandboxes, pools=pools, why=f"pool {kind}: what taking one costs")
+            PlanStorm(
+                sandboxes=sandboxes,
+                runtime=runtime,
+                pools=pools,
+                why=f"pool {kind}: what taking one costs",
+            )
         )
     for stage in limit_stages:
         if stage not in TESTBED_STAGES:
@@ -150,6 +186,7 @@ def candidate_storms(
         out.append(
             PlanStorm(
                 sandboxes=sandboxes,
+                runtime=runtime,
                 limits={stage: limit},
                 why=f"limit {stage}={limit}: the stage's own time when it is not contended",
             )
@@ -172,14 +209,20 @@ def _rows(result: Result) -> np.ndarray:
     return np.log(np.maximum([*means, result.startup.mean, result.makespan_s], 1e-9))
 
 
-def _jacobian(storm: PlanStorm, profile: Profile, seed: int, executor: str) -> np.ndarray:
+def _jacobian(
+    storm: PlanStorm,
+    profile: Profile,
+    params: Sequence[FreeParameter],
+    seed: int,
+    executor: str,
+) -> np.ndarray:
     """d log(row) / d log(cost) for the storm's rows, by forward differences."""
     step = 0.1
     scenario = storm.scenario()
     base = _rows(run_with(compile_scenario(scenario, seed=seed, profile=profile), executor))
     assert profile.testbed is not None
     cols = []
-    for p in TRACE_FREE_PARAMETERS:
+    for p in params:
         leaf = p.path.split(".", 1)[1]
         moved = profile.with_values({p.path: getattr(profile.testbed, leaf) * math.exp(step)})
         rows = _rows(run_with(compile_scenario(scenario, seed=seed, profile=moved), executor))
@@ -191,9 +234,10 @@ def calibration_plan(
     *,
     sandboxes: int = 50,
     runs: int = 3,
-    pool_kinds: Sequence[str] = TESTBED_POOL_KINDS,
+    pool_kinds: Sequence[str] | None = None,
     limit_stages: Sequence[str] = ("AddCNI", "Cgroup", "AttachIf", "StartVM"),
     peers: Sequence[Peer] = ("in-netns", "moved"),
+    runtime: Runtime = "threads",
     cores: int = 2,
     start: Profile | None = None,
     measured: Mapping[str, MeasuredCost] | None = None,
@@ -213,7 +257,10 @@ def calibration_plan(
     # a storm shows a cost only near where it really is (a 0.5 ms move hides
     # behind the GIL's queue, a 13.5 ms one does not). Memory and service_cv
     # do not enter a testbed storm's linearisation: any value serves.
-    profile = start or testbed_template(cores=cores, memory_mib=1024, service_cv=0.1)
+    profile = start or testbed_template(
+        cores=cores, memory_mib=1024, service_cv=0.1, runtimes=(runtime,)
+    )
+    params = free_parameters((runtime,))
     known = {
         p: m.value
         for p, m in (measured or {}).items()
@@ -222,9 +269,13 @@ def calibration_plan(
     if known:
         profile = profile.with_values(known, source="measured alone (testbed measure-ops)")
     candidates = candidate_storms(
-        sandboxes=sandboxes, pool_kinds=pool_kinds, limit_stages=limit_stages, peers=peers
+        sandboxes=sandboxes,
+        pool_kinds=pool_kinds,
+        limit_stages=limit_stages,
+        peers=peers,
+        runtime=runtime,
     )
-    paths = [p.path for p in TRACE_FREE_PARAMETERS]
+    paths = [p.path for p in params]
     prior_rows = []
     for path, m in (measured or {}).items():
         if path in paths and m.value > 0:
@@ -239,7 +290,7 @@ def calibration_plan(
             row[paths.index("testbed.vm_boot_cpu_s")] = w * t.vm_boot_cpu_s / total
             row[paths.index("testbed.vm_boot_s")] = w * t.vm_boot_s / total
             prior_rows.append(row)
-    jacobians = [_jacobian(s, profile, seed, executor) for s in candidates]
+    jacobians = [_jacobian(s, profile, params, seed, executor) for s in candidates]
     error = STORM_SIGMA / 2
 
     def stacked(chosen: list[int]) -> np.ndarray:

@@ -33,15 +33,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
 
-from ..models import CostEvidence, HostSpec, Identification, Profile, Scenario, TestbedCostTable
-from ..models.testbed import TESTBED_STAGES
+from ..models import (
+    CostEvidence,
+    HostSpec,
+    Identification,
+    Profile,
+    Scenario,
+    TestbedCostTable,
+    UnseenDirection,
+)
+from ..models.testbed import TESTBED_CNIS, TESTBED_STAGES
 from ..simulator import SERVICE_FAMILIES, Result
 from ..traces import Trace
 from ._fit import FitReport, FreeParameter, LeastSquaresFit, least_squares_fit, parameter_spread
@@ -50,6 +58,7 @@ from .targets import Metric, PaperTarget, TargetCheck, check_targets, makespan
 
 __all__ = [
     "AIC_MARGIN",
+    "CNI_FREE_PARAMETERS",
     "TRACE_FREE_PARAMETERS",
     "Comparison",
     "FamilyChoice",
@@ -60,6 +69,7 @@ __all__ = [
     "choose_service_family",
     "fit_storms",
     "fit_trace",
+    "free_parameters",
     "group_storms",
     "measurement_sigma",
     "predicted_vs_measured",
@@ -71,7 +81,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_CNI_OF_VARIANT = {"veth-peer-in-netns": "testbed-veth", "veth-peer-moved": "testbed-veth-moved"}
+_CNI_OF_VARIANT = {v.recorded: cni for cni, v in TESTBED_CNIS.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +213,12 @@ class StormStats:
         )
 
     @property
+    def runtime(self) -> str:
+        """The testbed runtime that ran it: ``threads`` or ``cni``."""
+        runtime: str = TESTBED_CNIS[self.cni].runtime
+        return runtime
+
+    @property
     def makespan_s(self) -> float:
         """The makespan (of several runs: their median)."""
         if self.makespans_s:
@@ -302,6 +318,28 @@ TRACE_FREE_PARAMETERS: tuple[FreeParameter, ...] = (
     FreeParameter(path="testbed.rcu_grace_s", start=5e-4, low=1e-6, high=0.2),
     FreeParameter(path="testbed.cgroup_attach_hold_s", start=5e-4, low=1e-6, high=0.05),
 )
+#: The CNI runtime's own costs (``testbed run --runtime cni``), free when a
+#: storm of it is fitted. Starts: a Go plugin's exec and an interpreter's
+#: start take milliseconds; host-local writes one small file under its lock.
+CNI_FREE_PARAMETERS: tuple[FreeParameter, ...] = (
+    FreeParameter(path="testbed.cni_exec_cpu_s", start=3e-3, low=1e-5, high=0.2),
+    FreeParameter(path="testbed.ipam_hold_s", start=5e-4, low=1e-6, high=0.05),
+    FreeParameter(path="testbed.shim_start_cpu_s", start=2e-2, low=1e-4, high=0.5),
+    FreeParameter(path="testbed.tc_exec_cpu_s", start=2e-3, low=1e-5, high=0.2),
+    FreeParameter(path="testbed.spawn_cpu_s", start=5e-4, low=1e-6, high=0.05),
+)
+#: Costs only the threads runtime's steps use (the CNI runtime's bridge
+#: plugin makes the peer on the host directly: no move, no grace period).
+_THREADS_ONLY = frozenset({"testbed.rcu_grace_s"})
+
+
+def free_parameters(runtimes: Collection[str]) -> tuple[FreeParameter, ...]:
+    """The costs a fit to storms of ``runtimes`` (``threads``, ``cni``) sets."""
+    out = [p for p in TRACE_FREE_PARAMETERS if "threads" in runtimes or p.path not in _THREADS_ONLY]
+    if "cni" in runtimes:
+        out += CNI_FREE_PARAMETERS
+    return tuple(out)
+
 
 PLAUSIBLE_FACTOR = 4.0
 """An unidentified cost of a fitted testbed profile is plausible within this
@@ -326,12 +364,15 @@ def testbed_template(
     kworker_rtnl_ops: int = 0,
     name: str = "local",
     service_family: FamilyChoice | None = None,
+    runtimes: Collection[str] = ("threads",),
 ) -> Profile:
     """A testbed profile at the fit's starting point, for a host of ``cores``;
     ``service_family``: the family chosen for its service times (lognormal
-    with no stated choice if ``None``)."""
+    with no stated choice if ``None``); ``runtimes``: the testbed runtimes
+    whose costs it has (the CNI runtime's are unset unless named)."""
+    params = (*TRACE_FREE_PARAMETERS, *(CNI_FREE_PARAMETERS if "cni" in runtimes else ()))
     testbed = TestbedCostTable(
-        **{p.path.split(".", 1)[1]: p.start for p in TRACE_FREE_PARAMETERS},
+        **{p.path.split(".", 1)[1]: p.start for p in params},
         vm_tap_ioctls=vm_tap_ioctls,
         kworker_rtnl_ops=kworker_rtnl_ops,
     )
@@ -342,7 +383,7 @@ def testbed_template(
         zero_gib_s_per_core=5.0,
         sandbox_vcpus=1.0,
     )
-    sources = {f"testbed.{p.path.split('.', 1)[1]}": _START for p in TRACE_FREE_PARAMETERS}
+    sources = {p.path: _START for p in params}
     sources.update(
         {
             "host.cores": "the trace header: the host's CPUs",
@@ -585,6 +626,8 @@ def fit_storms(
     first = max(range(len(stats)), key=lambda i: stats[i].sandboxes)
     h = groups[first][0].header
     all_samples = [x for st in stats for x in service_samples(st)]
+    runtimes = {st.runtime for st in stats}
+    free = free_parameters(runtimes)
     base = testbed_template(
         cores=stats[first].cores,
         memory_mib=h.host.memory_mib if h.host is not None else 1024,
@@ -592,6 +635,7 @@ def fit_storms(
         service_family=choose_service_family(all_samples),
         vm_tap_ioctls=max(st.vm_rtnl_waits for st in stats) or 4,
         kworker_rtnl_ops=round(float(np.mean([st.kworker_rtnl_waits for st in stats]))),
+        runtimes=runtimes,
     )
     targets: list[PaperTarget] = []
     many = len(stats) > 1
@@ -629,7 +673,7 @@ def fit_storms(
         )
 
     fit = None
-    for params in _starts(measured):
+    for params in _starts(measured, free):
         tried = fit_from(params)
         if fit is None or tried.cost < fit.cost:
             fit, chosen_params = tried, params
@@ -655,7 +699,9 @@ SPLIT_STARTS = (0.25, 0.5, 0.75)
 """Shares of a measured sum (the VM's boot) given to its CPU part at the fit's starts."""
 
 
-def _starts(measured: Mapping[str, MeasuredCost]) -> list[tuple[FreeParameter, ...]]:
+def _starts(
+    measured: Mapping[str, MeasuredCost], free: Sequence[FreeParameter]
+) -> list[tuple[FreeParameter, ...]]:
     """The fit's starting points: each measured cost at its measurement (in
     its bounds), and each measured sum split several ways."""
 
@@ -670,10 +716,7 @@ def _starts(measured: Mapping[str, MeasuredCost]) -> list[tuple[FreeParameter, .
         if path in _SUMS and m.value > 0.0:
             cpu, rest = (f"testbed.{leaf}" for leaf in _SUMS[path])
             splits = [{cpu: f * m.value, rest: (1 - f) * m.value} for f in SPLIT_STARTS]
-    return [
-        tuple(at(p, {**single, **split}.get(p.path)) for p in TRACE_FREE_PARAMETERS)
-        for split in splits
-    ]
+    return [tuple(at(p, {**single, **split}.get(p.path)) for p in free) for split in splits]
 
 
 FLAT_SCAN_POINTS = 9
@@ -797,6 +840,21 @@ def _identification(
                 high=sp.high if finite else p.high,
                 by="; ".join(seers) if seers else "the fitted storms",
             )
+    # Costs of a runtime none of the storms ran (the thread harness's move
+    # into a namespace, in a fit to CNI-runtime storms): set, but seen by
+    # nothing, so anywhere within their bounds.
+    fitted = set(paths)
+    for p in (*TRACE_FREE_PARAMETERS, *CNI_FREE_PARAMETERS):
+        if p.path in fitted:
+            continue
+        value = getattr(fit.profile.testbed, p.path.split(".", 1)[1], None)
+        if value is None:
+            continue
+        v = float(value)
+        by = "no recorded storm of the runtime that uses it"
+        costs[p.path] = CostEvidence(status="unidentified", low=p.low, high=p.high, by=by)
+        reach = max(math.log(p.high / v), math.log(v / p.low))
+        unseen.append(UnseenDirection(weights={p.path: 1.0}, span_log=reach, by=by))
     return Identification(error_rel=min(error_rel, 10.0), costs=costs, unseen=unseen)
 
 
@@ -849,8 +907,9 @@ def fit_trace(
         service_family=choose_service_family(service_samples(stats)),
         vm_tap_ioctls=stats.vm_rtnl_waits or 4,
         kworker_rtnl_ops=stats.kworker_rtnl_waits,
+        runtimes=(stats.runtime,),
     )
-    params = TRACE_FREE_PARAMETERS
+    params = free_parameters((stats.runtime,))
     if start is not None:  # warm start (a bootstrap refit): from the given profile's values
         assert start.testbed is not None
         params = tuple(

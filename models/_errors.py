@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["ConfigError", "format_validation_error", "load_yaml_model"]
+__all__ = ["ConfigError", "format_validation_error", "load_yaml_model", "load_yaml_model_shared"]
+
+# libyaml's parser when PyYAML was built with it: the same documents, the
+# same resolver (so the same values), about 20x faster than the pure-Python
+# reader (a 14 KiB profile: ~1.5 ms against ~30 ms).
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ConfigError(ValueError):
@@ -49,8 +57,12 @@ def load_yaml_model(model: type[M], path: Path) -> M:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    return _parse_yaml_model(model, path, text)
+
+
+def _parse_yaml_model(model: type[M], path: Path, text: str) -> M:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader, C or Python
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -67,3 +79,42 @@ def load_yaml_model(model: type[M], path: Path) -> M:
         raise ConfigError(format_validation_error(exc, prefix=f"{path}: ")) from None
     except ConfigError as exc:
         raise ConfigError("\n".join(f"{path}: {line}" for line in str(exc).splitlines())) from None
+
+
+_SHARED_MAX_ENTRIES = 64
+"""Models kept by :func:`load_yaml_model_shared`, least recently used dropped first."""
+_shared: OrderedDict[tuple[type[BaseModel], bytes], BaseModel] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def load_yaml_model_shared(model: type[M], path: Path) -> M:
+    """:func:`load_yaml_model`, returning the same object again while the file's
+    bytes are the same.
+
+    For frozen models read on every call (a profile: every compile reads it).
+    The key is a digest of the bytes, not the path and mtime: a file
+    rewritten within the clock's tick with the same size is still re-read
+    (reading and hashing a profile costs ~20 µs; parsing it, ~1.5 ms).
+    Callers share the object, so they must not mutate it (its dicts
+    included); ``model_copy`` or ``with_values`` make a changed one.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return load_yaml_model(model, path)  # names the file and why it cannot be read
+    key = (model, hashlib.blake2b(raw, digest_size=16).digest())
+    with _shared_lock:
+        hit = _shared.get(key)
+        if hit is not None:
+            _shared.move_to_end(key)
+            return cast(M, hit)
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        return load_yaml_model(model, path)  # the same error as an uncached read
+    loaded = _parse_yaml_model(model, path, text)
+    with _shared_lock:
+        _shared[key] = loaded
+        while len(_shared) > _SHARED_MAX_ENTRIES:
+            _shared.popitem(last=False)
+    return loaded

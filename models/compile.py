@@ -84,7 +84,7 @@ def scenario_stages(cni: str) -> tuple[str, ...]:
 def scenario_pool_kinds(cni: str) -> tuple[str, ...]:
     """The device kinds a sandbox of ``cni`` can take from a pool."""
     if cni in TESTBED_CNIS:
-        return TESTBED_POOL_KINDS
+        return TESTBED_CNIS[cni].pool_kinds
     if cni in SRIOV_VARIANTS:
         return ()  # VFs are made once at boot; nothing to pool per sandbox
     return pool_kinds(cni)
@@ -177,7 +177,7 @@ def compile_scenario(
     tickets: list[PoolSpec] = []
     if cni in TESTBED_CNIS:
         tb = testbed_costs(prof)
-        plan = testbed_plan(scenario, tb, peer=TESTBED_CNIS[cni])
+        plan = testbed_plan(scenario, tb, variant=TESTBED_CNIS[cni])
         plans = [plan] * scenario.sandboxes
         locks = testbed_lock_specs()
     elif variant is not None:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ._errors import ConfigError, format_validation_error, load_yaml_model
+from ._errors import ConfigError, format_validation_error, load_yaml_model_shared
 from .dataplane import DataplaneCostTable
 
 __all__ = [
@@ -205,6 +205,22 @@ class TestbedCostTable(_Frozen):
     kworker_rtnl_ops: Annotated[int, Field(ge=0)] = 0
     vm_boot_cpu_s: Seconds
     vm_boot_s: Seconds
+    # The CNI runtime (``testbed run --runtime cni``): processes instead of
+    # the harness's Python calls. None in a profile fitted to thread storms
+    # only: a what-if of the CNI runtime then needs a storm of it.
+    #: One CNI plugin process: fork/exec, the Go runtime's start, its config
+    #: and result JSON (CPU outside locks; its netlink requests are apart).
+    cni_exec_cpu_s: Seconds | None = None
+    #: host-local IPAM's allocation under its network's file lock (flock on
+    #: the data dir: reserve, write the lease file, release).
+    ipam_hold_s: Seconds | None = None
+    #: One shim process's start (the interpreter, its job on stdin).
+    shim_start_cpu_s: Seconds | None = None
+    #: One ``tc`` process: fork/exec, its netlink socket and name lookups.
+    tc_exec_cpu_s: Seconds | None = None
+    #: The driver thread's Python work to spawn a process and read its
+    #: answer (``subprocess``, under the GIL).
+    spawn_cpu_s: Seconds | None = None
 
 
 CostStatus = Literal["measured", "fitted", "unidentified"]
@@ -345,7 +361,12 @@ class Profile(_Frozen):
         if self.sriov is not None:
             paths += [f"sriov.{k}" for k in SriovCostTable.model_fields]
         if self.testbed is not None:
-            paths += [f"testbed.{k}" for k in TestbedCostTable.model_fields]
+            # The CNI runtime's costs need a source only where they are set.
+            paths += [
+                f"testbed.{k}"
+                for k in TestbedCostTable.model_fields
+                if getattr(self.testbed, k) is not None
+            ]
         if self.dataplane is not None:
             for k in DataplaneCostTable.model_fields:
                 if k == "stages":
@@ -404,7 +425,10 @@ class Profile(_Frozen):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Profile:
-        return load_yaml_model(cls, Path(path))
+        """The profile in ``path``. Every compile reads its profile, so a file
+        already read is not parsed again while its bytes are unchanged: callers
+        share the frozen object and must not mutate its dicts."""
+        return load_yaml_model_shared(cls, Path(path))
 
 
 def _builtin_dir() -> Any:

@@ -36,6 +36,7 @@ CniName = Literal[
     # The testbed's own sandboxes (``bootstorm testbed run``), on a profile fitted to a trace.
     "testbed-veth",
     "testbed-veth-moved",
+    "testbed-cni-bridge",
 ]
 CNI_NAMES: tuple[str, ...] = get_args(CniName)
 

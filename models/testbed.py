@@ -31,10 +31,35 @@ Links brought up make work for the kernel's kworkers (linkwatch, addrconf),
 which take RTNL too: a branch per sandbox nobody waits for.
 
 The GIL is a lock like the kernel's: the threads' Python work is serial.
+
+The **CNI runtime** (``testbed run --runtime cni``) starts a sandbox as a
+containerd + Kata node does: the sandbox's thread only spawns processes and
+waits (a Python call under the GIL each), and the work is theirs:
+
+- **NetNS** as above;
+- **AddCNI**: the ``bridge`` plugin (containernetworking-plugins 1.1.1),
+  exec'd with the spec's environment: its netlink requests, counted with
+  strace on one ADD on this project's host (the seven requests that change
+  something take RTNL; its lookups and dumps do not on the kernels that
+  run them under RCU): the bridge made (it exists: ``EEXIST``) and up, the
+  veth pair made in the namespace with its peer created on the host (no
+  move), the host end up, enslaved to the bridge and its hairpin flag set;
+  then ``host-local`` exec'd for the address, under its network's file
+  lock; then the address and the link up in the namespace;
+- **Cgroup** as above;
+- **AttachIf**: the shim process (one per sandbox, as Kata's): it starts,
+  makes the tap (``TUNSETIFF``), brings it up, and runs ``tc`` four times
+  (ingress qdiscs and mirred filters on the veth and the tap);
+- **StartVM**: the shim joins the cgroup, forks QEMU, whose tap ioctls take
+  RTNL; the VMM's and the guest's boot.
+
+No process of this runtime shares a GIL with another: only the thread's
+spawning is serial.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from ..simulator import Async, Cpu, Hold, LockSpec, Pooled, Sleep, Stage, Step
@@ -44,25 +69,62 @@ from .profile import Profile, TestbedCostTable
 from .scenario import Scenario
 
 __all__ = [
+    "CNI_RUNTIME_COSTS",
     "GIL",
+    "IPAM_LOCK",
     "TESTBED_CNIS",
     "TESTBED_POOL_KINDS",
     "TESTBED_STAGES",
+    "TestbedVariant",
     "testbed_costs",
     "testbed_lock_specs",
     "testbed_plan",
 ]
 
 TESTBED_STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
-#: The testbed's variants, by the ``cni`` a scenario names: where the veth peer is made.
-TESTBED_CNIS: dict[str, Literal["in-netns", "moved"]] = {
-    "testbed-veth": "in-netns",
-    "testbed-veth-moved": "moved",
+Peer = Literal["in-netns", "moved"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestbedVariant:
+    """One way the testbed starts a sandbox.
+
+    ``runtime``: ``threads`` (the harness's thread does the kernel operations
+    through pyroute2) or ``cni`` (real CNI plugin processes and a shim per
+    sandbox); ``peer``: the threads runtime's veth peer, made in the
+    namespace or moved in; ``recorded``: the ``scenario.cni`` a trace of it
+    names; ``pool_kinds``: what it can take from a pool.
+    """
+
+    runtime: Literal["threads", "cni"]
+    recorded: str
+    peer: Peer = "in-netns"
+    pool_kinds: tuple[str, ...] = ("netns", "veth", "netns-veth")
+
+
+#: The testbed's variants, by the ``cni`` a scenario names.
+TESTBED_CNIS: dict[str, TestbedVariant] = {
+    "testbed-veth": TestbedVariant(runtime="threads", recorded="veth-peer-in-netns"),
+    "testbed-veth-moved": TestbedVariant(
+        runtime="threads", recorded="veth-peer-moved", peer="moved"
+    ),
+    # For the CNI runtime a ``netns-veth`` pool entry is a namespace whose
+    # CNI ADD was done before the storm: its interface is plumbed already.
+    "testbed-cni-bridge": TestbedVariant(
+        runtime="cni", recorded="cni-bridge", pool_kinds=("netns", "netns-veth")
+    ),
 }
 #: Pool kinds of the testbed: ``netns-veth`` (a namespace with its veth peer
 #: inside) is taken before ``netns`` and ``veth`` (see :func:`testbed_plan`).
 TESTBED_POOL_KINDS = ("netns", "veth", "netns-veth")
 GIL = "gil"
+#: host-local IPAM's lock: a flock on the network's data directory.
+IPAM_LOCK = "host-local"
+#: The bridge plugin's ADD (containernetworking-plugins 1.1.1), its netlink
+#: requests that take RTNL besides the veth pair's creation, before and
+#: after the IPAM call (strace of one ADD, see the module's text).
+BRIDGE_RTNL_BEFORE_IPAM = ("bridge (EEXIST)", "bridge up", "host end up", "enslave", "hairpin")
+BRIDGE_RTNL_AFTER_IPAM = ("address", "eth0 up")
 
 
 def testbed_costs(profile: Profile) -> TestbedCostTable:
@@ -80,13 +142,20 @@ def testbed_lock_specs() -> list[LockSpec]:
         LockSpec(name=CGROUP_MUTEX),
         LockSpec(name=CSS_SET_LOCK),
         LockSpec(name=GIL),
+        LockSpec(name=IPAM_LOCK),
     ]
 
 
 def testbed_plan(
-    scenario: Scenario, c: TestbedCostTable, *, peer: Literal["in-netns", "moved"]
+    scenario: Scenario, c: TestbedCostTable, *, variant: TestbedVariant
 ) -> tuple[Stage, ...]:
     """The stages of one testbed sandbox."""
+    if variant.runtime == "cni":
+        return _cni_plan(scenario, c)
+    return _threads_plan(scenario, c, peer=variant.peer)
+
+
+def _threads_plan(scenario: Scenario, c: TestbedCostTable, *, peer: Peer) -> tuple[Stage, ...]:
 
     def py(label: str) -> Step:
         return Hold(GIL, (Cpu(c.py_op_cpu_s, label),))
@@ -166,6 +235,124 @@ def testbed_plan(
             ),
         ),
         *(Hold(RTNL, (Cpu(c.rtnl_small_hold_s, "tap ioctl"),)) for _ in range(c.vm_tap_ioctls)),
+        Cpu(c.vm_boot_cpu_s, "qemu + guest"),
+        Sleep(c.vm_boot_s, "boot"),
+    )
+    stages = {
+        "NetNS": netns,
+        "AddCNI": add_cni,
+        "Cgroup": cgroup,
+        "AttachIf": attach,
+        "StartVM": start,
+    }
+    return tuple(
+        Stage(name, steps, gate=name if name in scenario.limits else None)
+        for name, steps in stages.items()
+    )
+
+
+#: The CNI runtime's own costs (None in a profile fitted to thread storms only).
+CNI_RUNTIME_COSTS = (
+    "cni_exec_cpu_s",
+    "ipam_hold_s",
+    "shim_start_cpu_s",
+    "tc_exec_cpu_s",
+    "spawn_cpu_s",
+)
+
+
+def _cni_costs(c: TestbedCostTable) -> tuple[float, float, float, float, float]:
+    values = tuple(getattr(c, name) for name in CNI_RUNTIME_COSTS)
+    missing = [name for name, v in zip(CNI_RUNTIME_COSTS, values, strict=True) if v is None]
+    if missing:
+        raise ConfigError(
+            f"profile: testbed.{missing[0]} is not set: the CNI runtime's costs "
+            f"({', '.join(missing)}) come from a storm of it; fit one with "
+            "`bootstorm calibrate --trace FILE` on a `testbed run --runtime cni` trace"
+        )
+    exec_cpu_s, ipam_hold_s, shim_cpu_s, tc_cpu_s, spawn_cpu_s = values
+    return exec_cpu_s, ipam_hold_s, shim_cpu_s, tc_cpu_s, spawn_cpu_s
+
+
+def _cni_plan(scenario: Scenario, c: TestbedCostTable) -> tuple[Stage, ...]:
+    """A sandbox of the CNI runtime (see the module's text)."""
+    exec_cpu_s, ipam_hold_s, shim_cpu_s, tc_cpu_s, spawn_cpu_s = _cni_costs(c)
+
+    def spawn(label: str) -> Step:
+        # The driver thread's subprocess call: the GIL is its only shared lock.
+        return Hold(GIL, (Cpu(spawn_cpu_s, label),))
+
+    def rtnl(hold_s: float, label: str) -> Step:
+        return Hold(RTNL, (Cpu(hold_s, label),))
+
+    create_ns: tuple[Step, ...] = (
+        Hold(GIL, (Cpu(c.py_op_cpu_s, "unshare"),)),
+        Cpu(c.netns_create_cpu_s, "setup_net"),
+        rtnl(c.rtnl_netns_hold_s, "loopback"),
+    )
+    netns: tuple[Step, ...] = create_ns
+    if scenario.pools.get("netns", 0) > 0:
+        netns = (
+            Pooled("netns", create=create_ns, fetch=(Hold(GIL, (Cpu(c.py_op_cpu_s, "take"),)),)),
+        )
+    kworker: tuple[Step, ...] = ()
+    if c.kworker_rtnl_ops:
+        kworker = (
+            Async(
+                "kworker",
+                tuple(
+                    rtnl(c.rtnl_small_hold_s, "linkwatch/addrconf")
+                    for _ in range(c.kworker_rtnl_ops)
+                ),
+            ),
+        )
+    add: tuple[Step, ...] = (
+        spawn("exec bridge"),
+        Cpu(exec_cpu_s, "bridge start"),
+        rtnl(c.rtnl_small_hold_s, BRIDGE_RTNL_BEFORE_IPAM[0]),
+        rtnl(c.rtnl_small_hold_s, BRIDGE_RTNL_BEFORE_IPAM[1]),
+        rtnl(c.rtnl_veth_hold_s, "veth pair"),
+        *(rtnl(c.rtnl_small_hold_s, label) for label in BRIDGE_RTNL_BEFORE_IPAM[2:]),
+        Cpu(exec_cpu_s, "host-local start"),
+        Hold(IPAM_LOCK, (Cpu(ipam_hold_s, "lease"),)),
+        *(rtnl(c.rtnl_small_hold_s, label) for label in BRIDGE_RTNL_AFTER_IPAM),
+        *kworker,
+    )
+    add_cni: tuple[Step, ...] = add
+    if scenario.pools.get("netns-veth", 0) > 0:
+        # A namespace plumbed before the storm: taking it is the whole
+        # network; an empty pool falls back to making the namespace here and
+        # the ADD in AddCNI, which a pooled sandbox skips (one branch, in NetNS).
+        netns = (
+            Pooled(
+                "netns-veth",
+                create=(*netns, *add),
+                fetch=(Hold(GIL, (Cpu(c.py_op_cpu_s, "take plumbed"),)),),
+            ),
+        )
+        add_cni = (Hold(GIL, (Cpu(c.py_op_cpu_s, "plumbed already"),)),)
+    cgroup: tuple[Step, ...] = (
+        Hold(GIL, (Cpu(c.py_op_cpu_s, "mkdir"),)),
+        Hold(CGROUP_MUTEX, (Cpu(c.cgroup_mkdir_hold_s, "mkdir"),)),
+    )
+    attach: tuple[Step, ...] = (
+        spawn("exec shim"),
+        Cpu(shim_cpu_s, "shim start"),
+        rtnl(c.rtnl_tap_hold_s, "TUNSETIFF"),
+        rtnl(c.rtnl_small_hold_s, "tap up"),
+        # ingress qdisc + u32 mirred filter, on the veth and on the tap: a tc process each
+        *((Cpu(tc_cpu_s, "exec tc"), rtnl(c.rtnl_tc_hold_s, "tc")) * 4),
+    )
+    start: tuple[Step, ...] = (
+        Hold(
+            CGROUP_MUTEX,
+            (
+                Cpu(c.cgroup_attach_hold_s, "shim joins cgroup"),
+                Hold(CSS_SET_LOCK, (Cpu(c.cgroup_attach_hold_s * 0.1, "css_set"),)),
+            ),
+        ),
+        Cpu(c.vm_spawn_cpu_s, "fork/exec qemu"),
+        *(rtnl(c.rtnl_small_hold_s, "tap ioctl") for _ in range(c.vm_tap_ioctls)),
         Cpu(c.vm_boot_cpu_s, "qemu + guest"),
         Sleep(c.vm_boot_s, "boot"),
     )

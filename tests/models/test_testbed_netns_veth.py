@@ -50,8 +50,7 @@ def _labels(steps: Sequence[Step], *, pool_full: bool) -> Iterator[str]:
 
 def _stage_labels(scenario: Scenario, profile: Profile, *, pool_full: bool) -> dict[str, list[str]]:
     assert profile.testbed is not None
-    peer = "moved" if scenario.cni == "testbed-veth-moved" else "in-netns"
-    plan = tb.testbed_plan(scenario, profile.testbed, peer=peer)
+    plan = tb.testbed_plan(scenario, profile.testbed, variant=tb.TESTBED_CNIS[scenario.cni])
     return {s.name: list(_labels(s.steps, pool_full=pool_full)) for s in plan}
 
 
@@ -104,7 +103,9 @@ def test_netns_veth_comes_first_then_the_other_pools(profile: Profile) -> None:
         cni="testbed-veth", sandboxes=N, pools={"netns-veth": 5, "netns": N, "veth": N}
     )
     assert profile.testbed is not None
-    (outer,) = tb.testbed_plan(scenario, profile.testbed, peer="in-netns")[0].steps
+    (outer,) = tb.testbed_plan(scenario, profile.testbed, variant=tb.TESTBED_CNIS["testbed-veth"])[
+        0
+    ].steps
     assert isinstance(outer, Pooled) and outer.pool == "netns-veth"
     inner = [s.pool for s in outer.create if isinstance(s, Pooled)]
     assert inner == ["netns", "veth"]
