@@ -7,12 +7,16 @@ at once) of 100, 400 and 10 000 sandboxes, and 100 000 sandboxes arriving
 over one day (Poisson, a busy node's day replayed). For each, in one run:
 
 - the compile time (scenario to program, once, shared by every executor);
-- per executor, the best of ``--repeat`` run times, the events it processed
-  and its event rate, its speed-up over SimPy, and whether its finish times
-  are SimPy's to the bit;
+- per executor, the median (and interquartile range) of ``--repeat`` run
+  times interleaved with the other executors' and the anchor's (one of each
+  in turn, so that all see the same load: a single sample of the 10 000 row
+  read 198 ms under load and 72-79 ms quiet), the events it processed and
+  its event rate, its speed-up over SimPy, and whether its finish times are
+  SimPy's to the bit;
 - the ratio of its time to a bare SimPy loop that schedules the same number
-  of events (processes that only ``yield env.timeout``): below 1 means it is
-  faster than SimPy can possibly be on this event count;
+  of events (processes that only ``yield env.timeout``), taken within each
+  repeat: below 1 means it is faster than SimPy can possibly be on this
+  event count;
 - the peak memory of one run per sandbox: the growth of the peak RSS of a
   fresh process during the run, the program already built (numba's arrays
   are not seen by tracemalloc); flat across sizes when memory is linear.
@@ -26,22 +30,20 @@ end), so compare times, not event rates, across executors.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
+from _measure import interleaved, paired_ratio
 from bench_storm import bare_simpy  # the sibling benchmark's bare SimPy loop
 
 from bootstorm.models import Scenario, compile_scenario
 from bootstorm.simulator import Program, Result, run_with
 
-T = TypeVar("T")
 EXECUTORS = ("simpy", "python", "compiled")
 GOAL_400_MS = 1.0
 """The 400-sandbox ipvtap storm under 1 ms on the compiled executor."""
@@ -69,17 +71,6 @@ class Storm:
         return Scenario(
             cni="ipvtap", sandboxes=self.n, profile="paper-000", arrival_s=tuple(arrivals.tolist())
         )
-
-
-def best_of(repeat: int, run: Callable[[], T]) -> tuple[float, T]:
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter()
-        result = run()
-        best = min(best, time.perf_counter() - t0)
-    assert result is not None
-    return best, result
 
 
 _MEMORY_PROBE = """
@@ -129,38 +120,52 @@ def bench_storm(
     compile_ms = (time.perf_counter() - t0) * 1e3
     print(f"\n{storm.label}: {program.n_ops} ops, compiled in {compile_ms:.1f} ms")
     header = (
-        f"{'executor':>9} {'ms/run':>10} {'events':>10} {'events/s':>11} {'x simpy':>8} "
-        f"{'/ bare':>7} {'same':>5} {'KiB/sbx':>8}"
+        f"{'executor':>9} {'ms/run: median (IQR)':>26} {'events':>10} {'events/s':>11} "
+        f"{'x simpy':>8} {'/ bare':>7} {'same':>5} {'KiB/sbx':>8}"
     )
     print(header)
     print("-" * len(header))
-    reps = repeat if storm.n <= 1_000 else 1
-    simpy_time: float | None = None
-    reference: Result | None = None
+    names = [n for n in EXECUTORS if n == "compiled" or storm.n <= simpy_max]
     for name in EXECUTORS:
-        if name != "compiled" and storm.n > simpy_max:
-            print(f"{name:>9} {'skipped (--simpy-max)':>22}")
-            continue
-        t, result = best_of(reps, lambda name=name: run_with(program, name))  # type: ignore[misc]
-        bare_s, _ = best_of(1, lambda events=result.events: bare_simpy(400, events))  # type: ignore[misc]
-        if name == "simpy":
-            simpy_time, reference = t, result
-        speedup = f"{simpy_time / t:7.1f}x" if simpy_time and name != "simpy" else ""
+        if name not in names:
+            print(f"{name:>9} {'skipped (--simpy-max)':>26}")
+    results: dict[str, Result] = {n: run_with(program, n) for n in names}
+    events = results[names[0]].events
+    runs: dict[str, Callable[[], object]] = {
+        n: (lambda n=n: run_with(program, n))
+        for n in names  # type: ignore[misc]
+    }
+    runs["bare"] = lambda: bare_simpy(400, events)
+    reps = repeat if storm.n <= 10_000 else max(1, repeat // 3)
+    timed = interleaved(runs, repeats=reps, warmup=0)
+    reference = results.get("simpy")
+    for name in names:
+        t, result = timed[name], results[name]
+        lo, hi = t.spread
+        shown = f"{t.median * 1e3:.2f} ({lo * 1e3:.2f}-{hi * 1e3:.2f})"
+        speedup = ""
+        if "simpy" in timed and name != "simpy":
+            speedup = f"{paired_ratio(timed['simpy'], t).median:7.1f}x"
         same = ""
         if reference is not None and name != "simpy":
             same = str(bool(np.array_equal(reference.finish_s, result.finish_s, equal_nan=True)))
         kib = f"{run_memory_kib(storm, name) / storm.n:8.2f}" if memory else "-"
+        bare = paired_ratio(t, timed["bare"]).median
         print(
-            f"{name:>9} {t * 1e3:10.2f} {result.events:10d} {result.events / t:11.0f} "
-            f"{speedup:>8} {t / bare_s:7.3f} {same:>5} {kib:>8}"
+            f"{name:>9} {shown:>26} {result.events:10d} {result.events / t.median:11.0f} "
+            f"{speedup:>8} {bare:7.3f} {same:>5} {kib:>8}"
         )
         if name == "compiled":
             if storm.n == 400 and not storm.day:
-                what = f"400 at once, compiled: {t * 1e3:.2f} ms"
-                goals.append(_goal(what, t * 1e3, GOAL_400_MS))
+                what = f"400 at once, compiled: {t.median * 1e3:.2f} ms"
+                goals.append(_goal(what, t.median * 1e3, GOAL_400_MS))
             if storm.day and storm.n >= 100_000:
                 goals.append(
-                    _goal(f"{storm.label}, compiled: {t:.2f} s (+ compile)", t, GOAL_DAY_S)
+                    _goal(
+                        f"{storm.label}, compiled: {t.median:.2f} s (+ compile)",
+                        t.median,
+                        GOAL_DAY_S,
+                    )
                 )
 
 
@@ -171,7 +176,9 @@ def _goal(what: str, value: float, goal: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100, 400, 10 000 at once only")
-    parser.add_argument("--repeat", type=int, default=5, help="runs per small storm (best of)")
+    parser.add_argument(
+        "--repeat", type=int, default=7, help="interleaved runs per storm (median and IQR)"
+    )
     parser.add_argument(
         "--simpy-max",
         type=int,

@@ -6,15 +6,27 @@
 21
 """
 
+# Every name loads on first use (PEP 562): `import bootstorm` costs a few
+# milliseconds, and `bootstorm --help` or a script that needs the scenario
+# model does not pay for SciPy, Optuna, SimPy or numba.
+from __future__ import annotations
+
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import models, simulator
-from ._api import compare, dataplane_sweep, simulate
-from .models import CNI_NAMES, ConfigError, Profile, Scenario, available_profiles, load_profile
-from .simulator import Result
-
 if TYPE_CHECKING:
+    from . import models, simulator
+    from ._api import compare, dataplane_sweep, simulate
+    from .models import (
+        CNI_NAMES,
+        ConfigError,
+        Profile,
+        Scenario,
+        available_profiles,
+        load_profile,
+    )
     from .optimizers import StudySpec, optimize, sweep
+    from .simulator import Result
 
 __all__ = [
     "CNI_NAMES",
@@ -36,12 +48,34 @@ __all__ = [
 
 __version__ = "0.1.0"
 
+_SOURCES: dict[str, str] = {
+    "CNI_NAMES": ".models",
+    "ConfigError": ".models",
+    "Profile": ".models",
+    "Scenario": ".models",
+    "available_profiles": ".models",
+    "load_profile": ".models",
+    "Result": ".simulator",
+    "compare": "._api",
+    "dataplane_sweep": "._api",
+    "simulate": "._api",
+    "StudySpec": ".optimizers",
+    "optimize": ".optimizers",
+    "sweep": ".optimizers",
+}
+_SUBPACKAGES = ("models", "simulator")
+
 
 def __getattr__(name: str) -> Any:
-    # The search imports Optuna; load it on first use so that `import bootstorm`
-    # and `bootstorm simulate` stay quick.
-    if name in ("StudySpec", "optimize", "sweep"):
-        from . import optimizers
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source, __name__), name)
+    globals()[name] = value  # the next lookup is a plain global
+    return value
 
-        return getattr(optimizers, name)
-    raise AttributeError(f"module 'bootstorm' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SOURCES, *_SUBPACKAGES})

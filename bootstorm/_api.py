@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .calibration.identify import IdentificationCaution
-from .models import Profile, Scenario, SeedLike, compile_scenario
-from .simulator import Result, run_with
+from .models import compile_scenario
+from .simulator import run_with
+
+if TYPE_CHECKING:
+    from .calibration.identify import IdentificationCaution
+    from .models import Profile, Scenario, SeedLike
+    from .simulator import Result
 
 __all__ = ["compare", "dataplane_sweep", "simulate"]
 
@@ -37,6 +41,15 @@ def simulate(
         ``simpy`` (the reference, the only one that records), ``compiled``
         (numba; the same numbers, many times faster) or ``python``.
     """
+    if executor != "compiled":
+        # The plain-Python executors hold far more per op than the program:
+        # size the storm first, so that one too large for them is refused
+        # before it is compiled, not after.
+        from .models import estimate_memory
+        from .simulator._memory import check_run_fits
+
+        sized = estimate_memory(scenario, seed=seed, profile=profile)
+        check_run_fits(sandboxes=sized.sandboxes, ops=sized.ops, executor=executor)
     program = compile_scenario(scenario, seed=seed, profile=profile)
     return run_with(program, executor, record=record)
 

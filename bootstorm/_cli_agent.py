@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .models import ConfigError, TunedConfig
+from .models import ConfigError
 
 __all__ = ["TOKEN_ENV", "register"]
 
@@ -87,6 +87,7 @@ def serve_cmd(
 
     from pydantic import SecretStr
 
+    from .models import TunedConfig
     from .validation.agent import AgentSettings, serve
     from .validation.agent._pools import MAX_POOL_ID
 
@@ -118,6 +119,7 @@ def push_cmd(
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="Per-node timeout.")] = 10.0,
 ) -> None:
     """Push one tuned config to every node at once; exit 1 if any node refused."""
+    from .models import TunedConfig
     from .validation.agent import Inventory, push_config
 
     tuned = TunedConfig.from_yaml(config)  # refused here, before any node sees it

@@ -216,6 +216,7 @@ def run_plan(
                 None,
                 what=f"{storm.name}: ",
                 peer=storm.peer,
+                runtime=storm.runtime,
             )
 
     rng = np.random.default_rng(order_seed)
@@ -236,7 +237,7 @@ def calibrate_plan(
     *,
     sandboxes: int,
     runs: int,
-    pool_kinds: Sequence[str],
+    pool_kinds: Sequence[str] | None,
     limit_stages: Sequence[str],
     measured_ops: Path | None,
     measure: bool,
@@ -247,10 +248,12 @@ def calibrate_plan(
     max_evaluations: int,
     executor: str = "compiled",
     console: Console | None = None,
+    runtime: str = "threads",
 ) -> Profile | None:
     """Measure the operations alone (``measure``), design the plan from the
-    catalog, run its storms here and fit them together (or, ``dry_run``,
-    print the plan only)."""
+    catalog for the testbed's ``runtime``, run its storms here and fit them
+    together (or, ``dry_run``, print the plan only). ``pool_kinds``: None for
+    every kind the runtime pools."""
     import os
 
     from .calibration.plan import calibration_plan
@@ -272,6 +275,7 @@ def calibrate_plan(
             runs=runs,
             pool_kinds=pool_kinds,
             limit_stages=limit_stages,
+            runtime=runtime,
             cores=os.cpu_count() or 1,
             measured=measured,
             executor=executor,

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._render import print_caution
-from .calibration import caveats
-from .models import ConfigError, Scenario, load_profile
-from .models.compile import background_traffic
-from .models.dataplane import PATH_NAMES, Traffic
-from .models.softirq import DataplaneResult, solve_on_profile
+# The model loads when a command runs, not when the CLI is built (`--help`).
+from .models import ConfigError
+from .models._names import PATH_NAMES
+
+if TYPE_CHECKING:
+    from .models import Scenario
+    from .models.softirq import DataplaneResult
 
 __all__ = ["background_summary", "dataplane_cmd", "dataplane_table", "parse_flows"]
 
@@ -38,6 +39,9 @@ def parse_flows(text: str) -> list[int]:
 
 def background_summary(scenario: Scenario) -> dict[str, object] | None:
     """What ``scenario``'s background traffic delivers and the cores it takes."""
+    from .models import load_profile
+    from .models.compile import background_traffic
+
     result = background_traffic(scenario, load_profile(scenario.profile))
     if result is None:
         return None
@@ -105,6 +109,12 @@ def dataplane_cmd(
     ] = False,
 ) -> None:
     """Per-flow throughput ceiling, aggregate throughput, CPU and IRQ/softirq rates."""
+    from ._render import print_caution
+    from .calibration import caveats
+    from .models import load_profile
+    from .models.dataplane import Traffic
+    from .models.softirq import solve_on_profile
+
     prof = load_profile(profile)
     results = [
         solve_on_profile(

@@ -8,29 +8,24 @@ line and exit code 2.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ._io import write_atomically
 from ._options import EXECUTOR_OPTION
 from ._units import parse_int_list, parse_mib, parse_seconds
-from .models import (
-    ConfigError,
-    Scenario,
-    TunedConfig,
-    load_profile,
-    scenario_pool_kinds,
-    scenario_stages,
-)
+from .models import ConfigError
 from .simulator import ExecutorName
 
 if TYPE_CHECKING:
     from optuna.study import Study
     from optuna.trial import FrozenTrial
+
+    from .models import Scenario, TunedConfig
 
 __all__ = ["optimize_cmd"]
 
@@ -38,7 +33,10 @@ console = Console()
 if not console.is_terminal:
     console = Console(width=140)
 
-DEFAULT_STORAGE = "sqlite:///study.db"
+DEFAULT_STORAGE = "study.log"
+"""An Optuna journal file in the working directory: it costs a trial a tenth of
+the simulation where SQLite cost six times it; ``sqlite:///study.db`` still
+opens a study kept there before."""
 
 
 def _names(field: str, text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -84,7 +82,11 @@ def optimize_cmd(
     ] = None,
     robust: Annotated[str, typer.Option(help="Aggregate over storms: mean or worst.")] = "mean",
     storage: Annotated[
-        str, typer.Option(help="Optuna storage URL (sqlite:///..., postgresql://...) or 'memory'.")
+        str,
+        typer.Option(
+            help="A journal file (study.log), a database URL (postgresql://..., "
+            "sqlite:///...) or 'memory'."
+        ),
     ] = DEFAULT_STORAGE,
     study_name: Annotated[str | None, typer.Option(help="Study name; workers share it.")] = None,
     output: Annotated[Path, typer.Option(help="Write the tuned config here.")] = Path("tuned.yaml"),
@@ -97,9 +99,17 @@ def optimize_cmd(
 ) -> None:
     """Search per-stage concurrency limits (and pool sizes) that shorten the storm."""
     import optuna
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from ._render import print_caution, print_identification
     from ._render_optimize import before_after_table, config_summary, config_table, pareto_table
+    from .models import Scenario, load_profile, scenario_pool_kinds, scenario_stages
     from .optimizers import Constraints, Metrics, SearchSpace, StudySpec, optimize
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -147,19 +157,27 @@ def optimize_cmd(
     ) as progress:
         task = progress.add_task(f"optimize {spec.study_name}", total=trials, best="")
 
+        # Completed trials already looked at (this worker's and the others'), and
+        # the best feasible value among them: each trial is judged once, not
+        # once per later trial (that was 45 000 judgements in 300 trials).
+        judged: set[int] = set()
+        best_value = [math.inf]
+
         def on_trial(study: Study, trial: FrozenTrial) -> None:
-            done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+            done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
             best = ""
             if len(spec.objectives) == 1:
-                values = [
-                    t.value
-                    for t in study.get_trials(deepcopy=False, states=(trial.state,))
-                    if t.value is not None
-                    and spec.constraints.feasible(Metrics(**t.user_attrs["metrics"]))
-                ]
-                if values:
-                    best = f"best {spec.objectives[0]} {min(values):.3f}"
-            progress.update(task, completed=min(done, trials), best=best)
+                for t in done:
+                    if t.number in judged:
+                        continue
+                    judged.add(t.number)
+                    if t.value is not None and spec.constraints.feasible(
+                        Metrics(**t.user_attrs["metrics"])
+                    ):
+                        best_value[0] = min(best_value[0], t.value)
+                if best_value[0] < math.inf:
+                    best = f"best {spec.objectives[0]} {best_value[0]:.3f}"
+            progress.update(task, completed=min(len(done), trials), best=best)
 
         result = optimize(spec, jobs=jobs, callbacks=[on_trial])
 

@@ -9,11 +9,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ._options import EXECUTOR_OPTION
 from ._units import parse_int_list
-from .models import ConfigError, Scenario
+from .models import ConfigError
 from .simulator import ExecutorName
 
 __all__ = ["sweep_cmd"]
@@ -64,9 +63,18 @@ def sweep_cmd(
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
 ) -> None:
     """Run a what-if grid in parallel on Dask and print one row per point."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     from ._render import print_caution
     from ._render_optimize import frame_table
     from .calibration import caveat_rows
+    from .models import Scenario
     from .optimizers._sweep import SweepGrid, sweep
 
     if output is not None and output.suffix.lower() not in (".csv", ".parquet"):

@@ -49,9 +49,11 @@ def search_candidates(
     pool_kinds: Sequence[str],
     limit_stages: Sequence[str],
     seed: int = 0,
+    cni: str = "testbed-veth",
 ) -> list[tuple[str, TunedConfig, float]]:
-    """A TPE search on the model; the ``candidates`` best distinct configs
-    (name, config, predicted makespan), best first."""
+    """A TPE search on the model of the testbed's ``cni`` variant; the
+    ``candidates`` best distinct configs (name, config, predicted makespan),
+    best first."""
     import tempfile
 
     import optuna
@@ -63,7 +65,7 @@ def search_candidates(
         path = Path(tmp) / "local.yaml"
         path.write_text(profile.to_yaml())
         return _search(
-            Scenario(cni="testbed-veth", sandboxes=sandboxes, profile=str(path)),
+            Scenario(cni=cni, sandboxes=sandboxes, profile=str(path)),
             trials=trials,
             candidates=candidates,
             pool_kinds=pool_kinds,
@@ -85,7 +87,7 @@ def _search(
 
     sandboxes = base.sandboxes
     space = SearchSpace(
-        cni="testbed-veth",
+        cni=base.cni,
         limits={s: IntRange(low=1, high=sandboxes) for s in limit_stages},
         pools={k: IntRange(low=0, high=sandboxes, log=False) for k in pool_kinds},
         # The testbed's pooled devices hold no memory the search must budget.
@@ -158,7 +160,7 @@ def tune(
     measured_ops: Path | None,
     plan_sandboxes: int | None,
     plan_runs: int,
-    pool_kinds: Sequence[str],
+    pool_kinds: Sequence[str] | None,
     limit_stages: Sequence[str],
     output: Path,
     trace_dir: Path | None,
@@ -166,6 +168,7 @@ def tune(
     vm: bool,
     console: Console,
     run_storm: Callable[..., Any] | None = None,
+    runtime: str = "threads",
 ) -> TuneOutcome:
     """The loop (see the module's docstring). ``run_storm``: one real storm of
     a candidate (default: this host's testbed, root), for tests."""
@@ -182,7 +185,12 @@ def tune(
     if run_storm is None and os.geteuid() != 0:
         raise ConfigError("tune: runs real storms and needs root (sudo bootstorm tune ...)")
     from ._cli_calibrate import calibrate_plan, load_measured
+    from .calibration.plan import runtime_pool_kinds, runtime_variant
 
+    if runtime not in ("threads", "cni"):
+        raise ConfigError(f"runtime: one of threads, cni, but got {runtime!r}")
+    cni = runtime_variant(runtime)
+    kinds = tuple(pool_kinds) if pool_kinds else runtime_pool_kinds(runtime)
     measured = load_measured(measured_ops)
     plan_traces: list[Any] = []
     # 1. The node's profile: given, or fitted to a calibration plan run here.
@@ -196,7 +204,7 @@ def tune(
         fitted = calibrate_plan(
             sandboxes=plan_sandboxes or max(8, sandboxes // 3),
             runs=plan_runs,
-            pool_kinds=pool_kinds,
+            pool_kinds=kinds,
             limit_stages=limit_stages,
             measured_ops=measured_ops,
             measure=True,
@@ -206,6 +214,7 @@ def tune(
             vm=vm,
             max_evaluations=160,
             console=console,
+            runtime=runtime,
         )
         assert fitted is not None
         profile = fitted
@@ -224,15 +233,16 @@ def tune(
             sandboxes=sandboxes,
             trials=trials,
             candidates=candidates,
-            pool_kinds=pool_kinds,
+            pool_kinds=kinds,
             limit_stages=limit_stages,
+            cni=cni,
         )
     chosen_candidates = [Candidate(name="baseline", config=None)] + [
         Candidate(name=n, config=c) for n, c, _ in best
     ]
     for n, c, v in best:
         console.print(f"{n}: predicted {v:.2f} s — {escape(_describe(c))}")
-    base = Scenario(cni="testbed-veth", sandboxes=sandboxes, profile="local")
+    base = Scenario(cni=cni, sandboxes=sandboxes, profile="local")
     with console.status("checking the ranking against the unidentified costs …"):
         flags = decision_cautions(
             {n: base.replace(config=c) for n, c, _ in best}, baseline=base, profile=profile
@@ -250,7 +260,7 @@ def tune(
 
     from ._cli_validate import interruptible_runner
 
-    kw: dict[str, Any] = {"run_storm": run_storm or interruptible_runner(console)}
+    kw: dict[str, Any] = {"run_storm": run_storm or interruptible_runner(console, runtime=runtime)}
     traces = measure_candidates(
         chosen_candidates, sandboxes=sandboxes, repeats=repeats, vm=vm, on_run=on_run, **kw
     )
@@ -286,7 +296,9 @@ def tune(
         chosen = top.name
         # Runs are in the order they ran: run k of each is from round k.
         wins = int(np.sum(np.array(top.run_makespans_s) < baseline_runs))
-        config = _with_origin(top.candidate.config, profile, sandboxes=sandboxes, output=output)
+        config = _with_origin(
+            top.candidate.config, profile, sandboxes=sandboxes, output=output, cni=cni
+        )
         write_atomically(output, config.to_yaml())
         console.print(
             f"[green]{chosen} ({escape(_describe(config))}) measured "
@@ -326,7 +338,12 @@ def tune(
 
 
 def _with_origin(
-    config: TunedConfig | None, profile: Profile, *, sandboxes: int, output: Path
+    config: TunedConfig | None,
+    profile: Profile,
+    *,
+    sandboxes: int,
+    output: Path,
+    cni: str = "testbed-veth",
 ) -> TunedConfig:
     """The chosen config as written: with the profile it was last predicted
     under (saved beside it) and that prediction, so that applying it to the
@@ -339,11 +356,11 @@ def _with_origin(
     assert config is not None
     profile_path = output.with_name(output.stem + ".profile.yaml")
     write_atomically(profile_path, profile.to_yaml())
-    storm = Scenario(cni="testbed-veth", sandboxes=sandboxes, profile=str(profile_path))
+    storm = Scenario(cni=cni, sandboxes=sandboxes, profile=str(profile_path))
     result = run_with(compile_scenario(storm.replace(config=config), profile=profile), "compiled")
     origin = ConfigOrigin(
         profile=str(profile_path),
-        cni="testbed-veth",
+        cni=cni,
         sandboxes=sandboxes,
         sampler="tpe",
         predicted={

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .models import ConfigError, Profile, TunedConfig
+from .models._errors import format_validation_error
 
 if TYPE_CHECKING:
     from .traces import Trace
@@ -53,6 +54,7 @@ def validate_storm(
     calibration_sandboxes: int | None = None,
     calibration_runs: int = 3,
     executor: str = "compiled",
+    runtime: str = "threads",
 ) -> None:
     """Measure a storm (or read one), predict it, print both and the errors.
 
@@ -82,6 +84,7 @@ def validate_storm(
         console=console,
         as_json=as_json,
         executor=executor,
+        runtime=runtime,
         calibration_path=None
         if trace_out is None
         else lambda k: trace_out.with_name(f"calibration-{k}-{trace_out.name}"),
@@ -96,7 +99,7 @@ def validate_storm(
             admission = agent_admission(agent, token_file, tuned)
         traces = []
         for k in range(repeat):
-            traces.append(_run_testbed(sandboxes, tuned, vm, console, admission))
+            traces.append(_run_testbed(sandboxes, tuned, vm, console, admission, runtime=runtime))
             if trace_out is not None:
                 path = trace_out if repeat == 1 else trace_out.with_name(f"{k}-{trace_out.name}")
                 write_trace(traces[-1], path)
@@ -178,6 +181,7 @@ def _node_profile(
     as_json: bool,
     executor: str,
     calibration_path: Callable[[int], Path] | None,
+    runtime: str = "threads",
 ) -> Profile:
     """The node's profile: loaded (``profile``), fitted to recorded storms
     (``calibrate_from``) or fitted to ``runs`` storms of ``size`` run here
@@ -196,7 +200,7 @@ def _node_profile(
             console.print(f"no --profile: fitting this node's profile to {name} first")
         fitted_to = []
         for k in range(runs):
-            fitted_to.append(_run_testbed(size, None, vm, console, None))
+            fitted_to.append(_run_testbed(size, None, vm, console, None, runtime=runtime))
             if calibration_path is not None:
                 write_trace(fitted_to[-1], calibration_path(k))
     with console.status(f"fitting a local profile to {name} …"):
@@ -211,11 +215,17 @@ def _run_testbed(
     admission: Any,
     what: str = "",
     peer: str = "in-netns",
+    runtime: str = "threads",
 ) -> Any:
+    from pydantic import ValidationError
+
     from ._cli_testbed import run_storm_interruptibly
     from .validation.testbed import StormOptions
 
-    options = StormOptions(sandboxes=sandboxes, vm=vm, config=tuned, peer=peer)
+    try:
+        options = StormOptions(sandboxes=sandboxes, vm=vm, config=tuned, peer=peer, runtime=runtime)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, prefix="testbed: ")) from None
     result = run_storm_interruptibly(options, admission, console)
     if result.failures:
         raise ConfigError(
@@ -267,7 +277,7 @@ def check_validate_options(
         )
 
 
-def interruptible_runner(console: Console) -> StormRunner:
+def interruptible_runner(console: Console, *, runtime: str = "threads") -> StormRunner:
     """A :class:`~bootstorm.validation.candidates.StormRunner` for a command:
     each storm under a status line on ``console``; Ctrl-C (or SIGTERM)
     unwinds through the testbed's cleanup and exits 130; a failed sandbox or
@@ -277,7 +287,13 @@ def interruptible_runner(console: Console) -> StormRunner:
         return cast(
             "Trace",
             _run_testbed(
-                sandboxes, candidate.config, vm, console, None, f"candidate {candidate.name!r}: "
+                sandboxes,
+                candidate.config,
+                vm,
+                console,
+                None,
+                f"candidate {candidate.name!r}: ",
+                runtime=runtime,
             ),
         )
 
@@ -340,6 +356,7 @@ def validate_candidates(
     calibration_runs: int = 3,
     order_seed: int = 0,
     executor: str = "compiled",
+    runtime: str = "threads",
 ) -> None:
     """Rank tuned configs on this host (or on recorded runs) and by the model.
 
@@ -393,7 +410,7 @@ def validate_candidates(
     else:
         for c in chosen:  # a config the testbed cannot run fails before any storm
             try:
-                storm_options(c, sandboxes=sandboxes, vm=vm)
+                storm_options(c, sandboxes=sandboxes, vm=vm, runtime=runtime)
             except ConfigError as exc:
                 raise ConfigError(f"candidates: {exc}") from None
         if trace_out is not None:
@@ -407,6 +424,7 @@ def validate_candidates(
         console=console,
         as_json=as_json,
         executor=executor,
+        runtime=runtime,
         calibration_path=None
         if trace_out is None
         else lambda k: run_path(trace_out, "calibration", k + 1),
@@ -417,7 +435,7 @@ def validate_candidates(
             sandboxes=sandboxes,
             repeats=repeat,
             vm=vm,
-            run_storm=interruptible_runner(console),
+            run_storm=interruptible_runner(console, runtime=runtime),
             order_seed=order_seed,
             on_run=lambda c, r, t: _ran(console, as_json, trace_out, c, r, repeat, t),
         )

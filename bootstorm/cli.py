@@ -10,24 +10,23 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-from ._api import simulate
 from ._cli_agent import register as register_agent_commands
 from ._cli_dataplane import background_summary, dataplane_cmd
 from ._cli_optimize import optimize_cmd
 from ._cli_sweep import sweep_cmd
 from ._cli_testbed import testbed_app
 from ._io import write_atomically
-from ._options import EXECUTOR_OPTION
-from ._render import fit_spread, print_identification, result_tables, target_table
-from .calibration import caveats
-from .calibration.identify import identification_of, whatif_cautions
-from .models import ConfigError, Scenario, available_profiles, load_profile
+from ._options import EXECUTOR_OPTION, RUNTIME_OPTION, RuntimeName
+from .models import ConfigError
 from .simulator import ExecutorName
+
+if TYPE_CHECKING:
+    from .models import Scenario
 
 __all__ = ["app", "main"]
 
@@ -63,6 +62,8 @@ def _pairs(field: str, items: list[str] | None) -> dict[str, int]:
 def _scenario(scenario_file: Path | None, **overrides: Any) -> Scenario:
     """The file's scenario (or the default) with the options laid over it;
     ``NAME=COUNT`` options override the file's map key by key."""
+    from .models import Scenario
+
     base = Scenario.from_yaml(scenario_file) if scenario_file is not None else Scenario()
     given = {k: v for k, v in overrides.items() if v is not None and v != {}}
     for key, value in given.items():
@@ -136,6 +137,12 @@ def simulate_cmd(
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "simpy",
 ) -> None:
     """Simulate one boot storm and print its makespan, stages, locks and CPU."""
+    from ._api import simulate
+    from ._render import print_identification, result_tables
+    from .calibration import caveats
+    from .calibration.identify import identification_of, whatif_cautions
+    from .models import load_profile
+
     scenario = _scenario(
         scenario_file,
         cni=cni,
@@ -279,19 +286,19 @@ def calibrate(
         bool, typer.Option("--json", help="With --trace: one JSON object instead of tables.")
     ] = False,
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
+    runtime: Annotated[RuntimeName, RUNTIME_OPTION] = "cni",
 ) -> None:
     """Fit a profile to a paper's *fit* rows, to recorded storms (--trace), or
     to a calibration plan run on this node (--plan); print the per-target
     error table and what identified each cost."""
     if plan:
         from ._cli_calibrate import calibrate_plan
-        from .models.testbed import TESTBED_POOL_KINDS
         from .optimizers import DEFAULT_STAGES
 
         calibrate_plan(
             sandboxes=plan_sandboxes,
             runs=runs,
-            pool_kinds=tuple(pool_kind) if pool_kind else TESTBED_POOL_KINDS,
+            pool_kinds=tuple(pool_kind) if pool_kind else None,
             limit_stages=tuple(limit_stage or DEFAULT_STAGES),
             measured_ops=measured_ops,
             measure=measure,
@@ -301,6 +308,7 @@ def calibrate(
             vm=vm,
             max_evaluations=max_evaluations,
             executor=executor,
+            runtime=runtime,
         )
         return
     if trace:
@@ -317,6 +325,7 @@ def calibrate(
             as_json=as_json,
         )
         return
+    from ._render import fit_spread, target_table
     from .calibration import TARGET_SETS, check_targets
     from .models import load_profile
 
@@ -379,6 +388,9 @@ def report(
 ) -> None:
     """Write one self-contained HTML report (opens offline): timeline, stage
     breakdown, locks, CPU; for a study, its history and Pareto front."""
+    from ._api import simulate
+    from .calibration import caveats
+    from .calibration.identify import whatif_cautions
     from .report import write_report
 
     title: str
@@ -519,6 +531,7 @@ def validate(
     token_file: Annotated[Path | None, typer.Option(help="The agent's bearer token.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
+    runtime: Annotated[RuntimeName, RUNTIME_OPTION] = "cni",
 ) -> None:
     """Run the storm on this host (root), simulate it, print predicted vs measured.
 
@@ -554,6 +567,7 @@ def validate(
             calibration_sandboxes=calibration_sandboxes,
             calibration_runs=calibration_runs,
             executor=executor,
+            runtime=runtime,
         )
         return
     validate_storm(
@@ -572,6 +586,7 @@ def validate(
         calibration_sandboxes=calibration_sandboxes,
         calibration_runs=calibration_runs,
         executor=executor,
+        runtime=runtime,
     )
 
 
@@ -613,12 +628,12 @@ def tune(
         Path | None, typer.Option(help="An HTML report of predicted against measured.")
     ] = None,
     vm: Annotated[bool, typer.Option(help="QEMU microVMs in StartVM.")] = True,
+    runtime: Annotated[RuntimeName, RUNTIME_OPTION] = "cni",
 ) -> None:
     """Root: calibrate this node, search pools and limits on its model, run the
     best candidates and the baseline for real, and write the config that was
     measured faster than the baseline (and none otherwise)."""
     from ._cli_tune import tune as run_tune
-    from .models.testbed import TESTBED_POOL_KINDS
     from .optimizers import DEFAULT_STAGES
 
     run_tune(
@@ -630,19 +645,22 @@ def tune(
         measured_ops=measured_ops,
         plan_sandboxes=plan_sandboxes,
         plan_runs=plan_runs,
-        pool_kinds=tuple(pool_kind) if pool_kind else TESTBED_POOL_KINDS,
+        pool_kinds=tuple(pool_kind) if pool_kind else None,
         limit_stages=tuple(limit_stage or DEFAULT_STAGES),
         output=output,
         trace_dir=trace_dir,
         report=report,
         vm=vm,
         console=console,
+        runtime=runtime,
     )
 
 
 @app.command()
 def profiles() -> None:
     """List the built-in calibration profiles."""
+    from .models import available_profiles
+
     for name in available_profiles():
         console.print(name)
 

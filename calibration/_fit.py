@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from ..models import Profile
 from ..simulator import Result
@@ -280,6 +279,10 @@ def least_squares_fit(
             on_evaluation(calls, float(np.sum(r**2)))
         log.debug("evaluation %d: cost %.4g", calls, float(np.sum(r**2)))
         return r
+
+    # SciPy's optimiser loads with the first fit (~0.5 s): `bootstorm --help`,
+    # a simulation or a search never needs it.
+    from scipy.optimize import least_squares
 
     sol = least_squares(
         residuals,

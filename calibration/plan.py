@@ -46,11 +46,18 @@ __all__ = [
     "calibration_plan",
     "candidate_storms",
     "runtime_pool_kinds",
+    "runtime_variant",
 ]
 
 Peer = Literal["in-netns", "moved"]
 Runtime = Literal["threads", "cni"]
 _VARIANT = {(v.runtime, v.peer): cni for cni, v in TESTBED_CNIS.items()}
+
+
+def runtime_variant(runtime: Runtime) -> str:
+    """The catalog's ``cni`` for a storm of the testbed's ``runtime`` (default peer)."""
+    cni: str = _VARIANT[(runtime, "in-netns")]
+    return cni
 
 
 def runtime_pool_kinds(runtime: Runtime) -> tuple[str, ...]:

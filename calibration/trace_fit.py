@@ -577,19 +577,21 @@ def _sum_of(prof: Profile | None, *, leaves: Sequence[str]) -> float:
     return float(sum(getattr(prof.testbed, leaf) for leaf in leaves))
 
 
-def _measurement_targets(measured: Mapping[str, MeasuredCost]) -> list[PaperTarget]:
+def _measurement_targets(
+    measured: Mapping[str, MeasuredCost], free: Sequence[FreeParameter]
+) -> list[PaperTarget]:
+    """A row per measured cost the fit sets (a measured cost of a runtime no
+    storm of the fit ran is not one: the fit's profile has none of them)."""
+    fitted = {p.path.split(".", 1)[1] for p in free}
     out = []
     for path, m in measured.items():
         if not m.value > 0.0:
             continue
         sigma = measurement_sigma(m)
-        if path in _SUMS:
-            evaluate: Callable[[Profile | None], float] = partial(_sum_of, leaves=_SUMS[path])
-        else:
-            leaf = path.split(".", 1)[1]
-            if leaf not in TestbedCostTable.model_fields:
-                continue
-            evaluate = partial(_sum_of, leaves=(leaf,))
+        leaves = _SUMS.get(path, (path.split(".", 1)[1],))
+        if not set(leaves) <= fitted:
+            continue
+        evaluate: Callable[[Profile | None], float] = partial(_sum_of, leaves=leaves)
         out.append(
             PaperTarget(
                 id="measured",
@@ -646,7 +648,7 @@ def fit_storms(
                 dataclasses.replace(t, id=name, label=f"{name}: {t.label}" if many else t.label)
             )
     measured = dict(measured or {})
-    targets += _measurement_targets(measured)
+    targets += _measurement_targets(measured, free)
     names = [storm_name(st) for st in stats]
 
     def source(_ids: list[str]) -> str:

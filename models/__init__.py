@@ -4,44 +4,72 @@ A :class:`Scenario` (the what-if) and a :class:`Profile` (the node's costs)
 compile into the simulator's flat program with :func:`compile_scenario`.
 """
 
-from ._errors import ConfigError
-from .cni import (
-    RTNL,
-    RTNL_OPS,
-    STAGES,
-    RtnlOps,
-    cni_stages,
-    ovs_reconfigure_s,
-    pool_kinds,
-    qos_resend_s,
-    sandbox_plan,
-    vport_creators,
-)
-from .compile import (
-    ProgramCache,
-    SeedLike,
-    compile_scenario,
-    full_pools,
-    scenario_pool_kinds,
-    scenario_stages,
-    service_streams,
-)
-from .dataplane import DATA_PATHS, DataPath, DataplaneCostTable, Traffic
-from .profile import (
-    CostEvidence,
-    CostTable,
-    HostSpec,
-    Identification,
-    Profile,
-    SriovCostTable,
-    TestbedCostTable,
-    UnseenDirection,
-    available_profiles,
-    load_profile,
-)
-from .scenario import CNI_NAMES, CniName, Scenario
-from .softirq import DataplaneResult, solve_dataplane, solve_on_profile
-from .tuned import TUNED_CONFIG_SCHEMA_VERSION, ConfigOrigin, TunedConfig
+# Names load on first use (PEP 562): importing the package, or one light name
+# of it, does not load every module (and NumPy, pydantic, YAML) with it.
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._errors import (
+        ConfigError,
+    )
+    from .cni import (
+        RTNL,
+        RTNL_OPS,
+        STAGES,
+        RtnlOps,
+        cni_stages,
+        ovs_reconfigure_s,
+        pool_kinds,
+        qos_resend_s,
+        sandbox_plan,
+        vport_creators,
+    )
+    from .compile import (
+        ProgramCache,
+        SeedLike,
+        compile_scenario,
+        estimate_memory,
+        full_pools,
+        scenario_pool_kinds,
+        scenario_stages,
+        service_streams,
+    )
+    from .dataplane import (
+        DATA_PATHS,
+        DataPath,
+        DataplaneCostTable,
+        Traffic,
+    )
+    from .profile import (
+        CostEvidence,
+        CostTable,
+        HostSpec,
+        Identification,
+        Profile,
+        SriovCostTable,
+        TestbedCostTable,
+        UnseenDirection,
+        available_profiles,
+        load_profile,
+    )
+    from .scenario import (
+        CNI_NAMES,
+        CniName,
+        Scenario,
+    )
+    from .softirq import (
+        DataplaneResult,
+        solve_dataplane,
+        solve_on_profile,
+    )
+    from .tuned import (
+        TUNED_CONFIG_SCHEMA_VERSION,
+        ConfigOrigin,
+        TunedConfig,
+    )
 
 __all__ = [
     "CNI_NAMES",
@@ -73,6 +101,7 @@ __all__ = [
     "available_profiles",
     "cni_stages",
     "compile_scenario",
+    "estimate_memory",
     "full_pools",
     "load_profile",
     "ovs_reconfigure_s",
@@ -86,3 +115,61 @@ __all__ = [
     "solve_on_profile",
     "vport_creators",
 ]
+
+_SOURCES: dict[str, str] = {
+    "ConfigError": "._errors",
+    "RTNL": ".cni",
+    "RTNL_OPS": ".cni",
+    "STAGES": ".cni",
+    "RtnlOps": ".cni",
+    "cni_stages": ".cni",
+    "ovs_reconfigure_s": ".cni",
+    "pool_kinds": ".cni",
+    "qos_resend_s": ".cni",
+    "sandbox_plan": ".cni",
+    "vport_creators": ".cni",
+    "ProgramCache": ".compile",
+    "SeedLike": ".compile",
+    "compile_scenario": ".compile",
+    "estimate_memory": ".compile",
+    "full_pools": ".compile",
+    "scenario_pool_kinds": ".compile",
+    "scenario_stages": ".compile",
+    "service_streams": ".compile",
+    "DATA_PATHS": ".dataplane",
+    "DataPath": ".dataplane",
+    "DataplaneCostTable": ".dataplane",
+    "Traffic": ".dataplane",
+    "CostEvidence": ".profile",
+    "CostTable": ".profile",
+    "HostSpec": ".profile",
+    "Identification": ".profile",
+    "Profile": ".profile",
+    "SriovCostTable": ".profile",
+    "TestbedCostTable": ".profile",
+    "UnseenDirection": ".profile",
+    "available_profiles": ".profile",
+    "load_profile": ".profile",
+    "CNI_NAMES": ".scenario",
+    "CniName": ".scenario",
+    "Scenario": ".scenario",
+    "DataplaneResult": ".softirq",
+    "solve_dataplane": ".softirq",
+    "solve_on_profile": ".softirq",
+    "TUNED_CONFIG_SCHEMA_VERSION": ".tuned",
+    "ConfigOrigin": ".tuned",
+    "TunedConfig": ".tuned",
+}
+
+
+def __getattr__(name: str) -> Any:
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source, __name__), name)
+    globals()[name] = value  # the next lookup is a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SOURCES})

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
-import yaml
-from pydantic import BaseModel, ValidationError
+# YAML and pydantic load on first use: this module is imported for
+# ConfigError alone by every command, `bootstorm --help` included.
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
 
 __all__ = ["ConfigError", "format_validation_error", "load_yaml_model", "load_yaml_model_shared"]
-
-# libyaml's parser when PyYAML was built with it: the same documents, the
-# same resolver (so the same values), about 20x faster than the pure-Python
-# reader (a 14 KiB profile: ~1.5 ms against ~30 ms).
-_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ConfigError(ValueError):
@@ -48,7 +44,7 @@ def _short_repr(value: object) -> str:
     return f"a {type(value).__name__}: {text[: _MAX_SHOWN_CHARS - 20]}…"
 
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
 
 
 def load_yaml_model(model: type[M], path: Path) -> M:
@@ -61,8 +57,15 @@ def load_yaml_model(model: type[M], path: Path) -> M:
 
 
 def _parse_yaml_model(model: type[M], path: Path, text: str) -> M:
+    import yaml
+    from pydantic import ValidationError
+
+    # libyaml's parser when PyYAML was built with it: the same documents, the
+    # same resolver (so the same values), about 20x faster than the pure-Python
+    # reader (a 14 KiB profile: ~1.5 ms against ~30 ms).
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader, C or Python
+        data = yaml.load(text, Loader=loader)  # a safe loader (C or Python)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -98,6 +101,8 @@ def load_yaml_model_shared(model: type[M], path: Path) -> M:
     Callers share the object, so they must not mutate it (its dicts
     included); ``model_copy`` or ``with_values`` make a changed one.
     """
+    import hashlib  # here: OpenSSL's loading is a few ms of every command's start
+
     try:
         raw = path.read_bytes()
     except OSError:

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..simulator import GateSpec, LockSpec, MachineSpec, PoolSpec, Program, compile_program
+from ..simulator import (
+    CyclicPlans,
+    GateSpec,
+    LockSpec,
+    MachineSpec,
+    MemoryEstimate,
+    PoolSpec,
+    Program,
+    compile_program,
+    size_program,
+)
 from ._errors import ConfigError
 from .cni import SharedVport, cni_stages, lock_specs, pool_kinds, sandbox_plan, vport_creators
 from .dataplane import Traffic, path_for_cni
@@ -38,6 +49,7 @@ __all__ = [
     "background_cores",
     "background_traffic",
     "compile_scenario",
+    "estimate_memory",
     "full_pools",
     "scenario_stages",
     "service_streams",
@@ -172,13 +184,13 @@ def compile_scenario(
     _, service = service_streams(scenario.seed if seed is None else seed)
 
     locks: list[LockSpec]
-    plans: list[Any]
+    plans: Sequence[Any]
     signals: list[GateSpec] = []
     tickets: list[PoolSpec] = []
     if cni in TESTBED_CNIS:
         tb = testbed_costs(prof)
         plan = testbed_plan(scenario, tb, variant=TESTBED_CNIS[cni])
-        plans = [plan] * scenario.sandboxes
+        plans = CyclicPlans([plan], sandboxes=scenario.sandboxes)
         locks = testbed_lock_specs()
     elif variant is not None:
         locks = lock_specs(prof.boot_costs(), scenario.rtnl_priority)
@@ -227,9 +239,20 @@ def compile_scenario(
     )
 
 
+def estimate_memory(
+    scenario: Scenario, *, seed: SeedLike = None, profile: Profile | None = None
+) -> MemoryEstimate:
+    """The memory compiling and running ``scenario`` on the compiled executor
+    would take (program, kernel state, result), sized from its plans without
+    building the program: a storm of any size is sized in milliseconds.
+    :func:`compile_scenario` refuses one that exceeds the memory available
+    (:class:`~bootstorm.simulator.ProgramTooLargeError`)."""
+    return size_program(lambda: compile_scenario(scenario, seed=seed, profile=profile))
+
+
 def _software_plans(
     scenario: Scenario, costs: CostTable
-) -> tuple[list[Any], list[GateSpec], list[PoolSpec]]:
+) -> tuple[CyclicPlans, list[GateSpec], list[PoolSpec]]:
     """The plans of a seed-000 CNI's sandboxes, and the signal gates and
     ticket pools of its shared vPorts (see :class:`SharedVport`).
 
@@ -239,7 +262,7 @@ def _software_plans(
     n = scenario.sandboxes
     n_shared = min(vport_creators(scenario.cni, scenario.tenants), n)
     if n_shared == 0:  # direct mode: every sandbox its own vPort
-        return [sandbox_plan(scenario, costs)] * n, [], []
+        return CyclicPlans([sandbox_plan(scenario, costs)], sandboxes=n), [], []
     shared = [
         SharedVport(name=f"vport/{t}", index=t, sandboxes=len(range(t, n, n_shared)))
         for t in range(n_shared)
@@ -249,7 +272,7 @@ def _software_plans(
     tickets = [
         PoolSpec(name=v.name, capacity=1, memory_mib_per_device=0.0, ticket=True) for v in shared
     ]
-    return [plans[i % n_shared] for i in range(n)], signals, tickets
+    return CyclicPlans(plans, sandboxes=n), signals, tickets
 
 
 class ProgramCache:

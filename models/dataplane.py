@@ -16,11 +16,12 @@ This module holds the catalog and the typed inputs; the solver is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ._errors import ConfigError, format_validation_error
+from ._names import PATH_NAMES, PathName
 
 __all__ = [
     "DATA_PATHS",
@@ -34,20 +35,6 @@ __all__ = [
     "path_for_cni",
 ]
 
-PathName = Literal[
-    "native",
-    "linux-overlay",
-    "docker-overlay",
-    "ovs-overlay",
-    "macvlan",
-    "kata-veth",
-    "kata-tap",
-    "sriov",
-    "bridge-intra",
-    "ovs-intra",
-    "macvlan-intra",
-]
-PATH_NAMES: tuple[str, ...] = get_args(PathName)
 
 Context = Literal["softirq", "inline", "system"]
 

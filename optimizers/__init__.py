@@ -2,8 +2,8 @@
 
 A :class:`SearchSpace` says what may change, a :class:`StudySpec` says what
 to minimise under which constraints on which storms, and :func:`optimize`
-runs the Optuna study (on SQLite or PostgreSQL when several workers share
-it) and returns the best config(s) as :class:`~bootstorm.models.TunedConfig`.
+runs the Optuna study (in a journal file, or on PostgreSQL when workers on
+several machines share it) and returns the best config(s) as :class:`~bootstorm.models.TunedConfig`.
 :func:`sweep` runs a what-if grid on Dask.
 """
 
@@ -11,6 +11,7 @@ from ._evaluate import Evaluator, Robust, run_scenario
 from ._objectives import OBJECTIVES, Constraints, Metrics, ObjectiveName, check_objectives
 from ._samplers import SAMPLERS, SamplerPlugin, make_sampler
 from ._space import DEFAULT_STAGES, IntRange, SearchSpace
+from ._storage import HeartbeatJournalStorage, open_storage
 from ._study import (
     Callback,
     OptimizeResult,
@@ -30,6 +31,7 @@ __all__ = [
     "Callback",
     "Constraints",
     "Evaluator",
+    "HeartbeatJournalStorage",
     "IntRange",
     "Metrics",
     "ObjectiveName",
@@ -42,6 +44,7 @@ __all__ = [
     "TrialOutcome",
     "check_objectives",
     "make_sampler",
+    "open_storage",
     "optimize",
     "pools_for",
     "read_study",

@@ -2,14 +2,16 @@
 
 A :class:`StudySpec` says everything a worker needs to join a search, so
 that any number of processes — here or on other machines — run the same
-study on one storage (SQLite by default, PostgreSQL for many machines).
+study on one storage (a journal file, see :mod:`._storage`; PostgreSQL for
+many machines without a shared file system).
 ``trials`` is the study's total of completed trials: each worker stops when
 the study has them, and running a worker again resumes an unfinished study.
 
-A worker that dies mid-trial leaves that trial RUNNING; with heartbeats on,
-the next worker to start a trial after the grace period marks it FAIL and
-queues its parameters again (Optuna's ``RetryHeartbeatStaleTrialCallback``),
-so no finished trial is lost and no point of the search is dropped.
+A worker that dies mid-trial leaves that trial RUNNING; with heartbeats on
+(every storage but memory), the next worker to start a trial after the grace
+period marks it FAIL and queues its parameters again (Optuna's
+``RetryHeartbeatStaleTrialCallback``), so no finished trial is lost and no
+point of the search is dropped.
 """
 
 from __future__ import annotations
@@ -23,11 +25,10 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 import optuna
-import sqlalchemy
-from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages import BaseStorage
 from optuna.study import MaxTrialsCallback, Study
 from optuna.trial import FrozenTrial, Trial, TrialState
 
@@ -37,6 +38,7 @@ from ._evaluate import Evaluator, Robust
 from ._objectives import Constraints, Metrics, check_objectives
 from ._samplers import make_sampler
 from ._space import LIMIT_PREFIX, POOL_PREFIX, SearchSpace
+from ._storage import open_storage, safe_storage_name
 
 __all__ = [
     "Callback",
@@ -80,8 +82,10 @@ class StudySpec:
     constraints:
         A memory budget and a p99 SLO, both optional.
     storage:
-        An Optuna storage URL (``sqlite:///study.db``, ``postgresql://...``);
-        ``None`` keeps the study in memory (one process only).
+        The path of a journal file (``study.log``; workers on one machine or
+        on a shared file system share it), or a database URL
+        (``postgresql://...``, ``sqlite:///study.db``); ``None`` keeps the
+        study in memory (one process only).
     study_name:
         The study's name in the storage; workers with the same name share it.
     sampler_seed:
@@ -183,27 +187,9 @@ class StudySpec:
     def make_storage(self) -> BaseStorage | None:
         if self.storage is None:
             return None
-        engine_kwargs: dict[str, Any] = {}
-        if self.storage.startswith("sqlite"):
-            # Several local workers write one file: wait for its lock, don't fail.
-            engine_kwargs["connect_args"] = {"timeout": 60}
-        else:
-            engine_kwargs["pool_pre_ping"] = True
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = RDBStorage(
-                self.storage,
-                engine_kwargs=engine_kwargs,
-                heartbeat_interval=self.heartbeat_interval_s,
-                grace_period=3 * self.heartbeat_interval_s,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                    max_retry=_RETRIES
-                ),
-            )
-        if self.storage.startswith("sqlite"):
-            sqlalchemy.event.listen(storage.engine, "connect", _sqlite_pragmas)
-            storage.engine.dispose()  # so that every connection from now on has them
-        return storage
+        return open_storage(
+            self.storage, heartbeat_interval_s=self.heartbeat_interval_s, retries=_RETRIES
+        )
 
     def baseline_params(self) -> dict[str, int]:
         """The scenario as given, as the search's parameters: every limit at its
@@ -247,19 +233,6 @@ class StudySpec:
                 "(another storm, space, objective or constraint); choose another --study-name"
             )
         return study
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # A trial commits a few times; with SQLite's default rollback journal and
-    # synchronous=FULL each commit waits for fsync (~0.2 s a trial on this
-    # project's disk, as long as the simulation). WAL with synchronous=NORMAL
-    # stays consistent if a worker is killed and lets readers (the dashboard,
-    # other workers) run beside the writer; only an OS crash may lose the last
-    # trials, which a resumed study runs again.
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
 
 
 def _completed(study: Study) -> int:
@@ -378,22 +351,13 @@ class OptimizeResult:
             cni=s.cni,
             sandboxes=s.sandboxes,
             study_name=self.spec.study_name,
-            storage=_safe_url(self.spec.storage),
+            storage=safe_storage_name(self.spec.storage),
             trial_number=chosen.number,
             sampler=self.spec.sampler,
             predicted=predicted.as_dict(),
             created_at=datetime.now(UTC),
         )
         return config.model_copy(update={"origin": origin})
-
-
-def _safe_url(url: str | None) -> str | None:
-    """The storage URL without its password (a tuned config is shared and committed)."""
-    if url is None:
-        return None
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
 
 
 def _pareto(outcomes: list[TrialOutcome], objectives: tuple[str, ...]) -> list[TrialOutcome]:

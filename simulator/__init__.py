@@ -5,54 +5,83 @@ processor-sharing cores, sleeping locks, spinlocks, reader-writer locks,
 admission gates and device pools, and gives a frozen :class:`Result`.
 """
 
-from .executor import DeadlockError, SimPyExecutor, run_program
-from .executors import (
-    EXECUTOR_NAMES,
-    Executor,
-    ExecutorName,
-    check_executor,
-    make_executor,
-    run_with,
-    summarise_with,
-)
-from .fast import FastExecutor, StartupSummary, run_program_fast
-from .program import (
-    GateSpec,
-    LockKind,
-    LockSpec,
-    MachineSpec,
-    OpKind,
-    PoolSpec,
-    Program,
-    ProgramError,
-)
-from .recorder import Recording
-from .result import (
-    CpuStats,
-    GateStats,
-    LockStats,
-    PoolStats,
-    Result,
-    StageStats,
-    StartupStats,
-)
-from .steps import (
-    SERVICE_FAMILIES,
-    Async,
-    Cpu,
-    Hold,
-    Once,
-    Pooled,
-    SandboxPlan,
-    Signal,
-    Sleep,
-    Stage,
-    Step,
-    Wait,
-    Zero,
-    compile_program,
-)
-from .trace_export import chrome_trace, write_chrome_trace
+# Names load on first use (PEP 562): `import bootstorm.simulator` stays cheap for
+# the CLI and for importers that need one name (SimPy, NumPy and numba load
+# with the executors that use them).
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._memory import (
+        MemoryEstimate,
+        ProgramTooLargeError,
+        available_memory_bytes,
+        size_program,
+    )
+    from .executor import (
+        DeadlockError,
+        SimPyExecutor,
+        run_program,
+    )
+    from .executors import (
+        EXECUTOR_NAMES,
+        Executor,
+        ExecutorName,
+        check_executor,
+        make_executor,
+        run_with,
+        summarise_with,
+    )
+    from .fast import (
+        FastExecutor,
+        StartupSummary,
+        run_program_fast,
+    )
+    from .program import (
+        GateSpec,
+        LockKind,
+        LockSpec,
+        MachineSpec,
+        OpKind,
+        PoolSpec,
+        Program,
+        ProgramError,
+    )
+    from .recorder import (
+        Recording,
+    )
+    from .result import (
+        CpuStats,
+        GateStats,
+        LockStats,
+        PoolStats,
+        Result,
+        StageStats,
+        StartupStats,
+    )
+    from .steps import (
+        SERVICE_FAMILIES,
+        Async,
+        Cpu,
+        CyclicPlans,
+        Hold,
+        Once,
+        Pooled,
+        SandboxPlan,
+        Signal,
+        Sleep,
+        Stage,
+        Step,
+        Wait,
+        Zero,
+        compile_program,
+    )
+    from .trace_export import (
+        chrome_trace,
+        write_chrome_trace,
+    )
 
 __all__ = [
     "EXECUTOR_NAMES",
@@ -60,6 +89,7 @@ __all__ = [
     "Async",
     "Cpu",
     "CpuStats",
+    "CyclicPlans",
     "DeadlockError",
     "Executor",
     "ExecutorName",
@@ -71,6 +101,7 @@ __all__ = [
     "LockSpec",
     "LockStats",
     "MachineSpec",
+    "MemoryEstimate",
     "Once",
     "OpKind",
     "PoolSpec",
@@ -78,6 +109,7 @@ __all__ = [
     "Pooled",
     "Program",
     "ProgramError",
+    "ProgramTooLargeError",
     "Recording",
     "Result",
     "SandboxPlan",
@@ -91,6 +123,7 @@ __all__ = [
     "Step",
     "Wait",
     "Zero",
+    "available_memory_bytes",
     "check_executor",
     "chrome_trace",
     "compile_program",
@@ -98,6 +131,73 @@ __all__ = [
     "run_program",
     "run_program_fast",
     "run_with",
+    "size_program",
     "summarise_with",
     "write_chrome_trace",
 ]
+
+_SOURCES: dict[str, str] = {
+    "MemoryEstimate": "._memory",
+    "ProgramTooLargeError": "._memory",
+    "available_memory_bytes": "._memory",
+    "size_program": "._memory",
+    "DeadlockError": "._errors",
+    "SimPyExecutor": ".executor",
+    "run_program": ".executor",
+    "EXECUTOR_NAMES": "._names",
+    "Executor": ".executors",
+    "ExecutorName": "._names",
+    "check_executor": ".executors",
+    "make_executor": ".executors",
+    "run_with": ".executors",
+    "summarise_with": ".executors",
+    "FastExecutor": ".fast",
+    "StartupSummary": ".fast",
+    "run_program_fast": ".fast",
+    "GateSpec": ".program",
+    "LockKind": ".program",
+    "LockSpec": ".program",
+    "MachineSpec": ".program",
+    "OpKind": ".program",
+    "PoolSpec": ".program",
+    "Program": ".program",
+    "ProgramError": "._errors",
+    "Recording": ".recorder",
+    "CpuStats": ".result",
+    "GateStats": ".result",
+    "LockStats": ".result",
+    "PoolStats": ".result",
+    "Result": ".result",
+    "StageStats": ".result",
+    "StartupStats": ".result",
+    "SERVICE_FAMILIES": ".steps",
+    "Async": ".steps",
+    "Cpu": ".steps",
+    "CyclicPlans": ".steps",
+    "Hold": ".steps",
+    "Once": ".steps",
+    "Pooled": ".steps",
+    "SandboxPlan": ".steps",
+    "Signal": ".steps",
+    "Sleep": ".steps",
+    "Stage": ".steps",
+    "Step": ".steps",
+    "Wait": ".steps",
+    "Zero": ".steps",
+    "compile_program": ".steps",
+    "chrome_trace": ".trace_export",
+    "write_chrome_trace": ".trace_export",
+}
+
+
+def __getattr__(name: str) -> Any:
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source, __name__), name)
+    globals()[name] = value  # the next lookup is a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SOURCES})

@@ -13,17 +13,23 @@ from typing import Any
 import numpy as np
 import simpy
 
+from ._errors import DeadlockError
 from .cpu import ProcessorSharingCPU, TimerEnvironment
 from .locks import Gate, Mutex, RWLock, SpinLock
 from .program import LockKind, OpKind, Program
 from .recorder import Recorder, Recording
-from .result import CpuStats, GateStats, LockStats, PoolStats, Result, StageStats, StartupStats
+from .result import (
+    REASONS,
+    CpuStats,
+    GateStats,
+    LockStats,
+    PoolStats,
+    Result,
+    StageStats,
+    StartupStats,
+)
 
 __all__ = ["DeadlockError", "SimPyExecutor", "run_program"]
-
-
-class DeadlockError(RuntimeError):
-    """The run ended with sandboxes still waiting: the program deadlocks."""
 
 
 # Plain ints: comparing against IntEnum members costs a method call per op.
@@ -42,7 +48,6 @@ _JUMP = int(OpKind.JUMP)
 _SPAWN = int(OpKind.SPAWN)
 _GUEST_CPU = int(OpKind.GUEST_CPU)
 
-REASONS = ("work", "spin", "zero")
 _WORK, _SPIN, _ZEROING = 0, 1, 2
 
 

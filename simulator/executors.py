@@ -16,12 +16,16 @@ Both run the same :class:`~.program.Program` and return the same
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Protocol
 
-from .executor import SimPyExecutor
-from .fast import FastExecutor, StartupSummary
-from .program import Program, ProgramError
-from .result import Result
+from ._memory import check_run_fits
+from ._names import EXECUTOR_NAMES, ExecutorName
+from .program import ProgramError
+
+if TYPE_CHECKING:
+    from .fast import StartupSummary
+    from .program import Program
+    from .result import Result
 
 __all__ = [
     "EXECUTOR_NAMES",
@@ -32,9 +36,6 @@ __all__ = [
     "run_with",
     "summarise_with",
 ]
-
-ExecutorName = Literal["compiled", "simpy", "python"]
-EXECUTOR_NAMES: tuple[str, ...] = get_args(ExecutorName)
 
 
 class Executor(Protocol):
@@ -57,8 +58,13 @@ def check_executor(name: str, *, record: bool = False) -> ExecutorName:
 
 def make_executor(name: str, *, record: bool = False) -> Executor:
     """The executor called ``name`` (see the module docstring)."""
+    # Imported here: SimPy loads only for the reference.
+    from .fast import FastExecutor
+
     match check_executor(name, record=record):
         case "simpy":
+            from .executor import SimPyExecutor
+
             return SimPyExecutor(record=record)
         case "compiled":
             return FastExecutor(jit=True)
@@ -67,16 +73,27 @@ def make_executor(name: str, *, record: bool = False) -> Executor:
 
 
 def run_with(program: Program, executor: str, *, record: bool = False) -> Result:
-    """Run ``program`` on the executor called ``executor``."""
-    return make_executor(executor, record=record).run(program)
+    """Run ``program`` on the executor called ``executor`` (refused in one line,
+    :class:`~._memory.ProgramTooLargeError`, if that executor would not fit in
+    the memory available)."""
+    run = make_executor(executor, record=record)
+    check_run_fits(sandboxes=program.n_sandboxes, ops=program.n_ops, executor=executor)
+    return run.run(program)
 
 
 def summarise_with(program: Program, executor: str) -> StartupSummary:
     """Run ``program`` on the executor called ``executor``, keeping only the
     makespan, the startup statistics and the pools' memory (what a search
     reads): the compiled executor then skips building the rest of the result."""
+    from .fast import FastExecutor, StartupSummary
+
+    check_run_fits(
+        sandboxes=program.n_sandboxes, ops=program.n_ops, executor=check_executor(executor)
+    )
     match check_executor(executor):
         case "simpy":
+            from .executor import SimPyExecutor
+
             return StartupSummary.of(SimPyExecutor().run(program))
         case "compiled":
             return FastExecutor(jit=True).summarise(program)

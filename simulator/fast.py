@@ -54,10 +54,19 @@ from typing import Any
 
 import numpy as np
 
-from .executor import REASONS, DeadlockError
-from .locks import ContentionCounter
+from ._contention import ContentionCounter
+from ._errors import DeadlockError
 from .program import LockKind, OpKind, Program
-from .result import CpuStats, GateStats, LockStats, PoolStats, Result, StageStats, StartupStats
+from .result import (
+    REASONS,
+    CpuStats,
+    GateStats,
+    LockStats,
+    PoolStats,
+    Result,
+    StageStats,
+    StartupStats,
+)
 
 __all__ = ["FastExecutor", "StartupSummary", "run_program_fast", "summarise_fast"]
 

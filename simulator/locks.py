@@ -21,52 +21,13 @@ from dataclasses import dataclass
 
 import simpy
 
+from ._contention import ContentionCounter
 from .cpu import ProcessorSharingCPU, SpinHandle
 
 __all__ = ["ContentionCounter", "Gate", "Mutex", "RWLock", "SpinLock"]
 
 # (lock index, sandbox, stage, is_hold, begin, end)
 SpanSink = Callable[[int, int, int, bool, float, float], None]
-
-
-class ContentionCounter:
-    """Acquisitions, waits and holds of one resource, with the wall-clock time
-    during which at least one waiter was queued (``contended_wall_s``)."""
-
-    __slots__ = (
-        "_busy_since",
-        "acquisitions",
-        "contended",
-        "contended_wall_s",
-        "hold_s",
-        "max_waiters",
-        "wait_s",
-        "waiters",
-    )
-
-    def __init__(self) -> None:
-        self.acquisitions = 0
-        self.contended = 0
-        self.wait_s = 0.0
-        self.hold_s = 0.0
-        self.contended_wall_s = 0.0
-        self.waiters = 0
-        self.max_waiters = 0
-        self._busy_since = 0.0
-
-    def enqueue(self, now: float) -> None:
-        self.contended += 1
-        if self.waiters == 0:
-            self._busy_since = now
-        self.waiters += 1
-        if self.waiters > self.max_waiters:
-            self.max_waiters = self.waiters
-
-    def dequeue(self, now: float, waited_s: float) -> None:
-        self.waiters -= 1
-        self.wait_s += waited_s
-        if self.waiters == 0:
-            self.contended_wall_s += now - self._busy_since
 
 
 @dataclass(slots=True)

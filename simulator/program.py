@@ -13,10 +13,13 @@ resources with names, and stages are numbered spans with names.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+
+from ._errors import ProgramError
 
 __all__ = [
     "GateSpec",
@@ -28,10 +31,6 @@ __all__ = [
     "Program",
     "ProgramError",
 ]
-
-
-class ProgramError(ValueError):
-    """A program violates a structural rule; the message names the sandbox and op."""
 
 
 class OpKind(enum.IntEnum):
@@ -220,6 +219,42 @@ _I8 = npt.NDArray[np.int8]
 # Where a path walk stands: (pc, held locks, open stages, open gates, spawned).
 _PathState = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], frozenset[int]]
 
+_CHUNK_OPS = 1 << 18
+"""Ops :meth:`Program.validate` reads at a time: its temporaries (a few
+arrays of 8 bytes per op) stay near 10 MiB whatever the program's size."""
+
+# Odd 64-bit constants (from SplitMix64 and xxHash) that spread each field of
+# an op over the whole digest; any odd constants would do, since a digest
+# only groups tasks and the grouping is then checked op by op.
+_MIX_KIND = np.uint64(0x9E3779B97F4A7C15)
+_MIX_ARG = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_JUMP = np.uint64(0x94D049BB133111EB)
+_MIX_POSITION = np.uint64(0xC2B2AE3D27D4EB4F)
+_MIX_FINAL = np.uint64(0x165667B19E3779F9)
+_MIX_LENGTH = np.uint64(0x27D4EB2F165667C5)
+_MIX_SPAWNS = np.uint64(0x85EBCA77C2B2AE63)
+_ONE = np.uint64(1)
+_SHIFT = np.uint64(31)
+
+
+def _jumps(kind: _I8, amount: _F64) -> _F64:
+    """How far each op jumps as the executors read it (``int``, so truncated):
+    the amount of a POOL_TRY or JUMP, 0 for the other kinds."""
+    out = np.zeros(kind.shape[0])
+    at = np.flatnonzero((kind == OpKind.POOL_TRY) | (kind == OpKind.JUMP))
+    out[at] = np.trunc(amount[at])
+    return out
+
+
+def _first_not_finite_nonnegative(values: _F64) -> int:
+    """The index of the first value that is NaN, infinite or negative; -1 if none."""
+    for lo in range(0, values.shape[0], _CHUNK_OPS):
+        part = values[lo : lo + _CHUNK_OPS]
+        bad = np.flatnonzero(~(np.isfinite(part) & (part >= 0.0)))
+        if bad.size:
+            return lo + int(bad[0])
+    return -1
+
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Program:
@@ -315,8 +350,16 @@ class Program:
         Rules: arrivals finite and >= 0; amounts finite and >= 0; indices in
         range; jumps land inside the sandbox; every path releases each lock it
         took, in LIFO order, and leaves every stage and gate it entered.
+
+        Memory stays linear in the program and small beside it: the ops are
+        read in slices of :data:`_CHUNK_OPS`, and each task is reduced to one
+        64-bit digest of its structure (kinds, arguments, jumps), not to a row.
         """
-        n = self.n_sandboxes
+        self._validate_arrays()
+        self._validate_tasks()
+
+    def _validate_arrays(self) -> None:
+        """The checks that need no walk: shapes, names, arrivals and amounts."""
         tasks = self.n_tasks
         if (
             self.offsets.shape != (tasks + 1,)
@@ -339,39 +382,153 @@ class Program:
                 )
         if not (self.op_kind.shape == self.op_arg.shape == self.op_amount.shape):
             raise ProgramError("`op_kind`, `op_arg` and `op_amount` must have one shape")
-        bad = np.flatnonzero(~np.isfinite(self.arrival_s) | (self.arrival_s < 0))
-        if bad.size:
-            i = int(bad[0])
+        i = _first_not_finite_nonnegative(self.arrival_s)
+        if i >= 0:
             raise ProgramError(
                 f"arrival_s[{i}] must be finite and >= 0, but got {self.arrival_s[i]}"
             )
-        bad = np.flatnonzero(~np.isfinite(self.op_amount) | (self.op_amount < 0))
-        if bad.size:
-            j = int(bad[0])
+        j = _first_not_finite_nonnegative(self.op_amount)
+        if j >= 0:
             raise ProgramError(
                 f"op_amount[{j}] must be finite and >= 0, but got {self.op_amount[j]}"
             )
-        # Sandboxes that share an op sequence share the check: most programs
-        # are a handful of templates repeated over hundreds of sandboxes, so
-        # tasks are grouped by length and deduplicated as rows of a matrix.
-        # Jumps are truncated (``int``) when walked and run: compare them so.
-        jumps = np.trunc(self.op_amount * (self.op_kind >= OpKind.POOL_TRY))
-        lengths = np.diff(self.offsets)
-        spawns = np.full(tasks, -1.0)  # a branch may not spawn; a sandbox spawns its own once
+
+    def _task_spawns(self) -> _I64:
+        """Branches each task must spawn: its own for a sandbox, -1 for a branch
+        (which may not spawn)."""
+        n = self.n_sandboxes
         assert self.spawn_base is not None
+        spawns = np.full(self.n_tasks, -1, dtype=np.int64)
         spawns[:n] = np.diff(np.append(self.spawn_base, self.n_branches))
-        for length in np.unique(lengths).tolist():
-            members = np.flatnonzero(lengths == length)
-            ops = self.offsets[members][:, None] + np.arange(length)[None, :]
-            rows = np.hstack(
-                [spawns[members, None], self.op_kind[ops], self.op_arg[ops], jumps[ops]]
-            )
-            # One opaque bytes value per row: unique on those, not column by column.
-            keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1] * 8)))
-            _, first = np.unique(keys[:, 0], return_index=True)
-            for i in sorted(members[first].tolist()):
-                lo = int(self.offsets[i])
-                self._validate_sandbox(i, lo, lo + length, int(spawns[i]))
+        return spawns
+
+    def _validate_tasks(self) -> None:
+        """Walk one task of each structure, and every task that only looks like one.
+
+        Most programs are a handful of templates repeated over many sandboxes.
+        Tasks are grouped by a digest of (length, spawns, kinds, arguments,
+        jumps); each is then compared op by op with the first of its group,
+        so that a digest collision costs a walk, never a missed check.
+        Jumps are truncated (``int``) when walked and run: compared so.
+        """
+        lengths = np.diff(self.offsets)
+        spawns = self._task_spawns()
+        digest = self._task_digests(lengths)
+        digest ^= lengths.astype(np.uint64) * _MIX_LENGTH
+        digest ^= spawns.astype(np.uint64) * _MIX_SPAWNS
+        _, first, group = np.unique(digest, return_index=True, return_inverse=True)
+        representative = first[group.reshape(-1)]
+        walk = np.union1d(first, np.flatnonzero(self._differs(representative, lengths, spawns)))
+        offsets = self.offsets
+        for t in walk.tolist():
+            lo = int(offsets[t])
+            self._validate_sandbox(t, lo, int(offsets[t + 1]), int(spawns[t]))
+
+    def _validate_templates(self, tasks: npt.ArrayLike) -> None:
+        """Check a program whose every task repeats the ops of one of ``tasks``.
+
+        :func:`~.steps.compile_program` builds each task by copying the kinds,
+        arguments and jumps of one flattened template (only CPU and sleep
+        amounts differ, by jitter and growth), so walking one task of each
+        template is walking them all; the arrays are checked in full. A
+        program built by hand gets :meth:`validate`.
+        """
+        self._validate_arrays()
+        spawns = self._task_spawns()
+        offsets = self.offsets
+        for t in sorted(set(np.asarray(tasks, dtype=np.int64).tolist())):
+            self._validate_sandbox(t, int(offsets[t]), int(offsets[t + 1]), int(spawns[t]))
+
+    def _chunks(self) -> Iterator[tuple[int, int]]:
+        """Runs of whole tasks ``[t, t2)`` of about :data:`_CHUNK_OPS` ops each."""
+        offsets, tasks = self.offsets, self.n_tasks
+        t = 0
+        while t < tasks:
+            t2 = int(np.searchsorted(offsets, offsets[t] + _CHUNK_OPS, side="right")) - 1
+            t2 = min(max(t2, t + 1), tasks)
+            yield t, t2
+            t = t2
+
+    def _structure(self, lo: int, hi: int) -> tuple[_I8, _I32, _F64]:
+        """Ops ``lo:hi`` as the walk sees them: kinds, arguments, truncated jumps (0 elsewhere)."""
+        kind = self.op_kind[lo:hi]
+        return kind, self.op_arg[lo:hi], _jumps(kind, self.op_amount[lo:hi])
+
+    def _structure_at(self, ops: _I64) -> tuple[_I8, _I32, _F64]:
+        """:meth:`_structure` of the ops at ``ops``."""
+        kind = self.op_kind[ops]
+        return kind, self.op_arg[ops], _jumps(kind, self.op_amount[ops])
+
+    def _uniform_length(self, t: int, t2: int, lengths: _I64) -> int:
+        """The length every task in ``[t, t2)`` has, or -1 (the common case is one
+        template back to back: its ops are then a ``(tasks, length)`` matrix)."""
+        length = int(lengths[t])
+        return length if bool((lengths[t:t2] == length).all()) else -1
+
+    def _task_digests(self, lengths: _I64) -> npt.NDArray[np.uint64]:
+        """A 64-bit digest of each task's ops (kind, argument, jump, position)."""
+        offsets = self.offsets
+        out = np.zeros(self.n_tasks, dtype=np.uint64)
+        for t, t2 in self._chunks():
+            lo, hi = int(offsets[t]), int(offsets[t2])
+            if hi == lo:
+                continue
+            kind, arg, jump = self._structure(lo, hi)
+            # Unsigned arithmetic wraps (mod 2**64) without a warning on arrays.
+            code = kind.astype(np.uint64) * _MIX_KIND
+            code += arg.astype(np.int64).view(np.uint64) * _MIX_ARG
+            code += jump.view(np.uint64) * _MIX_JUMP
+            length = self._uniform_length(t, t2, lengths)
+            if length > 0:
+                rows = code.reshape(t2 - t, length)
+                rows ^= (np.arange(1, length + 1, dtype=np.uint64) * _MIX_POSITION)[None, :]
+                rows *= _MIX_FINAL
+                rows ^= rows >> _SHIFT
+                out[t:t2] = rows.sum(axis=1, dtype=np.uint64)
+                continue
+            starts = offsets[t:t2] - lo
+            position = np.arange(hi - lo, dtype=np.int64) - np.repeat(starts, lengths[t:t2])
+            code ^= (position.view(np.uint64) + _ONE) * _MIX_POSITION
+            code *= _MIX_FINAL
+            code ^= code >> _SHIFT
+            nonempty = lengths[t:t2] > 0
+            out[t:t2][nonempty] = np.add.reduceat(code, starts[nonempty])
+        return out
+
+    def _differs(self, representative: _I64, lengths: _I64, spawns: _I64) -> npt.NDArray[np.bool_]:
+        """Which tasks differ from their representative in length, spawns or any op."""
+        offsets = self.offsets
+        differs: npt.NDArray[np.bool_] = (lengths[representative] != lengths) | (
+            spawns[representative] != spawns
+        )
+        last_op = max(self.n_ops - 1, 0)
+        for t, t2 in self._chunks():
+            lo, hi = int(offsets[t]), int(offsets[t2])
+            rep = representative[t:t2]
+            if hi == lo or (rep == np.arange(t, t2)).all():
+                continue  # each its own representative: nothing to compare
+            kind, arg, jump = self._structure(lo, hi)
+            length = self._uniform_length(t, t2, lengths)
+            if length > 0 and (rep == rep[0]).all() and lengths[rep[0]] == length:
+                # One representative for the slice: compare rows with it, no gather.
+                r = int(offsets[rep[0]])
+                their_kind, their_arg, their_jump = self._structure(r, r + length)
+                m = t2 - t
+                unequal_rows = (
+                    (kind.reshape(m, length) != their_kind).any(axis=1)
+                    | (arg.reshape(m, length) != their_arg).any(axis=1)
+                    | (jump.reshape(m, length) != their_jump).any(axis=1)
+                )
+                differs[t:t2] |= unequal_rows
+                continue
+            task = np.repeat(np.arange(t, t2, dtype=np.int64), lengths[t:t2])
+            position = np.arange(lo, hi, dtype=np.int64) - np.repeat(offsets[t:t2], lengths[t:t2])
+            # Clipped: a representative of another length is flagged above already.
+            theirs = np.minimum(offsets[representative[task]] + position, last_op)
+            their_kind, their_arg, their_jump = self._structure_at(theirs)
+            unequal = (kind != their_kind) | (arg != their_arg) | (jump != their_jump)
+            differs[np.unique(task[unequal])] = True
+        return differs
 
     def _validate_branches(self) -> None:
         n, nb = self.n_sandboxes, self.n_branches
@@ -412,37 +569,39 @@ class Program:
         kinds = self.op_kind[lo:hi].tolist()
         args = self.op_arg[lo:hi].tolist()
         amounts = self.op_amount[lo:hi].tolist()
+        n_locks, n_stages, n_gates = len(self.locks), len(self.stage_names), len(self.gates)
         limits = {
-            OpKind.ACQUIRE: len(self.locks),
-            OpKind.ACQUIRE_SHARED: len(self.locks),
-            OpKind.RELEASE: len(self.locks),
-            OpKind.STAGE_BEGIN: len(self.stage_names),
-            OpKind.STAGE_END: len(self.stage_names),
-            OpKind.GATE_ENTER: len(self.gates),
-            OpKind.GATE_EXIT: len(self.gates),
+            OpKind.ACQUIRE: n_locks,
+            OpKind.ACQUIRE_SHARED: n_locks,
+            OpKind.RELEASE: n_locks,
+            OpKind.STAGE_BEGIN: n_stages,
+            OpKind.STAGE_END: n_stages,
+            OpKind.GATE_ENTER: n_gates,
+            OpKind.GATE_EXIT: n_gates,
             OpKind.POOL_TRY: len(self.pools),
         }
+        known = frozenset(int(k) for k in OpKind)
         for j, (k, a) in enumerate(zip(kinds, args, strict=True)):
-            try:
-                kind = OpKind(k)
-            except ValueError:
-                raise ProgramError(f"sandbox {sandbox} op {j}: unknown op kind {k}") from None
-            limit = limits.get(kind)
+            if k not in known:
+                raise ProgramError(f"sandbox {sandbox} op {j}: unknown op kind {k}")
+            limit = limits.get(k)  # an IntEnum hashes and compares as its int
             if limit is not None and not 0 <= a < limit:
                 raise ProgramError(
-                    f"sandbox {sandbox} op {j} ({kind.name}): index {a} not in [0, {limit})"
+                    f"sandbox {sandbox} op {j} ({OpKind(k).name}): index {a} not in [0, {limit})"
                 )
-            if kind is OpKind.SPAWN and not 0 <= a < spawns:
+            if k == _SPAWN and not 0 <= a < spawns:
                 why = " (a branch cannot spawn)" if spawns < 0 else ""
                 raise ProgramError(
                     f"sandbox {sandbox} op {j}: spawn of branch {a}, "
                     f"but it has {max(spawns, 0)} branches{why}"
                 )
-            if kind is OpKind.ACQUIRE_SHARED and self.locks[a].kind is not LockKind.RW:
+            if k == _ACQUIRE_SHARED and self.locks[a].kind is not LockKind.RW:
                 raise ProgramError(
                     f"sandbox {sandbox} op {j}: "
                     f"shared acquire of non-rw lock {self.locks[a].name!r}"
                 )
+        spin = frozenset(i for i, spec in enumerate(self.locks) if spec.kind is LockKind.SPIN)
+        signal = frozenset(i for i, spec in enumerate(self.gates) if spec.signal)
         # Walk every path: state = (pc, held locks, open stages, open gates, spawned).
         start: _PathState = (0, (), (), (), frozenset())
         todo = [start]
@@ -462,62 +621,81 @@ class Program:
                         f"{sorted(set(range(spawns)) - spawned)}"
                     )
                 continue
-            kind, a = OpKind(kinds[pc]), args[pc]
-            nexts = [pc + 1]
+            k, a = kinds[pc], args[pc]
+            nexts: tuple[int, ...] = (pc + 1,)
             # A spinlock holder runs with preemption off: it must not sleep (sleep,
             # sleeping lock, gate) nor wait for preemptible work (zeroing).
-            if any(self.locks[h].kind is LockKind.SPIN for h in held) and (
-                kind
-                in (
-                    OpKind.SLEEP,
-                    OpKind.ZERO,
-                    OpKind.GATE_ENTER,
-                    OpKind.ACQUIRE_SHARED,
-                    OpKind.GUEST_CPU,
-                )
-                or (kind is OpKind.ACQUIRE and self.locks[a].kind is not LockKind.SPIN)
+            if (
+                held
+                and (k in _SLEEPING_KINDS or (k == _ACQUIRE and a not in spin))
+                and not spin.isdisjoint(held)
             ):
                 raise ProgramError(
-                    f"sandbox {sandbox} op {pc}: {kind.name.lower()} while holding a spinlock"
+                    f"sandbox {sandbox} op {pc}: {OpKind(k).name.lower()} while holding a spinlock"
                 )
-            if kind is OpKind.SPAWN:
+            if k == _SPAWN:
                 if a in spawned:
                     raise ProgramError(f"sandbox {sandbox} op {pc}: branch {a} spawned twice")
                 spawned = spawned | {a}
-            if kind in (OpKind.ACQUIRE, OpKind.ACQUIRE_SHARED):
+            elif k in (_ACQUIRE, _ACQUIRE_SHARED):
                 if a in held:
                     raise ProgramError(f"sandbox {sandbox} op {pc}: lock {a} taken twice")
                 held = (*held, a)
-            elif kind is OpKind.RELEASE:
+            elif k == _RELEASE:
                 if not held or held[-1] != a:
                     raise ProgramError(
                         f"sandbox {sandbox} op {pc}: release of lock {a} but held {held} (LIFO)"
                     )
                 held = held[:-1]
-            elif kind is OpKind.STAGE_BEGIN:
+            elif k == _STAGE_BEGIN:
                 stages = (*stages, a)
-            elif kind is OpKind.STAGE_END:
+            elif k == _STAGE_END:
                 if not stages or stages[-1] != a:
                     raise ProgramError(f"sandbox {sandbox} op {pc}: end of stage {a} not open")
                 stages = stages[:-1]
-            elif kind in (OpKind.GATE_ENTER, OpKind.GATE_EXIT) and self.gates[a].signal:
+            elif k in (_GATE_ENTER, _GATE_EXIT) and a in signal:
                 pass  # a wait or a signal: nothing to give back
-            elif kind is OpKind.GATE_ENTER:
+            elif k == _GATE_ENTER:
                 gates = (*gates, a)
-            elif kind is OpKind.GATE_EXIT:
+            elif k == _GATE_EXIT:
                 if a not in gates:
                     raise ProgramError(f"sandbox {sandbox} op {pc}: exit of gate {a} not entered")
-                k = len(gates) - 1 - gates[::-1].index(a)  # one permit: the latest entry
-                gates = gates[:k] + gates[k + 1 :]
-            elif kind in (OpKind.POOL_TRY, OpKind.JUMP):
+                g = len(gates) - 1 - gates[::-1].index(a)  # one permit: the latest entry
+                gates = gates[:g] + gates[g + 1 :]
+            elif k in (_POOL_TRY, _JUMP):
                 step = int(amounts[pc])
                 if step < 1 or pc + step > end:
                     raise ProgramError(
-                        f"sandbox {sandbox} op {pc} ({kind.name}): jump {step} leaves the sandbox"
+                        f"sandbox {sandbox} op {pc} ({OpKind(k).name}): "
+                        f"jump {step} leaves the sandbox"
                     )
-                nexts = [pc + step] if kind is OpKind.JUMP else [pc + 1, pc + step]
+                nexts = (pc + step,) if k == _JUMP else (pc + 1, pc + step)
             for nxt in nexts:
                 state = (nxt, held, stages, gates, spawned)
                 if state not in visited:
                     visited.add(state)
                     todo.append(state)
+
+
+# Plain ints for the walk: comparing with IntEnum members costs a call per op.
+_ACQUIRE = int(OpKind.ACQUIRE)
+_ACQUIRE_SHARED = int(OpKind.ACQUIRE_SHARED)
+_RELEASE = int(OpKind.RELEASE)
+_STAGE_BEGIN = int(OpKind.STAGE_BEGIN)
+_STAGE_END = int(OpKind.STAGE_END)
+_GATE_ENTER = int(OpKind.GATE_ENTER)
+_GATE_EXIT = int(OpKind.GATE_EXIT)
+_POOL_TRY = int(OpKind.POOL_TRY)
+_JUMP = int(OpKind.JUMP)
+_SPAWN = int(OpKind.SPAWN)
+# What a spinlock holder may not do: sleep or wait for preemptible work.
+_SLEEPING_KINDS = frozenset(
+    int(k)
+    for k in (
+        OpKind.SLEEP,
+        OpKind.ZERO,
+        OpKind.GATE_ENTER,
+        OpKind.ACQUIRE_SHARED,
+        OpKind.GUEST_CPU,
+    )
+)

@@ -23,6 +23,9 @@ __all__ = [
     "StepStats",
 ]
 
+REASONS = ("work", "spin", "zero")
+"""Why CPU was burnt, the keys of :attr:`CpuStats.by_stage`'s accounts."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StartupStats:

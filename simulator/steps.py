@@ -17,18 +17,21 @@ drawing the service-time jitter from the generator it is given.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TypeAlias, overload
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
+from ._memory import MemoryEstimate, check_fits
 from .program import GateSpec, LockSpec, MachineSpec, OpKind, PoolSpec, Program, ProgramError
 
 __all__ = [
     "SERVICE_FAMILIES",
     "Async",
     "Cpu",
+    "CyclicPlans",
     "Hold",
     "Once",
     "Pooled",
@@ -321,6 +324,48 @@ class _Flattener:
             ) from None
 
 
+class CyclicPlans(Sequence[SandboxPlan]):
+    """``sandboxes`` plans taken from ``plans`` in turn: sandbox ``i`` gets
+    ``plans[i % len(plans)]``, without a list of one plan per sandbox.
+
+    What models hand :func:`compile_program` when their sandboxes share a few
+    plans (one per tenant, say): it flattens each plan once and sizes the
+    program before it allocates anything per sandbox, so that a storm too
+    large for the machine is refused at once (:class:`ProgramTooLargeError`).
+    """
+
+    __slots__ = ("plans", "sandboxes")
+
+    def __init__(self, plans: Sequence[SandboxPlan], *, sandboxes: int) -> None:
+        if not plans:
+            raise ProgramError("`CyclicPlans` needs at least one plan")
+        if sandboxes < 0:
+            raise ProgramError(f"`sandboxes >= 0` must hold, but got {sandboxes=}")
+        self.plans = tuple(plans)
+        self.sandboxes = sandboxes
+
+    def __len__(self) -> int:
+        return self.sandboxes
+
+    @overload
+    def __getitem__(self, index: int) -> SandboxPlan: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[SandboxPlan]: ...
+
+    def __getitem__(self, index: int | slice) -> SandboxPlan | Sequence[SandboxPlan]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.sandboxes))]
+        if not -self.sandboxes <= index < self.sandboxes:
+            raise IndexError(f"sandbox {index} of {self.sandboxes}")
+        return self.plans[index % self.sandboxes % len(self.plans)]
+
+
+_CHUNK_OPS = 1 << 18
+"""Ops written (and jittered) at a time: the scatter's temporaries stay a few
+MiB however many sandboxes share a template."""
+
+
 def compile_program(
     plans: Sequence[SandboxPlan],
     *,
@@ -338,7 +383,10 @@ def compile_program(
     Every CPU and sleep amount is multiplied by an independent factor of mean
     1 and coefficient of variation ``service_cv``, drawn from ``rng`` out of
     ``service_family`` (:data:`SERVICE_FAMILIES`; memory sizes are not
-    jittered). Plans that are equal are flattened once.
+    jittered). Plans that are equal are flattened once, and each flattened
+    template is checked once (:meth:`Program.validate`'s rules); a program
+    that would not fit in the memory available is refused before it is
+    built (:class:`ProgramTooLargeError`, one line saying how much it needs).
     """
     n = len(plans)
     if n < 1:
@@ -350,10 +398,9 @@ def compile_program(
         )
     if service_cv > 0.0 and rng is None:
         raise ProgramError("`rng` is required when `service_cv > 0`")
-    arrivals = np.zeros(n) if arrival_s is None else np.asarray(arrival_s, dtype=np.float64)
-    if arrivals.shape != (n,):
+    if arrival_s is not None and len(arrival_s) != n:
         raise ProgramError(
-            f"`arrival_s` must have one entry per sandbox ({n}), got {arrivals.shape}"
+            f"`arrival_s` must have one entry per sandbox ({n}), got ({len(arrival_s)},)"
         )
 
     def ids(specs: Sequence[LockSpec] | Sequence[GateSpec] | Sequence[PoolSpec]) -> dict[str, int]:
@@ -364,97 +411,109 @@ def compile_program(
             out[s.name] = len(out)
         return out
 
-    flat = _Flattener(
-        ids(locks),
-        ids(gates),
-        ids(pools),
-        signals=frozenset(g.name for g in gates if g.signal),
-        tickets=frozenset(p.name for p in pools if p.ticket),
+    templates = _Templates(
+        _Flattener(
+            ids(locks),
+            ids(gates),
+            ids(pools),
+            signals=frozenset(g.name for g in gates if g.signal),
+            tickets=frozenset(p.name for p in pools if p.ticket),
+        )
     )
-    # Equal plans are flattened once. A *part* is one op list of a template:
-    # its sandbox's own ops, or one of its branches.
-    template_of: dict[SandboxPlan, int] = {}
-    # Models hand the same Stage objects to many sandboxes: look those up by
-    # identity first, since hashing a plan walks every step of it.
-    template_by_ids: dict[tuple[int, ...], int] = {}
-    parts: list[list[_Op]] = []
-    template_parts: list[list[int]] = []  # per template: part ids, sandbox's first
-    branch_names: dict[str, int] = {}
-    ready: set[str] = set()
-    part_kind: dict[int, int] = {}  # branch part -> branch kind
-    which = np.empty(n, dtype=np.int64)
-    for i, plan in enumerate(plans):
-        stage_ids = tuple(map(id, plan))
-        t = template_by_ids.get(stage_ids)
-        if t is None:
-            t = template_of.get(plan)
-        if t is None:
-            t = template_of[plan] = len(template_parts)
-            main, branches = flat.plan(plan)
-            ids_ = [len(parts)]
-            parts.append(main)
-            for kind, is_ready, body in branches:
-                part_kind[len(parts)] = branch_names.setdefault(kind, len(branch_names))
-                if is_ready:
-                    ready.add(kind)
-                ids_.append(len(parts))
-                parts.append(body)
-            template_parts.append(ids_)
-        template_by_ids[stage_ids] = t
-        which[i] = t
+    which: np.ndarray | None
+    if isinstance(plans, CyclicPlans):
+        cycle = np.array([templates.of(plan) for plan in plans.plans], dtype=np.int64)
+        # How many sandboxes take each place of the cycle, then each template.
+        per_place = np.full(cycle.size, n // cycle.size, dtype=np.int64)
+        per_place[: n % cycle.size] += 1
+        counts = np.bincount(cycle, weights=per_place, minlength=templates.count)
+        which = None  # built once the program is known to fit
+    else:
+        which = np.empty(n, dtype=np.int64)
+        for i, plan in enumerate(plans):
+            which[i] = templates.of(plan)
+        counts = np.bincount(which, minlength=templates.count)
+    check_fits(
+        templates.estimate(counts.astype(np.int64), locks=len(locks), gates=len(gates), sandboxes=n)
+    )
+    if which is None:
+        assert isinstance(plans, CyclicPlans)
+        which = np.resize(cycle, n)  # repeats the cycle
+    arrivals = np.zeros(n) if arrival_s is None else np.asarray(arrival_s, dtype=np.float64)
+    if arrivals.shape != (n,):
+        raise ProgramError(
+            f"`arrival_s` must have one entry per sandbox ({n}), got {arrivals.shape}"
+        )
 
     # Tasks: every sandbox, then every branch in sandbox order.
-    n_branch = np.array([len(template_parts[t]) - 1 for t in which.tolist()], dtype=np.int64)
+    parts = templates.parts
+    main_part, branch_table, n_branches = templates.tables()
+    n_branch = n_branches[which]
     spawn_base = np.zeros(n, dtype=np.int64)
     np.cumsum(n_branch[:-1], out=spawn_base[1:])
     branch_parent = np.repeat(np.arange(n, dtype=np.int64), n_branch)
-    task_part = [template_parts[t][0] for t in which.tolist()]
-    for t in which.tolist():
-        task_part.extend(template_parts[t][1:])
-    task_part_a = np.asarray(task_part, dtype=np.int64)
-    task_owner = np.concatenate([np.arange(n, dtype=np.int64), branch_parent])
-    branch_kind = np.array([part_kind[p] for p in task_part[n:]], dtype=np.int32).reshape(-1)
-
-    lengths = np.array([len(parts[p]) for p in task_part], dtype=np.int64)
-    offsets = np.zeros(len(task_part) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    nth = np.arange(branch_parent.size, dtype=np.int64) - spawn_base[branch_parent]
+    branch_part = branch_table[which[branch_parent], nth]
+    task_part = np.concatenate([main_part[which], branch_part])
+    del which, n_branch, nth
+    part_kind = np.array([templates.part_kind.get(p, -1) for p in range(len(parts))], np.int64)
+    branch_kind = part_kind[branch_part].astype(np.int32)
+    part_length = np.array([len(ops) for ops in parts], dtype=np.int64)
+    offsets = np.zeros(task_part.size + 1, dtype=np.int64)
+    np.cumsum(part_length[task_part], out=offsets[1:])
     total = int(offsets[-1])
     op_kind = np.empty(total, dtype=np.int8)
     op_arg = np.empty(total, dtype=np.int32)
     op_amount = np.empty(total, dtype=np.float64)
-    # Scatter per part: one vectorised write (and one jitter draw) each;
-    # tasks grouped by part in one sort, not one scan per part.
-    order = np.argsort(task_part_a, kind="stable")
-    bounds = np.searchsorted(task_part_a[order], np.arange(len(parts) + 1))
+    # Scatter per part, a slice of its tasks at a time (one jitter draw per
+    # slice, in task order: the same stream as one draw for them all); tasks
+    # grouped by part in one sort, not one scan per part.
+    order = np.argsort(task_part, kind="stable")
+    bounds = np.searchsorted(task_part[order], np.arange(len(parts) + 1))
+    del task_part
+    first_tasks: list[int] = []
     for part, ops in enumerate(parts):
         members = order[bounds[part] : bounds[part + 1]]
         if not ops or not members.size:
             continue
+        first_tasks.append(int(members[0]))
         k = np.array([o[0] for o in ops], dtype=np.int8)
         a = np.array([o[1] for o in ops], dtype=np.int32)
         base = np.array([o[2] for o in ops], dtype=np.float64)
         jit = np.array([o[3] for o in ops], dtype=bool)
-        idx = offsets[members][:, None] + np.arange(len(ops))[None, :]
-        op_kind[idx] = k
-        op_arg[idx] = a
         growth = np.array([o[4] for o in ops], dtype=np.float64)
-        amounts = np.broadcast_to(base, idx.shape).copy()
-        if growth.any():
-            amounts += task_owner[members][:, None].astype(np.float64) * growth[None, :]
-        if service_cv > 0.0 and jit.any():
-            assert rng is not None
-            size = (members.size, int(jit.sum()))
-            if service_family == "gamma":
-                shape = 1.0 / service_cv**2
-                factors = rng.gamma(shape, 1.0 / shape, size=size)
-            else:
-                sigma = float(np.sqrt(np.log1p(service_cv**2)))
-                factors = rng.lognormal(-0.5 * sigma * sigma, sigma, size=size)
-            amounts[:, jit] *= factors
-        op_amount[idx] = amounts
+        grows = np.flatnonzero(growth)  # adding 0 elsewhere would change nothing
+        jittered = service_cv > 0.0 and bool(jit.any())
+        rows_per_slice = max(1, _CHUNK_OPS // len(ops))
+        for lo in range(0, members.size, rows_per_slice):
+            rows = members[lo : lo + rows_per_slice]
+            kinds, args, amounts, write_back = _rows(
+                op_kind, op_arg, op_amount, offsets[rows], len(ops)
+            )
+            kinds[...] = k
+            args[...] = a
+            amounts[...] = base
+            if grows.size:
+                owner = rows.copy()
+                branch = owner >= n
+                owner[branch] = branch_parent[owner[branch] - n]
+                amounts[:, grows] += owner[:, None].astype(np.float64) * growth[grows][None, :]
+            if jittered:
+                assert rng is not None
+                size = (rows.size, int(jit.sum()))
+                if service_family == "gamma":
+                    shape = 1.0 / service_cv**2
+                    factors = rng.gamma(shape, 1.0 / shape, size=size)
+                else:
+                    sigma = float(np.sqrt(np.log1p(service_cv**2)))
+                    factors = rng.lognormal(-0.5 * sigma * sigma, sigma, size=size)
+                amounts[:, jit] *= factors
+            if write_back is not None:
+                write_back()
 
-    stage_names = tuple(sorted(flat.stage_ids, key=flat.stage_ids.__getitem__))
-    return Program(
+    stage_names = tuple(sorted(templates.flat.stage_ids, key=templates.flat.stage_ids.__getitem__))
+    branch_names = templates.branch_names
+    program = Program(
         machine=machine,
         stage_names=stage_names,
         locks=tuple(locks),
@@ -466,8 +525,141 @@ def compile_program(
         op_arg=op_arg,
         op_amount=op_amount,
         branch_names=tuple(sorted(branch_names, key=branch_names.__getitem__)),
-        ready_branches=tuple(sorted(ready)),
+        ready_branches=tuple(sorted(templates.ready)),
         branch_parent=branch_parent,
         branch_kind=branch_kind,
         spawn_base=spawn_base,
+        # Every task is a copy of its part's kinds, arguments and jumps: one
+        # walk per part checks them all (the arrays are checked in full).
+        validated=True,
     )
+    program._validate_templates(first_tasks)
+    return program
+
+
+class _Templates:
+    """The distinct plans of a program, flattened once each into *parts*: a
+    template's own ops (its first part) and one part per branch it spawns."""
+
+    def __init__(self, flat: _Flattener) -> None:
+        self.flat = flat
+        self.parts: list[list[_Op]] = []
+        self.template_parts: list[list[int]] = []  # per template: part ids, sandbox's first
+        self.branch_names: dict[str, int] = {}
+        self.ready: set[str] = set()
+        self.part_kind: dict[int, int] = {}  # branch part -> branch kind
+        self._of_plan: dict[SandboxPlan, int] = {}
+        # Models hand the same Stage objects to many sandboxes: look those up by
+        # identity first, since hashing a plan walks every step of it.
+        self._of_ids: dict[tuple[int, ...], int] = {}
+
+    @property
+    def count(self) -> int:
+        return len(self.template_parts)
+
+    def of(self, plan: SandboxPlan) -> int:
+        """The template of ``plan``, flattened on first sight."""
+        stage_ids = tuple(map(id, plan))
+        t = self._of_ids.get(stage_ids)
+        if t is None:
+            t = self._of_plan.get(plan)
+        if t is None:
+            t = self._of_plan[plan] = len(self.template_parts)
+            main, branches = self.flat.plan(plan)
+            part_ids = [len(self.parts)]
+            self.parts.append(main)
+            for kind, is_ready, body in branches:
+                self.part_kind[len(self.parts)] = self.branch_names.setdefault(
+                    kind, len(self.branch_names)
+                )
+                if is_ready:
+                    self.ready.add(kind)
+                part_ids.append(len(self.parts))
+                self.parts.append(body)
+            self.template_parts.append(part_ids)
+        self._of_ids[stage_ids] = t
+        return t
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per template: its main part, its branch parts (padded with -1) and
+        how many branches it spawns."""
+        main = np.array([ids[0] for ids in self.template_parts], dtype=np.int64)
+        n_branches = np.array([len(ids) - 1 for ids in self.template_parts], dtype=np.int64)
+        table = np.full((self.count, max(int(n_branches.max()), 1)), -1, dtype=np.int64)
+        for t, ids in enumerate(self.template_parts):
+            table[t, : len(ids) - 1] = ids[1:]
+        return main, table, n_branches
+
+    def estimate(
+        self, counts: np.ndarray, *, locks: int, gates: int, sandboxes: int
+    ) -> MemoryEstimate:
+        """What the program takes when template ``t`` serves ``counts[t]`` sandboxes."""
+        ops = branches = stage_ends = 0
+        depth = 1
+        for t, ids in enumerate(self.template_parts):
+            times = int(counts[t])
+            branches += times * (len(ids) - 1)
+            for p in ids:
+                part = self.parts[p]
+                ops += times * len(part)
+                ends = sum(1 for o in part if o[0] == OpKind.STAGE_END)
+                stage_ends += times * ends
+                depth = max(depth, _stage_depth(part))
+        return MemoryEstimate.of(
+            sandboxes=sandboxes,
+            branches=branches,
+            ops=ops,
+            locks=locks,
+            gates=gates,
+            stages=len(self.flat.stage_ids),
+            stage_ends=stage_ends,
+            max_depth=depth,
+        )
+
+
+def _stage_depth(ops: Sequence[_Op]) -> int:
+    depth = deepest = 0
+    for o in ops:
+        if o[0] == OpKind.STAGE_BEGIN:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif o[0] == OpKind.STAGE_END:
+            depth -= 1
+    return deepest
+
+
+def _rows(
+    op_kind: np.ndarray, op_arg: np.ndarray, op_amount: np.ndarray, starts: np.ndarray, length: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Callable[[], None] | None]:
+    """The ops ``starts[i] + j`` (``j < length``) of each array as ``(rows, length)``
+    arrays to fill, and what puts them in place afterwards (``None``: nothing).
+
+    Where the rows are evenly spaced (one template: back to back; a few
+    templates in turn: strided) they are views into the arrays, written in
+    place; otherwise buffers, scattered by index when written back.
+    """
+    m = starts.size
+    stride = int(starts[1] - starts[0]) if m > 1 else length
+    if stride >= length and (m < 3 or bool((np.diff(starts) == stride).all())):
+        lo = int(starts[0])
+        kinds, args, amounts = (
+            as_strided(
+                arr[lo:],
+                shape=(m, length),
+                strides=(stride * arr.itemsize, arr.itemsize),
+                writeable=True,
+            )
+            for arr in (op_kind, op_arg, op_amount)
+        )
+        return kinds, args, amounts, None
+    index = starts[:, None] + np.arange(length)[None, :]
+    kinds = np.empty(index.shape, dtype=op_kind.dtype)
+    args = np.empty(index.shape, dtype=op_arg.dtype)
+    amounts = np.empty(index.shape, dtype=op_amount.dtype)
+
+    def write_back() -> None:
+        op_kind[index] = kinds
+        op_arg[index] = args
+        op_amount[index] = amounts
+
+    return kinds, args, amounts, write_back

@@ -8,26 +8,48 @@ file naming line and field; :func:`write_trace` writes whole files or none.
 ui.perfetto.dev.
 """
 
-from .export import chrome_trace, from_recording, to_recording, write_chrome_trace
-from .schema import (
-    TRACE_SCHEMA_VERSION,
-    AdmitSpan,
-    Arrival,
-    HostFacts,
-    KernelTraceFacts,
-    LockSpan,
-    Record,
-    ScenarioFacts,
-    SoftirqSpan,
-    StageSpan,
-    TraceHeader,
-)
-from .trace import Trace, TraceFormatError, read_trace, write_trace
+# Names load on first use (PEP 562): importing the package, or one light name
+# of it, does not load every module (and NumPy, pydantic, YAML) with it.
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._errors import (
+        TraceFormatError,
+    )
+    from .export import (
+        chrome_trace,
+        from_recording,
+        to_recording,
+        write_chrome_trace,
+    )
+    from .schema import (
+        TRACE_SCHEMA_VERSION,
+        AdmitSpan,
+        Arrival,
+        ExecSpan,
+        HostFacts,
+        KernelTraceFacts,
+        LockSpan,
+        Record,
+        ScenarioFacts,
+        SoftirqSpan,
+        StageSpan,
+        TraceHeader,
+    )
+    from .trace import (
+        Trace,
+        read_trace,
+        write_trace,
+    )
 
 __all__ = [
     "TRACE_SCHEMA_VERSION",
     "AdmitSpan",
     "Arrival",
+    "ExecSpan",
     "HostFacts",
     "KernelTraceFacts",
     "LockSpan",
@@ -45,3 +67,39 @@ __all__ = [
     "write_chrome_trace",
     "write_trace",
 ]
+
+_SOURCES: dict[str, str] = {
+    "chrome_trace": ".export",
+    "from_recording": ".export",
+    "to_recording": ".export",
+    "write_chrome_trace": ".export",
+    "TRACE_SCHEMA_VERSION": ".schema",
+    "AdmitSpan": ".schema",
+    "Arrival": ".schema",
+    "ExecSpan": ".schema",
+    "HostFacts": ".schema",
+    "KernelTraceFacts": ".schema",
+    "LockSpan": ".schema",
+    "Record": ".schema",
+    "ScenarioFacts": ".schema",
+    "SoftirqSpan": ".schema",
+    "StageSpan": ".schema",
+    "TraceHeader": ".schema",
+    "Trace": ".trace",
+    "TraceFormatError": "._errors",
+    "read_trace": ".trace",
+    "write_trace": ".trace",
+}
+
+
+def __getattr__(name: str) -> Any:
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source, __name__), name)
+    globals()[name] = value  # the next lookup is a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SOURCES})

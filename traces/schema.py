@@ -7,7 +7,9 @@ other line one record, told apart by its ``record`` field:
 - ``lock``    — :class:`LockSpan`, a wait for (or a hold of) a kernel lock;
 - ``softirq`` — :class:`SoftirqSpan`, a softirq handler run on one CPU;
 - ``admit``   — :class:`AdmitSpan`, a wait at an admission gate (stage limit);
-- ``arrival`` — :class:`Arrival`, when a sandbox was asked to start.
+- ``arrival`` — :class:`Arrival`, when a sandbox was asked to start;
+- ``exec``    — :class:`ExecSpan`, a process a sandbox ran (a CNI plugin
+  call, its shim, the shim's ``tc`` calls, its VMM): the ``cni`` runtime.
 
 Times are seconds on one clock named in the header (``monotonic``: Linux
 CLOCK_MONOTONIC, the clock ``trace_clock=mono`` stamps kernel events with, so
@@ -28,6 +30,7 @@ __all__ = [
     "TRACE_SCHEMA_VERSION",
     "AdmitSpan",
     "Arrival",
+    "ExecSpan",
     "HostFacts",
     "KernelTraceFacts",
     "LockSpan",
@@ -86,10 +89,17 @@ class ScenarioFacts(_Frozen):
     or ``macvtap-endpoint`` (the endpoint is the VMM's NIC); ``vm`` says how
     StartVM ran: ``qemu-microvm`` under KVM, ``process`` (the fallback: a
     process spawned into the namespace), or ``none``.
+
+    ``runtime`` says how the testbed started each sandbox: ``threads`` (one
+    thread doing the kernel operations in-process through netlink) or
+    ``cni`` (one thread exec'ing real CNI plugins and one shim process per
+    sandbox, as containerd and Kata do); then ``cni`` is ``cni-<plugin>``
+    and ``+<plugin>`` per chained plugin in order (``cni-bridge+bandwidth``).
     """
 
     sandboxes: PositiveInt
     cni: Name
+    runtime: Literal["threads", "cni"] = "threads"
     vm: Literal["qemu-microvm", "process", "none", "simulated"] = "none"
     vm_memory_mib: NonNegativeInt | None = None
     mem_prealloc: bool = False
@@ -109,6 +119,9 @@ class KernelTraceFacts(_Frozen):
     lock_spans_written: NonNegativeInt = 0
     softirq_spans_seen: NonNegativeInt = 0
     softirq_spans_written: NonNegativeInt = 0
+    #: Whether events carry their process id (tracefs ``record-tgid``), so
+    #: waits of multi-threaded processes join by process (``LockSpan.tgid``).
+    record_tgid: bool = False
 
 
 class TraceHeader(_Frozen):
@@ -145,7 +158,9 @@ class LockSpan(_Span):
     """A wait for a kernel lock (contention_begin → end) or a hold of it.
 
     ``sandbox`` and ``stage`` are those of the thread that waited, when the
-    thread id joins to a stage span; ``None`` when another task contended.
+    thread id joins to a stage span, or of the process that waited (its
+    ``tgid``, the pid of an :class:`ExecSpan`) inside one of its sandbox's
+    stage spans; ``None`` when another task contended.
     """
 
     record: Literal["lock"] = "lock"
@@ -155,6 +170,8 @@ class LockSpan(_Span):
     stage: Name | None = None
     cpu: NonNegativeInt | None = None
     tid: NonNegativeInt | None = None
+    #: The waiter's process (thread group) id, when the collector recorded it.
+    tgid: NonNegativeInt | None = None
     #: Whether the waiter spun (spinlock, optimistic mutex spin) or slept.
     spin: bool | None = None
 
@@ -183,7 +200,28 @@ class Arrival(_Frozen):
     t_s: Seconds
 
 
+class ExecSpan(_Span):
+    """A process sandbox ``sandbox`` ran, from its start to its exit.
+
+    ``program`` is the executable's base name (``bridge``, ``tuning``,
+    ``shim.py``, ``tc``, ``qemu-system-x86_64``); ``command`` what it was
+    asked: a CNI command (``ADD``, ``CHECK``, ``DEL``), ``shim``, ``tc`` or
+    ``vmm``. ``stage`` is the stage it ran in, ``pool`` for a CNI ADD done
+    before the storm for a pooled namespace (``sandbox`` then the one that
+    took it, ``None`` if none did), ``teardown`` after the storm. ``rc`` is
+    the exit status (negative: killed by that signal; ``None``: unknown).
+    """
+
+    record: Literal["exec"] = "exec"
+    sandbox: NonNegativeInt | None = None
+    stage: Name
+    program: Name
+    command: Name
+    pid: NonNegativeInt
+    rc: int | None = None
+
+
 Record = Annotated[
-    StageSpan | LockSpan | SoftirqSpan | AdmitSpan | Arrival,
+    StageSpan | LockSpan | SoftirqSpan | AdmitSpan | Arrival | ExecSpan,
     Field(discriminator="record"),
 ]

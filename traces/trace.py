@@ -21,17 +21,23 @@ from typing import IO, Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from .schema import AdmitSpan, Arrival, LockSpan, Record, SoftirqSpan, StageSpan, TraceHeader
+from ._errors import TraceFormatError
+from .schema import (
+    AdmitSpan,
+    Arrival,
+    ExecSpan,
+    LockSpan,
+    Record,
+    SoftirqSpan,
+    StageSpan,
+    TraceHeader,
+)
 
 __all__ = ["Trace", "TraceFormatError", "read_trace", "write_trace"]
 
 _RECORD: TypeAdapter[Record] = TypeAdapter(Record)
 _GZIP_LEVEL = 6
 """Level 9 costs several times the CPU for a few percent on traces."""
-
-
-class TraceFormatError(ValueError):
-    """A trace file is malformed; the message names file, line and field."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=True)
@@ -44,6 +50,9 @@ class Trace:
     softirqs: tuple[SoftirqSpan, ...] = ()
     admits: tuple[AdmitSpan, ...] = ()
     arrivals: tuple[Arrival, ...] = field(default=())
+    #: Processes the sandboxes ran (the ``cni`` runtime); readers that
+    #: look at the other kinds never see them.
+    execs: tuple[ExecSpan, ...] = ()
 
     @classmethod
     def of(cls, header: TraceHeader, records: Iterable[Record]) -> Trace:
@@ -54,6 +63,7 @@ class Trace:
             SoftirqSpan: [],
             AdmitSpan: [],
             Arrival: [],
+            ExecSpan: [],
         }
         for rec in records:
             groups[type(rec)].append(rec)
@@ -64,6 +74,7 @@ class Trace:
             softirqs=tuple(groups[SoftirqSpan]),
             admits=tuple(groups[AdmitSpan]),
             arrivals=tuple(groups[Arrival]),
+            execs=tuple(groups[ExecSpan]),
         )
 
     def records(self) -> Iterator[Record]:
@@ -73,6 +84,7 @@ class Trace:
         yield from self.admits
         yield from self.locks
         yield from self.softirqs
+        yield from self.execs
 
     def write(self, path: str | os.PathLike[str]) -> None:
         write_trace(self, path)

@@ -252,15 +252,20 @@ class StormRunner(Protocol):
     def __call__(self, candidate: Candidate, *, sandboxes: int, vm: bool) -> Trace: ...
 
 
-def storm_options(candidate: Candidate, *, sandboxes: int, vm: bool) -> StormOptions:
-    """The testbed's options for ``candidate``'s storm; a :class:`ConfigError`
-    naming the candidate if the testbed cannot run its config (an unknown stage)."""
+def storm_options(
+    candidate: Candidate, *, sandboxes: int, vm: bool, runtime: str = "threads"
+) -> StormOptions:
+    """The testbed's options for ``candidate``'s storm on ``runtime``; a
+    :class:`ConfigError` naming the candidate if the testbed cannot run its
+    config (an unknown stage, a pool kind the runtime has not)."""
     from pydantic import ValidationError
 
     from .testbed import StormOptions
 
     try:
-        return StormOptions(sandboxes=sandboxes, vm=vm, config=candidate.config)
+        return StormOptions.model_validate(
+            {"sandboxes": sandboxes, "vm": vm, "config": candidate.config, "runtime": runtime}
+        )
     except ValidationError as exc:
         lines = []
         for e in exc.errors():

@@ -121,6 +121,12 @@ def test_trace_opens_as_chrome_trace_json(tmp_path: Path) -> None:
             ["simulate", "--executor", "compiled", "--trace", "t.json"],
             "error: executor: only 'simpy' records spans (record=True), but got 'compiled'",
         ),
+        # Sized from its one plan before anything per sandbox is made (it used to
+        # build a list of plans per sandbox, then run out of memory minutes later).
+        (
+            ["simulate", "--sandboxes", "10000000000"],
+            "error: sandboxes: 10000000000 sandboxes would need about ",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str) -> None:

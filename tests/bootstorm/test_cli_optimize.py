@@ -41,13 +41,13 @@ def test_optimize_writes_a_config_that_simulate_applies(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "before / after" in out.stdout and "best config" in out.stdout
-    assert (tmp_path / "study.db").is_file()  # SQLite by default, in the working directory
+    assert (tmp_path / "study.log").is_file()  # a journal file by default, in the working dir
     config = TunedConfig.from_yaml(tmp_path / "tuned.yaml")
     assert set(config.limits) == {"AddCNI", "Cgroup", "AttachIf", "StartVM"}
     origin = config.origin
     assert origin is not None
     assert (origin.profile, origin.cni, origin.sandboxes) == ("paper-000", "ipvtap", 60)
-    assert origin.sampler == "tpe" and origin.storage == "sqlite:///study.db"
+    assert origin.sampler == "tpe" and origin.storage == "study.log"
     assert origin.study_name == "bootstorm-ipvtap-60-makespan"
     assert origin.trial_number is not None and origin.created_at is not None
 

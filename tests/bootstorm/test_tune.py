@@ -15,6 +15,7 @@ from rich.console import Console
 from bootstorm._cli_tune import tune
 from bootstorm.calibration import trace_fit
 from bootstorm.models import ConfigError, Profile, Scenario, TunedConfig, compile_scenario
+from bootstorm.models.testbed import TESTBED_CNIS
 from bootstorm.simulator import run_with
 from bootstorm.traces import HostFacts, Trace, from_recording
 
@@ -29,19 +30,20 @@ def node(**values: float) -> Profile:
 class SimulatedNode:
     """A storm runner: the candidate's storm under ``truth``, as a trace."""
 
-    def __init__(self, truth: Profile) -> None:
+    def __init__(self, truth: Profile, *, cni: str = "testbed-veth") -> None:
         self.truth = truth
+        self.cni = cni
         self.runs = 0
 
     def __call__(self, candidate: Any, *, sandboxes: int, vm: bool) -> Trace:
         self.runs += 1
-        storm = Scenario(cni="testbed-veth", sandboxes=sandboxes, profile="local")
+        storm = Scenario(cni=self.cni, sandboxes=sandboxes, profile="local")
         if candidate.config is not None:
             storm = storm.replace(config=candidate.config)
         program = compile_scenario(storm, seed=self.runs, profile=self.truth)
         result = run_with(program, "simpy", record=True)
         assert result.recording is not None
-        trace = from_recording(result.recording, cni="veth-peer-in-netns")
+        trace = from_recording(result.recording, cni=TESTBED_CNIS[self.cni].recorded)
         scenario = trace.header.scenario
         header = trace.header.model_copy(
             update={
@@ -110,6 +112,34 @@ def test_tune_writes_nothing_when_no_candidate_beats_the_baseline(tmp_path: Path
     assert outcome.chosen is None
     assert not (tmp_path / "tuned.yaml").exists()
     assert outcome.refitted is not None  # the profile missed: refitted with the storms
+
+
+def test_tune_of_the_cni_runtime_searches_its_catalog_and_pools(tmp_path: Path) -> None:
+    """With ``runtime="cni"`` the search, the candidates' storms and the
+    written config are the CNI runtime's: its pool kinds (no veth pool), its
+    catalog, and the config reproduces its prediction on ``testbed-cni-bridge``."""
+    start = trace_fit.testbed_template(cores=2, memory_mib=2048, service_cv=0.05, runtimes=("cni",))
+    # A dear ADD (the plugin's start): a plumbed namespace from the pool wins.
+    truth = start.with_values(
+        {"testbed.cni_exec_cpu_s": 0.03, "testbed.vm_boot_s": 0.07}, source="test node"
+    )
+    outcome = _tune(
+        tmp_path,
+        truth,
+        truth,
+        runtime="cni",
+        pool_kinds=None,
+        run_storm=SimulatedNode(truth, cni="testbed-cni-bridge"),
+    )
+    assert outcome.chosen is not None
+    written = TunedConfig.from_yaml(tmp_path / "tuned.yaml")
+    assert set(written.pools) <= {"netns", "netns-veth"} and written.pools
+    assert written.origin is not None
+    applied = Scenario(
+        cni="testbed-cni-bridge", sandboxes=16, profile=written.origin.profile
+    ).replace(config=written)
+    result = run_with(compile_scenario(applied), "compiled")
+    assert result.makespan_s == pytest.approx(written.origin.predicted["makespan_s"], rel=1e-9)
 
 
 def test_tune_refuses_bad_input(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,36 @@ def test_a_service_family_needs_a_source_and_a_known_name(tmp_path: Path) -> Non
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="service_family"):
         Profile.from_yaml(path)
+
+
+def test_a_profile_read_again_is_the_same_object() -> None:
+    """Every compile reads its profile: the file is parsed once while it is unchanged."""
+    assert load_profile("paper-000") is load_profile("paper-000")
+
+
+def test_an_edited_profile_is_read_again_even_with_the_same_size_and_mtime(
+    tmp_path: Path,
+) -> None:
+    """The cache keys on the bytes, not the clock: an edit within one tick of the
+    file system's clock, keeping the size, is still seen."""
+    path = tmp_path / "p.yaml"
+    text = (Path(__file__).parents[2] / "models/profiles/paper-000.yaml").read_text()
+    path.write_text(text)
+    first = Profile.from_yaml(path)
+    assert Profile.from_yaml(path) is first
+    stat = path.stat()
+    edited = text.replace("service_cv: 0.1\n", "service_cv: 0.2\n", 1)
+    assert edited != text and len(edited) == len(text)
+    path.write_text(edited)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+    again = Profile.from_yaml(path)
+    assert again is not first and again.service_cv == 0.2 and first.service_cv == 0.1
+
+
+@pytest.mark.parametrize("name", available_profiles())
+def test_the_c_yaml_reader_reads_what_the_python_one_does(name: str) -> None:
+    """Profiles are parsed with libyaml when PyYAML has it (20x faster): the same values."""
+    text = (Path(__file__).parents[2] / f"models/profiles/{name}.yaml").read_text()
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    assert yaml.load(text, Loader=loader) == yaml.safe_load(text)

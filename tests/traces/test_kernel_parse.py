@@ -124,3 +124,33 @@ def test_stack_goes_to_the_last_event_of_its_cpu() -> None:
     (run,) = pair_softirqs(events)
     assert (run.vec, run.cpu) == ("NET_RX", 1)
     assert run.end_s - run.start_s == pytest.approx(10e-6)
+
+
+WITH_TGID = """\
+# tracer: nop  (long lines: as tracefs prints them)
+#           TASK-PID       TGID    CPU#  |||||  TIMESTAMP  FUNCTION
+  bridge-501 (    500) [000] ...1.  20.000001: contention_begin: ffffffff00000010 (flags=MUTEX)
+          bridge-501   (    500) [000] ...1.  20.000002: <stack trace>
+ => trace_event_raw_event_contention_begin
+ => __mutex_lock.constprop.0
+ => rtnl_lock
+  kworker/0-9 (-------) [001] ...1. 20.000003: contention_begin: ffffffff00000010 (flags=SPIN)
+          bridge-501   (    500) [001] d..2.  20.000100: contention_end: ffffffff00000010 (ret=0)
+       kworker/0-9     (-------) [001] ...1.  20.000200: contention_end: ffffffff00000010 (ret=0)
+"""
+
+
+def test_tgid_is_read_and_joins_a_multithreaded_process() -> None:
+    """With ``options/record-tgid`` a Go plugin's thread 501 names its process
+    500, whose ExecSpan (owner by pid) takes the wait; unknown tgids are None."""
+    events = parse_events(WITH_TGID.splitlines())
+    assert [(ev.tid, ev.tgid) for ev in events] == [(501, 500), (9, None), (501, 500), (9, None)]
+    waits, unmatched = pair_contention(events)
+    assert unmatched == 0
+    by_tid = {w.tid: w for w in waits}
+    assert by_tid[501].tgid == 500 and by_tid[9].tgid is None
+    owners = {500: [(19.5, 20.5, 3, "AddCNI")]}
+    joined = {s.tid: s for s in join_contention(waits, [], extra=owners)}
+    assert (joined[501].sandbox, joined[501].stage, joined[501].tgid) == (3, "AddCNI", 500)
+    assert joined[501].lock == RTNL
+    assert joined[9].sandbox is None and joined[9].tgid is None

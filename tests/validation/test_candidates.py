@@ -441,7 +441,7 @@ def test_trace_out_keeps_every_run_as_it_ends(
     import bootstorm._cli_validate as cli_validate
 
     fake = FakeStorms({"baseline": 1.0, "pool": 0.5})
-    monkeypatch.setattr(cli_validate, "interruptible_runner", lambda console: fake)
+    monkeypatch.setattr(cli_validate, "interruptible_runner", lambda console, **_: fake)
     monkeypatch.chdir(files)
     argv = ["validate", "--candidates", "pool.yaml", "--profile", "local.yaml", "--sandboxes", "5"]
     argv += ["--repeat", "2", "--trace-out", "out", "--no-vm", "--executor", EXECUTOR]

@@ -15,6 +15,7 @@ from bootstorm.traces import HostFacts
 from bootstorm.validation.testbed._errors import TestbedError
 from bootstorm.validation.testbed.ops import (
     CLIP_S,
+    CNI_OPERATIONS,
     OPERATIONS,
     RTNL_NETNS_HOLD_DEFAULT_S,
     OperationTimes,
@@ -48,6 +49,12 @@ SAMPLES = {
     "cgroup_attach": _ms(0.15, 0.16, 0.17, 0.18, 0.19),  # 0.17 (0.16, 0.18)
     "vm_spawn": _ms(0.5, 0.6, 0.7, 0.8, 0.9),  # 0.7 (0.6, 0.8)
     "vm_up": _ms(70.0, 72.0, 73.0, 75.0, 80.0),  # 73 (72, 75)
+    # The CNI runtime's processes.
+    "process_spawn": _ms(0.3, 0.35, 0.4, 0.45, 0.5),  # 0.4 (0.35, 0.45)
+    "cni_exec": _ms(3.0, 3.2, 3.4, 3.6, 4.0),  # 3.4 (3.2, 3.6)
+    "ipam_add": _ms(4.0, 4.5, 5.0, 5.5, 6.0),  # 5.0 (4.5, 5.5)
+    "tc_exec": _ms(2.0, 2.2, 2.4, 2.6, 2.8),  # 2.4 (2.2, 2.6)
+    "shim_start": _ms(40.0, 42.0, 44.0, 46.0, 50.0),  # 44 (42, 46)
 }
 
 
@@ -69,8 +76,10 @@ def _times(samples: dict[str, tuple[float, ...]] | None = None, **kw: Any) -> Op
 
 def test_operations_are_the_briefs_in_order() -> None:
     assert OPERATIONS[0] == "netlink_noop"
-    assert OPERATIONS[-2:] == ("vm_spawn", "vm_up")
-    assert len(set(OPERATIONS)) == len(OPERATIONS) == 14
+    assert OPERATIONS[12:14] == ("vm_spawn", "vm_up")
+    # The CNI runtime's processes come last, and only they need its plugins.
+    assert set(OPERATIONS[14:]) == CNI_OPERATIONS
+    assert len(set(OPERATIONS)) == len(OPERATIONS) == 19
     assert tuple(SAMPLES) == OPERATIONS
 
 
@@ -169,6 +178,11 @@ def test_cost_mapping_gives_known_values() -> None:
         "testbed.cgroup_mkdir_hold_s": (0.13, 0.12, 0.14),
         "testbed.cgroup_attach_hold_s": (0.17, 0.16, 0.18),
         "testbed.vm_spawn_cpu_s": (0.7, 0.6, 0.8),
+        "testbed.spawn_cpu_s": (0.4, 0.35, 0.45),
+        "testbed.cni_exec_cpu_s": (3.0, 2.75, 3.25),  # 3.4 - 0.4; 3.2 - 0.45; 3.6 - 0.35
+        "testbed.ipam_hold_s": (1.6, 0.9, 2.3),  # 5.0 - 3.4; 4.5 - 3.6; 5.5 - 3.2
+        "testbed.tc_exec_cpu_s": (2.0, 1.75, 2.25),  # 2.4 - 0.4
+        "testbed.shim_start_cpu_s": (43.6, 41.55, 45.65),  # 44 - 0.4; 42 - 0.45; 46 - 0.35
         "testbed.vm_boot_total_s": (72.3, 71.2, 74.4),  # 73 - 0.7; 72 - 0.8; 75 - 0.6
     }
     assert list(costs) == list(expected)

@@ -51,3 +51,53 @@ def test_a_small_plan_identifies_the_move_and_predicts_a_moved_storm(tmp_path: P
     assert not moved.failures
     rows = {c.metric: c for c in predicted_vs_measured(moved.trace, profile)}
     assert abs(rows["makespan_s"].rel_error) < 0.5
+
+
+@pytest.mark.skipif(
+    not any(Path(d, "bridge").exists() for d in ("/usr/lib/cni", "/opt/cni/bin")),
+    reason="needs the CNI plugins: apt-get install containernetworking-plugins",
+)
+def test_a_small_cni_plan_predicts_a_held_out_plumbed_pool_storm(tmp_path: Path) -> None:
+    """The CNI runtime's plan (real plugins, a shim per sandbox), its
+    processes timed alone, fitted; then a larger storm with plumbed
+    namespaces from a pool, which no plan storm ran at that size, predicted."""
+    from bootstorm._cli_calibrate import calibrate_plan
+    from bootstorm.calibration.trace_fit import predicted_vs_measured
+    from bootstorm.models import TunedConfig
+    from bootstorm.validation.testbed import StormOptions, run_storm
+    from bootstorm.validation.testbed.ops import CNI_OPERATIONS, OPERATIONS, measure_operations
+
+    ops = tmp_path / "ops.json"
+    chosen = tuple(o for o in OPERATIONS if o in CNI_OPERATIONS or not o.startswith("vm_"))
+    ops.write_text(measure_operations(repeats=5, warmup=1, vm=False, ops=chosen).to_json())
+    profile = calibrate_plan(
+        sandboxes=8,
+        runs=1,
+        pool_kinds=("netns-veth",),
+        limit_stages=("AttachIf",),
+        measured_ops=ops,
+        measure=False,
+        trace_dir=tmp_path / "plan",
+        output=tmp_path / "local.yaml",
+        dry_run=False,
+        vm=False,
+        max_evaluations=40,
+        console=Console(width=120, record=True),
+        runtime="cni",
+    )
+    assert profile is not None and profile.identification is not None
+    costs = profile.identification.costs
+    assert costs["testbed.shim_start_cpu_s"].status == "measured"
+    assert costs["testbed.rcu_grace_s"].status == "unidentified"  # no storm of the threads runtime
+    held_out = run_storm(
+        StormOptions(
+            sandboxes=20,
+            vm=False,
+            runtime="cni",
+            config=TunedConfig(pools={"netns-veth": 20}),
+        )
+    )
+    assert not held_out.failures
+    assert held_out.trace.header.scenario.runtime == "cni"
+    rows = {c.metric: c for c in predicted_vs_measured(held_out.trace, profile)}
+    assert abs(rows["makespan_s"].rel_error) < 0.5

@@ -121,6 +121,8 @@ def _start_run(sandboxes: int) -> tuple[subprocess.Popen[bytes], str]:
             "from bootstorm.cli import main; main()",
             "testbed",
             "run",
+            "--runtime",
+            "threads",
             "--sandboxes",
             str(sandboxes),
         ],
@@ -241,7 +243,20 @@ def test_cli_json_and_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     from bootstorm.traces import read_trace
 
     out = tmp_path / "storm.jsonl.gz"
-    main(["testbed", "run", "--sandboxes", "3", "--no-vm", "--json", "--trace", str(out)])
+    main(
+        [
+            "testbed",
+            "run",
+            "--runtime",
+            "threads",
+            "--sandboxes",
+            "3",
+            "--no-vm",
+            "--json",
+            "--trace",
+            str(out),
+        ]
+    )
     payload = json.loads(capsys.readouterr().out)
     assert payload["completed"] == 3 and payload["failures"] == []
     assert payload["header"]["scenario"]["cni"] == "veth-peer-in-netns"
@@ -261,6 +276,8 @@ def test_validate_a_live_storm_against_a_fitted_profile(tmp_path: Path) -> None:
         "-c",
         "from bootstorm.cli import main; main()",
         "validate",
+        "--runtime",
+        "threads",  # the recorded storm is the thread harness's
         "--calibrate-from",
         str(data / "storm-50-run1.jsonl.gz"),
         "--sandboxes",

@@ -3,8 +3,13 @@
 The testbed records the thread id that ran each stage span, on the same
 clock the kernel stamps events with (CLOCK_MONOTONIC), so a contention by
 thread ``tid`` starting at ``t`` belongs to the stage span of ``tid`` that
-contains ``t``. Other tasks (kworkers tearing down namespaces, other
-processes on the host) keep ``sandbox=None``.
+contains ``t``. Processes a sandbox started (a CNI plugin, its shim, a
+VMM: ``extra``, by pid) have their own thread ids — a Go plugin or QEMU
+runs many threads — so their waits join by the process id the collector
+recorded with each event (``tgid``), to the owner spans given for that pid;
+without a tgid, only the process's main thread (tid == pid) joins. Other
+tasks (kworkers tearing down namespaces, other processes on the host) keep
+``sandbox=None``.
 """
 
 from __future__ import annotations
@@ -52,11 +57,16 @@ def join_contention(
     namer: LockNamer | None = None,
     extra: Mapping[int, Sequence[Owner]] | None = None,
 ) -> list[LockSpan]:
-    """Wait spans named and joined to sandbox/stage; ``extra`` adds owners by pid (a VMM)."""
+    """Wait spans named and joined to sandbox/stage; ``extra`` adds owners by
+    pid (a VMM, a plugin, a shim), found by the waiter's tgid or, without
+    one, its tid."""
     by_tid = _index(spans, extra or {})
+    by_tgid = _index((), extra or {})
     out = []
     for name, c in iter_named(contentions, namer or LockNamer()):
         owner = _owner(by_tid.get(c.tid), c.start_s)
+        if owner is None and c.tgid is not None:
+            owner = _owner(by_tgid.get(c.tgid), c.start_s)
         out.append(
             LockSpan(
                 lock=name,
@@ -65,6 +75,7 @@ def join_contention(
                 stage=owner[1] if owner else None,
                 cpu=c.cpu,
                 tid=c.tid,
+                tgid=c.tgid,
                 spin=c.spin,
                 start_s=c.start_s,
                 end_s=c.end_s,

@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 _LINE = re.compile(
-    r"^\s*(?P<task>.*?)-(?P<tid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<cpu>\d+)\]\s+"
+    r"^\s*(?P<task>.*?)-(?P<tid>\d+)\s+(?:\(\s*(?P<tgid>[-\d]+)\)\s+)?\[(?P<cpu>\d+)\]\s+"
     r"(?:\S+\s+)?(?P<ts>\d+\.\d+):\s+(?P<event><stack trace>|\w+):?\s*(?P<rest>.*)$"
 )
 _FRAME = re.compile(r"^\s*=>\s+(?P<fn>\S+)")
@@ -193,6 +193,8 @@ class KernelEvent:
     cpu: int
     ts_s: float
     event: str
+    #: The task's process id (``options/record-tgid``); None when not recorded.
+    tgid: int | None = None
     lock_addr: int | None = None
     flags: frozenset[str] = frozenset()
     ret: int | None = None
@@ -223,12 +225,15 @@ def _event(m: re.Match[str]) -> KernelEvent:
         if v is not None:
             n = int(v["vec"])
             vec = v["name"] or (SOFTIRQ_NAMES[n] if n < len(SOFTIRQ_NAMES) else str(n))
+    tgid = m["tgid"]
     return KernelEvent(
         task=m["task"].strip(),
         tid=int(m["tid"]),
         cpu=int(m["cpu"]),
         ts_s=float(m["ts"]),
         event=event,
+        # ``-------`` when tracefs did not know the task's process.
+        tgid=int(tgid) if tgid is not None and tgid.isdigit() else None,
         lock_addr=addr,
         flags=flags,
         ret=ret,
@@ -285,6 +290,7 @@ def _with_stack(ev: KernelEvent, frames: list[str]) -> KernelEvent:
         cpu=ev.cpu,
         ts_s=ev.ts_s,
         event=ev.event,
+        tgid=ev.tgid,
         lock_addr=ev.lock_addr,
         flags=ev.flags,
         ret=ev.ret,
@@ -306,6 +312,8 @@ class Contention:
     flags: frozenset[str]
     slept: bool
     stack: tuple[str, ...]
+    #: The waiter's process id, when the trace recorded it.
+    tgid: int | None = None
 
     @property
     def spin(self) -> bool:
@@ -358,6 +366,7 @@ def pair_contention(events: Iterable[KernelEvent]) -> tuple[list[Contention], in
                     flags=frozenset(held.flags),
                     slept=held.slept,
                     stack=first.stack,
+                    tgid=first.tgid if first.tgid is not None else ev.tgid,
                 )
             )
     unmatched += len(open_)

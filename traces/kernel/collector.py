@@ -4,7 +4,9 @@ It never touches the global trace buffer: it makes
 ``instances/bootstorm-<pid>``, sets ``trace_clock=mono`` (CLOCK_MONOTONIC,
 the clock the testbed stamps its stage spans with), turns off pointer
 hashing so lock addresses can be looked up, turns on ``options/stacktrace``
-so each event carries its call stack (the lock's name comes from it), and
+so each event carries its call stack (the lock's name comes from it), turns
+on ``options/record-tgid`` where the kernel has it (each event then names
+its process too: a multi-threaded plugin's waits join by process), and
 enables ``lock:contention_begin/end`` (and ``irq:softirq_entry/exit`` on
 request).
 
@@ -118,6 +120,8 @@ class KernelCapture:
     overrun: int
     buffer_size_kb: int
     event_names: tuple[str, ...]
+    #: Whether events carry their process id (``options/record-tgid``).
+    record_tgid: bool = False
 
 
 def _overrun(instance: Path) -> int:
@@ -139,6 +143,8 @@ def _remove_instance(instance: Path) -> None:
     for event in (*LOCK_EVENTS, *SOFTIRQ_EVENTS):
         with contextlib.suppress(OSError):
             _write(instance / "events" / event / "enable", "0")
+    with contextlib.suppress(OSError):  # the kernel's pid→tgid map is freed when no one asks
+        _write(instance / "options" / "record-tgid", "0")
     try:
         instance.rmdir()
     except FileNotFoundError:
@@ -172,6 +178,7 @@ class KernelCollector:
         self.instance = tracefs / "instances" / f"{_instance_prefix()}{os.getpid()}"
         self._events = LOCK_EVENTS + (SOFTIRQ_EVENTS if softirqs else ())
         self.capture: KernelCapture | None = None
+        self.record_tgid = False
 
     def __enter__(self) -> KernelCollector:
         self.start()
@@ -211,6 +218,11 @@ class KernelCollector:
             _write(self.instance / "options" / "stacktrace", "1")
             with contextlib.suppress(OSError, FileNotFoundError):
                 _write(self.instance / "options" / "hash-ptr", "0")  # raw lock addresses
+            try:  # an instance has the option since Linux 4.13-ish; without it, tids only
+                _write(self.instance / "options" / "record-tgid", "1")
+                self.record_tgid = True
+            except OSError:
+                self.record_tgid = False
             for event in self._events:
                 _write(self.instance / "events" / event / "enable", "1")
             _write(self.instance / "tracing_on", "1")
@@ -234,6 +246,7 @@ class KernelCollector:
             overrun=overrun,
             buffer_size_kb=self.buffer_size_kb,
             event_names=tuple(e.replace("/", ":") for e in self._events),
+            record_tgid=self.record_tgid,
         )
         if overrun:
             log.warning("kernel trace buffer overran: %d events lost", overrun)

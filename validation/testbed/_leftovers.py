@@ -10,6 +10,15 @@ A sweep and a registration exclude each other (an ``flock`` on
 :data:`SWEEP_LOCK`): a run that registers while a sweep is under way waits
 for it, so the sweep's list of live runs cannot miss a run that is already
 creating objects.
+
+The ``cni`` runtime adds a state directory per run,
+``/run/bootstorm-cni/<run>`` (:data:`CNI_STATE_DIR`: host-local's IPAM
+state, tuning's backups, and ``run.json``: the network and the plugin
+directory), a bridge ``bst<run>br``, and one shim process per sandbox
+(``shim.py bst-<run>-<i>``). A dead run's shims are killed, its sandboxes
+DELeted through the plugins it used (the IPAM state names them: that
+removes what plugins made on the host, e.g. bandwidth's ifb devices), then
+its directory and links are removed.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import itertools
+import json
 import logging
 import os
 import secrets
@@ -35,6 +45,7 @@ from ._cgroup import CgroupError, cgroup2_root, kill_and_remove
 from ._netns import list_netns, remove_netns
 
 __all__ = [
+    "CNI_STATE_DIR",
     "REGISTRY_DIR",
     "SWEEP_LOCK",
     "WORKDIR_PREFIX",
@@ -55,6 +66,10 @@ REGISTRY_DIR = Path("/run/bootstorm-testbed")
 SWEEP_LOCK = Path("/run/bootstorm-testbed.lock")
 #: A run's work directory (its built guest stub): ``$TMPDIR/bootstorm-testbed-<run>-*``.
 WORKDIR_PREFIX = "bootstorm-testbed-"
+#: The ``cni`` runtime's state, one directory per run (see module doc).
+CNI_STATE_DIR = Path("/run/bootstorm-cni")
+#: The shim script of the ``cni`` runtime; its processes carry the sandbox name after it.
+SHIM_SCRIPT = Path(__file__).with_name("shim.py")
 _RUN_ALPHABET = string.ascii_lowercase + string.digits
 _RUN_LEN = 4
 
@@ -110,6 +125,21 @@ class RunNames:
 
     def vm(self, i: int) -> str:
         return f"{NETNS_PREFIX}{self.run}-{i}"
+
+    def bridge(self) -> str:
+        """The ``cni`` runtime's bridge (the bridge plugin's ``bridge``)."""
+        return f"{LINK_PREFIX}{self.run}br"
+
+    def ipvlan_probe(self) -> str:
+        """A link made and removed at once to learn whether the kernel has ipvlan."""
+        return f"{LINK_PREFIX}{self.run}ip"
+
+    def cni_network(self) -> str:
+        """The ``cni`` runtime's network name (and so host-local's state directory)."""
+        return f"{NETNS_PREFIX}{self.run}"
+
+    def cni_dir(self) -> Path:
+        return CNI_STATE_DIR / self.run
 
 
 @dataclass(frozen=True)
@@ -187,9 +217,10 @@ def _run_of_link(name: str) -> str | None:
     if not name.startswith(LINK_PREFIX) or len(rest) < _RUN_LEN + 2:
         return None
     # RunNames' links: h<i>, m<i>, e<i> per sandbox; t<k>, a<k>/b<k>, n<k>
-    # (a netns-veth's host end) pooled; vp, vq the shared parent.
+    # (a netns-veth's host end) pooled; vp, vq the shared parent; br the cni
+    # runtime's bridge, ip its ipvlan probe.
     tail = rest[_RUN_LEN:]
-    if tail in ("vp", "vq") or (tail[0] in "hmetabn" and tail[1:].isdigit()):
+    if tail in ("vp", "vq", "br", "ip") or (tail[0] in "hmetabn" and tail[1:].isdigit()):
         return rest[:_RUN_LEN]
     return None
 
@@ -205,6 +236,8 @@ class SweepReport:
     registry: list[str] = field(default_factory=list)
     tracefs: list[str] = field(default_factory=list)
     workdirs: list[str] = field(default_factory=list)
+    #: State directories of the ``cni`` runtime (their sandboxes DELeted first).
+    cni: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -218,6 +251,7 @@ class SweepReport:
                 self.registry,
                 self.tracefs,
                 self.workdirs,
+                self.cni,
             )
         )
 
@@ -242,6 +276,66 @@ def _our_vm_processes(dead: set[str] | None, live: set[str]) -> list[tuple[int, 
     return found
 
 
+def _our_shims(live: set[str]) -> list[tuple[int, str]]:
+    """(pid, run) of shim processes (``shim.py bst-<run>-<i>``) whose run is not live."""
+    found = []
+    script = str(SHIM_SCRIPT).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for arg, name in itertools.pairwise(argv):
+            if arg == script:
+                run = _run_of_netns(name.decode(errors="replace"))
+                if run is not None and run not in live:
+                    found.append((int(entry.name), run))
+                break
+    return found
+
+
+def _cni_containers(state: Path) -> list[str]:
+    """Container ids that hold an address in a run's host-local state
+    (``<dataDir>/<network>/<ip>``: the id on the first line)."""
+    ids = []
+    for entry in sorted(state.glob("ipam/*/*")):
+        if entry.name in ("lock",) or entry.name.startswith("last_reserved_ip"):
+            continue
+        with contextlib.suppress(OSError, IndexError):
+            ids.append(entry.read_text().splitlines()[0].strip())
+    return [i for i in dict.fromkeys(ids) if i]
+
+
+def _sweep_cni_dir(state: Path) -> None:
+    """DEL a dead run's sandboxes through its plugins, then remove its state."""
+    from .cni import CniError, CniNetwork, delete
+
+    try:
+        saved = json.loads((state / "run.json").read_text())
+        network = CniNetwork.from_conflist(saved["conflist"])
+        bin_dir = Path(saved["bin_dir"])
+        ifname = str(saved.get("ifname", "eth0"))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("cni state %s: no usable run.json (%s); removing it as it is", state, exc)
+    else:
+        for container in _cni_containers(state):
+            try:  # the namespace is gone: each plugin releases what it holds on the host
+                delete(
+                    network,
+                    None,
+                    bin_dir=bin_dir,
+                    container_id=container,
+                    netns=f"/run/netns/{container}",
+                    ifname=ifname,
+                    on_exec=lambda _record: None,
+                )
+            except (CniError, OSError) as exc:
+                log.warning("DEL of %s (a dead run's) failed: %s", container, exc)
+    shutil.rmtree(state, ignore_errors=True)
+
+
 def sweep_leftovers(*, keep: set[str] | None = None, lock: SweepLock | None = None) -> SweepReport:
     """Remove objects of testbed runs that are no longer alive (see module doc).
 
@@ -254,14 +348,22 @@ def sweep_leftovers(*, keep: set[str] | None = None, lock: SweepLock | None = No
             return sweep_leftovers(keep=keep, lock=held)
     live = _live_runs() | (keep or set())
     report = SweepReport()
-    for pid, _run in _our_vm_processes(None, live):
+    # Shims first (a shim may start a VM until it dies), then the VMs.
+    for pid, _run in [*_our_shims(live), *_our_vm_processes(None, live)]:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)  # a VM of a killed run: ours, by its pid
+            os.kill(pid, signal.SIGKILL)  # a shim or VM of a killed run: ours, by its pid
             report.processes.append(pid)
     for name in list_netns():
         run = _run_of_netns(name)
         if run is not None and run not in live and remove_netns(name):
             report.netns.append(name)
+    if CNI_STATE_DIR.is_dir():
+        for state in sorted(CNI_STATE_DIR.iterdir()):
+            if len(state.name) == _RUN_LEN and state.name not in live and state.is_dir():
+                _sweep_cni_dir(state)
+                report.cni.append(str(state))
+        with contextlib.suppress(OSError):
+            CNI_STATE_DIR.rmdir()  # only when no run uses it
     with IPRoute() as ipr:
         for link in ipr.get_links():
             name = link.get_attr("IFLA_IFNAME")

@@ -83,7 +83,9 @@ class VmRunner:
     memory_mib: int = 64
     mem_prealloc: bool = False
 
-    def qemu_argv(self, name: str, tap_fd: int) -> list[str]:
+    def qemu_argv(self, name: str, tap_fd: int | str) -> list[str]:
+        """QEMU's command line; ``tap_fd`` may be a placeholder (the ``cni``
+        runtime's shim fills in the fd it opened)."""
         assert self.stub is not None
         argv = [
             QEMU,
@@ -118,16 +120,19 @@ class VmRunner:
             argv += ["-mem-prealloc"]
         return argv
 
-    def start(self, *, name: str, netns: str, tap_fd: int | None) -> subprocess.Popen[bytes]:
-        """Spawn the VM (or the fallback) for sandbox ``name``."""
+    def argv(self, *, name: str, netns: str, tap_fd: int | str | None) -> list[str]:
+        """The VM's (or the fallback's) command line for sandbox ``name``."""
         if self.mode == "qemu-microvm":
             if tap_fd is None:
                 raise VmError(f"{name}: no tap to give the VM")
-            argv = self.qemu_argv(name, tap_fd)
-            fds: tuple[int, ...] = (tap_fd,)
-        else:
-            argv = ["nsenter", f"--net=/run/netns/{netns}", "--", "echo", MARKER]
-            fds = ()
+            return self.qemu_argv(name, tap_fd)
+        return ["nsenter", f"--net=/run/netns/{netns}", "--", "echo", MARKER]
+
+    def start(self, *, name: str, netns: str, tap_fd: int | None) -> subprocess.Popen[bytes]:
+        """Spawn the VM (or the fallback) for sandbox ``name``."""
+        argv = self.argv(name=name, netns=netns, tap_fd=tap_fd)
+        qemu = self.mode == "qemu-microvm" and tap_fd is not None
+        fds: tuple[int, ...] = (tap_fd,) if qemu and tap_fd is not None else ()
         return subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,

@@ -72,6 +72,10 @@ class LocalAdmission:
         with gate:
             yield
 
+    def gated(self, name: str) -> bool:
+        """Whether stage ``name`` has a limit (a sandbox may wait to enter it)."""
+        return name in self._gates
+
     def stage(self, name: str, holder: str) -> AbstractContextManager[None]:
         gate = self._gates.get(name)
         return contextlib.nullcontext() if gate is None else self._gated(gate)

@@ -30,6 +30,10 @@ Kata sandbox's network start performs, through in-process netlink
   sandbox's cgroup (css_set_lock), up when its guest prints the marker; or
   the fallback process (see :mod:`._vm`).
 
+With ``runtime="cni"`` the same five stages run as containerd and Kata run
+them: real CNI plugins exec'd in AddCNI, one shim process per sandbox for
+AttachIf and StartVM (see :mod:`._cni_stages`).
+
 Everything created is removed on success, failure and interrupt; a killed
 run's leftovers are swept by the next run (see :mod:`._leftovers`).
 """
@@ -55,6 +59,7 @@ from pyroute2 import IPRoute
 from bootstorm.traces import (
     AdmitSpan,
     Arrival,
+    ExecSpan,
     KernelTraceFacts,
     LockSpan,
     ScenarioFacts,
@@ -65,6 +70,14 @@ from bootstorm.traces import (
 
 from .._names import CGROUP_PARENT
 from ._cgroup import add_process, cgroup2_root, netprio_root, remove_tree, write_ifpriomap
+from ._cni_stages import (
+    CniHost,
+    CniRuntime,
+    CniSandbox,
+    cni_host,
+    exec_owners,
+    raise_fd_limit,
+)
 from ._errors import TestbedError
 from ._host import host_facts, settle, signals_deferred
 from ._leftovers import (
@@ -114,12 +127,20 @@ class _Sandbox:
     spans: list[StageSpan] = field(default_factory=list)
     admits: list[AdmitSpan] = field(default_factory=list)
     error: str | None = None
+    #: The ``cni`` runtime's state of this sandbox (None with ``threads``).
+    cni: CniSandbox | None = None
 
 
 class _Storm:
     """One run: its names, its sandboxes, and their cleanup."""
 
-    def __init__(self, options: StormOptions, admission: Admission | None, run: str) -> None:
+    def __init__(
+        self,
+        options: StormOptions,
+        admission: Admission | None,
+        run: str,
+        cni_host: CniHost | None = None,
+    ) -> None:
         self.options = options
         self.run = run  # registered already: a sweep elsewhere spares what we make
         self.names = RunNames(self.run)
@@ -129,6 +150,8 @@ class _Storm:
         self.pool_veth: list[tuple[str, str]] = []  # (host end, peer), likewise
         # (namespace, host end): the peer is inside the namespace already.
         self.pool_netns_veth: list[tuple[str, str]] = []
+        # The cni runtime's netns-veth: namespaces with their CNI ADD done.
+        self.pool_cni_netns: list[str] = []
         self.notes: list[str] = []
         self.stop = threading.Event()
         self.cgroup_run: Path | None = None
@@ -145,6 +168,24 @@ class _Storm:
         self._wants_netns_veth = options.endpoint == "veth" and (
             pools is None or pools.get("netns-veth", 0) > 0
         )
+        self.cni: CniRuntime | None = None
+        if options.runtime == "cni":
+            assert cni_host is not None
+            self.cni = CniRuntime(
+                options=options, host=cni_host, names=self.names, runner=self.runner
+            )
+            for sb in self.sandboxes:
+                sb.cni = CniSandbox(index=sb.index, name=self.names.vm(sb.index))
+            # Only the run's own pool holds namespaces with their ADD done;
+            # an agent's netns-veth pairs are not on this run's network.
+            self._wants_netns_veth = self._own_admission and bool(
+                pools and pools.get("netns-veth", 0) > 0
+            )
+            if not self._own_admission:
+                self.notes.append(
+                    "runtime cni with an agent: only its netns pool is used (its netns-veth "
+                    "entries are not on this run's CNI network)"
+                )
 
     def _runner(self) -> VmRunner:
         opts = self.options
@@ -177,6 +218,9 @@ class _Storm:
             raise TestbedError(str(exc)) from None
         self.cgroup_run = root / CGROUP_PARENT / self.run
         os.makedirs(self.cgroup_run, exist_ok=False)
+        if self.cni is not None:
+            self._prepare_cni(self.cni)
+            return
         if self.options.netprio_ifpriomap:
             self.netprio_run = netprio_root() / CGROUP_PARENT / self.run
             os.makedirs(self.netprio_run, exist_ok=False)
@@ -233,6 +277,33 @@ class _Storm:
                 pairs={"veth": list(self.pool_veth), "netns-veth": list(self.pool_netns_veth)},
             )
 
+    def _prepare_cni(self, cni: CniRuntime) -> None:
+        """The run's CNI network, and its pools: namespaces, and namespaces
+        with their ADD done (``netns-veth``)."""
+        cni.prepare()
+        self.notes.extend(cni.notes)
+        pools = self.options.config.pools if self.options.config else {}
+        n_netns = min(pools.get("netns", 0), self.options.sandboxes)
+        n_nv = min(pools.get("netns-veth", 0), self.options.sandboxes)
+        local = isinstance(self.admission, LocalAdmission) and self._own_admission
+        if (n_netns or n_nv) and local:
+            for k in range(n_netns):
+                name = self.names.pool_netns(k)
+                os.close(create_netns_here(name))
+                self.pool_netns.append(name)
+            netns_veth = [self.names.pool_netns_veth(k)[0] for k in range(n_nv)]
+            # Listed before they are made: cleanup removes whichever exist.
+            self.pool_cni_netns = list(netns_veth)
+            pairs = cni.fill_pool(netns_veth)
+            self.admission = LocalAdmission(
+                limits=self.options.config.limits if self.options.config else {},
+                pools={"netns": self.pool_netns},
+                pairs={"netns-veth": pairs},
+            )
+        # A gated StartVM: the shim waits for the driver's go once admitted.
+        adm = self.admission
+        cni.wait_go = not isinstance(adm, LocalAdmission) or adm.gated("StartVM")
+
     def _make_netns_veth(self, k: int) -> None:
         """Pool entry ``k`` of ``netns-veth``: a namespace, and a veth pair
         whose peer is made inside it as the sandbox's ``eth0`` (both down)."""
@@ -253,7 +324,14 @@ class _Storm:
 
     # -- the stages ----------------------------------------------------------
 
-    def _stage(self, sb: _Sandbox, name: str, body: Callable[[_Sandbox], None]) -> None:
+    def _stage(
+        self,
+        sb: _Sandbox,
+        name: str,
+        body: Callable[[_Sandbox], tuple[float, float] | None],
+    ) -> None:
+        """Run ``body`` inside stage ``name``'s gate and record its span: from
+        entry to return, or the (start, end) the body returns (a shim's stamps)."""
         if self.stop.is_set():
             raise InterruptedError("storm stopped")
         holder = f"{self.run}/{sb.index}"
@@ -264,8 +342,10 @@ class _Storm:
                 sb.admits.append(
                     AdmitSpan(sandbox=sb.index, stage=name, start_s=asked, end_s=start)
                 )
-            body(sb)
+            stamps = body(sb)
             end = time.monotonic()
+            if stamps is not None:
+                start, end = stamps
         sb.spans.append(
             StageSpan(
                 sandbox=sb.index,
@@ -279,6 +359,12 @@ class _Storm:
     def _netns(self, sb: _Sandbox) -> None:
         if self._wants_netns_veth:
             both = self.admission.take_netns_veth(f"{self.run}/{sb.index}")
+            if both is not None and self.cni is not None:
+                assert sb.cni is not None
+                self.cni.take_pooled(sb.cni, *both)  # (namespace, container id)
+                sb.netns = both[0]
+                sb.ns_fd = os.open(f"/run/netns/{sb.netns}", os.O_RDONLY)
+                return
             if both is not None:
                 sb.netns, sb.host_end = both
                 sb.ns_fd = os.open(f"/run/netns/{sb.netns}", os.O_RDONLY)
@@ -290,6 +376,21 @@ class _Storm:
             return
         sb.netns = self.names.netns(sb.index)
         sb.ns_fd = create_netns_here(sb.netns)
+
+    # The cni runtime's bodies: the netns name handed over, the rest exec'd.
+
+    def _cni_add(self, sb: _Sandbox) -> None:
+        assert self.cni is not None and sb.cni is not None
+        sb.cni.netns = sb.netns
+        self.cni.add_cni(sb.cni)
+
+    def _cni_attach(self, sb: _Sandbox) -> tuple[float, float]:
+        assert self.cni is not None and sb.cni is not None
+        return self.cni.attach_if(sb.cni, sb.cgroup)
+
+    def _cni_start_vm(self, sb: _Sandbox) -> tuple[float, float]:
+        assert self.cni is not None and sb.cni is not None
+        return self.cni.start_vm(sb.cni)
 
     def _add_cni(self, sb: _Sandbox) -> None:
         assert sb.ns_fd is not None
@@ -429,19 +530,27 @@ class _Storm:
         self.runner.wait_up(sb.proc, name=self.names.vm(sb.index))
 
     def sandbox_thread(self, sb: _Sandbox, barrier: threading.Barrier) -> None:
-        try:
-            sb.host_ipr = IPRoute()  # a CNI plugin's own netlink socket, made before the storm
-        except Exception as exc:
-            sb.error = f"setup: {type(exc).__name__}: {exc}"
+        if self.cni is None:
+            try:
+                sb.host_ipr = IPRoute()  # a CNI plugin's own netlink socket, made before the storm
+            except Exception as exc:
+                sb.error = f"setup: {type(exc).__name__}: {exc}"
+        bodies: tuple[Callable[[_Sandbox], tuple[float, float] | None], ...]
+        if self.cni is None:
+            bodies = (self._netns, self._add_cni, self._cgroup, self._attach_if, self._start_vm)
+        else:
+            bodies = (
+                self._netns,
+                self._cni_add,
+                self._cgroup,
+                self._cni_attach,
+                self._cni_start_vm,
+            )
         try:
             barrier.wait()  # even after a failed setup: the others must not wait forever
             if sb.error is not None:
                 return
-            for name, body in zip(
-                STAGES,
-                (self._netns, self._add_cni, self._cgroup, self._attach_if, self._start_vm),
-                strict=True,
-            ):
+            for name, body in zip(STAGES, bodies, strict=True):
                 self._stage(sb, name, body)
         except threading.BrokenBarrierError:
             sb.error = "storm aborted before it started"
@@ -457,8 +566,15 @@ class _Storm:
 
     # -- cleanup -------------------------------------------------------------
 
+    def cni_sandboxes(self) -> list[CniSandbox]:
+        return [sb.cni for sb in self.sandboxes if sb.cni is not None]
+
     def cleanup(self) -> None:
         with signals_deferred():
+            if self.cni is not None:
+                # Shims (and their VMMs) stopped, then DEL before the namespaces go.
+                with contextlib.suppress(Exception):
+                    self.cni.teardown(self.cni_sandboxes())
             for sb in self.sandboxes:
                 if sb.proc is not None:
                     with contextlib.suppress(Exception):
@@ -499,13 +615,20 @@ class _Storm:
                 if sb.netns is not None:
                     remove_netns(sb.netns)
                 remove_netns(self.names.netns(sb.index))
-            for name in [*self.pool_netns, *(netns for netns, _ in self.pool_netns_veth)]:
+            pooled_netns = [
+                *self.pool_netns,
+                *(netns for netns, _ in self.pool_netns_veth),
+                *self.pool_cni_netns,
+            ]
+            for name in pooled_netns:
                 remove_netns(name)
             for run_dir in (self.cgroup_run, self.netprio_run):
                 if run_dir is not None:
                     remove_tree(run_dir)
                     with contextlib.suppress(OSError):
                         run_dir.parent.rmdir()  # our parent, if no other run uses it
+            if self.cni is not None:
+                self.cni.remove()  # the bridge and the state, once nothing uses them
             shutil.rmtree(self.workdir, ignore_errors=True)
             unregister_run(self.run)
 
@@ -539,16 +662,20 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
         softirq_spans,
     )
 
+    # Before anything is made: a missing plugin is one line, not a half-made run.
+    host = cni_host(options) if options.runtime == "cni" else None
     run = new_run_id()
     register_run(run)
     try:
-        storm = _Storm(options, admission, run)
+        storm = _Storm(options, admission, run, host)
     except BaseException:
         unregister_run(run)
         raise
     collector: KernelCollector | None = None
     try:
         sweep_leftovers(keep={storm.run})
+        if storm.cni is not None and (short := raise_fd_limit(options.sandboxes)):
+            storm.notes.append(short)
         load = os.getloadavg()
         # The host may be shared: a busy one stretches every stage. The load
         # average lags (an earlier storm still shows in it); the CPU time
@@ -590,12 +717,19 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                 if sb.proc is not None:
                     with contextlib.suppress(Exception):
                         stop(sb.proc)
+            if storm.cni is not None:  # likewise a shim's reader
+                storm.cni.interrupt(storm.cni_sandboxes())
             deadline = time.monotonic() + 10.0
             for t in threads:
                 if t.is_alive():
                     t.join(timeout=max(0.0, deadline - time.monotonic()))
             raise
         capture = collector.stop() if collector is not None else None
+        execs: list[ExecSpan] = []
+        if storm.cni is not None:
+            # Shims stopped and every ADD DELeted now, so their processes are in the trace.
+            storm.cni.teardown(storm.cni_sandboxes())
+            execs = storm.cni.execs(storm.cni_sandboxes())
         spans = sorted((s for sb in storm.sandboxes for s in sb.spans), key=lambda s: s.start_s)
         locks: list[LockSpan] = []
         softirqs = []
@@ -610,6 +744,8 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                 for sb in storm.sandboxes
                 if sb.proc is not None
             }
+            # The cni runtime's processes (plugins, shims, tc, VMMs), by pid.
+            extra.update(exec_owners(spans, execs))
             all_locks = join_contention(
                 capture.contentions, spans, namer=LockNamer(read_kallsyms()), extra=extra
             )
@@ -623,6 +759,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                 lock_spans_written=len(locks),
                 softirq_spans_seen=len(softirqs),
                 softirq_spans_written=len(softirqs),
+                record_tgid=capture.record_tgid,
             )
             if len(locks) < len(all_locks):
                 storm.notes.append(
@@ -633,7 +770,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             "netns": len(storm.pool_netns),
             "tap": len(storm.pool_tap),
             "veth": len(storm.pool_veth),
-            "netns-veth": len(storm.pool_netns_veth),
+            "netns-veth": len(storm.pool_netns_veth) + len(storm.pool_cni_netns),
         }
         used_pools = {kind: n for kind, n in made.items() if n}
         header = TraceHeader(
@@ -646,6 +783,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             scenario=ScenarioFacts(
                 sandboxes=options.sandboxes,
                 cni=options.variant,
+                runtime=options.runtime,
                 vm="qemu-microvm" if storm.runner.mode == "qemu-microvm" else "process",
                 vm_memory_mib=options.vm_memory_mib
                 if storm.runner.mode == "qemu-microvm"
@@ -667,6 +805,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                 sorted((a for sb in storm.sandboxes for a in sb.admits), key=lambda a: a.start_s)
             ),
             arrivals=tuple(Arrival(sandbox=sb.index, t_s=origin_s) for sb in storm.sandboxes),
+            execs=tuple(execs),
         )
         failures = tuple(f"{sb.index}: {sb.error}" for sb in storm.sandboxes if sb.error)
         return StormResult(trace=trace, failures=failures, run=storm.run)

@@ -42,6 +42,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -73,6 +74,7 @@ from ._vm import VmRunner, build_stub, stop, vm_available
 
 __all__ = [
     "CLIP_S",
+    "CNI_OPERATIONS",
     "OPERATIONS",
     "RTNL_NETNS_HOLD_DEFAULT_S",
     "VM_MODES",
@@ -101,8 +103,18 @@ OPERATIONS = (
     "cgroup_attach",
     "vm_spawn",
     "vm_up",
+    # The CNI runtime's processes (``testbed run --runtime cni``).
+    "process_spawn",
+    "cni_exec",
+    "ipam_add",
+    "tc_exec",
+    "shim_start",
 )
 _VM_OPERATIONS = frozenset({"vm_spawn", "vm_up"})
+#: The CNI runtime's operations: run only where the CNI plugins are installed.
+CNI_OPERATIONS = frozenset({"process_spawn", "cni_exec", "ipam_add", "tc_exec", "shim_start"})
+#: host-local only writes its lease files for this range: no address is configured.
+_OPS_IPAM_SUBNET = "10.254.0.0/24"
 _CGROUP_OPERATIONS = frozenset({"cgroup_mkdir", "cgroup_attach"})
 VmMode = Literal["qemu-microvm", "process"]
 VM_MODES: tuple[VmMode, ...] = ("qemu-microvm", "process")
@@ -504,6 +516,51 @@ def testbed_costs_from(times: OperationTimes) -> dict[str, MeasuredCost]:
             f"vm_spawn (VmRunner.start returning: fork/exec, {times.vm_mode}); quartiles",
         ),
     )
+    # The CNI runtime: each process timed from the spawning thread, less the
+    # thread's own Python work (process_spawn: its CPU time around spawning
+    # /bin/true and reading its answer), which the catalog charges apart.
+    add(
+        "spawn_cpu_s",
+        ("process_spawn",),
+        lambda: (
+            s["process_spawn"],
+            "process_spawn (the spawning thread's CPU time around subprocess.run of "
+            "/bin/true: its Python work under the GIL); quartiles",
+        ),
+    )
+    add(
+        "cni_exec_cpu_s",
+        ("cni_exec", "process_spawn"),
+        lambda: (
+            s["cni_exec"].minus(s["process_spawn"]),
+            f"cni_exec (the bridge plugin exec'd for VERSION) − process_spawn ({_DIFF})",
+        ),
+    )
+    add(
+        "ipam_hold_s",
+        ("ipam_add", "cni_exec"),
+        lambda: (
+            s["ipam_add"].minus(s["cni_exec"]),
+            f"ipam_add (host-local ADD: its exec, the lock, the lease file) − cni_exec ({_DIFF})",
+        ),
+    )
+    add(
+        "tc_exec_cpu_s",
+        ("tc_exec", "process_spawn"),
+        lambda: (
+            s["tc_exec"].minus(s["process_spawn"]),
+            f"tc_exec (`tc qdisc show dev lo`: a tc process, no change) − process_spawn ({_DIFF})",
+        ),
+    )
+    add(
+        "shim_start_cpu_s",
+        ("shim_start", "process_spawn"),
+        lambda: (
+            s["shim_start"].minus(s["process_spawn"]),
+            f"shim_start (the shim's interpreter and imports, to its first line read) − "
+            f"process_spawn ({_DIFF})",
+        ),
+    )
     add(
         "vm_boot_total_s",
         ("vm_up", "vm_spawn"),
@@ -542,6 +599,8 @@ class _Bench:
     made_netns: list[str] = field(default_factory=list)
     fds: set[int] = field(default_factory=set)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: Where the CNI plugins are (the CNI runtime's operations), or None.
+    cni_bin_dir: Path | None = None
     _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
@@ -803,6 +862,74 @@ class _Bench:
             self._close(fd)
         return dt
 
+    # -- the CNI runtime's processes ----------------------------------------
+
+    def _run_timed(
+        self, argv: list[str], *, stdin: bytes = b"", env: dict[str, str] | None = None
+    ) -> int:
+        t0 = time.perf_counter_ns()
+        done = subprocess.run(argv, input=stdin, env=env, capture_output=True, check=False)
+        dt = time.perf_counter_ns() - t0
+        if done.returncode != 0 and argv[0] != sys.executable:
+            raise TestbedError(
+                f"{os.path.basename(argv[0])}: exit {done.returncode}: "
+                f"{(done.stdout or done.stderr).decode(errors='replace').strip()[:200]}"
+            )
+        return dt
+
+    def process_spawn(self) -> int:
+        t0 = time.thread_time_ns()
+        subprocess.run(["true"], capture_output=True, check=True)
+        return max(time.thread_time_ns() - t0, 1000)
+
+    def _cni_env(self, command: str, container: str) -> dict[str, str]:
+        assert self.cni_bin_dir is not None
+        return {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": container,
+            "CNI_NETNS": f"/run/netns/{self.ns_name}",
+            "CNI_IFNAME": _INNER_IF,
+            "CNI_PATH": str(self.cni_bin_dir),
+        }
+
+    def cni_exec(self) -> int:
+        assert self.cni_bin_dir is not None
+        return self._run_timed(
+            [str(self.cni_bin_dir / "bridge")],
+            stdin=b'{"cniVersion": "1.0.0"}',
+            env=self._cni_env("VERSION", "ops"),
+        )
+
+    def ipam_add(self) -> int:
+        assert self.cni_bin_dir is not None
+        conf = json.dumps(
+            {
+                "cniVersion": "1.0.0",
+                "name": f"bst-{self.run}-ops",
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": _OPS_IPAM_SUBNET}]],
+                    "dataDir": str(self.workdir / "ipam"),
+                },
+            }
+        ).encode()
+        container = f"op{next(self._seq)}"
+        plugin = str(self.cni_bin_dir / "host-local")
+        dt = self._run_timed([plugin], stdin=conf, env=self._cni_env("ADD", container))
+        self._run_timed([plugin], stdin=conf, env=self._cni_env("DEL", container))
+        return dt
+
+    def tc_exec(self) -> int:
+        return self._run_timed(["tc", "qdisc", "show", "dev", "lo"])
+
+    def shim_start(self) -> int:
+        # An empty job: the shim starts, reads it, reports the error and exits.
+        from ._cni_stages import SHIM_FLAGS
+        from ._leftovers import SHIM_SCRIPT
+
+        return self._run_timed([sys.executable, *SHIM_FLAGS, str(SHIM_SCRIPT)], stdin=b"\n")
+
     def after_block(self, op: str) -> None:
         """Remove what a block kept until its end (``netns_create``'s namespaces)."""
         if op == "netns_create":
@@ -871,6 +998,7 @@ def measure_operations(
     warmup: int = 3,
     vm: bool = True,
     ops: tuple[str, ...] | None = None,
+    cni_bin_dir: Path | None = None,
 ) -> OperationTimes:
     """Time each operation alone, ``repeats`` times after ``warmup`` discarded ones.
 
@@ -885,13 +1013,28 @@ def measure_operations(
     chosen = _checked_ops(ops)
     if os.geteuid() != 0:
         raise TestbedError("measure-ops needs root (network namespaces, links, cgroups)")
+    plugins: Path | None = None
+    skipped_cni = ""
+    if CNI_OPERATIONS & set(chosen):
+        from .cni import CniSetupError, discover_bin_dir
+
+        try:
+            plugins = discover_bin_dir(cni_bin_dir, ("bridge", "host-local"))
+        except CniSetupError as exc:
+            if ops is not None or cni_bin_dir is not None:
+                raise  # asked for by name: say why it cannot run
+            # By default the CNI runtime's operations are timed where it can run.
+            chosen = tuple(o for o in chosen if o not in CNI_OPERATIONS)
+            skipped_cni = f"the CNI runtime's operations were not timed: {exc}"
     run = new_run_id()
     register_run(run)
     bench: _Bench | None = None
     was_enabled = gc.isenabled()
     try:
         sweep_leftovers(keep={run})
-        bench = _Bench(run=run, want_vm=vm)
+        bench = _Bench(run=run, want_vm=vm, cni_bin_dir=plugins)
+        if skipped_cni:
+            bench.notes.append(skipped_cni)
         bench.prepare(chosen)
         timings = []
         busiest = (0.0, "")

@@ -4,6 +4,7 @@ returns (:class:`StormResult`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -11,9 +12,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from bootstorm.models.tuned import TunedConfig
 from bootstorm.traces import Trace
 
-__all__ = ["STAGES", "StormOptions", "StormResult"]
+__all__ = ["CNI_POOLS", "STAGES", "StormOptions", "StormResult"]
 
 STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
+#: Pools the ``cni`` runtime makes: plain namespaces, and namespaces whose
+#: CNI ADD was done before the storm.
+CNI_POOLS = ("netns", "netns-veth")
 
 
 class StormOptions(BaseModel):
@@ -59,6 +63,26 @@ class StormOptions(BaseModel):
     settle_s:
         Wait up to this long for the host to be quiet before the storm (the
         kernel still tears down an earlier storm's namespaces for seconds).
+    runtime:
+        ``threads``: each sandbox's thread does the kernel operations itself
+        (netlink in-process). ``cni``: as containerd and Kata do it — the
+        thread execs real CNI plugins (ADD, CHECK, DEL through the CNI
+        protocol) and one shim process per sandbox that makes the tap, runs
+        ``tc`` and starts the VMM (:mod:`._cni_stages`). Its pools are
+        ``netns`` and ``netns-veth`` (a namespace whose ADD was done before
+        the storm).
+    cni_bin_dir:
+        Where the CNI plugins are; None: ``/usr/lib/cni``, else ``/opt/cni/bin``.
+    cni_plugin:
+        The main plugin (with host-local IPAM): ``bridge`` (on the run's own
+        bridge), ``ptp``, ``macvlan`` or ``ipvlan`` (on a veth pair of the
+        run's own as master; ipvlan needs the kernel module).
+    cni_chain:
+        Plugins chained after it, in order, as a conflist runs them:
+        ``tuning`` (an MTU and a sysctl), ``bandwidth`` (ingress and egress
+        shaping; needs a veth: bridge or ptp).
+    cni_check:
+        CHECK each sandbox's network after its ADD (in AddCNI).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -76,6 +100,53 @@ class StormOptions(BaseModel):
     max_lock_spans: int | None = Field(default=None, ge=0)
     config: TunedConfig | None = None
     settle_s: float = Field(default=20.0, ge=0.0)
+    runtime: Literal["threads", "cni"] = "threads"
+    cni_bin_dir: Path | None = None
+    cni_plugin: Literal["bridge", "ptp", "macvlan", "ipvlan"] = "bridge"
+    cni_chain: tuple[Literal["tuning", "bandwidth"], ...] = ()
+    cni_check: bool = False
+
+    @model_validator(mode="after")
+    def _runtime_options(self) -> StormOptions:
+        if self.runtime == "threads":
+            cni: dict[str, tuple[object, object]] = {
+                "cni_bin_dir": (self.cni_bin_dir, None),
+                "cni_plugin": (self.cni_plugin, "bridge"),
+                "cni_chain": (self.cni_chain, ()),
+                "cni_check": (self.cni_check, False),
+            }
+            for name, (value, default) in cni.items():
+                if value != default:
+                    raise ValueError(
+                        f"{name}: {value!r} applies to runtime 'cni' only (runtime is 'threads')"
+                    )
+            return self
+        threads_only: dict[str, tuple[object, object]] = {
+            "endpoint": (self.endpoint, "veth"),
+            "peer": (self.peer, "in-netns"),
+            "netprio_ifpriomap": (self.netprio_ifpriomap, False),
+        }
+        for name, (value, default) in threads_only.items():
+            if value != default:
+                raise ValueError(
+                    f"{name}: {value!r} applies to runtime 'threads' only (runtime is 'cni': "
+                    "the CNI plugin makes the endpoint)"
+                )
+        if len(set(self.cni_chain)) != len(self.cni_chain):
+            raise ValueError(f"cni_chain: a plugin appears twice in {list(self.cni_chain)!r}")
+        if "bandwidth" in self.cni_chain and self.cni_plugin not in ("bridge", "ptp"):
+            raise ValueError(
+                f"cni_chain: 'bandwidth' shapes the host end of a veth pair, which "
+                f"cni_plugin {self.cni_plugin!r} does not make (use bridge or ptp)"
+            )
+        pools = self.config.pools if self.config is not None else {}
+        for kind, n in pools.items():
+            if n > 0 and kind not in CNI_POOLS:
+                raise ValueError(
+                    f"config.pools.{kind}: {n} does not apply to runtime 'cni' "
+                    f"(its pools: {', '.join(CNI_POOLS)})"
+                )
+        return self
 
     @model_validator(mode="after")
     def _peer_of_a_veth(self) -> StormOptions:
@@ -88,7 +159,11 @@ class StormOptions(BaseModel):
 
     @property
     def variant(self) -> str:
-        """The CNI-like variant a trace header names (``ScenarioFacts.cni``)."""
+        """The CNI-like variant a trace header names (``ScenarioFacts.cni``):
+        ``cni-<plugin>`` and ``+<plugin>`` per chained one for the ``cni``
+        runtime."""
+        if self.runtime == "cni":
+            return "".join((f"cni-{self.cni_plugin}", *(f"+{p}" for p in self.cni_chain)))
         return f"veth-peer-{self.peer}" if self.endpoint == "veth" else f"{self.endpoint}-endpoint"
 
     @model_validator(mode="after")

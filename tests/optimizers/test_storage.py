@@ -1,0 +1,184 @@
+"""Where a study lives: a journal file by default, database URLs as before.
+
+The journal keeps a study through a reopen and through a killed worker (a
+heartbeat fails its trial and queues its parameters again, as on PostgreSQL,
+``test_postgres.py``), and studies kept in SQLite before still open.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from bootstorm._cli_optimize import DEFAULT_STORAGE
+from bootstorm.models import Scenario
+from bootstorm.optimizers import (
+    HeartbeatJournalStorage,
+    IntRange,
+    SearchSpace,
+    StudySpec,
+    open_storage,
+    optimize,
+    read_study,
+)
+from bootstorm.optimizers._storage import HEARTBEAT_ATTR, UnsyncedJournalFileBackend
+
+SMALL = Scenario(cni="ipvtap", sandboxes=20)
+
+
+def _space() -> SearchSpace:
+    return SearchSpace(cni="ipvtap", limits={"AddCNI": IntRange(low=1, high=20)})
+
+
+def _spec(storage: str | None, *, trials: int, name: str = "s") -> StudySpec:
+    return StudySpec(
+        scenario=SMALL, space=_space(), trials=trials, storage=storage, study_name=name
+    )
+
+
+def test_the_default_storage_is_a_journal_file() -> None:
+    assert "://" not in DEFAULT_STORAGE and DEFAULT_STORAGE.endswith(".log")
+    storage = _spec(DEFAULT_STORAGE, trials=1).make_storage()
+    try:
+        assert isinstance(storage, HeartbeatJournalStorage)
+    finally:
+        Path(DEFAULT_STORAGE).unlink(missing_ok=True)
+
+
+def test_a_journal_study_survives_reopening_and_resumes(tmp_path: Path) -> None:
+    path = str(tmp_path / "study.log")
+    first = optimize(_spec(path, trials=3))
+    assert first.completed == 3
+    # Another process (here: a fresh storage object) sees the same study ...
+    again = read_study(_spec(path, trials=3))
+    assert again.completed == 3
+    assert [o.number for o in again.best] == [o.number for o in first.best]
+    # ... and a larger total resumes it instead of starting over.
+    assert optimize(_spec(path, trials=5)).completed == 5
+    study = optuna.load_study(study_name="s", storage=open_storage(path))
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 5
+
+
+def test_a_study_kept_in_sqlite_still_opens(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    optimize(_spec(url, trials=2))
+    assert read_study(_spec(url, trials=2)).completed == 2
+    assert isinstance(open_storage(url), optuna.storages.RDBStorage)
+
+
+def test_a_journal_is_written_in_whole_lines(tmp_path: Path) -> None:
+    path = tmp_path / "j.log"
+    backend = UnsyncedJournalFileBackend(str(path))
+    backend.append_logs([{"a": 1}, {"b": [2, 3]}])
+    backend.append_logs([{"c": "x"}])
+    assert path.read_text() == '{"a":1}\n{"b":[2,3]}\n{"c":"x"}\n'
+    assert list(backend.read_logs(0)) == [{"a": 1}, {"b": [2, 3]}, {"c": "x"}]
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
+def test_a_silent_running_trial_is_failed_and_its_parameters_queued_again(
+    tmp_path: Path,
+) -> None:
+    spec = _spec(str(tmp_path / "study.log"), trials=1)
+    study = spec.open_study()
+    study.ask()  # the enqueued baseline: its worker "dies" here, mid-trial
+    dead = study.ask({"limit:AddCNI": optuna.distributions.IntDistribution(1, 20)})
+    storage = study._storage
+    assert isinstance(storage, HeartbeatJournalStorage)
+    storage.set_trial_system_attr(dead._trial_id, HEARTBEAT_ATTR, time.time() - 3600)
+    with warnings.catch_warnings():  # "experimental" since Optuna 2.9
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    by_number = {t.number: t for t in study.trials}
+    assert by_number[dead.number].state == TrialState.FAIL
+    retry = [t for t in study.trials if t.system_attrs.get("failed_trial") == dead.number]
+    assert retry and retry[0].state == TrialState.WAITING
+    assert retry[0].params == {"limit:AddCNI": dead.params["limit:AddCNI"]}
+    # A trial without a stamp is judged by its start: a moment ago, not stale.
+    assert by_number[0].state == TrialState.RUNNING
+
+
+def _worker(storage: str, out: Path, *, trials: int) -> subprocess.Popen[str]:
+    """``bootstorm optimize`` in its own process, as a second worker would run it."""
+    args = [
+        "optimize",
+        "--executor",
+        "simpy",  # ~0.1 s a trial: a wide window to kill it in
+        "--storage",
+        storage,
+        "--study-name",
+        "killed",
+        "--trials",
+        str(trials),
+        "--sandboxes",
+        "400",
+        "--heartbeat-s",
+        "1",
+        "--output",
+        str(out),
+    ]
+    return subprocess.Popen(
+        [sys.executable, "-c", "from bootstorm.cli import main; main()", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_a_killed_worker_loses_no_finished_trial_and_the_journal_study_resumes(
+    tmp_path: Path,
+) -> None:
+    storage, trials = str(tmp_path / "study.log"), 12
+    for attempt in range(5):
+        victim = _worker(storage, tmp_path / f"victim{attempt}.yaml", trials=trials)
+        deadline = time.monotonic() + 240
+        caught = None
+        while caught is None:
+            assert time.monotonic() < deadline, "the victim never ran a trial"
+            assert victim.poll() is None, victim.communicate()
+            time.sleep(0.02)
+            try:
+                study = optuna.load_study(study_name="killed", storage=open_storage(storage))
+            except KeyError:
+                continue
+            if len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) < 3:
+                continue  # kill mid-study: after some trials have finished
+            running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            tag = f":{victim.pid}"
+            caught = next(
+                (t for t in running if str(t.user_attrs.get("worker", "")).endswith(tag)), None
+            )
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=30)
+        study = optuna.load_study(study_name="killed", storage=open_storage(storage))
+        finished = {t.number for t in study.get_trials(states=(TrialState.COMPLETE,))}
+        if caught.number not in finished:
+            break
+    else:
+        pytest.fail("five kills in a row landed between trials")
+    killed_at = time.monotonic()
+    # Started after the grace period (3 heartbeats of 1 s): the survivor finds
+    # the killed trial stale, fails it and runs its queued retry.
+    time.sleep(max(0.0, killed_at + 4.0 - time.monotonic()))
+    survivor = _worker(storage, tmp_path / "survivor.yaml", trials=trials)
+    _, err = survivor.communicate(timeout=240)
+    assert survivor.returncode == 0, err
+
+    study = optuna.load_study(study_name="killed", storage=open_storage(storage))
+    by_number = {t.number: t for t in study.trials}
+    assert all(by_number[n].state == TrialState.COMPLETE for n in finished)
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) >= trials
+    assert by_number[caught.number].state == TrialState.FAIL
+    retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == caught.number]
+    assert retries and retries[0].state == TrialState.COMPLETE
+    assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))

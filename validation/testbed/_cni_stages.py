@@ -1,0 +1,599 @@
+"""The testbed's ``cni`` runtime: a sandbox's stages as containerd and Kata run them.
+
+The driver keeps one thread per sandbox (containerd's goroutine per pod),
+but here that thread does next to no work itself: it execs real processes
+and waits for them.
+
+- **NetNS**: the driver's, unchanged (a named namespace, or a pooled one);
+- **AddCNI**: the network's plugins exec'd through the CNI protocol
+  (:mod:`.cni`): ADD through the chain, CHECK on request; a sandbox that
+  took a ``netns-veth`` namespace finds its ADD done before the storm;
+- **Cgroup**: the driver's, unchanged;
+- **AttachIf**: a shim process (:mod:`.shim`, one per sandbox, as Kata's
+  containerd-shim-kata-v2) started; it enters the namespace, makes the tap
+  and runs ``tc`` (Kata's tcfilter mode); the span runs from the shim's
+  start to its ``attach_done``;
+- **StartVM**: from ``attach_done`` (or, when StartVM is gated, from the
+  driver's ``go`` once admitted) until the shim reports ``vm_up``.
+
+Every process a sandbox runs is an :class:`~bootstorm.traces.ExecSpan`;
+kernel waits join to them by pid (:func:`exec_owners`). After the storm the
+shims are stopped and every sandbox that ADDed is DELeted (the chain in
+reverse), before the driver removes the namespaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from bootstorm.traces import ExecSpan, StageSpan
+
+from ._leftovers import CNI_STATE_DIR, SHIM_SCRIPT, RunNames, sweep_lock
+from ._netns import NETNS_RUN_DIR, create_netns_here
+from ._vm import BOOT_TIMEOUT_S, MARKER, VmRunner
+from .cni import (
+    IPAM_PLUGIN,
+    CniError,
+    CniNetwork,
+    CniResult,
+    CniSetupError,
+    ExecRecord,
+    add,
+    build_network,
+    check,
+    delete,
+    discover_bin_dir,
+    pick_subnet,
+)
+from .options import StormOptions
+
+__all__ = [
+    "SHIM_FLAGS",
+    "CniHost",
+    "CniRuntime",
+    "CniSandbox",
+    "ShimError",
+    "cni_host",
+    "exec_owners",
+    "raise_fd_limit",
+]
+
+log = logging.getLogger(__name__)
+
+#: The shim's interpreter flags: isolated (no environment, no user site) and
+#: no ``site`` (the editable install's import hook would cost ~20 ms a start):
+#: a bare interpreter, as cheap as Python starts.
+SHIM_FLAGS = ("-I", "-S")
+IFNAME = "eth0"
+TAP = "tap0"
+#: A shim told to stop (stdin closed) gets this long before SIGTERM, then SIGKILL.
+SHIM_STOP_WAIT_S = 5.0
+#: DELs (and pooled ADDs) run this many at once: the host has few cores.
+WORKERS = 4
+#: Descriptors the driver holds per sandbox at the peak: its namespace, the
+#: shim's stdin and stdout, a plugin's three pipes.
+FDS_PER_SANDBOX = 6
+
+Owner = tuple[float, float, int, str]
+
+
+class ShimError(RuntimeError):
+    """A sandbox's shim reported an error, or ended before it reported."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CniHost:
+    """What the ``cni`` runtime needs of this host, found before a run starts."""
+
+    bin_dir: Path
+    tc: Path
+
+
+def cni_host(options: StormOptions) -> CniHost:
+    """The plugin directory (:func:`.cni.discover_bin_dir`) and ``tc``;
+    :class:`.cni.CniSetupError` (one line) if either is missing."""
+    plugins = [options.cni_plugin, *options.cni_chain, IPAM_PLUGIN]
+    bin_dir = discover_bin_dir(options.cni_bin_dir, plugins)
+    tc = shutil.which("tc") or next(
+        (p for p in ("/usr/sbin/tc", "/sbin/tc") if os.access(p, os.X_OK)), None
+    )
+    if tc is None:
+        raise CniSetupError(
+            "runtime: 'cni' needs the tc binary (iproute2) for the shim's filters; "
+            "not found on PATH or in /usr/sbin"
+        )
+    return CniHost(bin_dir=bin_dir, tc=Path(tc))
+
+
+def raise_fd_limit(sandboxes: int) -> str | None:
+    """Raise the soft open-files limit to what ``sandboxes`` shims and
+    plugins need, up to the hard limit; a note if even that is short."""
+    need = FDS_PER_SANDBOX * sandboxes + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return None
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < need:
+        return f"open-files limit {target} (hard) is short of the ~{need} this storm may need"
+    return None
+
+
+@dataclass
+class CniSandbox:
+    """One sandbox's CNI and shim state, for its stages and for teardown."""
+
+    index: int
+    #: ``bst-<run>-<i>``: the VMM's ``-name`` and the shim's tag (for the sweep).
+    name: str
+    netns: str | None = None
+    container_id: str | None = None
+    result: CniResult | None = None
+    #: An ADD was started (a DEL is owed, whatever came of it).
+    add_started: bool = False
+    #: Took a ``netns-veth`` namespace whose ADD was done before the storm.
+    pooled: bool = False
+    deleted: bool = False
+    shim: subprocess.Popen[bytes] | None = None
+    shim_start_s: float | None = None
+    attach_done_s: float | None = None
+    vmm_pid: int | None = None
+    shim_stopped: bool = False
+    execs: list[ExecSpan] = field(default_factory=list)
+
+    @property
+    def netns_path(self) -> str:
+        assert self.netns is not None
+        return str(NETNS_RUN_DIR / self.netns)
+
+
+def _span(record: ExecRecord, *, sandbox: int | None, stage: str) -> ExecSpan:
+    return ExecSpan(
+        sandbox=sandbox,
+        stage=stage,
+        program=record.program,
+        command=record.command,
+        pid=record.pid,
+        rc=record.rc,
+        start_s=record.start_s,
+        end_s=record.end_s,
+    )
+
+
+def _host_networks() -> list[ipaddress.IPv4Network]:
+    """Every IPv4 prefix routed or addressed on the host (the default route aside)."""
+    nets = []
+    with IPRoute() as ipr:
+        for route in ipr.route("dump", family=socket.AF_INET):
+            dst = route.get_attr("RTA_DST")
+            if dst and route["dst_len"] > 0:
+                nets.append(ipaddress.IPv4Network(f"{dst}/{route['dst_len']}", strict=False))
+        for addr in ipr.get_addr(family=socket.AF_INET):
+            a = addr.get_attr("IFA_ADDRESS")
+            if a:
+                nets.append(ipaddress.IPv4Network(f"{a}/{addr['prefixlen']}", strict=False))
+    return nets
+
+
+def _other_runs_subnets() -> list[ipaddress.IPv4Network]:
+    nets = []
+    for saved in CNI_STATE_DIR.glob("*/run.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            nets.append(ipaddress.IPv4Network(json.loads(saved.read_text())["subnet"]))
+    return nets
+
+
+class CniRuntime:
+    """The run's CNI network and the ``cni`` stage bodies (see module doc)."""
+
+    def __init__(
+        self, *, options: StormOptions, host: CniHost, names: RunNames, runner: VmRunner
+    ) -> None:
+        self.options = options
+        self.host = host
+        self.names = names
+        self.runner = runner
+        self.state_dir = names.cni_dir()
+        self.network: CniNetwork | None = None
+        self.subnet: ipaddress.IPv4Network | None = None
+        #: Whether the shim waits for ``go`` before StartVM (the stage may be gated).
+        self.wait_go = True
+        #: Pre-ADDed ``netns-veth`` namespaces: container id → its result.
+        self.pool: dict[str, CniResult] = {}
+        self._pool_execs: dict[str, list[ExecSpan]] = {}
+        self._pool_taken: dict[str, int] = {}
+        self._pool_deleted: set[str] = set()
+        self.notes: list[str] = []
+
+    # -- before the storm -----------------------------------------------------
+
+    def prepare(self) -> None:
+        """The run's state directory, subnet, network and host links."""
+        opts = self.options
+        with sweep_lock():  # two runs starting at once must not take one subnet
+            self.subnet = pick_subnet([*_host_networks(), *_other_runs_subnets()])
+            self.state_dir.mkdir(parents=True, exist_ok=False)
+            parent = self.names.vport() if opts.cni_plugin in ("macvlan", "ipvlan") else None
+            self.network = build_network(
+                name=self.names.cni_network(),
+                plugin=opts.cni_plugin,
+                chain=opts.cni_chain,
+                subnet=self.subnet,
+                ipam_dir=self.state_dir / "ipam",
+                bridge=self.names.bridge() if opts.cni_plugin == "bridge" else None,
+                parent=parent,
+                tuning_dir=self.state_dir / "tuning",
+            )
+            saved = {
+                "conflist": self.network.conflist(),
+                "bin_dir": str(self.host.bin_dir),
+                "subnet": str(self.subnet),
+                "ifname": IFNAME,
+            }
+            tmp = self.state_dir / "run.json.tmp"
+            tmp.write_text(json.dumps(saved, indent=1) + "\n")
+            tmp.replace(self.state_dir / "run.json")
+        with IPRoute() as ipr:
+            if opts.cni_plugin == "bridge":
+                # A node's bridge exists before a storm (the first ADD made it
+                # long ago); made here with its gateway address, the storm's
+                # ADDs find it instead of racing to create it.
+                br = self.names.bridge()
+                ipr.link("add", ifname=br, kind="bridge")
+                (idx,) = ipr.link_lookup(ifname=br)
+                gateway = next(self.subnet.hosts())
+                ipr.addr("add", index=idx, address=str(gateway), prefixlen=self.subnet.prefixlen)
+                ipr.link("set", index=idx, state="up")
+            elif parent is not None:
+                # The master link: a veth pair of the run's own, both ends up.
+                peer = {"ifname": self.names.vport_peer()}
+                ipr.link("add", ifname=parent, kind="veth", peer=peer)
+                for name in (parent, self.names.vport_peer()):
+                    (idx,) = ipr.link_lookup(ifname=name)
+                    ipr.link("set", index=idx, state="up")
+                if opts.cni_plugin == "ipvlan":
+                    self._probe_ipvlan(ipr, parent)
+        self.notes.append(
+            f"runtime cni: plugins {' → '.join(self.network.types)} from {self.host.bin_dir} "
+            f"(network {self.network.name}, subnet {self.subnet}); one shim process per "
+            f"sandbox ({sys.executable} {' '.join(SHIM_FLAGS)} shim.py), tc from {self.host.tc}"
+        )
+
+    def _probe_ipvlan(self, ipr: Any, parent: str) -> None:
+        (pidx,) = ipr.link_lookup(ifname=parent)
+        probe = self.names.ipvlan_probe()
+        try:
+            ipr.link("add", ifname=probe, kind="ipvlan", link=pidx, ipvlan_mode=0)
+        except NetlinkError as exc:
+            raise CniSetupError(
+                f"cni_plugin: 'ipvlan' needs the kernel's ipvlan module, which this kernel "
+                f"does not have (making an ipvlan link failed: {exc.args[-1]})"
+            ) from None
+        for idx in ipr.link_lookup(ifname=probe):
+            ipr.link("del", index=idx)
+
+    def fill_pool(self, netns_names: Sequence[str]) -> list[tuple[str, str]]:
+        """ADD each of ``netns_names`` (namespaces made here) before the storm;
+        the pool's (namespace, container id) pairs."""
+
+        def one(netns: str) -> tuple[str, str]:
+            os.close(create_netns_here(netns))
+            execs = self._pool_execs.setdefault(netns, [])
+
+            def record(r: ExecRecord) -> None:
+                execs.append(_span(r, sandbox=None, stage="pool"))
+
+            try:
+                self.pool[netns] = self._add(netns, str(NETNS_RUN_DIR / netns), record)
+            except CniError as exc:
+                raise CniSetupError(f"pools.netns-veth: {netns}: {exc}") from None
+            return netns, netns
+
+        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+            return list(pool.map(one, netns_names))
+
+    def _add(self, container_id: str, netns_path: str, on_exec: Any) -> CniResult:
+        assert self.network is not None
+        return add(
+            self.network,
+            bin_dir=self.host.bin_dir,
+            container_id=container_id,
+            netns=netns_path,
+            ifname=IFNAME,
+            on_exec=on_exec,
+        )
+
+    # -- the stages -------------------------------------------------------------
+
+    def take_pooled(self, cs: CniSandbox, netns: str, container_id: str) -> None:
+        """``cs`` took a pre-ADDed namespace: its AddCNI has nothing to ADD."""
+        cs.netns = netns
+        cs.container_id = container_id
+        cs.result = self.pool.get(container_id)
+        cs.pooled = True
+        cs.add_started = True  # its DEL is owed at teardown
+        self._pool_taken[container_id] = cs.index
+
+    def add_cni(self, cs: CniSandbox) -> None:
+        assert self.network is not None and cs.netns is not None
+
+        def record(r: ExecRecord) -> None:
+            cs.execs.append(_span(r, sandbox=cs.index, stage="AddCNI"))
+
+        if not cs.pooled:
+            cs.container_id = cs.netns  # unique in the run, and what a sweep DELs by
+            cs.add_started = True
+            cs.result = self._add(cs.container_id, cs.netns_path, record)
+        if self.options.cni_check and cs.result is not None:
+            assert cs.container_id is not None
+            check(
+                self.network,
+                cs.result,
+                bin_dir=self.host.bin_dir,
+                container_id=cs.container_id,
+                netns=cs.netns_path,
+                ifname=IFNAME,
+                on_exec=record,
+            )
+
+    def attach_if(self, cs: CniSandbox, cgroup: Path | None) -> tuple[float, float]:
+        """Start the shim; (its start, its ``attach_done``)."""
+        assert cs.netns is not None
+        job = {
+            "netns": cs.netns_path,
+            "inner_if": IFNAME,
+            "tap": TAP,
+            "tc": str(self.host.tc),
+            "cgroup": str(cgroup) if cgroup is not None else None,
+            "vm_mode": self.runner.mode,
+            "vm_argv": self.runner.argv(name=cs.name, netns=cs.netns, tap_fd="{tap_fd}"),
+            "marker": MARKER,
+            "boot_timeout_s": BOOT_TIMEOUT_S,
+            "wait_go": self.wait_go,
+        }
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, *SHIM_FLAGS, str(SHIM_SCRIPT), cs.name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            # Its own session: a Ctrl-C at the terminal reaches the driver,
+            # which stops the shims in order (as containerd's shims are daemons).
+            start_new_session=True,
+        )
+        cs.shim, cs.shim_start_s = proc, start
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(json.dumps(job).encode() + b"\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died at once: reading its output says why
+        cs.attach_done_s = float(self._until(cs, "attach_done")["t"])
+        return start, cs.attach_done_s
+
+    def start_vm(self, cs: CniSandbox) -> tuple[float, float]:
+        """Until the shim's ``vm_up``; (the StartVM span's start, ``vm_up``)."""
+        assert cs.shim is not None and cs.shim.stdin is not None and cs.attach_done_s is not None
+        if self.wait_go:
+            start = time.monotonic()
+            try:
+                cs.shim.stdin.write(b"go\n")
+                cs.shim.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+        else:
+            start = cs.attach_done_s
+        event = self._until(cs, "vm_up")
+        cs.vmm_pid = int(event["vmm_pid"])
+        return start, float(event["t"])
+
+    def _until(self, cs: CniSandbox, want: str) -> dict[str, Any]:
+        """Read the shim's events until ``want``; exec events recorded on the way."""
+        assert cs.shim is not None and cs.shim.stdout is not None
+        other: list[str] = []
+        for line in cs.shim.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                other = [*other, line.decode(errors="replace").strip()][-5:]
+                continue
+            if not isinstance(event, dict):
+                continue
+            kind = event.get("event")
+            if kind == "exec":
+                self._record(cs, event)
+            elif kind == "error":
+                raise ShimError(f"shim: {event.get('msg')}")
+            elif kind == want:
+                return event
+        rc = cs.shim.poll()
+        said = f": {' | '.join(other)}" if other else ""
+        raise ShimError(f"shim ended (rc {rc}) before {want}{said}")
+
+    @staticmethod
+    def _record(cs: CniSandbox, event: Mapping[str, Any]) -> None:
+        command = str(event.get("command", ""))
+        cs.execs.append(
+            ExecSpan(
+                sandbox=cs.index,
+                stage="StartVM" if command == "vmm" else "AttachIf",
+                program=str(event.get("program") or "?"),
+                command=command or "?",
+                pid=int(event["pid"]),
+                rc=event.get("rc"),
+                start_s=float(event["start"]),
+                end_s=float(event["end"]),
+            )
+        )
+
+    # -- after the storm --------------------------------------------------------
+
+    def interrupt(self, sandboxes: Iterable[CniSandbox]) -> None:
+        """SIGTERM every shim: sandbox threads reading them get EOF at once."""
+        for cs in sandboxes:
+            if cs.shim is not None and cs.shim.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    cs.shim.send_signal(signal.SIGTERM)
+
+    def stop_shims(self, sandboxes: Sequence[CniSandbox]) -> None:
+        """Close every shim's stdin (it stops its VMM and exits), wait, record it."""
+        live = [cs for cs in sandboxes if cs.shim is not None and not cs.shim_stopped]
+        for cs in live:
+            assert cs.shim is not None
+            if cs.shim.stdin is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    cs.shim.stdin.close()
+        deadline = time.monotonic() + SHIM_STOP_WAIT_S
+        for cs in live:
+            proc = cs.shim
+            assert proc is not None and cs.shim_start_s is not None
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=2.0)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            end = time.monotonic()
+            if proc.stdout is not None:
+                # Events after vm_up (a VMM reaped at stop), unless the
+                # sandbox's thread is still reading (an interrupted storm).
+                with contextlib.suppress(Exception):
+                    for line in proc.stdout.read().splitlines():
+                        event = json.loads(line)
+                        if isinstance(event, dict) and event.get("event") == "exec":
+                            self._record(cs, event)
+                with contextlib.suppress(OSError):
+                    proc.stdout.close()
+            cs.execs.append(
+                ExecSpan(
+                    sandbox=cs.index,
+                    stage="AttachIf",
+                    program=SHIM_SCRIPT.name,
+                    command="shim",
+                    pid=proc.pid,
+                    rc=proc.returncode,
+                    start_s=cs.shim_start_s,
+                    end_s=max(end, cs.shim_start_s),
+                )
+            )
+            cs.shim_stopped = True
+
+    def teardown(self, sandboxes: Sequence[CniSandbox]) -> None:
+        """Stop the shims, then DEL every sandbox that ADDed and every pooled
+        namespace none took (the chain in reverse), before namespaces go."""
+        self.stop_shims(sandboxes)
+        if self.network is None:
+            return
+        owed = [cs for cs in sandboxes if cs.add_started and not cs.deleted]
+        untaken = [
+            c for c in self.pool if c not in self._pool_taken and c not in self._pool_deleted
+        ]
+        for cs in owed:
+            cs.deleted = True
+        self._pool_deleted.update(untaken)
+
+        def del_sandbox(cs: CniSandbox) -> None:
+            if cs.container_id is None or cs.netns is None:
+                return
+            self._delete(
+                cs.container_id,
+                cs.netns_path,
+                cs.result,
+                lambda r: cs.execs.append(_span(r, sandbox=cs.index, stage="teardown")),
+            )
+
+        def del_pooled(container: str) -> None:
+            execs = self._pool_execs.setdefault(container, [])
+            self._delete(
+                container,
+                str(NETNS_RUN_DIR / container),
+                self.pool.get(container),
+                lambda r: execs.append(_span(r, sandbox=None, stage="teardown")),
+            )
+
+        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+            list(pool.map(del_sandbox, owed))
+            list(pool.map(del_pooled, untaken))
+
+    def _delete(
+        self, container: str, netns_path: str, result: CniResult | None, on_exec: Any
+    ) -> None:
+        assert self.network is not None
+        try:
+            delete(
+                self.network,
+                result,
+                bin_dir=self.host.bin_dir,
+                container_id=container,
+                netns=netns_path,
+                ifname=IFNAME,
+                on_exec=on_exec,
+            )
+        except (CniError, OSError) as exc:
+            log.warning("CNI DEL of %s failed: %s", container, exc)
+
+    def remove(self) -> None:
+        """The run's links (bridge, master pair, probe) and state directory."""
+        with IPRoute() as ipr:
+            for name in (
+                self.names.ipvlan_probe(),
+                self.names.vport(),
+                self.names.vport_peer(),
+                self.names.bridge(),
+            ):
+                with contextlib.suppress(Exception):
+                    for idx in ipr.link_lookup(ifname=name):
+                        ipr.link("del", index=idx)
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            CNI_STATE_DIR.rmdir()  # only when no other run uses it
+
+    def execs(self, sandboxes: Iterable[CniSandbox]) -> list[ExecSpan]:
+        """Every process the run ran, in start order; a pooled ADD names the
+        sandbox that took its namespace."""
+        out = [e for cs in sandboxes for e in cs.execs]
+        for container, spans in self._pool_execs.items():
+            taker = self._pool_taken.get(container)
+            for e in spans:
+                out.append(e.model_copy(update={"sandbox": taker}) if e.stage == "pool" else e)
+        return sorted(out, key=lambda e: e.start_s)
+
+
+def exec_owners(spans: Iterable[StageSpan], execs: Iterable[ExecSpan]) -> dict[int, list[Owner]]:
+    """Owners by pid for :func:`~bootstorm.traces.kernel.join_contention`:
+    each process of a sandbox owns that sandbox's stage spans while it ran."""
+    by_sandbox: dict[int, list[StageSpan]] = {}
+    for s in spans:
+        by_sandbox.setdefault(s.sandbox, []).append(s)
+    owners: dict[int, list[Owner]] = {}
+    for e in execs:
+        if e.sandbox is None:
+            continue
+        for s in by_sandbox.get(e.sandbox, ()):
+            lo, hi = max(s.start_s, e.start_s), min(s.end_s, e.end_s)
+            if lo <= hi:
+                owners.setdefault(e.pid, []).append((lo, hi, e.sandbox, s.stage))
+    return owners
