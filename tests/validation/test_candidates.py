@@ -473,6 +473,7 @@ def test_two_configs_on_this_host(
     out_dir = tmp_path / "runs"
     argv = ["validate", "--candidates", str(tmp_path / "pool.yaml"), "--sandboxes", "6"]
     argv += ["--repeat", "2", "--no-vm", "--profile", str(tmp_path / "local.yaml")]
+    argv += ["--runtime", "threads"]  # the profile is the thread harness's
     loose = ["--threshold", "1000", "--min-spearman", "-1"]
     code = _exit_code([*argv, *loose, "--trace-out", str(out_dir)])
     out = capsys.readouterr().out
