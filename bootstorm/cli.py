@@ -372,7 +372,8 @@ def report(
         str | None,
         typer.Argument(
             help="A scenario YAML (simulated), a trace (.jsonl[.gz], measured or simulated), "
-            "or an Optuna storage URL (sqlite:///study.db, postgresql://...). "
+            "or a study: its journal file (study.log, optimize's default) or an Optuna "
+            "storage URL (sqlite:///study.db, postgresql://...). "
             "Default: the scenario the options describe."
         ),
     ] = None,
@@ -395,11 +396,15 @@ def report(
 
     title: str
     kw: dict[str, Any] = {}
-    if source is not None and "://" in source:
+    if source is not None and ("://" in source or source.endswith(".log")):
         import optuna
 
+        from .optimizers._storage import open_storage
+
+        if "://" not in source and not Path(source).is_file():
+            raise ConfigError(f"source: no study journal at {source!r}")
         try:
-            study = optuna.load_study(study_name=study_name, storage=source)
+            study = optuna.load_study(study_name=study_name, storage=open_storage(source))
         except (KeyError, ValueError) as exc:
             raise ConfigError(
                 f"study: cannot load {study_name or '(the only study)'} from {source}: {exc}"

@@ -159,3 +159,14 @@ def test_a_study_report_from_the_cli_names_the_known_misses(tmp_path: Path) -> N
     searched = searched_scenario(result.study)
     assert searched is not None and searched.limits == result.best[0].config.limits
     assert "<b>S0-8</b>: per-stage limits" in _report_cli(storage, tmp_path)
+
+
+def test_a_study_report_reads_optimizes_default_journal_file(tmp_path: Path) -> None:
+    """``optimize`` writes ``study.log`` (a journal file) by default; ``report``
+    must read it as a study, not as a scenario file."""
+    from bootstorm.optimizers import StudySpec, optimize
+
+    journal = str(tmp_path / "study.log")
+    storm = Scenario(cni="ipvtap", sandboxes=30, profile="paper-000")
+    optimize(StudySpec(scenario=storm, trials=3, storage=journal, study_name="s"))
+    assert "History: makespan" in _report_cli(journal, tmp_path)
