@@ -11,8 +11,9 @@
 # model does not pay for SciPy, Optuna, SimPy or numba.
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from . import models, simulator
@@ -66,16 +67,4 @@ _SOURCES: dict[str, str] = {
 _SUBPACKAGES = ("models", "simulator")
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f".{name}", __name__)
-    source = _SOURCES.get(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(source, __name__), name)
-    globals()[name] = value  # the next lookup is a plain global
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_SOURCES, *_SUBPACKAGES})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _SOURCES, subpackages=_SUBPACKAGES)

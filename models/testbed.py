@@ -155,22 +155,83 @@ def testbed_plan(
     return _threads_plan(scenario, c, peer=variant.peer)
 
 
+# -- steps both runtimes share (the driver thread's, and the kernel's) ----------
+
+
+def _py(c: TestbedCostTable, label: str) -> Step:
+    """One Python call of the sandbox's thread, under the GIL."""
+    return Hold(GIL, (Cpu(c.py_op_cpu_s, label),))
+
+
+def _create_netns(c: TestbedCostTable) -> tuple[Step, ...]:
+    """``unshare`` + bind mount: ``setup_net``, the loopback under RTNL."""
+    return (
+        _py(c, "unshare"),
+        Cpu(c.netns_create_cpu_s, "setup_net"),
+        Hold(RTNL, (Cpu(c.rtnl_netns_hold_s, "loopback"),)),
+    )
+
+
+def _netns(scenario: Scenario, c: TestbedCostTable) -> tuple[Step, ...]:
+    """NetNS: a namespace made, or taken from the ``netns`` pool."""
+    if scenario.pools.get("netns", 0) > 0:
+        return (Pooled("netns", create=_create_netns(c), fetch=(_py(c, "take netns"),)),)
+    return _create_netns(c)
+
+
+def _kworker(c: TestbedCostTable) -> tuple[Step, ...]:
+    """New links up: the kernel queues linkwatch and address work for
+    kworkers, which take RTNL behind the sandbox's back."""
+    if not c.kworker_rtnl_ops:
+        return ()
+    deferred = tuple(
+        Hold(RTNL, (Cpu(c.rtnl_small_hold_s, "linkwatch/addrconf"),))
+        for _ in range(c.kworker_rtnl_ops)
+    )
+    return (Async("kworker", deferred),)
+
+
+def _cgroup(c: TestbedCostTable) -> tuple[Step, ...]:
+    return (_py(c, "mkdir"), Hold(CGROUP_MUTEX, (Cpu(c.cgroup_mkdir_hold_s, "mkdir"),)))
+
+
+def _cgroup_attach(c: TestbedCostTable, label: str) -> Step:
+    """A process written to ``cgroup.procs``: cgroup_mutex, css_set_lock inside."""
+    return Hold(
+        CGROUP_MUTEX,
+        (
+            Cpu(c.cgroup_attach_hold_s, label),
+            Hold(CSS_SET_LOCK, (Cpu(c.cgroup_attach_hold_s * 0.1, "css_set"),)),
+        ),
+    )
+
+
+def _vm_up(c: TestbedCostTable) -> tuple[Step, ...]:
+    """QEMU's tap ioctls (RTNL each), then the VMM's and the guest's boot."""
+    return (
+        *(Hold(RTNL, (Cpu(c.rtnl_small_hold_s, "tap ioctl"),)) for _ in range(c.vm_tap_ioctls)),
+        Cpu(c.vm_boot_cpu_s, "qemu + guest"),
+        Sleep(c.vm_boot_s, "boot"),
+    )
+
+
+def _stages(scenario: Scenario, steps: dict[str, tuple[Step, ...]]) -> tuple[Stage, ...]:
+    """The five stages, each gated where the scenario limits it."""
+    return tuple(
+        Stage(name, steps[name], gate=name if name in scenario.limits else None)
+        for name in TESTBED_STAGES
+    )
+
+
 def _threads_plan(scenario: Scenario, c: TestbedCostTable, *, peer: Peer) -> tuple[Stage, ...]:
 
     def py(label: str) -> Step:
-        return Hold(GIL, (Cpu(c.py_op_cpu_s, label),))
+        return _py(c, label)
 
     def rtnl(hold_s: float, label: str) -> tuple[Step, ...]:
         return (py(label), Hold(RTNL, (Cpu(hold_s, label),)))
 
-    create_ns: tuple[Step, ...] = (
-        py("unshare"),
-        Cpu(c.netns_create_cpu_s, "setup_net"),
-        Hold(RTNL, (Cpu(c.rtnl_netns_hold_s, "loopback"),)),
-    )
-    netns: tuple[Step, ...] = create_ns
-    if scenario.pools.get("netns", 0) > 0:
-        netns = (Pooled("netns", create=create_ns, fetch=(py("take netns"),)),)
+    netns = _netns(scenario, c)
 
     veth: tuple[Step, ...]
     if peer == "in-netns":
@@ -198,26 +259,13 @@ def _threads_plan(scenario: Scenario, c: TestbedCostTable, *, peer: Peer) -> tup
         # here: the branch is one, so AddCNI makes no pair in either case.
         netns = (Pooled("netns-veth", create=(*netns, *veth), fetch=(py("take netns+veth"),)),)
         veth = ()
-    # New links up: the kernel queues linkwatch and address work for kworkers,
-    # which take RTNL behind the sandbox's back.
-    kworker: tuple[Step, ...] = ()
-    if c.kworker_rtnl_ops:
-        deferred = tuple(
-            Hold(RTNL, (Cpu(c.rtnl_small_hold_s, "linkwatch/addrconf"),))
-            for _ in range(c.kworker_rtnl_ops)
-        )
-        kworker = (Async("kworker", deferred),)
     add_cni: tuple[Step, ...] = (
         py("netlink socket"),
         *veth,
         *rtnl(c.rtnl_small_hold_s, "host end up"),
         *rtnl(c.rtnl_small_hold_s, "peer up"),
         *rtnl(c.rtnl_small_hold_s, "address"),
-        *kworker,
-    )
-    cgroup: tuple[Step, ...] = (
-        py("mkdir"),
-        Hold(CGROUP_MUTEX, (Cpu(c.cgroup_mkdir_hold_s, "mkdir"),)),
+        *_kworker(c),
     )
     attach: tuple[Step, ...] = (
         *rtnl(c.rtnl_tap_hold_s, "TUNSETIFF"),
@@ -227,27 +275,18 @@ def _threads_plan(scenario: Scenario, c: TestbedCostTable, *, peer: Peer) -> tup
     start: tuple[Step, ...] = (
         Hold(GIL, (Cpu(c.vm_spawn_cpu_s, "fork/exec qemu"),)),
         py("cgroup.procs"),
-        Hold(
-            CGROUP_MUTEX,
-            (
-                Cpu(c.cgroup_attach_hold_s, "attach"),
-                Hold(CSS_SET_LOCK, (Cpu(c.cgroup_attach_hold_s * 0.1, "css_set"),)),
-            ),
-        ),
-        *(Hold(RTNL, (Cpu(c.rtnl_small_hold_s, "tap ioctl"),)) for _ in range(c.vm_tap_ioctls)),
-        Cpu(c.vm_boot_cpu_s, "qemu + guest"),
-        Sleep(c.vm_boot_s, "boot"),
+        _cgroup_attach(c, "attach"),
+        *_vm_up(c),
     )
-    stages = {
-        "NetNS": netns,
-        "AddCNI": add_cni,
-        "Cgroup": cgroup,
-        "AttachIf": attach,
-        "StartVM": start,
-    }
-    return tuple(
-        Stage(name, steps, gate=name if name in scenario.limits else None)
-        for name, steps in stages.items()
+    return _stages(
+        scenario,
+        {
+            "NetNS": netns,
+            "AddCNI": add_cni,
+            "Cgroup": _cgroup(c),
+            "AttachIf": attach,
+            "StartVM": start,
+        },
     )
 
 
@@ -285,27 +324,8 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable) -> tuple[Stage, ...]:
     def rtnl(hold_s: float, label: str) -> Step:
         return Hold(RTNL, (Cpu(hold_s, label),))
 
-    create_ns: tuple[Step, ...] = (
-        Hold(GIL, (Cpu(c.py_op_cpu_s, "unshare"),)),
-        Cpu(c.netns_create_cpu_s, "setup_net"),
-        rtnl(c.rtnl_netns_hold_s, "loopback"),
-    )
-    netns: tuple[Step, ...] = create_ns
-    if scenario.pools.get("netns", 0) > 0:
-        netns = (
-            Pooled("netns", create=create_ns, fetch=(Hold(GIL, (Cpu(c.py_op_cpu_s, "take"),)),)),
-        )
-    kworker: tuple[Step, ...] = ()
-    if c.kworker_rtnl_ops:
-        kworker = (
-            Async(
-                "kworker",
-                tuple(
-                    rtnl(c.rtnl_small_hold_s, "linkwatch/addrconf")
-                    for _ in range(c.kworker_rtnl_ops)
-                ),
-            ),
-        )
+    netns = _netns(scenario, c)
+    kworker = _kworker(c)
     add: tuple[Step, ...] = (
         spawn("exec bridge"),
         Cpu(exec_cpu_s, "bridge start"),
@@ -316,9 +336,8 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable) -> tuple[Stage, ...]:
         Cpu(exec_cpu_s, "host-local start"),
         Hold(IPAM_LOCK, (Cpu(ipam_hold_s, "lease"),)),
         *(rtnl(c.rtnl_small_hold_s, label) for label in BRIDGE_RTNL_AFTER_IPAM),
-        *kworker,
     )
-    add_cni: tuple[Step, ...] = add
+    add_cni: tuple[Step, ...] = (*add, *kworker)
     if scenario.pools.get("netns-veth", 0) > 0:
         # A namespace plumbed before the storm: taking it is the whole
         # network; an empty pool falls back to making the namespace here and
@@ -328,20 +347,12 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable) -> tuple[Stage, ...]:
         # for a taken namespace it is work its ADD left before the storm,
         # charged as if now (RTNL holds nobody waits for; an overestimate).
         netns = (
-            Pooled(
-                "netns-veth",
-                create=(*netns, *add[: len(add) - len(kworker)]),
-                fetch=(Hold(GIL, (Cpu(c.py_op_cpu_s, "take plumbed"),)),),
-            ),
+            Pooled("netns-veth", create=(*netns, *add), fetch=(_py(c, "take plumbed"),)),
             *kworker,
         )
         # The thread only notes that the namespace came plumbed: microseconds
         # (6 µs measured), too short to queue for the GIL behind the spawners.
         add_cni = (Cpu(0.0, "plumbed already"),)
-    cgroup: tuple[Step, ...] = (
-        Hold(GIL, (Cpu(c.py_op_cpu_s, "mkdir"),)),
-        Hold(CGROUP_MUTEX, (Cpu(c.cgroup_mkdir_hold_s, "mkdir"),)),
-    )
     attach: tuple[Step, ...] = (
         spawn("exec shim"),
         Cpu(shim_cpu_s, "shim start"),
@@ -350,27 +361,19 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable) -> tuple[Stage, ...]:
         # ingress qdisc + u32 mirred filter, on the veth and on the tap: a tc process each
         *((Cpu(tc_cpu_s, "exec tc"), rtnl(c.rtnl_tc_hold_s, "tc")) * 4),
     )
-    start: tuple[Step, ...] = (
-        Hold(
-            CGROUP_MUTEX,
-            (
-                Cpu(c.cgroup_attach_hold_s, "shim joins cgroup"),
-                Hold(CSS_SET_LOCK, (Cpu(c.cgroup_attach_hold_s * 0.1, "css_set"),)),
-            ),
-        ),
+    # The shim joins the cgroup; QEMU, forked by it, is born there.
+    start = (
+        _cgroup_attach(c, "shim joins cgroup"),
         Cpu(c.vm_spawn_cpu_s, "fork/exec qemu"),
-        *(rtnl(c.rtnl_small_hold_s, "tap ioctl") for _ in range(c.vm_tap_ioctls)),
-        Cpu(c.vm_boot_cpu_s, "qemu + guest"),
-        Sleep(c.vm_boot_s, "boot"),
+        *_vm_up(c),
     )
-    stages = {
-        "NetNS": netns,
-        "AddCNI": add_cni,
-        "Cgroup": cgroup,
-        "AttachIf": attach,
-        "StartVM": start,
-    }
-    return tuple(
-        Stage(name, steps, gate=name if name in scenario.limits else None)
-        for name, steps in stages.items()
+    return _stages(
+        scenario,
+        {
+            "NetNS": netns,
+            "AddCNI": add_cni,
+            "Cgroup": _cgroup(c),
+            "AttachIf": attach,
+            "StartVM": start,
+        },
     )

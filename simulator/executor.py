@@ -16,7 +16,24 @@ import simpy
 from ._errors import DeadlockError
 from .cpu import ProcessorSharingCPU, TimerEnvironment
 from .locks import Gate, Mutex, RWLock, SpinLock
-from .program import LockKind, OpKind, Program
+from .program import (  # plain ints of OpKind, as the loops compare them
+    _ACQUIRE,
+    _ACQUIRE_SHARED,
+    _CPU,
+    _GATE_ENTER,
+    _GATE_EXIT,
+    _GUEST_CPU,
+    _JUMP,
+    _POOL_TRY,
+    _RELEASE,
+    _SLEEP,
+    _SPAWN,
+    _STAGE_BEGIN,
+    _STAGE_END,
+    _ZERO,
+    LockKind,
+    Program,
+)
 from .recorder import Recorder, Recording
 from .result import (
     REASONS,
@@ -31,22 +48,6 @@ from .result import (
 
 __all__ = ["DeadlockError", "SimPyExecutor", "run_program"]
 
-
-# Plain ints: comparing against IntEnum members costs a method call per op.
-_CPU = int(OpKind.CPU)
-_SLEEP = int(OpKind.SLEEP)
-_ACQUIRE = int(OpKind.ACQUIRE)
-_ACQUIRE_SHARED = int(OpKind.ACQUIRE_SHARED)
-_RELEASE = int(OpKind.RELEASE)
-_ZERO = int(OpKind.ZERO)
-_STAGE_BEGIN = int(OpKind.STAGE_BEGIN)
-_STAGE_END = int(OpKind.STAGE_END)
-_GATE_ENTER = int(OpKind.GATE_ENTER)
-_GATE_EXIT = int(OpKind.GATE_EXIT)
-_POOL_TRY = int(OpKind.POOL_TRY)
-_JUMP = int(OpKind.JUMP)
-_SPAWN = int(OpKind.SPAWN)
-_GUEST_CPU = int(OpKind.GUEST_CPU)
 
 _WORK, _SPIN, _ZEROING = 0, 1, 2
 

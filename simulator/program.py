@@ -66,6 +66,24 @@ class OpKind(enum.IntEnum):
     """Run ``amount`` core-seconds on the sandbox's vCPUs (within its CPU quota)."""
 
 
+# Plain ints for the walks and the executors' loops: comparing with IntEnum
+# members costs a method call per op.
+_CPU = int(OpKind.CPU)
+_SLEEP = int(OpKind.SLEEP)
+_ACQUIRE = int(OpKind.ACQUIRE)
+_ACQUIRE_SHARED = int(OpKind.ACQUIRE_SHARED)
+_RELEASE = int(OpKind.RELEASE)
+_ZERO = int(OpKind.ZERO)
+_STAGE_BEGIN = int(OpKind.STAGE_BEGIN)
+_STAGE_END = int(OpKind.STAGE_END)
+_GATE_ENTER = int(OpKind.GATE_ENTER)
+_GATE_EXIT = int(OpKind.GATE_EXIT)
+_POOL_TRY = int(OpKind.POOL_TRY)
+_JUMP = int(OpKind.JUMP)
+_SPAWN = int(OpKind.SPAWN)
+_GUEST_CPU = int(OpKind.GUEST_CPU)
+
+
 class LockKind(enum.IntEnum):
     MUTEX = 0
     """Sleeping lock; waiters sleep (optionally after spinning for a while)."""
@@ -677,17 +695,6 @@ class Program:
                     todo.append(state)
 
 
-# Plain ints for the walk: comparing with IntEnum members costs a call per op.
-_ACQUIRE = int(OpKind.ACQUIRE)
-_ACQUIRE_SHARED = int(OpKind.ACQUIRE_SHARED)
-_RELEASE = int(OpKind.RELEASE)
-_STAGE_BEGIN = int(OpKind.STAGE_BEGIN)
-_STAGE_END = int(OpKind.STAGE_END)
-_GATE_ENTER = int(OpKind.GATE_ENTER)
-_GATE_EXIT = int(OpKind.GATE_EXIT)
-_POOL_TRY = int(OpKind.POOL_TRY)
-_JUMP = int(OpKind.JUMP)
-_SPAWN = int(OpKind.SPAWN)
 # What a spinlock holder may not do: sleep or wait for preemptible work.
 _SLEEPING_KINDS = frozenset(
     int(k)

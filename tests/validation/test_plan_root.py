@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -21,18 +22,14 @@ pytestmark = [
 ]
 
 
-def test_a_small_plan_identifies_the_move_and_predicts_a_moved_storm(tmp_path: Path) -> None:
+def _small_plan(tmp_path: Path, ops: Path, *, pool_kind: str, runtime: str) -> Any:
+    """A plan of 8 sandboxes, one run each, one pool kind and one limit, fitted."""
     from bootstorm._cli_calibrate import calibrate_plan
-    from bootstorm.calibration.trace_fit import predicted_vs_measured
-    from bootstorm.validation.testbed import StormOptions, run_storm
-    from bootstorm.validation.testbed.ops import measure_operations
 
-    ops = tmp_path / "ops.json"
-    ops.write_text(measure_operations(repeats=5, warmup=1, vm=False).to_json())
-    profile = calibrate_plan(
+    return calibrate_plan(
         sandboxes=8,
         runs=1,
-        pool_kinds=("netns",),
+        pool_kinds=(pool_kind,),
         limit_stages=("AttachIf",),
         measured_ops=ops,
         measure=False,
@@ -42,7 +39,18 @@ def test_a_small_plan_identifies_the_move_and_predicts_a_moved_storm(tmp_path: P
         vm=False,
         max_evaluations=40,
         console=Console(width=120, record=True),
+        runtime=runtime,
     )
+
+
+def test_a_small_plan_identifies_the_move_and_predicts_a_moved_storm(tmp_path: Path) -> None:
+    from bootstorm.calibration.trace_fit import predicted_vs_measured
+    from bootstorm.validation.testbed import StormOptions, run_storm
+    from bootstorm.validation.testbed.ops import measure_operations
+
+    ops = tmp_path / "ops.json"
+    ops.write_text(measure_operations(repeats=5, warmup=1, vm=False).to_json())
+    profile = _small_plan(tmp_path, ops, pool_kind="netns", runtime="threads")
     assert profile is not None and profile.identification is not None
     assert profile.identification.costs["testbed.rcu_grace_s"].status == "measured"
     assert (tmp_path / "local.yaml").exists()
@@ -61,7 +69,6 @@ def test_a_small_cni_plan_predicts_a_held_out_plumbed_pool_storm(tmp_path: Path)
     """The CNI runtime's plan (real plugins, a shim per sandbox), its
     processes timed alone, fitted; then a larger storm with plumbed
     namespaces from a pool, which no plan storm ran at that size, predicted."""
-    from bootstorm._cli_calibrate import calibrate_plan
     from bootstorm.calibration.trace_fit import predicted_vs_measured
     from bootstorm.models import TunedConfig
     from bootstorm.validation.testbed import StormOptions, run_storm
@@ -70,21 +77,7 @@ def test_a_small_cni_plan_predicts_a_held_out_plumbed_pool_storm(tmp_path: Path)
     ops = tmp_path / "ops.json"
     chosen = tuple(o for o in OPERATIONS if o in CNI_OPERATIONS or not o.startswith("vm_"))
     ops.write_text(measure_operations(repeats=5, warmup=1, vm=False, ops=chosen).to_json())
-    profile = calibrate_plan(
-        sandboxes=8,
-        runs=1,
-        pool_kinds=("netns-veth",),
-        limit_stages=("AttachIf",),
-        measured_ops=ops,
-        measure=False,
-        trace_dir=tmp_path / "plan",
-        output=tmp_path / "local.yaml",
-        dry_run=False,
-        vm=False,
-        max_evaluations=40,
-        console=Console(width=120, record=True),
-        runtime="cni",
-    )
+    profile = _small_plan(tmp_path, ops, pool_kind="netns-veth", runtime="cni")
     assert profile is not None and profile.identification is not None
     costs = profile.identification.costs
     assert costs["testbed.shim_start_cpu_s"].status == "measured"
