@@ -20,7 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from bootstorm.validation.testbed._leftovers import CNI_STATE_DIR, REGISTRY_DIR, SHIM_SCRIPT
+from bootstorm.validation.testbed._leftovers import (
+    CNI_STATE_DIR,
+    REGISTRY_DIR,
+    SHIM_SCRIPT,
+    process_argvs,
+)
 
 pytestmark = [
     pytest.mark.root,
@@ -50,16 +55,10 @@ def _host_links() -> set[str]:
 def _processes_of(run: str) -> list[str]:
     """Shims (``shim.py bst-<run>-<i>``) and VMMs (``-name bst-<run>-<i>``) of run ``run``."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, argv in process_argvs():
         for a, b in itertools.pairwise(argv):
             if a in (str(SHIM_SCRIPT).encode(), b"-name") and b.startswith(f"bst-{run}-".encode()):
-                found.append(f"process {entry.name} {a.decode()} {b.decode()}")
+                found.append(f"process {pid} {a.decode()} {b.decode()}")
     return found
 
 

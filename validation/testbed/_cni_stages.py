@@ -260,6 +260,11 @@ class CniRuntime:
                 br = self.names.bridge()
                 ipr.link("add", ifname=br, kind="bridge")
                 (idx,) = ipr.link_lookup(ifname=br)
+                # A bridge takes the lowest MAC of its ports unless its own was
+                # set: each ADD's result names the bridge's MAC, and CHECK
+                # compares it, so it must not move as later sandboxes join.
+                (link,) = ipr.get_links(idx)
+                ipr.link("set", index=idx, address=link.get_attr("IFLA_ADDRESS"))
                 gateway = next(self.subnet.hosts())
                 ipr.addr("add", index=idx, address=str(gateway), prefixlen=self.subnet.prefixlen)
                 ipr.link("set", index=idx, state="up")

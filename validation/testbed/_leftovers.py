@@ -256,9 +256,8 @@ class SweepReport:
         )
 
 
-def _our_vm_processes(dead: set[str] | None, live: set[str]) -> list[tuple[int, str]]:
-    """(pid, run) of QEMU processes named ``bst-<run>-<i>`` whose run is not live."""
-    found = []
+def process_argvs() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, argv) of every process that is still there when read."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -266,13 +265,20 @@ def _our_vm_processes(dead: set[str] | None, live: set[str]) -> list[tuple[int, 
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
+        yield int(entry.name), argv
+
+
+def _our_vm_processes(dead: set[str] | None, live: set[str]) -> list[tuple[int, str]]:
+    """(pid, run) of QEMU processes named ``bst-<run>-<i>`` whose run is not live."""
+    found = []
+    for pid, argv in process_argvs():
         if not argv or not argv[0].endswith(b"qemu-system-x86_64"):
             continue
         for flag, value in itertools.pairwise(argv):
             if flag == b"-name":
                 run = _run_of_netns(value.decode(errors="replace"))
                 if run is not None and run not in live and (dead is None or run in dead):
-                    found.append((int(entry.name), run))
+                    found.append((pid, run))
     return found
 
 
@@ -280,18 +286,12 @@ def _our_shims(live: set[str]) -> list[tuple[int, str]]:
     """(pid, run) of shim processes (``shim.py bst-<run>-<i>``) whose run is not live."""
     found = []
     script = str(SHIM_SCRIPT).encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, argv in process_argvs():
         for arg, name in itertools.pairwise(argv):
             if arg == script:
                 run = _run_of_netns(name.decode(errors="replace"))
                 if run is not None and run not in live:
-                    found.append((int(entry.name), run))
+                    found.append((pid, run))
                 break
     return found
 
