@@ -475,6 +475,11 @@ def _shown(mapping: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in mapping.items()) or "-"
 
 
+def _run_range(record: dict[str, Any]) -> tuple[float, float]:
+    runs = record["run_makespans_s"] or [record["measured_makespan_s"]]
+    return min(runs), max(runs)
+
+
 def _report_candidates(
     comparison: CandidateComparison,
     console: Console,
@@ -499,6 +504,10 @@ def _report_candidates(
             "predicted_best": predicted_best,
             "best_agrees": comparison.best_agrees,
             "median_abs_error": comparison.median_abs_error,
+            "discordant_pairs": [
+                {"measured_faster": a, "predicted_faster": b, "separated_by_runs": sep}
+                for a, b, sep in comparison.discordant_pairs()
+            ],
             "threshold": threshold,
             "outside_threshold": failed,
             "within": ranked and not failed,
@@ -516,6 +525,7 @@ def _report_candidates(
             "pools",
             "limits",
             "makespan s\nmeasured",
+            "runs s\nfastest–slowest",
             "makespan s\npredicted",
             "makespan\nerror",
             "mean s\nmeasured",
@@ -533,6 +543,7 @@ def _report_candidates(
                 _shown(r["pools"]),
                 _shown(r["limits"]),
                 f"{r['measured_makespan_s']:.3f}",
+                "{:.2f}–{:.2f}".format(*_run_range(r)),
                 f"{r['predicted_makespan_s']:.3f}",
                 f"[{color}]{r['makespan_error']:+.1%}[/]",
                 f"{r['measured_mean_s']:.3f}",
@@ -553,6 +564,17 @@ def _report_candidates(
         asked = f"at least {min_spearman:+.2f} asked"
         color = "green" if ranked else "red"
         console.print(f"[{color}]ranking: Spearman {spearman} ({asked}); {best}[/]")
+        if pairs := comparison.discordant_pairs():
+            within = [f"{a} < {b}" for a, b, sep in pairs if not sep]
+            resolved = [f"{a} < {b}" for a, b, sep in pairs if sep]
+            said = (
+                f"{len(pairs)} of {len(records) * (len(records) - 1) // 2} pairs ordered otherwise"
+            )
+            if within:
+                said += f"; within the runs' own spread (their runs overlap): {', '.join(within)}"
+            if resolved:
+                said += f"; separated by every run, a model error: {', '.join(resolved)}"
+            console.print(f"measured {said}")
         if failed:
             console.print(f"[red]makespan outside ±{threshold:.0%}: {', '.join(failed)}[/]")
     if failed or not ranked:

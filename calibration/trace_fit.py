@@ -107,6 +107,9 @@ class StormStats:
     #: Makespans and p99 startups of the runs pooled here (one per recorded storm).
     makespans_s: tuple[float, ...] = ()
     p99s_s: tuple[float, ...] = ()
+    #: Core-seconds the host was busy during the storm (the trace header's;
+    #: of several runs their median), None where a run did not measure it.
+    busy_core_s: float | None = None
 
     @classmethod
     def pooled(cls, traces: Sequence[Trace]) -> StormStats:
@@ -141,6 +144,11 @@ class StormStats:
             kworker_rtnl_waits=round(float(np.mean([r.kworker_rtnl_waits for r in runs]))),
             makespans_s=tuple(r.makespan_s for r in runs),
             p99s_s=tuple(r.p99_s for r in runs),
+            busy_core_s=(
+                None
+                if any(r.busy_core_s is None for r in runs)
+                else float(np.median([r.busy_core_s for r in runs]))
+            ),
         )
 
     @classmethod
@@ -195,6 +203,8 @@ class StormStats:
             # sandbox's count is the VMM's acquisitions, the mean the kworkers'.
             vm_rtnl_waits=int(vm_counts.max()) if vm_counts.size else 0,
             kworker_rtnl_waits=round(kworker_waits / n),
+            # Only over the whole storm: a resample of its sandboxes has no CPU total.
+            busy_core_s=h.busy_core_s if sandboxes is None else None,
         )
 
     def scenario(
@@ -247,6 +257,10 @@ class StormStats:
             out.append(_target(f"{stage} mean", scenario, _stage_mean(stage), mean, weight))
         out.append(_target("startup mean", scenario, _latency_mean, float(self.latency_s.mean())))
         out.append(_target("makespan", scenario, makespan, self.makespan_s))
+        if self.busy_core_s is not None and self.busy_core_s > 0:
+            # The storm's total CPU work, which the stage times only bound: on
+            # a host the storm keeps busy it decides the makespan at other sizes.
+            out.append(_target("CPU busy (core-s)", scenario, _busy, self.busy_core_s))
         # The kernel's own count of RTNL contention: a check, never fitted.
         out.append(_target("RTNL wait (sum)", scenario, _rtnl_wait, self.rtnl_wait_s, 0.0))
         return out
@@ -275,6 +289,7 @@ def _stage_mean(stage: str) -> Metric:
 
 
 _latency_mean = Metric("startup.mean_s", lambda r: r.startup.mean)
+_busy = Metric("cpu.busy_core_s", lambda r: r.cpu.busy_core_s)
 _rtnl_wait = Metric("locks.rtnl.wait_s", lambda r: r.locks["rtnl"].wait_s)
 _MEANINGFUL_S = 5e-3
 STAGE_WEIGHT = 0.5

@@ -140,6 +140,10 @@ class TraceHeader(_Frozen):
     config: TunedConfig | None = None
     scenario: ScenarioFacts
     kernel_trace: KernelTraceFacts | None = None
+    #: Core-seconds the host's CPUs were busy from ``origin_s`` until the last
+    #: sandbox finished (/proc/stat: all of the host's work, the storm's and
+    #: any other): the storm's total CPU work on a quiet host.
+    busy_core_s: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None = None
     created_at: datetime | None = None
     #: Free-text facts a reader must know (fallbacks taken, sampling done).
     notes: tuple[str, ...] = ()

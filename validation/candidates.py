@@ -134,6 +134,19 @@ class CandidateMeasurement:
         """(predicted − measured) / measured p99 startup."""
         return _rel_error(self.predicted_p99_s, self.measured_p99_s)
 
+    @property
+    def run_range_s(self) -> tuple[float, float]:
+        """(fastest, slowest) of the runs' makespans; the median twice if none are kept."""
+        runs = self.run_makespans_s or (self.measured_makespan_s,)
+        return min(runs), max(runs)
+
+    @property
+    def run_spread(self) -> float:
+        """(slowest − fastest) run makespan over the median: how much repeated
+        runs of this one config differ on the host (0 with a single run)."""
+        lo, hi = self.run_range_s
+        return (hi - lo) / self.measured_makespan_s if self.measured_makespan_s else 0.0
+
 
 def _rel_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured if measured else math.inf
@@ -200,6 +213,24 @@ class CandidateComparison:
         """The median over the candidates of the absolute relative makespan error."""
         return float(np.median([abs(r.makespan_error) for r in self.rows]))
 
+    def discordant_pairs(self) -> list[tuple[str, str, bool]]:
+        """Pairs of candidates the model orders otherwise than the medians do:
+        ``(faster measured, faster predicted, separated)``. ``separated`` is
+        False where the two configs' runs overlap (the slowest run of the one
+        measured faster is slower than the fastest run of the other): the
+        host's own run-to-run spread does not order that pair, so the swap is
+        within what the measurement can tell, not a model error it shows."""
+        out: list[tuple[str, str, bool]] = []
+        for i, a in enumerate(self.rows):
+            for b in self.rows[i + 1 :]:
+                dm = a.measured_makespan_s - b.measured_makespan_s
+                dp = a.predicted_makespan_s - b.predicted_makespan_s
+                if dm * dp >= 0:
+                    continue
+                fast, slow = (a, b) if dm < 0 else (b, a)
+                out.append((fast.name, slow.name, fast.run_range_s[1] < slow.run_range_s[0]))
+        return out
+
     def measured_ranks(self) -> tuple[int, ...]:
         """Each row's rank by measured makespan: 1 the fastest, ties share the lower rank."""
         return _ranks([r.measured_makespan_s for r in self.rows])
@@ -229,6 +260,7 @@ class CandidateComparison:
                 "measured_rank": m,
                 "predicted_rank": p,
                 "run_makespans_s": list(r.run_makespans_s),
+                "run_spread": r.run_spread,
             }
             for r, m, p in zip(self.rows, measured_ranks, predicted_ranks, strict=True)
         ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -204,3 +205,25 @@ def test_the_fitted_profile_states_its_service_family(fitted: Profile) -> None:
     assert fitted.service_family in ("lognormal", "gamma")
     source = fitted.sources["service_family"]
     assert source.startswith(f"the recorded storm: {fitted.service_family} by AIC over")
+
+
+def test_a_storm_with_its_cpu_work_measured_fits_that_too(fitted: Profile) -> None:
+    """A trace that measured the host's busy core-seconds adds it as a fitted
+    row (the model's ``cpu.busy_core_s``); a resample of its sandboxes, which
+    has no CPU total of its own, and an older trace without it add none."""
+    trace = read_trace(SMALL)
+    assert trace.header.busy_core_s is None
+    labels = [t.label for t in StormStats.of(trace).targets()]
+    assert "CPU busy (core-s)" not in labels
+    measured = dataclasses.replace(
+        trace, header=trace.header.model_copy(update={"busy_core_s": 3.5})
+    )
+    stats = StormStats.of(measured)
+    (row,) = [t for t in stats.targets() if t.label == "CPU busy (core-s)"]
+    assert row.value == 3.5 and row.weight == 1.0 and row.role == "fit"
+    result = simulate(stats.scenario(), profile=fitted)
+    assert row.metric.read(result) == result.cpu.busy_core_s > 0
+    assert StormStats.of(measured, sandboxes=[0, 1]).busy_core_s is None
+    runs = StormStats.pooled([measured, measured, trace])
+    assert runs.busy_core_s is None  # one run did not measure it
+    assert StormStats.pooled([measured, measured]).busy_core_s == 3.5

@@ -277,6 +277,28 @@ def test_median_abs_error_and_ranks_with_ties() -> None:
     assert tied.measured_ranks() == (1, 1, 3)
 
 
+def test_discordant_pairs_say_whether_the_runs_separate_them() -> None:
+    from dataclasses import replace
+
+    def row(name: str, runs: tuple[float, ...], predicted: float) -> CandidateMeasurement:
+        median = sorted(runs)[len(runs) // 2]
+        return replace(_row(name, median, predicted), run_makespans_s=runs)
+
+    rows = (
+        row("a", (9.0, 9.1, 9.2), 7.0),  # measured fastest, predicted slowest
+        row("b", (9.1, 9.5, 11.0), 6.0),  # its runs overlap a's: swap within spread
+        row("c", (10.0, 10.2, 10.4), 6.5),  # every run slower than a's: a model error
+    )
+    c = CandidateComparison(rows=rows, repeats=3, sandboxes=6)
+    assert sorted(c.discordant_pairs()) == [("a", "b", False), ("a", "c", True)]
+    assert rows[1].run_range_s == (9.1, 11.0)
+    assert rows[1].run_spread == pytest.approx((11.0 - 9.1) / 9.5)
+    assert c.records()[2]["run_spread"] == pytest.approx(0.4 / 10.2)
+    # Agreeing orders have no discordant pair; a single run has no spread.
+    assert _comparison([(1.0, 1.0), (2.0, 3.0)]).discordant_pairs() == []
+    assert _row("x", 2.0, 1.0).run_spread == 0.0
+
+
 # -- recorded runs on disk ---------------------------------------------------
 
 

@@ -4,6 +4,7 @@ held off during cleanup."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 
 from bootstorm.traces import HostFacts
 
-__all__ = ["busy_cores", "host_facts", "settle", "signals_deferred"]
+__all__ = ["CpuMeter", "busy_cores", "host_facts", "settle", "signals_deferred"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,61 @@ def busy_cores(window_s: float) -> float:
     cores = os.cpu_count() or 1
     elapsed = total1 - total0
     return cores * (1.0 - (idle1 - idle0) / elapsed) if elapsed > 0 else 0.0
+
+
+class CpuMeter:
+    """The host's busy CPU time over a storm, sampled from /proc/stat.
+
+    /proc/stat counts in clock ticks (10 ms), coarse against a storm of a few
+    seconds, so a thread samples it every ``interval_s`` with the monotonic
+    time of each sample, and :meth:`busy_core_s` interpolates between the two
+    samples around each end of the window asked for (the storm's end is only
+    known once its spans are in).
+    """
+
+    def __init__(self, *, interval_s: float = 0.02) -> None:
+        self._interval_s = interval_s
+        self._samples: list[tuple[float, float]] = []  # (monotonic s, busy core-s so far)
+        self._stop = threading.Event()
+        self._tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+
+    def _busy_now(self) -> float:
+        with open("/proc/stat", encoding="ascii") as fh:
+            f = [int(x) for x in fh.readline().split()[1:]]
+        # user nice system (idle iowait) irq softirq steal: busy is all but idle/iowait/steal.
+        return (f[0] + f[1] + f[2] + f[5] + f[6]) * self._tick_s
+
+    def _run(self) -> None:
+        while True:
+            self._samples.append((time.monotonic(), self._busy_now()))
+            if self._stop.wait(self._interval_s):
+                self._samples.append((time.monotonic(), self._busy_now()))
+                return
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Take the last sample and end the thread (again: nothing more)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def busy_core_s(self, start_s: float, end_s: float) -> float | None:
+        """Busy core-seconds between two monotonic times; None if the samples
+        do not cover them."""
+        samples = list(self._samples)
+        if len(samples) < 2 or samples[0][0] > start_s or samples[-1][0] < end_s:
+            return None
+
+        def at(t: float) -> float:
+            for (t0, b0), (t1, b1) in itertools.pairwise(samples):
+                if t0 <= t <= t1:
+                    return b0 + (b1 - b0) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.0)
+            return samples[-1][1]
+
+        return max(0.0, at(end_s) - at(start_s))
 
 
 # Other work below this many cores counts as a quiet host.

@@ -79,7 +79,7 @@ from ._cni_stages import (
     raise_fd_limit,
 )
 from ._errors import TestbedError
-from ._host import host_facts, settle, signals_deferred
+from ._host import CpuMeter, host_facts, settle, signals_deferred
 from ._leftovers import (
     WORKDIR_PREFIX,
     RunNames,
@@ -688,6 +688,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
         storm.notes.append(f"cores busy before the storm: {busy:.2f}")
         storm.prepare()
         barrier = threading.Barrier(options.sandboxes + 1)
+        meter = CpuMeter()  # the storm's CPU work: barrier to the last sandbox
         threads = [
             threading.Thread(
                 target=storm.sandbox_thread,
@@ -705,12 +706,15 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                     softirqs=options.softirqs, buffer_size_kb=options.buffer_size_kb
                 )
                 collector.start()
+            meter.start()
             origin_s = time.monotonic()
             barrier.wait()
             for t in threads:
                 while t.is_alive():
                     t.join(timeout=0.2)
+            meter.stop()
         except BaseException:
+            meter.stop()
             storm.stop.set()
             barrier.abort()
             for sb in storm.sandboxes:  # a VM's reader gets EOF instead of waiting it out
@@ -731,6 +735,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             storm.cni.teardown(storm.cni_sandboxes())
             execs = storm.cni.execs(storm.cni_sandboxes())
         spans = sorted((s for sb in storm.sandboxes for s in sb.spans), key=lambda s: s.start_s)
+        busy_core_s = meter.busy_core_s(origin_s, max(s.end_s for s in spans)) if spans else None
         locks: list[LockSpan] = []
         softirqs = []
         kernel_facts = None
@@ -779,6 +784,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             origin_s=origin_s,
             stages=STAGES,
             host=host_facts(),
+            busy_core_s=busy_core_s,
             config=options.config,
             scenario=ScenarioFacts(
                 sandboxes=options.sandboxes,
