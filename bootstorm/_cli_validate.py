@@ -5,6 +5,7 @@ host does."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -21,7 +22,7 @@ from .models._errors import format_validation_error
 
 if TYPE_CHECKING:
     from .traces import Trace
-    from .validation.candidates import Candidate, CandidateComparison, StormRunner
+    from .validation.candidates import Candidate, CandidateComparison, DiscordantPair, StormRunner
 
 __all__ = [
     "check_validate_options",
@@ -475,11 +476,6 @@ def _shown(mapping: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in mapping.items()) or "-"
 
 
-def _run_range(record: dict[str, Any]) -> tuple[float, float]:
-    runs = record["run_makespans_s"] or [record["measured_makespan_s"]]
-    return min(runs), max(runs)
-
-
 def _report_candidates(
     comparison: CandidateComparison,
     console: Console,
@@ -504,10 +500,7 @@ def _report_candidates(
             "predicted_best": predicted_best,
             "best_agrees": comparison.best_agrees,
             "median_abs_error": comparison.median_abs_error,
-            "discordant_pairs": [
-                {"measured_faster": a, "predicted_faster": b, "separated_by_runs": sep}
-                for a, b, sep in comparison.discordant_pairs()
-            ],
+            "discordant_pairs": [dataclasses.asdict(p) for p in comparison.discordant_pairs()],
             "threshold": threshold,
             "outside_threshold": failed,
             "within": ranked and not failed,
@@ -543,7 +536,7 @@ def _report_candidates(
                 _shown(r["pools"]),
                 _shown(r["limits"]),
                 f"{r['measured_makespan_s']:.3f}",
-                "{:.2f}–{:.2f}".format(*_run_range(r)),
+                "{:.2f}–{:.2f}".format(*r["run_range_s"]),
                 f"{r['predicted_makespan_s']:.3f}",
                 f"[{color}]{r['makespan_error']:+.1%}[/]",
                 f"{r['measured_mean_s']:.3f}",
@@ -565,8 +558,12 @@ def _report_candidates(
         color = "green" if ranked else "red"
         console.print(f"[{color}]ranking: Spearman {spearman} ({asked}); {best}[/]")
         if pairs := comparison.discordant_pairs():
-            within = [f"{a} < {b}" for a, b, sep in pairs if not sep]
-            resolved = [f"{a} < {b}" for a, b, sep in pairs if sep]
+
+            def named(p: DiscordantPair) -> str:
+                return f"{p.measured_faster} < {p.predicted_faster}"
+
+            within = [named(p) for p in pairs if not p.separated_by_runs]
+            resolved = [named(p) for p in pairs if p.separated_by_runs]
             said = (
                 f"{len(pairs)} of {len(records) * (len(records) - 1) // 2} pairs ordered otherwise"
             )

@@ -47,6 +47,7 @@ __all__ = [
     "Candidate",
     "CandidateComparison",
     "CandidateMeasurement",
+    "DiscordantPair",
     "StormRunner",
     "compare_candidates",
     "measure_candidates",
@@ -148,6 +149,17 @@ class CandidateMeasurement:
         return (hi - lo) / self.measured_makespan_s if self.measured_makespan_s else 0.0
 
 
+@dataclass(frozen=True, kw_only=True)
+class DiscordantPair:
+    """Two candidates the model orders otherwise than their measured medians."""
+
+    measured_faster: str
+    predicted_faster: str
+    #: Whether every run of ``measured_faster`` beat every run of the other; if
+    #: not, their runs overlap and the host's own spread does not order them.
+    separated_by_runs: bool
+
+
 def _rel_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured if measured else math.inf
 
@@ -213,14 +225,12 @@ class CandidateComparison:
         """The median over the candidates of the absolute relative makespan error."""
         return float(np.median([abs(r.makespan_error) for r in self.rows]))
 
-    def discordant_pairs(self) -> list[tuple[str, str, bool]]:
-        """Pairs of candidates the model orders otherwise than the medians do:
-        ``(faster measured, faster predicted, separated)``. ``separated`` is
-        False where the two configs' runs overlap (the slowest run of the one
-        measured faster is slower than the fastest run of the other): the
-        host's own run-to-run spread does not order that pair, so the swap is
-        within what the measurement can tell, not a model error it shows."""
-        out: list[tuple[str, str, bool]] = []
+    def discordant_pairs(self) -> list[DiscordantPair]:
+        """Pairs of candidates the model orders otherwise than the medians do.
+        A pair not ``separated_by_runs`` (the slowest run of the one measured
+        faster is slower than the fastest run of the other) is a swap within
+        what the measurement can tell, not a model error it shows."""
+        out: list[DiscordantPair] = []
         for i, a in enumerate(self.rows):
             for b in self.rows[i + 1 :]:
                 dm = a.measured_makespan_s - b.measured_makespan_s
@@ -228,7 +238,13 @@ class CandidateComparison:
                 if dm * dp >= 0:
                     continue
                 fast, slow = (a, b) if dm < 0 else (b, a)
-                out.append((fast.name, slow.name, fast.run_range_s[1] < slow.run_range_s[0]))
+                out.append(
+                    DiscordantPair(
+                        measured_faster=fast.name,
+                        predicted_faster=slow.name,
+                        separated_by_runs=fast.run_range_s[1] < slow.run_range_s[0],
+                    )
+                )
         return out
 
     def measured_ranks(self) -> tuple[int, ...]:
@@ -260,6 +276,7 @@ class CandidateComparison:
                 "measured_rank": m,
                 "predicted_rank": p,
                 "run_makespans_s": list(r.run_makespans_s),
+                "run_range_s": list(r.run_range_s),
                 "run_spread": r.run_spread,
             }
             for r, m, p in zip(self.rows, measured_ranks, predicted_ranks, strict=True)

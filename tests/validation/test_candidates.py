@@ -290,10 +290,14 @@ def test_discordant_pairs_say_whether_the_runs_separate_them() -> None:
         row("c", (10.0, 10.2, 10.4), 6.5),  # every run slower than a's: a model error
     )
     c = CandidateComparison(rows=rows, repeats=3, sandboxes=6)
-    assert sorted(c.discordant_pairs()) == [("a", "b", False), ("a", "c", True)]
+    pairs = sorted(
+        (p.measured_faster, p.predicted_faster, p.separated_by_runs) for p in c.discordant_pairs()
+    )
+    assert pairs == [("a", "b", False), ("a", "c", True)]
     assert rows[1].run_range_s == (9.1, 11.0)
     assert rows[1].run_spread == pytest.approx((11.0 - 9.1) / 9.5)
     assert c.records()[2]["run_spread"] == pytest.approx(0.4 / 10.2)
+    assert c.records()[1]["run_range_s"] == [9.1, 11.0]
     # Agreeing orders have no discordant pair; a single run has no spread.
     assert _comparison([(1.0, 1.0), (2.0, 3.0)]).discordant_pairs() == []
     assert _row("x", 2.0, 1.0).run_spread == 0.0

@@ -20,21 +20,24 @@ __all__ = ["CpuMeter", "busy_cores", "host_facts", "settle", "signals_deferred"]
 log = logging.getLogger(__name__)
 
 
+def _cpu_ticks() -> tuple[int, int, int]:
+    """The host's (busy, idle, steal) clock ticks since boot (/proc/stat's
+    ``cpu`` line: user nice system idle iowait irq softirq steal)."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        f = [int(x) for x in fh.readline().split()[1:9]]
+    return f[0] + f[1] + f[2] + f[5] + f[6], f[3] + f[4], f[7]
+
+
 def busy_cores(window_s: float) -> float:
-    """Cores kept busy by the rest of the host, over ``window_s`` (/proc/stat)."""
-
-    def sample() -> tuple[int, int]:
-        with open("/proc/stat", encoding="ascii") as fh:
-            fields = [int(x) for x in fh.readline().split()[1:]]
-        idle = fields[3] + fields[4]  # idle + iowait
-        return sum(fields[:8]), idle
-
-    total0, idle0 = sample()
+    """Cores kept busy by the rest of the host, over ``window_s`` (/proc/stat);
+    time stolen by a hypervisor counts as busy (this host cannot use it)."""
+    busy0, idle0, steal0 = _cpu_ticks()
     time.sleep(window_s)
-    total1, idle1 = sample()
+    busy1, idle1, steal1 = _cpu_ticks()
     cores = os.cpu_count() or 1
-    elapsed = total1 - total0
-    return cores * (1.0 - (idle1 - idle0) / elapsed) if elapsed > 0 else 0.0
+    idle = idle1 - idle0
+    elapsed = busy1 - busy0 + idle + steal1 - steal0
+    return cores * (1.0 - idle / elapsed) if elapsed > 0 else 0.0
 
 
 class CpuMeter:
@@ -55,10 +58,8 @@ class CpuMeter:
         self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
 
     def _busy_now(self) -> float:
-        with open("/proc/stat", encoding="ascii") as fh:
-            f = [int(x) for x in fh.readline().split()[1:]]
-        # user nice system (idle iowait) irq softirq steal: busy is all but idle/iowait/steal.
-        return (f[0] + f[1] + f[2] + f[5] + f[6]) * self._tick_s
+        # The work this host ran (steal is time it did not run): core-seconds.
+        return _cpu_ticks()[0] * self._tick_s
 
     def _run(self) -> None:
         while True:
