@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -66,6 +69,39 @@ def test_local_pairs_are_taken_once_in_order() -> None:
     adm = LocalAdmission(pairs={"veth": [("a0", "b0"), ("a1", "b1")]})
     assert [adm.take_pair("veth", "x"), adm.take_pair("veth", "y")] == [("a0", "b0"), ("a1", "b1")]
     assert adm.take_pair("veth", "z") is None and adm.take_pair("tap", "z") is None
+
+
+class _SlowGate:
+    """An admission whose gate takes 5 ms to pass, limited or not."""
+
+    def __init__(self, *, limited: bool) -> None:
+        self.limited = limited
+
+    def gated(self, name: str) -> bool:
+        return self.limited
+
+    @contextlib.contextmanager
+    def stage(self, name: str, holder: str) -> Iterator[None]:
+        time.sleep(0.005)
+        yield
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_admit_span_only_where_a_stage_is_gated(limited: bool) -> None:
+    """A pause before an unlimited stage (the host's, say a busy core) is no
+    admission wait: a storm without limits records no admits (the CI flake of
+    a pooled CNI storm, AddCNI among its admits)."""
+    from bootstorm.validation.testbed.driver import _Sandbox, _Storm
+
+    storm = SimpleNamespace(stop=threading.Event(), run="r", admission=_SlowGate(limited=limited))
+    sb = _Sandbox(0)
+    _Storm._stage(storm, sb, "AddCNI", lambda sb: None)  # type: ignore[arg-type]
+    assert [s.stage for s in sb.spans] == ["AddCNI"]
+    assert [(a.stage, a.end_s - a.start_s >= 0.004) for a in sb.admits] == (
+        [("AddCNI", True)] if limited else []
+    )
+    assert LocalAdmission(limits={"Cgroup": 1}).gated("Cgroup")
+    assert not LocalAdmission(limits={"Cgroup": 1}).gated("AddCNI")
 
 
 def test_names_carry_prefixes_and_run() -> None:

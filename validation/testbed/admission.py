@@ -23,6 +23,11 @@ __all__ = ["Admission", "AgentAdmission", "LocalAdmission"]
 class Admission(Protocol):
     """Per-stage admission and device pools, as a node agent offers them."""
 
+    def gated(self, name: str) -> bool:
+        """Whether a sandbox may wait to enter stage ``name`` (it has a limit,
+        or the admission cannot tell): only then is a wait before it an admission wait."""
+        ...
+
     def stage(self, name: str, holder: str) -> AbstractContextManager[None]:
         """Block until ``holder`` may run stage ``name``; leave it on exit."""
         ...
@@ -111,6 +116,11 @@ class AgentAdmission:
     def __init__(self, client: AgentClient, *, wait_s: float = 300.0) -> None:
         self.client = client
         self.wait_s = wait_s
+
+    def gated(self, name: str) -> bool:
+        # The agent's limits may be pushed during the storm, and every stage
+        # is a lease it grants: any stage may wait.
+        return True
 
     @contextlib.contextmanager
     def stage(self, name: str, holder: str) -> Iterator[None]:
