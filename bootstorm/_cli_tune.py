@@ -267,7 +267,8 @@ def tune(
     comparison = compare_candidates(traces, chosen_candidates, profile)
     console.print(_table("predicted against measured (medians of the runs)", comparison))
     console.print(
-        f"ranking agreement (Spearman, makespan): {comparison.spearman_makespan:+.2f}; "
+        f"ranking agreement (Spearman): makespan {comparison.spearman_makespan:+.2f}, "
+        f"mean startup {comparison.spearman_mean:+.2f}; "
         f"measured best {comparison.measured_best.name}, predicted best "
         f"{comparison.predicted_best.name}"
     )
@@ -322,6 +323,7 @@ def tune(
             facts=[
                 ("repeats", str(repeats)),
                 ("Spearman (makespan)", f"{comparison.spearman_makespan:+.2f}"),
+                ("Spearman (mean startup)", f"{comparison.spearman_mean:+.2f}"),
                 ("chosen", chosen or "none (no candidate beat the baseline)"),
             ],
             candidates=rows,

@@ -484,7 +484,7 @@ def _report_candidates(
     min_spearman: float,
 ) -> None:
     records = comparison.records()
-    rho = comparison.spearman_makespan
+    rho, rho_mean = comparison.spearman_makespan, comparison.spearman_mean
     ranked = not math.isnan(rho) and rho >= min_spearman
     failed = [r["name"] for r in records if abs(r["makespan_error"]) > threshold]
     measured_best = comparison.measured_best.name
@@ -495,6 +495,7 @@ def _report_candidates(
             "repeats": comparison.repeats,
             "candidates": records,
             "spearman_makespan": None if math.isnan(rho) else rho,
+            "spearman_mean": None if math.isnan(rho_mean) else rho_mean,
             "min_spearman": min_spearman,
             "measured_best": measured_best,
             "predicted_best": predicted_best,
@@ -556,7 +557,11 @@ def _report_candidates(
             best = best.replace(" is ", " is not ") + f" ({predicted_best})"
         asked = f"at least {min_spearman:+.2f} asked"
         color = "green" if ranked else "red"
-        console.print(f"[{color}]ranking: Spearman {spearman} ({asked}); {best}[/]")
+        by_mean = "undefined" if math.isnan(rho_mean) else f"{rho_mean:+.2f}"
+        console.print(
+            f"[{color}]ranking: Spearman {spearman} ({asked}); {best}[/]\n"
+            f"ranking by mean startup: Spearman {by_mean}"
+        )
         if pairs := comparison.discordant_pairs():
 
             def named(p: DiscordantPair) -> str:

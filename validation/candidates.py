@@ -160,6 +160,18 @@ class DiscordantPair:
     separated_by_runs: bool
 
 
+def _spearman(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    if len(predicted) < 2 or len(set(predicted)) < 2 or len(set(measured)) < 2:
+        return math.nan
+    from scipy import stats
+
+    rho = float(stats.spearmanr(predicted, measured).statistic)
+    # spearmanr is Pearson's r of the ranks, off by ~1e-16 from the exact
+    # rational value (0.9999999999999999 for a perfect ranking, which would
+    # fail a `>= 1.0` check): rounded to 12 places.
+    return float(np.clip(round(rho, 12), -1.0, 1.0))
+
+
 def _rel_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured if measured else math.inf
 
@@ -191,19 +203,19 @@ class CandidateComparison:
         nothing. A caller that acts on the ranking must treat ``nan`` as "the
         model cannot tell these configs apart", not as agreement.
         """
-        if len(self.rows) < 2:
-            return math.nan
-        predicted = [r.predicted_makespan_s for r in self.rows]
-        measured = [r.measured_makespan_s for r in self.rows]
-        if len(set(predicted)) < 2 or len(set(measured)) < 2:
-            return math.nan
-        from scipy import stats
+        return _spearman(
+            [r.predicted_makespan_s for r in self.rows],
+            [r.measured_makespan_s for r in self.rows],
+        )
 
-        rho = float(stats.spearmanr(predicted, measured).statistic)
-        # spearmanr is Pearson's r of the ranks, off by ~1e-16 from the exact
-        # rational value (0.9999999999999999 for a perfect ranking, which would
-        # fail a `>= 1.0` check): rounded to 12 places.
-        return float(np.clip(round(rho, 12), -1.0, 1.0))
+    @property
+    def spearman_mean(self) -> float:
+        """:attr:`spearman_makespan` for the mean startup: the latency each
+        sandbox sees, which stage limits move even where the makespan (the
+        host's total work, on a CPU-bound node) stays put."""
+        return _spearman(
+            [r.predicted_mean_s for r in self.rows], [r.measured_mean_s for r in self.rows]
+        )
 
     @property
     def measured_best(self) -> CandidateMeasurement:

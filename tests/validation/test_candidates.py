@@ -4,6 +4,7 @@ real storms of two configs."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -267,6 +268,21 @@ def test_spearman_is_nan_where_undefined() -> None:
     assert math.isnan(_comparison([(1.0, 1.0)]).spearman_makespan)
     assert math.isnan(_comparison([(1.0, 2.0), (2.0, 2.0), (3.0, 2.0)]).spearman_makespan)
     assert math.isnan(_comparison([(1.0, 1.0), (1.0, 2.0)]).spearman_makespan)
+
+
+def test_spearman_of_mean_startup_ranks_its_own_column() -> None:
+    """Limits move the mean startup, not the makespan, of a CPU-bound storm:
+    the two rankings are separate, each of its own columns (a known answer)."""
+    rows = (
+        dataclasses.replace(_row("none", 9.1, 8.6), measured_mean_s=8.3, predicted_mean_s=7.7),
+        dataclasses.replace(_row("pool", 7.8, 7.8), measured_mean_s=6.9, predicted_mean_s=7.1),
+        dataclasses.replace(_row("limit", 9.5, 8.3), measured_mean_s=6.1, predicted_mean_s=5.1),
+    )
+    comparison = CandidateComparison(rows=rows, repeats=3, sandboxes=6)
+    assert comparison.spearman_makespan == 0.5  # one swap of three: 1 - 6 * 2 / 24
+    assert comparison.spearman_mean == 1.0
+    tied = CandidateComparison(rows=rows[:1] * 2, repeats=3, sandboxes=6)
+    assert math.isnan(tied.spearman_mean)
 
 
 def test_median_abs_error_and_ranks_with_ties() -> None:
