@@ -12,13 +12,16 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from .models import ConfigError
+
+if TYPE_CHECKING:
+    from .validation.agent import CniPoolSettings
 
 __all__ = ["TOKEN_ENV", "register"]
 
@@ -80,6 +83,17 @@ def serve_cmd(
     allow_remote: Annotated[
         bool, typer.Option("--allow-remote", help="Allow a non-loopback --host.")
     ] = False,
+    cni: Annotated[
+        str | None,
+        typer.Option(
+            help="Plumb the netns-veth pool with this CNI plugin (bridge or ptp, host-local "
+            "IPAM) on a network of the agent's own, for the testbed's --runtime cni."
+        ),
+    ] = None,
+    cni_bin_dir: Annotated[
+        Path | None,
+        typer.Option(help="CNI plugin directory (else /usr/lib/cni or /opt/cni/bin)."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
 ) -> None:
     """Run the node agent until SIGTERM or SIGINT; pooled devices are removed on the way out."""
@@ -97,11 +111,16 @@ def serve_cmd(
         raise ConfigError(f"pool-id: must be within 0..{MAX_POOL_ID} (got {pool_id})")
     if not _loopback(host) and not allow_remote:
         raise ConfigError(f"host: {host!r} is not loopback; pass --allow-remote to serve it")
+    plumbing = _cni_settings(cni, cni_bin_dir) if cni is not None else None
+    if cni is None and cni_bin_dir is not None:
+        raise ConfigError(f"cni-bin-dir: {cni_bin_dir} given without --cni")
     token = _token(token_file)
     tuned = TunedConfig.from_yaml(config) if config is not None else TunedConfig()
     if verbose:
         logging.getLogger("bootstorm").setLevel(logging.INFO)
-    settings = AgentSettings(token=SecretStr(token), host=host, port=port, pool_id=pool_id)
+    settings = AgentSettings(
+        token=SecretStr(token), host=host, port=port, pool_id=pool_id, cni=plumbing
+    )
     console = _console()
 
     def ready(url: str) -> None:
@@ -110,6 +129,19 @@ def serve_cmd(
 
     asyncio.run(serve(settings, tuned, on_ready=ready))
     console.print("bootstorm agent stopped; pooled devices removed", highlight=False)
+
+
+def _cni_settings(plugin: str, bin_dir: Path | None) -> CniPoolSettings:
+    """The agent's CNI plumbing, its plugins found now: one line (exit 2) if not."""
+    from .validation.agent import CniPoolSettings
+    from .validation.testbed.cni import IPAM_PLUGIN, CniSetupError, discover_bin_dir
+
+    try:
+        CniPoolSettings(plugin=plugin, bin_dir=Path("."))  # the plugin's name first
+        found = discover_bin_dir(bin_dir, [plugin, IPAM_PLUGIN])
+        return CniPoolSettings(plugin=plugin, bin_dir=found)
+    except (CniSetupError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @config_app.command("push")

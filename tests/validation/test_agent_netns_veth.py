@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,9 +17,16 @@ from pydantic import SecretStr
 
 from bootstorm.models import TunedConfig
 from bootstorm.validation._names import owned_link, owned_netns
-from bootstorm.validation.agent import POOL_KINDS, AgentClient, AgentSettings, create_app
-from bootstorm.validation.agent._pools import Device, NetlinkDevices, pool_names
+from bootstorm.validation.agent import (
+    POOL_KINDS,
+    AgentClient,
+    AgentSettings,
+    CniPoolSettings,
+    create_app,
+)
+from bootstorm.validation.agent._pools import CniPlumbing, Device, NetlinkDevices, pool_names
 from bootstorm.validation.testbed import AgentAdmission
+from bootstorm.validation.testbed.admission import CniPooledNetns
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -33,10 +41,11 @@ class FakeDevices:
         self.removed: list[Device] = []
         self.lock = threading.Lock()
 
-    def create(self, device: Device) -> None:
+    def create(self, device: Device) -> Device:
         with self.lock:
             self.created.append(device)
             self.alive[device.name] = device
+        return device
 
     def remove(self, device: Device) -> None:
         with self.lock:
@@ -170,3 +179,88 @@ def test_the_testbeds_agent_path_gets_the_namespace_and_the_host_end() -> None:
         pytest.raises(ValueError, match="without a host end"),
     ):
         AgentAdmission(client).take_netns_veth("r/0")
+
+
+# -- plumbed by CNI (agent serve --cni) ----------------------------------------
+
+
+class CniFakeDevices(FakeDevices):
+    """Makes each netns-veth as a CNI ADD would report it (no plugins run)."""
+
+    def create(self, device: Device) -> Device:
+        super().create(device)
+        return Device(
+            device.kind,
+            device.name,
+            peer="veth1234abcd",
+            cni=CniPlumbing(
+                container_id=device.name,
+                conflist={"cniVersion": "1.0.0", "name": "bootstorm-agent-8", "plugins": []},
+                result='{"cniVersion": "1.0.0"}',
+            ),
+        )
+
+
+def test_a_cni_plumbed_netns_veth_carries_its_network_to_its_taker() -> None:
+    """The take answer carries the container id, the conflist and the ADD's
+    result (the taker DELs through them); /healthz names the network, so a
+    cni-runtime client knows before its storm whether to take any."""
+    fake = CniFakeDevices()
+
+    async def scenario() -> None:
+        cni = CniPoolSettings(plugin="bridge", bin_dir=Path("/usr/lib/cni"))
+        settings = AgentSettings(token=SecretStr(TOKEN), port=0, pool_id=8, cni=cni)
+        app = create_app(settings, TunedConfig(pools={"netns-veth": 1}), device_ops=fake)
+        server = TestServer(app)
+        client: TestClient[Any, Any] = TestClient(server)
+        async with server, client:
+            await _wait_level(client, "netns-veth", 1)
+            health = await (await client.get("/healthz")).json()
+            assert health["cni_network"] == "bootstorm-agent-8"
+            r = await client.post("/v1/pools/netns-veth/take", json={"holder": "r/0"}, headers=AUTH)
+            got = await r.json()
+            assert got["peer"] == "veth1234abcd"
+            assert got["cni"] == {
+                "container_id": "bstpool-netns-veth-8-0",
+                "conflist": {"cniVersion": "1.0.0", "name": "bootstorm-agent-8", "plugins": []},
+                "result": '{"cniVersion": "1.0.0"}',
+            }
+
+    asyncio.run(scenario())
+    with pytest.raises(ValueError, match=r"cni: 'macvlan' is not a plugin the agent plumbs with"):
+        CniPoolSettings(plugin="macvlan", bin_dir=Path("/usr/lib/cni"))
+
+
+def _routed_client(routes: dict[str, httpx.Response]) -> AgentClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return routes[request.url.path]
+
+    return AgentClient("http://agent", token=TOKEN, transport=httpx.MockTransport(handler))
+
+
+def test_the_cni_runtimes_agent_path_takes_only_plumbed_namespaces() -> None:
+    plumbed = {
+        "kind": "netns-veth",
+        "name": "bstpool-netns-veth-8-0",
+        "peer": "veth1234abcd",
+        "holder": "r/0",
+        "cni": {"container_id": "bstpool-netns-veth-8-0", "conflist": {"name": "n"}},
+    }
+    health = httpx.Response(200, json={"status": "ok", "generation": 1, "cni_network": "n"})
+    routes = {"/healthz": health, "/v1/pools/netns-veth/take": httpx.Response(200, json=plumbed)}
+    with _routed_client(routes) as client:
+        adm = AgentAdmission(client)
+        assert adm.offers_cni_netns()
+        got = adm.take_cni_netns("r/0")
+        assert got == CniPooledNetns(netns="bstpool-netns-veth-8-0", container_id=plumbed["name"])
+        assert got is not None and got.conflist == {"name": "n"} and got.result is None
+    # An agent without --cni: its pairs are on no CNI network, none is taken.
+    bare = httpx.Response(200, json={"status": "ok", "generation": 1, "cni_network": None})
+    with _routed_client({"/healthz": bare}) as client:
+        adm = AgentAdmission(client)
+        assert not adm.offers_cni_netns() and adm.take_cni_netns("r/0") is None
+    # A plumbed kind that comes without its network is refused, naming it.
+    unplumbed = {k: v for k, v in plumbed.items() if k != "cni"}
+    routes["/v1/pools/netns-veth/take"] = httpx.Response(200, json=unplumbed)
+    with _routed_client(routes) as client, pytest.raises(ValueError, match="without its CNI"):
+        AgentAdmission(client).take_cni_netns("r/0")

@@ -6,6 +6,7 @@ pre-created through netlink, ``PUT /config`` for a :class:`TunedConfig`,
 Prometheus metrics, and a bearer token on every call that changes something.
 """
 
+from ._cni_pool import CniPoolSettings
 from ._protocol import DEFAULT_WAIT_S, MAX_WAIT_S, POOL_KINDS
 from ._runner import agent_in_thread
 from ._server import AgentSettings, create_app, serve
@@ -19,6 +20,7 @@ __all__ = [
     "AgentClient",
     "AgentError",
     "AgentSettings",
+    "CniPoolSettings",
     "Inventory",
     "InventoryNode",
     "Lease",

@@ -36,14 +36,14 @@ import re
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._names import AGENT_POOL_LINK_PREFIX, AGENT_POOL_NETNS_PREFIX, owned_link, owned_netns
 from ._metrics import AgentMetrics, PoolSnapshot
 from ._protocol import NETNS_VETH_PEER, POOL_KINDS
 
-__all__ = ["Device", "DeviceOps", "NetlinkDevices", "PoolManager", "pool_names"]
+__all__ = ["CniPlumbing", "Device", "DeviceOps", "NetlinkDevices", "PoolManager", "pool_names"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,16 @@ class Device:
     #: The other end of a veth pair; a ``netns-veth``'s host end (its peer is
     #: :data:`NETNS_VETH_PEER` inside the namespace); None for other kinds.
     peer: str | None = None
+    #: A ``netns-veth`` a CNI ADD plumbed (:mod:`._cni_pool`): its container
+    #: id, its network's conflist and the ADD's result, as its taker needs them.
+    cni: CniPlumbing | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CniPlumbing:
+    container_id: str
+    conflist: Mapping[str, Any] = field(compare=False)
+    result: str | None = field(default=None, compare=False)
 
 
 def pool_names(pool_id: int, kind: str, index: int) -> Device:
@@ -82,9 +92,15 @@ def pool_names(pool_id: int, kind: str, index: int) -> Device:
 
 
 class DeviceOps(Protocol):
-    """Creates and removes real devices; called on the executor thread only."""
+    """Creates and removes real devices; called on the executor thread only.
 
-    def create(self, device: Device) -> None: ...
+    ``create`` makes ``device`` (its names from :func:`pool_names`) and
+    returns it as made: the same, or with what only making it told (a CNI
+    ADD's result); an EEXIST error means the name is taken, and the pool
+    moves to the next.
+    """
+
+    def create(self, device: Device) -> Device: ...
     def remove(self, device: Device) -> None: ...
     def leftovers(self) -> list[Device]: ...
     def close(self) -> None: ...
@@ -107,7 +123,7 @@ class NetlinkDevices:
             self._ipr = IPRoute()
         return self._ipr
 
-    def create(self, device: Device) -> None:
+    def create(self, device: Device) -> Device:
         if device.kind == "netns":
             from pyroute2 import netns
 
@@ -120,6 +136,7 @@ class NetlinkDevices:
             self._create_netns_veth(device)
         else:
             raise ValueError(f"kind: unknown pool kind {device.kind!r}")
+        return device
 
     def _create_netns_veth(self, device: Device) -> None:
         """The namespace, then the pair made with its peer inside it; the
@@ -335,16 +352,16 @@ class PoolManager:
             device = pool_names(self._pool_id, kind, self._next[kind])
             self._next[kind] = (self._next[kind] + 1) % _MAX_INDEX
             try:
-                await self._call(kind, self._ops.create, device)
-                return device
+                made: Device = await self._call(kind, self._ops.create, device)
+                return made
             except _NameTakenError:
                 continue
         raise RuntimeError(f"no free {kind} name after 64 tries")
 
-    async def _call(self, kind: str, fn: Any, device: Device) -> None:
+    async def _call(self, kind: str, fn: Any, device: Device) -> Any:
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._executor, fn, device)
+            return await loop.run_in_executor(self._executor, fn, device)
         except Exception as exc:
             if _exists(exc):
                 raise _NameTakenError(device.name) from exc

@@ -35,6 +35,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 
 from ...models import ConfigError, TunedConfig
 from ...models._errors import format_validation_error
+from ._cni_pool import CniDevices, CniPoolSettings, agent_network_name
 from ._leases import LeaseError, LeaseTable, ServerLease
 from ._metrics import AgentMetrics, LiveSnapshot
 from ._pools import DeviceOps, NetlinkDevices, PoolManager
@@ -58,6 +59,9 @@ class AgentSettings:
     #: Number in this agent's pool device names; two agents on a host need two ids.
     pool_id: int = 0
     default_wait_s: float = DEFAULT_WAIT_S
+    #: Plumb the ``netns-veth`` pool with a CNI ADD on a network of the agent's
+    #: own (``agent serve --cni``); None: a bare veth pair per namespace.
+    cni: CniPoolSettings | None = None
 
 
 @dataclass(eq=False)
@@ -186,9 +190,19 @@ async def _take(request: web.Request) -> web.Response:
     if device is None:
         return _error(404, "pool empty", kind=kind)
     log.info("%s %s handed to %s", kind, device.name, body.holder)
-    return web.json_response(
-        {"kind": device.kind, "name": device.name, "peer": device.peer, "holder": body.holder}
-    )
+    answer: dict[str, Any] = {
+        "kind": device.kind,
+        "name": device.name,
+        "peer": device.peer,
+        "holder": body.holder,
+    }
+    if device.cni is not None:
+        answer["cni"] = {
+            "container_id": device.cni.container_id,
+            "conflist": dict(device.cni.conflist),
+            "result": device.cni.result,
+        }
+    return web.json_response(answer)
 
 
 def _parse_config(raw: bytes) -> TunedConfig:
@@ -239,7 +253,16 @@ async def _metrics(request: web.Request) -> web.Response:
 
 async def _healthz(request: web.Request) -> web.Response:
     agent = request.app[AGENT]
-    return web.json_response({"status": "ok", "generation": agent.generation})
+    cni = agent.settings.cni
+    return web.json_response(
+        {
+            "status": "ok",
+            "generation": agent.generation,
+            # The network the netns-veth pool is plumbed on (clients of the
+            # testbed's cni runtime take those only then), or null.
+            "cni_network": None if cni is None else agent_network_name(agent.settings.pool_id),
+        }
+    )
 
 
 def create_app(
@@ -253,7 +276,13 @@ def create_app(
         raise ConfigError("token: must not be empty")
     config = config if config is not None else TunedConfig()
     metrics = AgentMetrics()
-    ops = device_ops if device_ops is not None else NetlinkDevices(settings.pool_id)
+    ops: DeviceOps
+    if device_ops is not None:
+        ops = device_ops
+    elif settings.cni is not None:
+        ops = CniDevices(settings.pool_id, settings.cni)
+    else:
+        ops = NetlinkDevices(settings.pool_id)
     app = web.Application(middlewares=[_json_errors, _token_middleware(settings.token)])
 
     leases = LeaseTable(limits=config.limits, lease_ttl_s=config.lease_ttl_s, metrics=metrics)

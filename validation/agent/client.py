@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from ...models import TunedConfig
 from ._protocol import DEFAULT_WAIT_S, AcquireRequest, TakeRequest
 
-__all__ = ["AgentClient", "AgentError", "Lease", "PooledDevice"]
+__all__ = ["AgentClient", "AgentError", "Lease", "PooledCni", "PooledDevice"]
 
 
 class AgentError(Exception):
@@ -54,6 +54,17 @@ class Lease(_Answer):
     expires_at_s: float
 
 
+class PooledCni(_Answer):
+    """How a ``netns-veth`` of an agent started with ``--cni`` was plumbed: a
+    CNI ADD on the agent's network, which its taker DELs when done."""
+
+    container_id: str
+    #: The agent's network as a conflist (``name``, ``cniVersion``, ``plugins``).
+    conflist: dict[str, Any]
+    #: The ADD's final result JSON, as the last plugin printed it.
+    result: str | None = None
+
+
 class PooledDevice(_Answer):
     """A pre-created device, now the holder's to use and to remove."""
 
@@ -62,6 +73,8 @@ class PooledDevice(_Answer):
     #: The other end of a veth pair, in the host namespace.
     peer: str | None = None
     holder: str
+    #: A ``netns-veth`` whose interface a CNI ADD made (an agent with ``--cni``).
+    cni: PooledCni | None = None
 
 
 class AgentClient:

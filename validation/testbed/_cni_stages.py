@@ -36,7 +36,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +50,7 @@ from bootstorm.traces import ExecSpan, StageSpan
 from ._leftovers import CNI_STATE_DIR, SHIM_SCRIPT, RunNames, sweep_lock
 from ._netns import NETNS_RUN_DIR, create_netns_here
 from ._vm import BOOT_TIMEOUT_S, MARKER, VmRunner
+from .admission import CniPooledNetns
 from .cni import (
     IPAM_PLUGIN,
     CniError,
@@ -62,6 +63,7 @@ from .cni import (
     check,
     delete,
     discover_bin_dir,
+    parse_result,
     pick_subnet,
 )
 from .options import StormOptions
@@ -152,6 +154,8 @@ class CniSandbox:
     add_started: bool = False
     #: Took a ``netns-veth`` namespace whose ADD was done before the storm.
     pooled: bool = False
+    #: The network an agent ADDed that namespace on; None: the run's own.
+    network: CniNetwork | None = None
     deleted: bool = False
     shim: subprocess.Popen[bytes] | None = None
     shim_start_s: float | None = None
@@ -202,6 +206,52 @@ def _other_runs_subnets() -> list[ipaddress.IPv4Network]:
     return nets
 
 
+def claim_network(
+    state_dir: Path,
+    network_on: Callable[[ipaddress.IPv4Network], CniNetwork],
+    *,
+    bin_dir: Path,
+) -> tuple[ipaddress.IPv4Network, CniNetwork]:
+    """A subnet no route, address or other CNI state directory on the host
+    uses, and the network ``network_on`` builds on it, saved as
+    ``state_dir/run.json`` (the sweep's way to DEL what it holds, and other
+    runs' and agents' way to keep off its subnet). Two claims at once must
+    not take one subnet: both hold the sweep lock."""
+    with sweep_lock():
+        subnet = pick_subnet([*_host_networks(), *_other_runs_subnets()])
+        state_dir.mkdir(parents=True, exist_ok=False)
+        network = network_on(subnet)
+        saved = {
+            "conflist": network.conflist(),
+            "bin_dir": str(bin_dir),
+            "subnet": str(subnet),
+            "ifname": IFNAME,
+        }
+        tmp = state_dir / "run.json.tmp"
+        tmp.write_text(json.dumps(saved, indent=1) + "\n")
+        tmp.replace(state_dir / "run.json")
+    return subnet, network
+
+
+def make_bridge(ipr: Any, name: str, subnet: ipaddress.IPv4Network) -> None:
+    """The bridge plugin's bridge, made before any ADD, with the subnet's
+    first address as its gateway, up.
+
+    A node's bridge exists before a storm (the first ADD made it long ago);
+    made here, the storm's ADDs find it instead of racing to create it. Its
+    MAC is set: a bridge takes the lowest MAC of its ports otherwise, and
+    each ADD's result names the bridge's MAC, which CHECK compares, so it
+    must not move as later sandboxes join.
+    """
+    ipr.link("add", ifname=name, kind="bridge")
+    (idx,) = ipr.link_lookup(ifname=name)
+    (link,) = ipr.get_links(idx)
+    ipr.link("set", index=idx, address=link.get_attr("IFLA_ADDRESS"))
+    gateway = next(subnet.hosts())
+    ipr.addr("add", index=idx, address=str(gateway), prefixlen=subnet.prefixlen)
+    ipr.link("set", index=idx, state="up")
+
+
 class CniRuntime:
     """The run's CNI network and the ``cni`` stage bodies (see module doc)."""
 
@@ -229,45 +279,26 @@ class CniRuntime:
     def prepare(self) -> None:
         """The run's state directory, subnet, network and host links."""
         opts = self.options
-        with sweep_lock():  # two runs starting at once must not take one subnet
-            self.subnet = pick_subnet([*_host_networks(), *_other_runs_subnets()])
-            self.state_dir.mkdir(parents=True, exist_ok=False)
-            parent = self.names.vport() if opts.cni_plugin in ("macvlan", "ipvlan") else None
-            self.network = build_network(
+        parent = self.names.vport() if opts.cni_plugin in ("macvlan", "ipvlan") else None
+
+        def network_on(subnet: ipaddress.IPv4Network) -> CniNetwork:
+            return build_network(
                 name=self.names.cni_network(),
                 plugin=opts.cni_plugin,
                 chain=opts.cni_chain,
-                subnet=self.subnet,
+                subnet=subnet,
                 ipam_dir=self.state_dir / "ipam",
                 bridge=self.names.bridge() if opts.cni_plugin == "bridge" else None,
                 parent=parent,
                 tuning_dir=self.state_dir / "tuning",
             )
-            saved = {
-                "conflist": self.network.conflist(),
-                "bin_dir": str(self.host.bin_dir),
-                "subnet": str(self.subnet),
-                "ifname": IFNAME,
-            }
-            tmp = self.state_dir / "run.json.tmp"
-            tmp.write_text(json.dumps(saved, indent=1) + "\n")
-            tmp.replace(self.state_dir / "run.json")
+
+        self.subnet, self.network = claim_network(
+            self.state_dir, network_on, bin_dir=self.host.bin_dir
+        )
         with IPRoute() as ipr:
             if opts.cni_plugin == "bridge":
-                # A node's bridge exists before a storm (the first ADD made it
-                # long ago); made here with its gateway address, the storm's
-                # ADDs find it instead of racing to create it.
-                br = self.names.bridge()
-                ipr.link("add", ifname=br, kind="bridge")
-                (idx,) = ipr.link_lookup(ifname=br)
-                # A bridge takes the lowest MAC of its ports unless its own was
-                # set: each ADD's result names the bridge's MAC, and CHECK
-                # compares it, so it must not move as later sandboxes join.
-                (link,) = ipr.get_links(idx)
-                ipr.link("set", index=idx, address=link.get_attr("IFLA_ADDRESS"))
-                gateway = next(self.subnet.hosts())
-                ipr.addr("add", index=idx, address=str(gateway), prefixlen=self.subnet.prefixlen)
-                ipr.link("set", index=idx, state="up")
+                make_bridge(ipr, self.names.bridge(), self.subnet)
             elif parent is not None:
                 # The master link: a veth pair of the run's own, both ends up.
                 peer = {"ifname": self.names.vport_peer()}
@@ -296,11 +327,11 @@ class CniRuntime:
         for idx in ipr.link_lookup(ifname=probe):
             ipr.link("del", index=idx)
 
-    def fill_pool(self, netns_names: Sequence[str]) -> list[tuple[str, str]]:
-        """ADD each of ``netns_names`` (namespaces made here) before the storm;
-        the pool's (namespace, container id) pairs."""
+    def fill_pool(self, netns_names: Sequence[str]) -> list[CniPooledNetns]:
+        """ADD each of ``netns_names`` (namespaces made here) before the storm,
+        on the run's network; the pool's entries (the container id is the name)."""
 
-        def one(netns: str) -> tuple[str, str]:
+        def one(netns: str) -> CniPooledNetns:
             os.close(create_netns_here(netns))
             execs = self._pool_execs.setdefault(netns, [])
 
@@ -311,7 +342,7 @@ class CniRuntime:
                 self.pool[netns] = self._add(netns, str(NETNS_RUN_DIR / netns), record)
             except CniError as exc:
                 raise CniSetupError(f"pools.netns-veth: {netns}: {exc}") from None
-            return netns, netns
+            return CniPooledNetns(netns=netns, container_id=netns)
 
         with ThreadPoolExecutor(max_workers=WORKERS) as pool:
             return list(pool.map(one, netns_names))
@@ -329,14 +360,27 @@ class CniRuntime:
 
     # -- the stages -------------------------------------------------------------
 
-    def take_pooled(self, cs: CniSandbox, netns: str, container_id: str) -> None:
-        """``cs`` took a pre-ADDed namespace: its AddCNI has nothing to ADD."""
-        cs.netns = netns
-        cs.container_id = container_id
-        cs.result = self.pool.get(container_id)
+    def take_pooled(self, cs: CniSandbox, pooled: CniPooledNetns) -> None:
+        """``cs`` took a pre-ADDed namespace: its AddCNI has nothing to ADD.
+        One of an agent's is on the agent's network, which its DEL goes through."""
+        cs.netns = pooled.netns
+        cs.container_id = pooled.container_id
         cs.pooled = True
         cs.add_started = True  # its DEL is owed at teardown
-        self._pool_taken[container_id] = cs.index
+        if pooled.conflist is None:
+            cs.result = self.pool.get(pooled.container_id)
+            self._pool_taken[pooled.container_id] = cs.index
+            return
+        try:
+            cs.network = CniNetwork.from_conflist(pooled.conflist)
+            plugin = cs.network.types[-1]
+            cs.result = (
+                None if pooled.result is None else parse_result(pooled.result, plugin=plugin)
+            )
+        except (CniError, ValueError, KeyError, TypeError) as exc:
+            raise CniError(
+                f"pools.netns-veth: {pooled.netns}: the agent's network: {exc}"
+            ) from None
 
     def add_cni(self, cs: CniSandbox) -> None:
         assert self.network is not None and cs.netns is not None
@@ -528,6 +572,7 @@ class CniRuntime:
                 cs.netns_path,
                 cs.result,
                 lambda r: cs.execs.append(_span(r, sandbox=cs.index, stage="teardown")),
+                network=cs.network,
             )
 
         def del_pooled(container: str) -> None:
@@ -544,12 +589,18 @@ class CniRuntime:
             list(pool.map(del_pooled, untaken))
 
     def _delete(
-        self, container: str, netns_path: str, result: CniResult | None, on_exec: Any
+        self,
+        container: str,
+        netns_path: str,
+        result: CniResult | None,
+        on_exec: Any,
+        *,
+        network: CniNetwork | None = None,
     ) -> None:
         assert self.network is not None
         try:
             delete(
-                self.network,
+                network or self.network,
                 result,
                 bin_dir=self.host.bin_dir,
                 container_id=container,

@@ -12,12 +12,29 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..agent.client import AgentClient
 
-__all__ = ["Admission", "AgentAdmission", "LocalAdmission"]
+__all__ = ["Admission", "AgentAdmission", "CniPooledNetns", "LocalAdmission"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CniPooledNetns:
+    """A namespace whose CNI ADD was done before the storm (the ``cni``
+    runtime's ``netns-veth``): what its taker needs to use it and to DEL it."""
+
+    #: Its name under ``/run/netns``.
+    netns: str
+    #: The ``CNI_CONTAINERID`` it was ADDed under (DEL must name the same).
+    container_id: str
+    #: The network it is on, as a conflist (the taker DELs through it); None:
+    #: the taking run's own network.
+    conflist: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: The ADD's final result JSON (DEL's ``prevResult``), if known.
+    result: str | None = field(default=None, compare=False)
 
 
 class Admission(Protocol):
@@ -47,6 +64,15 @@ class Admission(Protocol):
         host end on the host, both down; or None if the pool is empty."""
         ...
 
+    def offers_cni_netns(self) -> bool:
+        """Whether :meth:`take_cni_netns` may hand anything out (asked once,
+        before a storm of the ``cni`` runtime)."""
+        ...
+
+    def take_cni_netns(self, holder: str) -> CniPooledNetns | None:
+        """A namespace with its CNI ADD done, or None if the pool is empty."""
+        ...
+
 
 class LocalAdmission:
     """Threading semaphores per limited stage and in-process device pools.
@@ -55,7 +81,8 @@ class LocalAdmission:
     not named are unlimited); ``pools`` maps a device kind to the names of
     devices already created, ``pairs`` a kind of pair to its two names: a
     ``veth`` pair's (host end, peer), a ``netns-veth``'s (namespace, host
-    end) (the driver creates them before the storm).
+    end) (the driver creates them before the storm); ``cni_netns`` the
+    ``cni`` runtime's namespaces with their ADD done.
     """
 
     def __init__(
@@ -63,6 +90,7 @@ class LocalAdmission:
         limits: Mapping[str, int] | None = None,
         pools: Mapping[str, Iterable[str]] | None = None,
         pairs: Mapping[str, Iterable[tuple[str, str]]] | None = None,
+        cni_netns: Iterable[CniPooledNetns] = (),
     ) -> None:
         for stage, k in (limits or {}).items():
             if k < 1:
@@ -70,6 +98,7 @@ class LocalAdmission:
         self._gates = {s: threading.BoundedSemaphore(k) for s, k in (limits or {}).items()}
         self._pools = {kind: deque(names) for kind, names in (pools or {}).items()}
         self._pairs = {kind: deque(both) for kind, both in (pairs or {}).items()}
+        self._cni_netns = deque(cni_netns)
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
@@ -98,6 +127,14 @@ class LocalAdmission:
     def take_netns_veth(self, holder: str) -> tuple[str, str] | None:
         return self.take_pair("netns-veth", holder)
 
+    def offers_cni_netns(self) -> bool:
+        with self._lock:
+            return bool(self._cni_netns)
+
+    def take_cni_netns(self, holder: str) -> CniPooledNetns | None:
+        with self._lock:
+            return self._cni_netns.popleft() if self._cni_netns else None
+
     def left(self, kind: str) -> list[str]:
         """Devices of ``kind`` still in the pool (the driver removes them after)."""
         with self._lock:
@@ -116,6 +153,8 @@ class AgentAdmission:
     def __init__(self, client: AgentClient, *, wait_s: float = 300.0) -> None:
         self.client = client
         self.wait_s = wait_s
+        self._asked_cni = False
+        self._cni_network: str | None = None
 
     def gated(self, name: str) -> bool:
         # The agent's limits may be pushed during the storm, and every stage
@@ -157,3 +196,29 @@ class AgentAdmission:
                 f"pools.netns-veth: the agent handed out {device.name!r} without a host end"
             )
         return device.name, device.peer
+
+    def offers_cni_netns(self) -> bool:
+        """Whether the agent's ``netns-veth`` namespaces are CNI-ADDed (an
+        agent started with ``--cni``): asked once, from ``/healthz``."""
+        if not self._asked_cni:
+            network = self.client.healthz().get("cni_network")
+            self._cni_network = network if isinstance(network, str) else None
+            self._asked_cni = True
+        return self._cni_network is not None
+
+    def take_cni_netns(self, holder: str) -> CniPooledNetns | None:
+        if not self.offers_cni_netns():
+            return None
+        device = self.client.take("netns-veth", holder)
+        if device is None:
+            return None
+        if device.cni is None:
+            raise ValueError(
+                f"pools.netns-veth: the agent handed out {device.name!r} without its CNI network"
+            )
+        return CniPooledNetns(
+            netns=device.name,
+            container_id=device.cni.container_id,
+            conflist=device.cni.conflist,
+            result=device.cni.result,
+        )

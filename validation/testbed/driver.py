@@ -176,16 +176,10 @@ class _Storm:
             )
             for sb in self.sandboxes:
                 sb.cni = CniSandbox(index=sb.index, name=self.names.vm(sb.index))
-            # Only the run's own pool holds namespaces with their ADD done;
-            # an agent's netns-veth pairs are not on this run's network.
-            self._wants_netns_veth = self._own_admission and bool(
-                pools and pools.get("netns-veth", 0) > 0
-            )
-            if not self._own_admission:
-                self.notes.append(
-                    "runtime cni with an agent: only its netns pool is used (its netns-veth "
-                    "entries are not on this run's CNI network)"
-                )
+            # Namespaces with their ADD done: the run's own pool, or an
+            # agent's (asked before the storm whether it ADDs them: _prepare_cni).
+            if self._own_admission:
+                self._wants_netns_veth = bool(pools and pools.get("netns-veth", 0) > 0)
 
     def _runner(self) -> VmRunner:
         opts = self.options
@@ -294,12 +288,20 @@ class _Storm:
             netns_veth = [self.names.pool_netns_veth(k)[0] for k in range(n_nv)]
             # Listed before they are made: cleanup removes whichever exist.
             self.pool_cni_netns = list(netns_veth)
-            pairs = cni.fill_pool(netns_veth)
             self.admission = LocalAdmission(
                 limits=self.options.config.limits if self.options.config else {},
                 pools={"netns": self.pool_netns},
-                pairs={"netns-veth": pairs},
+                cni_netns=cni.fill_pool(netns_veth),
             )
+        if self._wants_netns_veth and not self._own_admission:
+            # An agent's netns-veth pairs are usable only if a CNI ADD made
+            # them (an agent started with --cni): asked once, before the storm.
+            self._wants_netns_veth = self.admission.offers_cni_netns()
+            if not self._wants_netns_veth:
+                self.notes.append(
+                    "runtime cni with an agent whose netns-veth pool is not CNI-plumbed "
+                    "(start it with --cni): only its netns pool is used"
+                )
         # A gated StartVM: the shim waits for the driver's go once admitted.
         cni.wait_go = self.admission.gated("StartVM")
 
@@ -358,14 +360,16 @@ class _Storm:
         )
 
     def _netns(self, sb: _Sandbox) -> None:
-        if self._wants_netns_veth:
-            both = self.admission.take_netns_veth(f"{self.run}/{sb.index}")
-            if both is not None and self.cni is not None:
+        if self._wants_netns_veth and self.cni is not None:
+            plumbed = self.admission.take_cni_netns(f"{self.run}/{sb.index}")
+            if plumbed is not None:
                 assert sb.cni is not None
-                self.cni.take_pooled(sb.cni, *both)  # (namespace, container id)
-                sb.netns = both[0]
+                self.cni.take_pooled(sb.cni, plumbed)
+                sb.netns = plumbed.netns
                 sb.ns_fd = os.open(f"/run/netns/{sb.netns}", os.O_RDONLY)
                 return
+        elif self._wants_netns_veth:
+            both = self.admission.take_netns_veth(f"{self.run}/{sb.index}")
             if both is not None:
                 sb.netns, sb.host_end = both
                 sb.ns_fd = os.open(f"/run/netns/{sb.netns}", os.O_RDONLY)

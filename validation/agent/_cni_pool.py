@@ -1,0 +1,223 @@
+"""An agent's ``netns-veth`` pool plumbed by real CNI plugins (``agent serve --cni``).
+
+A containerd + Kata node's namespace is plumbed by a CNI ADD; a pool that
+saves a sandbox that work must hold namespaces whose ADD is done. Started
+with ``--cni bridge`` (or ``ptp``), the agent keeps a network of its own:
+
+* ``bsp<id>br``, the bridge plugin's bridge (made up front, its gateway
+  address on it, as :func:`~bootstorm.validation.testbed._cni_stages.make_bridge`
+  makes a testbed run's);
+* a subnet no route, address or other CNI state on the host uses, claimed as
+  a testbed run claims one (under the sweep lock, saved in
+  ``/run/bootstorm-cni/agent-<id>/run.json``, where runs look for subnets in
+  use); host-local's leases live in ``ipam/`` beside it.
+
+Each pooled ``netns-veth`` is a namespace ``bstpool-netns-veth-<id>-<n>`` and
+an ADD with container id = its name: ``eth0`` inside, the plugin's host veth
+as the device's ``peer``. A taker gets the conflist and the ADD's result with
+it (:class:`~bootstorm.validation.agent._pools.CniPlumbing`) and DELs through
+that network when done. The other kinds are :class:`NetlinkDevices`' own.
+
+On start the agent sweeps what a killed agent of the same id left: each
+namespace is DELed through the saved network (host-local releases its
+address) and removed; then the bridge and the state directory go, and the
+first ``netns-veth`` made claims a fresh network. On shutdown, after the pool
+manager removed what is still pooled, the network goes too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._names import AGENT_POOL_LINK_PREFIX, owned_netns
+from ._pools import CniPlumbing, Device, NetlinkDevices
+from ._protocol import NETNS_VETH_PEER
+
+__all__ = ["CniDevices", "CniPoolSettings"]
+
+log = logging.getLogger(__name__)
+
+#: The plugins an agent can plumb with: those that need no master link.
+AGENT_CNI_PLUGINS = ("bridge", "ptp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CniPoolSettings:
+    """How an agent plumbs its ``netns-veth`` pool: ``plugin`` (with
+    host-local IPAM) from the plugin directory ``bin_dir``."""
+
+    plugin: str
+    bin_dir: Path
+
+    def __post_init__(self) -> None:
+        if self.plugin not in AGENT_CNI_PLUGINS:
+            raise ValueError(
+                f"cni: {self.plugin!r} is not a plugin the agent plumbs with "
+                f"(known: {', '.join(AGENT_CNI_PLUGINS)})"
+            )
+
+
+def agent_bridge(pool_id: int) -> str:
+    """The bridge of agent ``pool_id``'s network (``bsp9999br``: 9 bytes)."""
+    return f"{AGENT_POOL_LINK_PREFIX}{pool_id}br"
+
+
+def agent_network_name(pool_id: int) -> str:
+    return f"bootstorm-agent-{pool_id}"
+
+
+def agent_state_dir(pool_id: int) -> Path:
+    from ..testbed._leftovers import CNI_STATE_DIR
+
+    return CNI_STATE_DIR / f"agent-{pool_id}"
+
+
+class CniDevices(NetlinkDevices):
+    """:class:`NetlinkDevices` whose ``netns-veth`` a CNI ADD plumbs (module doc)."""
+
+    def __init__(self, pool_id: int, settings: CniPoolSettings) -> None:
+        super().__init__(pool_id)
+        self._settings = settings
+        self._network: Any = None  # a CniNetwork once claimed
+        self._state_dir = agent_state_dir(pool_id)
+        self._bridge = agent_bridge(pool_id)
+
+    @property
+    def network_name(self) -> str:
+        return agent_network_name(self._pool_id)
+
+    # -- the network --------------------------------------------------------------
+
+    def _ensure_network(self) -> Any:
+        if self._network is not None:
+            return self._network
+        from ..testbed._cni_stages import claim_network, make_bridge
+        from ..testbed.cni import build_network
+
+        self._remove_network()  # a killed agent's, after its namespaces were swept
+        plugin = self._settings.plugin
+
+        def network_on(subnet: ipaddress.IPv4Network) -> Any:
+            return build_network(
+                name=self.network_name,
+                plugin=plugin,
+                subnet=subnet,
+                ipam_dir=self._state_dir / "ipam",
+                bridge=self._bridge if plugin == "bridge" else None,
+            )
+
+        subnet, network = claim_network(self._state_dir, network_on, bin_dir=self._settings.bin_dir)
+        try:
+            if plugin == "bridge":
+                make_bridge(self._route(), self._bridge, subnet)
+        except BaseException:
+            self._remove_network()
+            raise
+        log.info("CNI network %s on %s (%s)", self.network_name, subnet, plugin)
+        self._network = network
+        return network
+
+    def _saved_network(self) -> Any:
+        """The network a killed agent of this id saved, or None."""
+        from ..testbed.cni import CniNetwork
+
+        try:
+            saved = json.loads((self._state_dir / "run.json").read_text())
+            return CniNetwork.from_conflist(saved["conflist"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _remove_network(self) -> None:
+        self._network = None
+        with contextlib.suppress(Exception):
+            self._remove_link(self._bridge)
+        shutil.rmtree(self._state_dir, ignore_errors=True)
+
+    # -- DeviceOps ------------------------------------------------------------------
+
+    def create(self, device: Device) -> Device:
+        if device.kind != "netns-veth":
+            return super().create(device)
+        from pyroute2 import netns
+
+        from ..testbed.cni import add
+
+        network = self._ensure_network()
+        netns.create(device.name)
+        try:
+            result = add(
+                network,
+                bin_dir=self._settings.bin_dir,
+                container_id=device.name,
+                netns=f"/run/netns/{device.name}",
+                ifname=NETNS_VETH_PEER,
+                on_exec=lambda _record: None,
+            )
+        except BaseException:
+            self._del(network, device.name, None)
+            with contextlib.suppress(Exception):
+                netns.remove(device.name)
+            raise
+        host_end = next((i.name for i in result.interfaces if i.sandbox is None), None)
+        return Device(
+            kind=device.kind,
+            name=device.name,
+            peer=host_end,
+            cni=CniPlumbing(
+                container_id=device.name, conflist=network.conflist(), result=result.text
+            ),
+        )
+
+    def remove(self, device: Device) -> None:
+        if device.kind != "netns-veth":
+            super().remove(device)
+            return
+        from pyroute2 import netns
+
+        assert owned_netns(device.name)
+        network = self._network or self._saved_network()
+        if network is not None:
+            self._del(network, device.name, device.cni.result if device.cni else None)
+        if device.name in netns.listnetns():
+            netns.remove(device.name)  # eth0 goes with it, and its host veth
+
+    def _del(self, network: Any, container_id: str, result_text: str | None) -> None:
+        from ..testbed.cni import CniError, delete, parse_result
+
+        try:
+            result = None
+            if result_text is not None:
+                result = parse_result(result_text, plugin=network.types[-1])
+            delete(
+                network,
+                result,
+                bin_dir=self._settings.bin_dir,
+                container_id=container_id,
+                netns=f"/run/netns/{container_id}",
+                ifname=NETNS_VETH_PEER,
+                on_exec=lambda _record: None,
+            )
+        except (CniError, OSError) as exc:
+            log.warning("CNI DEL of %s failed: %s", container_id, exc)
+
+    def leftovers(self) -> list[Device]:
+        # The plain kinds by name; a netns-veth by its namespace (its host end
+        # is the plugin's veth, named by the plugin, and goes with eth0).
+        return [
+            Device(d.kind, d.name) if d.kind == "netns-veth" else d for d in super().leftovers()
+        ]
+
+    def close(self) -> None:
+        # The pool manager removed what was still pooled; what clients took
+        # is theirs (their DEL finds host-local's state gone: nothing to release).
+        if self._network is not None or os.path.isdir(self._state_dir):
+            self._remove_network()
+        super().close()
