@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -213,3 +214,27 @@ def test_cli_chrome_side_by_side(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
     assert "measured · sandboxes" in names and "simulated · sandboxes" in names
+
+
+def test_lock_spans_sampled_keep_the_key_waits_evenly_and_say_so() -> None:
+    """Under the cap the sandboxes' key-lock waits go in whole, then the
+    longest others; over it, every k-th key wait in time (not the earliest,
+    which dropped the storm's tail), and the note gives the counts."""
+    from bootstorm.traces import LockSpan
+    from bootstorm.validation.testbed.driver import _sample
+
+    def span(t: float, lock: str = "rtnl", sandbox: int | None = 0, d: float = 0.001) -> Any:
+        return LockSpan(lock=lock, sandbox=sandbox, start_s=t, end_s=t + d)
+
+    key = [span(float(t)) for t in range(10)]
+    others = [span(100.0 + t, lock="other", sandbox=None, d=0.001 * t) for t in range(5)]
+    assert _sample(key + others, None) == (key + others, None)
+    kept, note = _sample(key + others, 12)
+    assert kept[:10] == key and [lk.start_s for lk in kept[10:]] == [103.0, 104.0]
+    assert note == (
+        "kernel lock spans sampled: 12 of 15 kept (all 10 rtnl, cgroup_mutex, css_set_lock "
+        "waits of sandboxes, then the longest others)"
+    )
+    kept, note = _sample(key + others, 5)
+    assert [lk.start_s for lk in kept] == [0.0, 2.0, 4.0, 6.0, 8.0]  # evenly, to the end
+    assert note is not None and "5 of the 10 rtnl" in note and "none of the others" in note

@@ -638,17 +638,35 @@ class _Storm:
             unregister_run(self.run)
 
 
-def _sample(locks: list[LockSpan], cap: int | None) -> list[LockSpan]:
+def _sample(locks: list[LockSpan], cap: int | None) -> tuple[list[LockSpan], str | None]:
+    """At most ``cap`` of ``locks``: the sandboxes' waits on the key locks
+    first, then the longest others; and the trace's note saying what went.
+
+    Where the key waits alone are more than ``cap``, every k-th in time is
+    kept (evenly over the storm: the earliest alone would drop its tail), and
+    the note gives the counts, so that a reader scales their sums.
+    """
     if cap is None or len(locks) <= cap:
-        return locks
+        return locks, None
     key = [lk for lk in locks if lk.lock in KEY_LOCKS and lk.sandbox is not None]
     rest = sorted(
         (lk for lk in locks if not (lk.lock in KEY_LOCKS and lk.sandbox is not None)),
         key=lambda lk: lk.end_s - lk.start_s,
         reverse=True,
     )
-    kept = (key + rest)[:cap]
-    return sorted(kept, key=lambda lk: lk.start_s)
+    names = ", ".join(KEY_LOCKS)
+    if len(key) <= cap:
+        kept = key + rest[: cap - len(key)]
+        why = f"all {len(key)} {names} waits of sandboxes, then the longest others"
+    else:
+        key.sort(key=lambda lk: lk.start_s)
+        kept = [key[i * len(key) // cap] for i in range(cap)]
+        why = (
+            f"{cap} of the {len(key)} {names} waits of sandboxes, evenly over the storm "
+            f"(their sums short by that ratio), none of the others"
+        )
+    note = f"kernel lock spans sampled: {len(kept)} of {len(locks)} kept ({why})"
+    return sorted(kept, key=lambda lk: lk.start_s), note
 
 
 def run_storm(options: StormOptions, *, admission: Admission | None = None) -> StormResult:
@@ -759,7 +777,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             all_locks = join_contention(
                 capture.contentions, spans, namer=LockNamer(read_kallsyms()), extra=extra
             )
-            locks = _sample(all_locks, options.max_lock_spans)
+            locks, sampled = _sample(all_locks, options.max_lock_spans)
             softirqs = softirq_spans(capture.softirqs)
             kernel_facts = KernelTraceFacts(
                 events=capture.event_names,
@@ -771,11 +789,8 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                 softirq_spans_written=len(softirqs),
                 record_tgid=capture.record_tgid,
             )
-            if len(locks) < len(all_locks):
-                storm.notes.append(
-                    f"kernel lock spans sampled: {len(locks)} of {len(all_locks)} kept "
-                    f"(all {', '.join(KEY_LOCKS)} waits of sandboxes first, then the longest)"
-                )
+            if sampled is not None:
+                storm.notes.append(sampled)
         made = {
             "netns": len(storm.pool_netns),
             "tap": len(storm.pool_tap),

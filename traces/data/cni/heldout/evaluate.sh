@@ -6,9 +6,9 @@ set -uo pipefail
 cd "$(dirname "$0")"
 profile=${1:-../plan/local.yaml}
 for storm in baseline size100 pool-netns pool-netns-veth limit-attachif4-cgroup8 limit-addcni8; do
-    bootstorm validate --profile "$profile" --threshold 0.2 --json \
-        --measured "$storm-run1.jsonl.gz" --measured "$storm-run2.jsonl.gz" \
-        --measured "$storm-run3.jsonl.gz" | sed "s/^/$storm /"
+    runs=()
+    for f in "$storm"-run*.jsonl.gz; do runs+=(--measured "$f"); done
+    bootstorm validate --profile "$profile" --threshold 0.2 --json "${runs[@]}" | sed "s/^/$storm /"
 done
 bootstorm validate --profile "$profile" --measured-dir . --sandboxes 150 \
     --candidates pool-netns=pool-netns.yaml --candidates pool-netns-veth=pool-netns-veth.yaml \
