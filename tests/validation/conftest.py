@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -18,6 +20,22 @@ from bootstorm.models import TunedConfig
 from bootstorm.validation.agent import AgentClient, AgentSettings, agent_in_thread
 
 TOKEN = "test-token-0123456789abcdef"
+
+
+@pytest.fixture
+def one_cni_storm_at_a_time() -> Iterator[None]:
+    """Held by every root test whose storms make CNI plugin links.
+
+    The bridge plugin names its host veths itself (``veth<hex>``, no run id),
+    so a test checks "no plugin link left" as "none new since it started":
+    under ``pytest -n 2`` another test's storm (or an agent's pool) would
+    show there. One such test at a time; the others' tests run alongside.
+    """
+    path = os.path.join(tempfile.gettempdir(), "bootstorm-tests-cni-storm.lock")
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root: creates real netns, veth and tap devices"

@@ -22,6 +22,7 @@ from bootstorm.validation.agent._cni_pool import agent_bridge, agent_state_dir
 pytestmark = [
     pytest.mark.root,
     pytest.mark.slow,
+    pytest.mark.usefixtures("one_cni_storm_at_a_time"),
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, links, cgroups)"),
     pytest.mark.skipif(sys.platform != "linux", reason="Linux only"),
     pytest.mark.skipif(

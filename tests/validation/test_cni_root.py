@@ -30,6 +30,7 @@ from bootstorm.validation.testbed._leftovers import (
 pytestmark = [
     pytest.mark.root,
     pytest.mark.slow,
+    pytest.mark.usefixtures("one_cni_storm_at_a_time"),
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, links, cgroups)"),
     pytest.mark.skipif(sys.platform != "linux", reason="Linux only"),
     pytest.mark.skipif(

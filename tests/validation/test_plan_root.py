@@ -65,6 +65,7 @@ def test_a_small_plan_identifies_the_move_and_predicts_a_moved_storm(tmp_path: P
     not any(Path(d, "bridge").exists() for d in ("/usr/lib/cni", "/opt/cni/bin")),
     reason="needs the CNI plugins: apt-get install containernetworking-plugins",
 )
+@pytest.mark.usefixtures("one_cni_storm_at_a_time")
 def test_a_small_cni_plan_predicts_a_held_out_plumbed_pool_storm(tmp_path: Path) -> None:
     """The CNI runtime's plan (real plugins, a shim per sandbox), its
     processes timed alone, fitted; then a larger storm with plumbed
