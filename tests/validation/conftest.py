@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -36,6 +37,19 @@ def one_cni_storm_at_a_time() -> Iterator[None]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
+
+#: The marks of a root test whose storms run the CNI plugins, one such test at a time.
+CNI_ROOT_MARKS = [
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, links, cgroups)"),
+    pytest.mark.skipif(sys.platform != "linux", reason="Linux only"),
+    pytest.mark.skipif(
+        not any(Path(d, "bridge").exists() for d in ("/usr/lib/cni", "/opt/cni/bin")),
+        reason="needs the CNI plugins: apt-get install containernetworking-plugins",
+    ),
+    pytest.mark.usefixtures("one_cni_storm_at_a_time"),
+]
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root: creates real netns, veth and tap devices"
@@ -120,3 +134,36 @@ def process_agent(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
+
+
+def start_testbed_run(
+    *args: str, started: Callable[[str], bool], timeout_s: float
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``bootstorm testbed run ARGS`` in a child process, find its run id
+    (the registry entry holding its pid) and wait until ``started(run)``;
+    the child is killed (by its pid) and the test fails if it never is."""
+    from bootstorm.validation.testbed._leftovers import REGISTRY_DIR
+
+    code = "from bootstorm.cli import main; main()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "testbed", "run", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + timeout_s
+    run = None
+    while time.monotonic() < deadline:
+        if run is None:
+            for entry in REGISTRY_DIR.glob("*") if REGISTRY_DIR.exists() else []:
+                try:
+                    if int(entry.read_text()) == proc.pid:
+                        run = entry.name
+                except (OSError, ValueError):
+                    continue
+        if run is not None and started(run):
+            return proc, run
+        if proc.poll() is not None:
+            break
+        time.sleep(0.01)
+    proc.kill()
+    raise AssertionError(f"run did not start: {proc.communicate()[1].decode()[-500:]}")

@@ -6,30 +6,17 @@ the agent's limits gate the stages, and nothing is left once the agent stops."""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
-from conftest import TOKEN, free_pool_id, process_agent
+from conftest import CNI_ROOT_MARKS, TOKEN, free_pool_id, process_agent
 from test_cni_root import STAGES, _host_links, _netns, _objects_of, _peak
 
 from bootstorm.models import TunedConfig
 from bootstorm.validation.agent._cni_pool import agent_bridge, agent_state_dir
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.usefixtures("one_cni_storm_at_a_time"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, links, cgroups)"),
-    pytest.mark.skipif(sys.platform != "linux", reason="Linux only"),
-    pytest.mark.skipif(
-        not any(Path(d, "bridge").exists() for d in ("/usr/lib/cni", "/opt/cni/bin")),
-        reason="needs the CNI plugins: apt-get install containernetworking-plugins",
-    ),
-]
+pytestmark = CNI_ROOT_MARKS
 
 
 def _level(metrics: str, kind: str, family: str = "bootstorm_agent_pool_level") -> float:

@@ -12,13 +12,13 @@ import itertools
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import CNI_ROOT_MARKS, start_testbed_run
 
 from bootstorm.validation.testbed._leftovers import (
     CNI_STATE_DIR,
@@ -27,17 +27,7 @@ from bootstorm.validation.testbed._leftovers import (
     process_argvs,
 )
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.usefixtures("one_cni_storm_at_a_time"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, links, cgroups)"),
-    pytest.mark.skipif(sys.platform != "linux", reason="Linux only"),
-    pytest.mark.skipif(
-        not any(Path(d, "bridge").exists() for d in ("/usr/lib/cni", "/opt/cni/bin")),
-        reason="needs the CNI plugins: apt-get install containernetworking-plugins",
-    ),
-]
+pytestmark = CNI_ROOT_MARKS
 
 STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
 
@@ -167,40 +157,17 @@ def test_cni_storm_end_to_end(vm: bool, chain: tuple[str, ...], tmp_path: Path) 
 
 
 def _start_run(sandboxes: int, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``bootstorm testbed run --runtime cni`` and wait until its shims run."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from bootstorm.cli import main; main()",
-            "testbed",
-            "run",
-            "--sandboxes",
-            str(sandboxes),
-            "--runtime",
-            "cni",
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    """Start ``bootstorm testbed run --runtime cni`` and wait until its shims
+    run: half-way, shims running, others still in AddCNI."""
+    return start_testbed_run(
+        "--sandboxes",
+        str(sandboxes),
+        "--runtime",
+        "cni",
+        *extra,
+        started=lambda run: len(_processes_of(run)) >= 5,
+        timeout_s=60,
     )
-    deadline = time.monotonic() + 60
-    run = None
-    while time.monotonic() < deadline:
-        if run is None:
-            for entry in REGISTRY_DIR.glob("*") if REGISTRY_DIR.exists() else []:
-                try:
-                    if int(entry.read_text()) == proc.pid:
-                        run = entry.name
-                except (OSError, ValueError):
-                    continue
-        if run is not None and len(_processes_of(run)) >= 5:
-            return proc, run  # half-way: shims running, others still in AddCNI
-        if proc.poll() is not None:
-            break
-        time.sleep(0.01)
-    proc.kill()
-    raise AssertionError(f"run did not start: {proc.communicate()[1].decode()[-500:]}")
 
 
 def test_sigterm_half_way_leaves_nothing() -> None:

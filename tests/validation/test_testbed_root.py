@@ -18,6 +18,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import start_testbed_run
+
+from bootstorm.validation.testbed._leftovers import REGISTRY_DIR
 
 pytestmark = [
     pytest.mark.root,
@@ -26,7 +29,6 @@ pytestmark = [
 ]
 
 STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
-REGISTRY = Path("/run/bootstorm-testbed")
 TRACEFS_INSTANCES = Path("/sys/kernel/tracing/instances")
 
 
@@ -51,7 +53,7 @@ def _objects_of(run: str, pid: int | None = None) -> list[str]:
     if cg.exists():
         left.append(f"cgroup {cg}")
     left += [f"workdir {p}" for p in Path(tempfile.gettempdir()).glob(f"bootstorm-testbed-{run}-*")]
-    if (REGISTRY / run).exists():
+    if (REGISTRY_DIR / run).exists():
         left.append(f"registry {run}")
     if pid is not None and (TRACEFS_INSTANCES / f"bootstorm-{pid}").exists():
         left.append(f"tracefs bootstorm-{pid}")
@@ -114,38 +116,14 @@ def test_pool_and_limits(tmp_path: Path) -> None:
 
 def _start_run(sandboxes: int) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``bootstorm testbed run`` and wait until its namespaces appear."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from bootstorm.cli import main; main()",
-            "testbed",
-            "run",
-            "--runtime",
-            "threads",
-            "--sandboxes",
-            str(sandboxes),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    return start_testbed_run(
+        "--runtime",
+        "threads",
+        "--sandboxes",
+        str(sandboxes),
+        started=lambda run: any(n.startswith(f"bst-{run}-") for n in _netns()),
+        timeout_s=30,
     )
-    deadline = time.monotonic() + 30
-    run = None
-    while time.monotonic() < deadline:
-        if run is None:
-            for entry in REGISTRY.glob("*") if REGISTRY.exists() else []:
-                try:
-                    if int(entry.read_text()) == proc.pid:
-                        run = entry.name
-                except (OSError, ValueError):
-                    continue
-        if run is not None and any(n.startswith(f"bst-{run}-") for n in _netns()):
-            return proc, run
-        if proc.poll() is not None:
-            break
-        time.sleep(0.01)
-    proc.kill()
-    raise AssertionError(f"run did not start: {proc.communicate()[1].decode()[-500:]}")
 
 
 def test_sigint_mid_run_leaves_nothing() -> None:
@@ -182,7 +160,6 @@ def test_a_registration_waits_for_a_sweep_under_way() -> None:
 
     from bootstorm.validation.testbed import sweep_lock
     from bootstorm.validation.testbed._leftovers import (
-        REGISTRY_DIR,
         new_run_id,
         register_run,
         unregister_run,

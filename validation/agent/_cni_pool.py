@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import logging
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,11 +125,10 @@ class CniDevices(NetlinkDevices):
 
     def _saved_network(self) -> Any:
         """The network a killed agent of this id saved, or None."""
-        from ..testbed.cni import CniNetwork
+        from ..testbed._leftovers import read_saved_network
 
         try:
-            saved = json.loads((self._state_dir / "run.json").read_text())
-            return CniNetwork.from_conflist(saved["conflist"])
+            return read_saved_network(self._state_dir).network
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -190,23 +187,22 @@ class CniDevices(NetlinkDevices):
             netns.remove(device.name)  # eth0 goes with it, and its host veth
 
     def _del(self, network: Any, container_id: str, result_text: str | None) -> None:
-        from ..testbed.cni import CniError, delete, parse_result
+        from ..testbed.cni import CniError, delete_logged, parse_result
 
         try:
-            result = None
-            if result_text is not None:
-                result = parse_result(result_text, plugin=network.types[-1])
-            delete(
-                network,
-                result,
-                bin_dir=self._settings.bin_dir,
-                container_id=container_id,
-                netns=f"/run/netns/{container_id}",
-                ifname=NETNS_VETH_PEER,
-                on_exec=lambda _record: None,
+            result = (
+                None if result_text is None else parse_result(result_text, plugin=network.types[-1])
             )
-        except (CniError, OSError) as exc:
-            log.warning("CNI DEL of %s failed: %s", container_id, exc)
+        except CniError:
+            result = None  # DEL without prevResult: each plugin finds what it holds
+        delete_logged(
+            network,
+            result,
+            bin_dir=self._settings.bin_dir,
+            container_id=container_id,
+            netns=f"/run/netns/{container_id}",
+            ifname=NETNS_VETH_PEER,
+        )
 
     def leftovers(self) -> list[Device]:
         # The plain kinds by name; a netns-veth by its namespace (its host end
@@ -218,6 +214,5 @@ class CniDevices(NetlinkDevices):
     def close(self) -> None:
         # The pool manager removed what was still pooled; what clients took
         # is theirs (their DEL finds host-local's state gone: nothing to release).
-        if self._network is not None or os.path.isdir(self._state_dir):
-            self._remove_network()
+        self._remove_network()
         super().close()

@@ -61,7 +61,7 @@ from .cni import (
     add,
     build_network,
     check,
-    delete,
+    delete_logged,
     discover_bin_dir,
     parse_result,
     pick_subnet,
@@ -598,18 +598,15 @@ class CniRuntime:
         network: CniNetwork | None = None,
     ) -> None:
         assert self.network is not None
-        try:
-            delete(
-                network or self.network,
-                result,
-                bin_dir=self.host.bin_dir,
-                container_id=container,
-                netns=netns_path,
-                ifname=IFNAME,
-                on_exec=on_exec,
-            )
-        except (CniError, OSError) as exc:
-            log.warning("CNI DEL of %s failed: %s", container, exc)
+        delete_logged(
+            network or self.network,
+            result,
+            bin_dir=self.host.bin_dir,
+            container_id=container,
+            netns=netns_path,
+            ifname=IFNAME,
+            on_exec=on_exec,
+        )
 
     def remove(self) -> None:
         """The run's links (bridge, master pair, probe) and state directory."""

@@ -37,12 +37,16 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyroute2 import IPRoute
 
 from .._names import CGROUP_PARENT, LINK_PREFIX, NETNS_PREFIX
 from ._cgroup import CgroupError, cgroup2_root, kill_and_remove
 from ._netns import list_netns, remove_netns
+
+if TYPE_CHECKING:
+    from .cni import CniNetwork
 
 __all__ = [
     "CNI_STATE_DIR",
@@ -308,31 +312,48 @@ def _cni_containers(state: Path) -> list[str]:
     return [i for i in dict.fromkeys(ids) if i]
 
 
+@dataclass(frozen=True, kw_only=True)
+class SavedNetwork:
+    """A CNI network as its owner saved it (``<state>/run.json``): what a
+    sweep needs to DEL the containers it left."""
+
+    network: CniNetwork
+    bin_dir: Path
+    ifname: str
+
+
+def read_saved_network(state: Path) -> SavedNetwork:
+    """The network saved in ``state``; OSError or ValueError (KeyError,
+    TypeError) if there is none or it is malformed."""
+    from .cni import CniNetwork
+
+    saved = json.loads((state / "run.json").read_text())
+    return SavedNetwork(
+        network=CniNetwork.from_conflist(saved["conflist"]),
+        bin_dir=Path(saved["bin_dir"]),
+        ifname=str(saved.get("ifname", "eth0")),
+    )
+
+
 def _sweep_cni_dir(state: Path) -> None:
     """DEL a dead run's sandboxes through its plugins, then remove its state."""
-    from .cni import CniError, CniNetwork, delete
+    from .cni import delete_logged
 
     try:
-        saved = json.loads((state / "run.json").read_text())
-        network = CniNetwork.from_conflist(saved["conflist"])
-        bin_dir = Path(saved["bin_dir"])
-        ifname = str(saved.get("ifname", "eth0"))
+        saved = read_saved_network(state)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("cni state %s: no usable run.json (%s); removing it as it is", state, exc)
     else:
         for container in _cni_containers(state):
-            try:  # the namespace is gone: each plugin releases what it holds on the host
-                delete(
-                    network,
-                    None,
-                    bin_dir=bin_dir,
-                    container_id=container,
-                    netns=f"/run/netns/{container}",
-                    ifname=ifname,
-                    on_exec=lambda _record: None,
-                )
-            except (CniError, OSError) as exc:
-                log.warning("DEL of %s (a dead run's) failed: %s", container, exc)
+            # The namespace is gone: each plugin releases what it holds on the host.
+            delete_logged(
+                saved.network,
+                None,
+                bin_dir=saved.bin_dir,
+                container_id=container,
+                netns=f"/run/netns/{container}",
+                ifname=saved.ifname,
+            )
     shutil.rmtree(state, ignore_errors=True)
 
 

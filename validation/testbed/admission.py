@@ -8,6 +8,7 @@ before the storm; the HTTP agent client offers the same two calls.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -153,8 +154,6 @@ class AgentAdmission:
     def __init__(self, client: AgentClient, *, wait_s: float = 300.0) -> None:
         self.client = client
         self.wait_s = wait_s
-        self._asked_cni = False
-        self._cni_network: str | None = None
 
     def gated(self, name: str) -> bool:
         # The agent's limits may be pushed during the storm, and every stage
@@ -197,14 +196,15 @@ class AgentAdmission:
             )
         return device.name, device.peer
 
+    @functools.cached_property
+    def cni_network(self) -> str | None:
+        """The network an agent started with ``--cni`` plumbs its
+        ``netns-veth`` namespaces on, or None: asked once, from ``/healthz``."""
+        network = self.client.healthz().get("cni_network")
+        return network if isinstance(network, str) else None
+
     def offers_cni_netns(self) -> bool:
-        """Whether the agent's ``netns-veth`` namespaces are CNI-ADDed (an
-        agent started with ``--cni``): asked once, from ``/healthz``."""
-        if not self._asked_cni:
-            network = self.client.healthz().get("cni_network")
-            self._cni_network = network if isinstance(network, str) else None
-            self._asked_cni = True
-        return self._cni_network is not None
+        return self.cni_network is not None
 
     def take_cni_netns(self, holder: str) -> CniPooledNetns | None:
         if not self.offers_cni_netns():

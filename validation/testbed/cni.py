@@ -642,3 +642,31 @@ def delete(
             first = first or exc
     if first is not None:
         raise first
+
+
+def delete_logged(
+    network: CniNetwork,
+    result: CniResult | None,
+    *,
+    bin_dir: Path,
+    container_id: str,
+    netns: str,
+    ifname: str,
+    on_exec: OnExec | None = None,
+) -> bool:
+    """:func:`delete`, a failure logged instead of raised: a teardown or a
+    sweep goes on to the next container. Whether every plugin succeeded."""
+    try:
+        delete(
+            network,
+            result,
+            bin_dir=bin_dir,
+            container_id=container_id,
+            netns=netns,
+            ifname=ifname,
+            on_exec=on_exec or (lambda _record: None),
+        )
+    except (CniError, OSError) as exc:
+        log.warning("CNI DEL of %s failed: %s", container_id, exc)
+        return False
+    return True
