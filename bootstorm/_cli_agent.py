@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -52,15 +53,31 @@ def _loopback(host: str) -> bool:
         return False  # a host name: it may resolve anywhere
 
 
+def _private_file(path: Path, *, field: str) -> None:
+    """ConfigError unless only its owner may read ``path`` (a secret: token, TLS key)."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError as exc:
+        raise ConfigError(f"{field}: cannot read {str(path)!r} ({exc.strerror})") from None
+    if mode & 0o077:
+        raise ConfigError(
+            f"{field}: {str(path)!r} has mode {mode:04o}, open to group or others; "
+            f"it holds a secret: chmod 600 {path}"
+        )
+
+
 def _token(token_file: Path | None) -> str:
+    from .validation.agent._server import check_token
     from .validation.agent.inventory import read_token_file
 
     if token_file is not None:
-        from_file: str = read_token_file(token_file, field="token-file")
-        return from_file
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if not token:
-        raise ConfigError(f"token: none given; pass --token-file or set {TOKEN_ENV}")
+        _private_file(token_file, field="token-file")
+        token: str = read_token_file(token_file, field="token-file")
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip()
+        if not token:
+            raise ConfigError(f"token: none given; pass --token-file or set {TOKEN_ENV}")
+    check_token(token)
     return token
 
 
@@ -81,8 +98,31 @@ def serve_cmd(
         int, typer.Option(help="Number in pooled device names; one per agent on a host.")
     ] = 0,
     allow_remote: Annotated[
-        bool, typer.Option("--allow-remote", help="Allow a non-loopback --host.")
+        bool,
+        typer.Option(
+            "--allow-remote", help="Allow a non-loopback --host (with TLS, or --insecure)."
+        ),
     ] = False,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="PEM certificate (chain): serve HTTPS; needs --tls-key.")
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option(help="PEM private key of --tls-cert (mode 600).")
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="Allow --allow-remote over plain HTTP (the token crosses the network in clear).",
+        ),
+    ] = False,
+    read_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--read-timeout-s",
+            help="Seconds a client has to send a request's headers, then its body.",
+        ),
+    ] = 20.0,
     cni: Annotated[
         str | None,
         typer.Option(
@@ -104,13 +144,33 @@ def serve_cmd(
     from .models import TunedConfig
     from .validation.agent import AgentSettings, serve
     from .validation.agent._pools import MAX_POOL_ID
+    from .validation.agent._protocol import MAX_READ_TIMEOUT_S, MIN_READ_TIMEOUT_S
+    from .validation.agent._server import tls_context
 
     if not 0 <= port <= 65535:
         raise ConfigError(f"port: must be within 0..65535 (got {port})")
     if not 0 <= pool_id <= MAX_POOL_ID:
         raise ConfigError(f"pool-id: must be within 0..{MAX_POOL_ID} (got {pool_id})")
-    if not _loopback(host) and not allow_remote:
+    if not MIN_READ_TIMEOUT_S <= read_timeout_s <= MAX_READ_TIMEOUT_S:
+        raise ConfigError(
+            f"read-timeout-s: must be within {MIN_READ_TIMEOUT_S:g}..{MAX_READ_TIMEOUT_S:g} "
+            f"(got {read_timeout_s:g})"
+        )
+    if (tls_cert is None) != (tls_key is None):
+        given, missing = ("tls-cert", "tls-key") if tls_key is None else ("tls-key", "tls-cert")
+        raise ConfigError(f"{missing}: --{given} given without --{missing}")
+    tls = tls_cert is not None
+    remote = not _loopback(host)
+    if remote and not allow_remote:
         raise ConfigError(f"host: {host!r} is not loopback; pass --allow-remote to serve it")
+    if remote and not tls and not insecure:
+        raise ConfigError(
+            f"host: serving {host!r} over plain HTTP would send the bearer token in clear; "
+            "give --tls-cert and --tls-key, or --insecure to accept that"
+        )
+    if tls_cert is not None and tls_key is not None:
+        _private_file(tls_key, field="tls-key")
+        tls_context(tls_cert, tls_key)  # refused here, one line, before anything starts
     plumbing = _cni_settings(cni, cni_bin_dir) if cni is not None else None
     if cni is None and cni_bin_dir is not None:
         raise ConfigError(f"cni-bin-dir: {cni_bin_dir} given without --cni")
@@ -119,7 +179,14 @@ def serve_cmd(
     if verbose:
         logging.getLogger("bootstorm").setLevel(logging.INFO)
     settings = AgentSettings(
-        token=SecretStr(token), host=host, port=port, pool_id=pool_id, cni=plumbing
+        token=SecretStr(token),
+        host=host,
+        port=port,
+        pool_id=pool_id,
+        cni=plumbing,
+        read_timeout_s=read_timeout_s,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )
     console = _console()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import signal
 import subprocess
@@ -56,9 +57,13 @@ needs_root = pytest.mark.skipif(
 )
 
 
+_pool_id_calls = itertools.count()
+
+
 def free_pool_id() -> int:
-    """A pool id of this test process: xdist workers never share pooled names."""
-    return 1000 + os.getpid() % 8000
+    """A fresh pool id per call: xdist workers (by PID) and the agents of one test
+    never share one, since an agent holds its pool id's owner lock for life."""
+    return 1000 + (os.getpid() % 400) * 20 + next(_pool_id_calls) % 20
 
 
 @contextmanager
@@ -104,7 +109,10 @@ def process_agent(
     """``bootstorm agent serve --port 0`` in a child process, stopped by PID at the end."""
     token_file = tmp_path / f"token-{len(list(tmp_path.iterdir()))}"
     token_file.write_text(token + "\n")
+    token_file.chmod(0o600)  # the agent refuses a token file others can read
     argv = ["agent", "serve", "--port", "0", "--token-file", str(token_file), *args]
+    if "--pool-id" not in args:  # the default id 0 is another worker's too
+        argv += ["--pool-id", str(free_pool_id())]
     if config is not None:
         config_file = tmp_path / f"config-{len(list(tmp_path.iterdir()))}.yaml"
         config_file.write_text(config.to_yaml())

@@ -111,6 +111,7 @@ def test_serve_refuses_a_remote_address_without_the_flag_and_a_missing_token(
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
+    token_file.chmod(0o600)  # the agent refuses a token file others may read
     assert run(["agent", "serve", "--host", "0.0.0.0", "--token-file", str(token_file)]) == 2
     assert capsys.readouterr().err.strip() == (
         "error: host: '0.0.0.0' is not loopback; pass --allow-remote to serve it"
@@ -131,6 +132,7 @@ def test_serve_refuses_a_bad_start_config_and_a_busy_port(
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
+    token_file.chmod(0o600)  # the agent refuses a token file others may read
     bad = tmp_path / "tuned.yaml"
     bad.write_text("lease_ttl_s: 0\n")
     argv = ["agent", "serve", "--port", "0", "--token-file", str(token_file)]

@@ -69,7 +69,7 @@ def test_a_bad_config_changes_nothing_and_says_why(agent: AgentFactory) -> None:
         )
         assert any(p.startswith("config: lease_ttl_s:") and "(got -1)" in p for p in problems)
         assert "config: colour: unknown field (got 'blue')" in problems
-        assert r.json()["error"] == "\n".join(problems)
+        assert r.json()["error"] == "; ".join(problems)  # one line
         for body in ("limits: [", "- just\n- a list\n", ""):
             r = httpx.put(
                 client.base_url + "/config",

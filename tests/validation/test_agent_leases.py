@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -22,6 +23,17 @@ from bootstorm.validation.agent import AgentClient, AgentError
 AgentFactory = Callable[..., AbstractContextManager[AgentClient]]
 
 
+@pytest.fixture
+def private_files() -> Iterator[None]:
+    """Files made in the test are its owner's alone: ``agent serve`` refuses a token
+    file open to group or others (conftest's process_agent writes one)."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of a metrics page by (name, sorted labels), through the real parser."""
     out = {}
@@ -31,6 +43,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
+@pytest.mark.usefixtures("private_files")
 def test_400_concurrent_clients_never_exceed_the_limit(tmp_path: Path) -> None:
     """400 clients at once on a stage limited to 8: each is served exactly once, FIFO
     waiters included, and no more than 8 ever hold the stage — seen by the clients
@@ -148,6 +161,7 @@ async def queued(http: aiohttp.ClientSession, n: int, stage: str = "S") -> None:
     raise AssertionError(f"never {n} waiting on {stage}")
 
 
+@pytest.mark.usefixtures("private_files")
 def test_waiters_are_served_first_come_first_served(tmp_path: Path) -> None:
     async def run(url: str) -> list[str]:
         order: list[str] = []

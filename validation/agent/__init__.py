@@ -10,7 +10,7 @@ from ._cni_pool import CniPoolSettings
 from ._protocol import DEFAULT_WAIT_S, MAX_WAIT_S, POOL_KINDS
 from ._runner import agent_in_thread
 from ._server import AgentSettings, create_app, serve
-from .client import AgentClient, AgentError, Lease, PooledDevice
+from .client import AgentClient, AgentError, Lease, PooledDevice, StageLease
 from .inventory import Inventory, InventoryNode, PushResult, push_config
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "Lease",
     "PooledDevice",
     "PushResult",
+    "StageLease",
     "agent_in_thread",
     "create_app",
     "push_config",

@@ -20,9 +20,14 @@ that network when done. The other kinds are :class:`NetlinkDevices`' own.
 
 On start the agent sweeps what a killed agent of the same id left: each
 namespace is DELed through the saved network (host-local releases its
-address) and removed; then the bridge and the state directory go, and the
-first ``netns-veth`` made claims a fresh network. On shutdown, after the pool
-manager removed what is still pooled, the network goes too.
+address) and removed, except those handed out (the pool manager's record
+names them). If none of its namespaces is left, the bridge and the state
+directory go, and the first ``netns-veth`` made claims a fresh network; if
+handed-out ones are still there, their network is theirs too: the agent
+adopts the saved one (same subnet, bridge, host-local state) rather than
+pull the bridge and the address leases from under them. On shutdown, after
+the pool manager removed what is still pooled, the network goes too, unless
+handed-out namespaces still use it (then the next start adopts it).
 """
 
 from __future__ import annotations
@@ -94,12 +99,56 @@ class CniDevices(NetlinkDevices):
 
     # -- the network --------------------------------------------------------------
 
+    def _namespaces_in_use(self) -> list[str]:
+        """This agent's ``netns-veth`` namespaces on the host. Once the start's
+        sweep is done (before any is made) or the pool is emptied (at close),
+        these are the handed-out ones."""
+        from pyroute2 import netns
+
+        return [n for n in netns.listnetns() if self._netns_veth_re.match(n)]
+
+    def _adopt_network(self) -> Any:
+        """The saved network of an earlier agent of this id, its bridge made
+        again if gone; None if there is none this agent can plumb with."""
+        import json
+
+        from ..testbed._cni_stages import make_bridge
+
+        try:
+            saved = json.loads((self._state_dir / "run.json").read_text())
+            subnet = ipaddress.IPv4Network(saved["subnet"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        network = self._saved_network()
+        if network is None or network.types[0] != self._settings.plugin:
+            return None
+        if self._settings.plugin == "bridge" and not self._route().link_lookup(ifname=self._bridge):
+            make_bridge(self._route(), self._bridge, subnet)
+        return network
+
     def _ensure_network(self) -> Any:
         if self._network is not None:
             return self._network
         from ..testbed._cni_stages import claim_network, make_bridge
         from ..testbed.cni import build_network
 
+        in_use = self._namespaces_in_use()
+        if in_use:
+            adopted = self._adopt_network()
+            if adopted is not None:
+                log.info(
+                    "CNI network %s adopted: %d handed-out namespaces still use it",
+                    self.network_name,
+                    len(in_use),
+                )
+                self._network = adopted
+                return adopted
+            log.warning(
+                "CNI network %s: %d handed-out namespaces, but no saved network to adopt; "
+                "claiming a new one",
+                self.network_name,
+                len(in_use),
+            )
         self._remove_network()  # a killed agent's, after its namespaces were swept
         plugin = self._settings.plugin
 
@@ -163,7 +212,11 @@ class CniDevices(NetlinkDevices):
             with contextlib.suppress(Exception):
                 netns.remove(device.name)
             raise
-        host_end = next((i.name for i in result.interfaces if i.sandbox is None), None)
+        # The bridge plugin reports its bridge first, then the host veth.
+        host_end = next(
+            (i.name for i in result.interfaces if i.sandbox is None and i.name != self._bridge),
+            None,
+        )
         return Device(
             kind=device.kind,
             name=device.name,
@@ -213,6 +266,21 @@ class CniDevices(NetlinkDevices):
 
     def close(self) -> None:
         # The pool manager removed what was still pooled; what clients took
-        # is theirs (their DEL finds host-local's state gone: nothing to release).
-        self._remove_network()
+        # is theirs, and so is the network while they use it: their DEL then
+        # goes through it (host-local releases their address), and the next
+        # agent of this id adopts it.
+        try:
+            in_use = self._namespaces_in_use()
+        except Exception as exc:
+            log.warning("cannot list namespaces: %s; removing the CNI network", exc)
+            in_use = []
+        if in_use:
+            log.info(
+                "CNI network %s kept: %d handed-out namespaces still use it",
+                self.network_name,
+                len(in_use),
+            )
+            self._network = None
+        else:
+            self._remove_network()
         super().close()

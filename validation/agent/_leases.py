@@ -9,6 +9,13 @@ held leases stay valid until released or expired, so a lowered limit drains
 (no new grant until the holders are below it) and a raised one admits
 waiters at once. A new ``lease_ttl_s`` applies to grants and renewals made
 after the change.
+
+Stage names are bounded: a stage with a limit has a gate while the config
+names it (a config names at most ``MAX_CONFIG_STAGES``); a stage without one
+gets a gate on its first acquire and loses it as soon as it has no holder
+and no waiter, so a client inventing names holds at most
+:data:`MAX_UNLIMITED_STAGES` of them at once, and a config change can never
+be refused for names seen earlier.
 """
 
 from __future__ import annotations
@@ -25,14 +32,16 @@ from typing import Literal
 
 from ._metrics import AgentMetrics, StageSnapshot
 
-__all__ = ["LeaseError", "LeaseTable", "ServerLease"]
+__all__ = ["MAX_UNLIMITED_STAGES", "LeaseError", "LeaseTable", "ServerLease"]
 
 log = logging.getLogger(__name__)
 
 #: Ended leases remembered so a late release can say "expired" rather than "unknown".
 _ENDED_MEMORY = 65536
-#: Distinct stage names one agent tracks; a client inventing names cannot grow it forever.
-_MAX_STAGES = 256
+#: Stages without a limit that may have holders at once. A node's pipeline has
+#: 5 or 6 stages; 256 is room for any testbed, and a client inventing names
+#: cannot grow the table (or the metrics' label sets) beyond it.
+MAX_UNLIMITED_STAGES = 256
 
 
 class LeaseError(Exception):
@@ -96,8 +105,9 @@ class LeaseTable:
         self._leases: dict[str, ServerLease] = {}
         self._ended: OrderedDict[str, Literal["released", "expired"]] = OrderedDict()
         self._closing = False
-        for stage in self._limits:
-            self._gate(stage)
+        for stage, limit in self._limits.items():
+            self._gates[stage] = _Gate(stage, limit)
+            self._metrics.stage_active(stage)
 
     # -- requests ---------------------------------------------------------------
 
@@ -106,7 +116,7 @@ class LeaseTable:
         if self._closing:
             raise _shutting_down()
         loop = asyncio.get_running_loop()
-        gate = self._gate(stage)
+        gate = self._open_gate(stage)
         now = loop.time()
         if not gate.waiters and gate.has_room():
             return self._grant(gate, holder, enqueued_at=now)
@@ -137,7 +147,7 @@ class LeaseTable:
         lease = self._pop(lease_id)
         self._end(lease, "released")
         self._metrics.leases_released.labels(lease.stage).inc()
-        self._dispatch(self._gates[lease.stage])
+        self._settle(self._gates[lease.stage])
         return lease
 
     def renew(self, lease_id: str) -> ServerLease:
@@ -153,14 +163,22 @@ class LeaseTable:
         return lease
 
     def apply(self, *, limits: Mapping[str, int], lease_ttl_s: float) -> None:
-        """Take new limits and TTL at once (see the module doc for held leases)."""
-        self._limits = dict(limits)
+        """Take new limits and TTL at once (see the module doc for held leases).
+
+        ``limits`` and ``lease_ttl_s`` come from a validated TunedConfig (at
+        most MAX_CONFIG_STAGES limits, a TTL in range): nothing here can
+        refuse, so a config is applied whole or, refused before, not at all.
+        """
+        new_limits = dict(limits)
+        for stage in new_limits:
+            if stage not in self._gates:
+                self._gates[stage] = _Gate(stage, None)
+                self._metrics.stage_active(stage)
+        self._limits = new_limits
         self._ttl_s = lease_ttl_s
-        for stage in self._limits:
-            self._gate(stage)
-        for gate in self._gates.values():
-            gate.limit = self._limits.get(gate.stage)
-            self._dispatch(gate)
+        for gate in list(self._gates.values()):
+            gate.limit = new_limits.get(gate.stage)
+            self._settle(gate)
 
     def close(self) -> None:
         """Stop every timer and turn every waiter away (the agent is going down)."""
@@ -186,15 +204,34 @@ class LeaseTable:
 
     # -- internals --------------------------------------------------------------
 
-    def _gate(self, stage: str) -> _Gate:
+    def _open_gate(self, stage: str) -> _Gate:
+        """``stage``'s gate, made now for a stage without a limit if there is room."""
         gate = self._gates.get(stage)
         if gate is None:
-            if len(self._gates) >= _MAX_STAGES:
+            # Every limit has a gate, so the others are the gates without one.
+            if len(self._gates) - len(self._limits) >= MAX_UNLIMITED_STAGES:
                 raise LeaseError(
-                    422, "too_many_stages", f"stage {stage!r}: at most {_MAX_STAGES} stages"
+                    429,
+                    "too_many_stages",
+                    f"stage {stage!r}: {MAX_UNLIMITED_STAGES} stages without a limit "
+                    "already have holders (at most that many at once; a stage is "
+                    "forgotten when its last lease ends)",
                 )
-            gate = self._gates[stage] = _Gate(stage, self._limits.get(stage))
+            gate = self._gates[stage] = _Gate(stage, None)
+            self._metrics.stage_active(stage)
         return gate
+
+    def _settle(self, gate: _Gate) -> None:
+        """Hand free permits to waiters, then forget the gate if nothing keeps it."""
+        self._dispatch(gate)
+        if (
+            gate.limit is None
+            and not gate.holders
+            and not gate.waiters
+            and self._gates.get(gate.stage) is gate
+        ):
+            del self._gates[gate.stage]
+            self._metrics.stage_idle(gate.stage)
 
     def _grant(self, gate: _Gate, holder: str, *, enqueued_at: float) -> ServerLease:
         loop = asyncio.get_running_loop()
@@ -233,6 +270,7 @@ class LeaseTable:
         waiter.future.cancel()
         with contextlib.suppress(ValueError):  # already taken off by _dispatch
             gate.waiters.remove(waiter)
+        self._settle(gate)
 
     def _expire(self, lease_id: str) -> None:
         lease = self._leases.get(lease_id)
@@ -248,7 +286,7 @@ class LeaseTable:
             lease.stage,
             lease.ttl_s,
         )
-        self._dispatch(self._gates[lease.stage])
+        self._settle(self._gates[lease.stage])
 
     def _pop(self, lease_id: str) -> ServerLease:
         lease = self._leases.pop(lease_id, None)

@@ -3,10 +3,18 @@
 Counters and histograms are updated where things happen; levels (permits in
 use, queue lengths, pool levels, the config generation) are read from the
 live state at scrape time, so they can never drift from it.
+
+Per-stage counters are labelled by stage name, and a client may invent
+names: the series of a stage that went idle (no gate left, see
+``_leases``) are kept for the :data:`MAX_IDLE_STAGE_SERIES` most recently
+idle stages and dropped beyond that, so the label sets stay bounded (a
+dropped stage that comes back starts its counters at 0 again, which
+Prometheus' ``rate`` reads as a counter reset).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -14,7 +22,16 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["AgentMetrics", "LiveSnapshot", "PoolSnapshot", "StageSnapshot"]
+__all__ = [
+    "MAX_IDLE_STAGE_SERIES",
+    "AgentMetrics",
+    "LiveSnapshot",
+    "PoolSnapshot",
+    "StageSnapshot",
+]
+
+#: Idle stages whose counters are still exported; older ones are dropped.
+MAX_IDLE_STAGE_SERIES = 256
 
 _WAIT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _CREATE_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
@@ -141,6 +158,29 @@ class AgentMetrics:
             ["kind"],
             registry=r,
         )
+
+        self._stage_series = (
+            self.lease_wait_s,
+            self.leases_granted,
+            self.leases_released,
+            self.leases_expired,
+            self.lease_timeouts,
+        )
+        self._idle_stages: OrderedDict[str, None] = OrderedDict()
+
+    def stage_active(self, stage: str) -> None:
+        """``stage`` has a gate again: its series are kept whatever happens."""
+        self._idle_stages.pop(stage, None)
+
+    def stage_idle(self, stage: str) -> None:
+        """``stage`` lost its gate: keep its series while it is among the
+        :data:`MAX_IDLE_STAGE_SERIES` most recently idle, then drop them."""
+        self._idle_stages[stage] = None
+        self._idle_stages.move_to_end(stage)
+        while len(self._idle_stages) > MAX_IDLE_STAGE_SERIES:
+            oldest, _ = self._idle_stages.popitem(last=False)
+            for metric in self._stage_series:
+                metric.remove(oldest)  # absent label sets are skipped
 
     def watch(self, snapshot: Callable[[], LiveSnapshot]) -> None:
         """Read levels from ``snapshot`` at every scrape."""

@@ -13,13 +13,20 @@ host never sweep each other's devices; every name carries a prefix from
   host end ``bsp<id>n<n>`` stays on the host, both down: the client takes the
   namespace (``name``) and the host end (``peer``) and moves nothing.
 
-A device handed out is the client's: the agent forgets it and never removes
-it. A client should move links out of the host namespace or rename them,
-because an agent restarted with the same ``pool_id`` sweeps every device
-that still carries its pool names (the leftovers of an agent that was killed
-before it could clean up). A ``netns-veth`` keeps its names (renaming the
-host end would take RTNL, the cost the kind saves): a restart of its agent
-during a storm sweeps the taken ones too.
+A device handed out is the client's: the agent never removes it. An agent
+started with the same ``pool_id`` sweeps the devices that still carry its
+pool names (the leftovers of an agent that was killed before it could clean
+up), except those it handed out: each take is recorded in the agent's run
+directory before it is answered (:class:`HandedOutRecord`), and the start-up
+sweep skips what the record names and still exists. A handed-out device
+that its client removed drops out of the record; one the client left behind
+stays until an operator removes it (or deletes the record while no agent of
+that id runs, and lets the next start sweep it).
+
+One agent per ``pool_id`` and host: an agent holds an ``flock`` on
+``<run dir>/pool-<id>.lock`` for its life (:func:`claim_pool_id`), taken
+before its sweep; a second agent with the same id refuses to start, naming
+the holder's PID. The kernel drops the lock of a killed agent.
 
 All netlink work runs on one executor thread that owns the one netlink
 socket (pyroute2 sockets are not thread-safe), so the event loop never blocks.
@@ -30,20 +37,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
+import json
 import logging
 import os
 import re
+import stat
+import tempfile
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
+from ...models import ConfigError
 from .._names import AGENT_POOL_LINK_PREFIX, AGENT_POOL_NETNS_PREFIX, owned_link, owned_netns
 from ._metrics import AgentMetrics, PoolSnapshot
 from ._protocol import NETNS_VETH_PEER, POOL_KINDS
 
-__all__ = ["CniPlumbing", "Device", "DeviceOps", "NetlinkDevices", "PoolManager", "pool_names"]
+__all__ = [
+    "AGENT_RUN_DIR",
+    "CniPlumbing",
+    "Device",
+    "DeviceOps",
+    "HandedOutRecord",
+    "NetlinkDevices",
+    "PoolManager",
+    "PoolOwnerLock",
+    "claim_pool_id",
+    "default_run_dir",
+    "pool_names",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +76,12 @@ log = logging.getLogger(__name__)
 MAX_POOL_ID = 9999
 _MAX_INDEX = 1_000_000
 _BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+#: A root agent's run directory: its owner locks and records of handed-out
+#: devices. A tmpfs: a reboot, which removes the devices, removes these too.
+AGENT_RUN_DIR = Path("/run/bootstorm-agent")
+#: The record is compacted (devices their clients removed dropped) once it
+#: holds this many names, then again each time it doubles.
+_COMPACT_MIN = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +120,177 @@ def pool_names(pool_id: int, kind: str, index: int) -> Device:
             peer=f"{AGENT_POOL_LINK_PREFIX}{pool_id}n{index}",
         )
     raise ValueError(f"kind: unknown pool kind {kind!r}")
+
+
+def default_run_dir() -> Path:
+    """:data:`AGENT_RUN_DIR` for root; a directory of the user's under the
+    temporary directory otherwise (an agent without root makes no devices,
+    but its pool ids are still its own)."""
+    euid = os.geteuid()
+    if euid == 0:
+        return AGENT_RUN_DIR
+    return Path(tempfile.gettempdir()) / f"bootstorm-agent-{euid}"
+
+
+def _lock_path(run_dir: Path, pool_id: int) -> Path:
+    return run_dir / f"pool-{pool_id}.lock"
+
+
+def _record_path(run_dir: Path, pool_id: int) -> Path:
+    return run_dir / f"pool-{pool_id}.handed-out"
+
+
+def _own_dir(run_dir: Path) -> None:
+    """``run_dir``, made if missing; refused unless it is a directory of ours
+    (under a shared /tmp another user could have made it first)."""
+    run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+    st = os.lstat(run_dir)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise PermissionError(errno.EPERM, "not a directory of this user", str(run_dir))
+
+
+class PoolOwnerLock:
+    """The claim of one pool id on this host: an ``flock`` on
+    ``<run dir>/pool-<id>.lock``, holding the owner's PID, for the agent's life."""
+
+    def __init__(self, fd: int, path: Path, pool_id: int) -> None:
+        self._fd: int | None = fd
+        self.path = path
+        self.pool_id = pool_id
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self, *, remove: bool = False) -> None:
+        """Give the pool id back; ``remove``: the lock file too (a claim made
+        meanwhile on the old file sees it gone and tries again: :func:`claim_pool_id`)."""
+        if self._fd is None:
+            return
+        if remove:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        os.close(self._fd)  # the flock goes with the last descriptor
+        self._fd = None
+
+
+def claim_pool_id(pool_id: int, *, run_dir: Path) -> PoolOwnerLock:
+    """The lock of ``pool_id``, or ConfigError (one line, the holder's PID) if
+    another agent holds it; OSError if the lock file cannot be opened."""
+    _own_dir(run_dir)
+    path = _lock_path(run_dir, pool_id)
+    for _ in range(16):
+        fd = _try_lock(path, pool_id)
+        # Locked, but maybe a file its last owner removed on the way out (then a
+        # newer claim may hold the file now at ``path``): only that one counts.
+        try:
+            if _same_file(os.fstat(fd), os.stat(path, follow_symlinks=False)):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    else:
+        raise ConfigError(
+            f"pool-id: the lock file {path} keeps changing; is another agent looping?"
+        )
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:  # the lock holds anyway; only the PID shown to others is missing
+        log.warning("cannot write the owner pid into %s: %s", path, exc)
+    return PoolOwnerLock(fd, path, pool_id)
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _try_lock(path: Path, pool_id: int) -> int:
+    # O_CLOEXEC: a child exec'd by the agent (a CNI plugin) must not keep the
+    # lock alive after the agent dies.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        except OSError:
+            holder = ""
+        os.close(fd)
+        who = f"pid {holder}" if holder.isdigit() else "pid unknown"
+        raise ConfigError(
+            f"pool-id: {pool_id} is in use by another agent on this host ({who}, lock {path}); "
+            f"stop it or give this agent another --pool-id"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class HandedOutRecord:
+    """The devices one pool id handed out, one JSON object a line, in
+    ``<run dir>/pool-<id>.handed-out``.
+
+    A take is appended (one ``write`` with ``O_APPEND``) before the agent
+    answers it, so an agent killed right after still knows the device is a
+    client's. No fsync: a killed process loses no written data, and a host
+    crash, which would, removes the devices (and this tmpfs) too. A rewrite
+    (a new list, at start and on compaction) goes through a temporary file
+    and a rename, so the record is whole at every instant.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def read(self) -> list[Device]:
+        """The recorded devices (a torn or unreadable line is skipped)."""
+        try:
+            text = self.path.read_bytes().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return []
+        found: dict[str, Device] = {}
+        for line in text.split("\n"):  # only what append() ends a line with
+            if not line:
+                continue
+            try:
+                data = json.loads(line)
+                device = Device(str(data["kind"]), str(data["name"]), peer=data.get("peer"))
+            except (ValueError, KeyError, TypeError):
+                continue
+            if device.kind in POOL_KINDS and (device.peer is None or isinstance(device.peer, str)):
+                found[device.name] = device
+        return list(found.values())
+
+    def rewrite(self, devices: Iterable[Device]) -> None:
+        """Make the record exactly ``devices``; appends go to the new file."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(_record_line(d) for d in devices))
+        tmp.replace(self.path)
+        self._reopen()
+
+    def append(self, device: Device) -> None:
+        if self._fd is None:
+            self._reopen()
+        assert self._fd is not None
+        line = _record_line(device).encode()
+        if os.write(self._fd, line) != len(line):  # a short write: disk full, say
+            raise OSError(errno.ENOSPC, "short write", str(self.path))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _reopen(self) -> None:
+        self.close()
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        self._fd = os.open(self.path, flags, 0o644)
+
+
+def _record_line(device: Device) -> str:
+    return json.dumps({"kind": device.kind, "name": device.name, "peer": device.peer}) + "\n"
 
 
 class DeviceOps(Protocol):
@@ -221,14 +423,38 @@ class NetlinkDevices:
 
 
 class PoolManager:
-    """Keeps each pool at its target size in the background; hands devices out."""
+    """Keeps each pool at its target size in the background; hands devices out.
 
-    def __init__(self, ops: DeviceOps, metrics: AgentMetrics, *, pool_id: int) -> None:
+    ``run_dir`` holds the pool id's owner lock and its record of handed-out
+    devices (module doc). ``"auto"``: :func:`default_run_dir` for devices
+    made through netlink (real ones, host-wide), none for other DeviceOps (a
+    test's fakes); None: neither lock nor record (what is handed out is
+    remembered in memory only, so a restart may sweep it).
+    """
+
+    def __init__(
+        self,
+        ops: DeviceOps,
+        metrics: AgentMetrics,
+        *,
+        pool_id: int,
+        run_dir: Path | Literal["auto"] | None = "auto",
+    ) -> None:
         if not 0 <= pool_id <= MAX_POOL_ID:
             raise ValueError(f"pool_id: must be within 0..{MAX_POOL_ID} (got {pool_id})")
         self._ops = ops
         self._metrics = metrics
         self._pool_id = pool_id
+        if run_dir == "auto":
+            run_dir = default_run_dir() if isinstance(ops, NetlinkDevices) else None
+        self._run_dir: Path | None = run_dir
+        self._owner: PoolOwnerLock | None = None
+        self._record: HandedOutRecord | None = None
+        #: Handed-out devices still believed to exist, by name, with the take's
+        #: sequence number (a compaction keeps what was taken while it listed).
+        self._handed: dict[str, tuple[Device, int]] = {}
+        self._takes = 0
+        self._compact_at = _COMPACT_MIN
         self._ready: dict[str, deque[Device]] = {k: deque() for k in POOL_KINDS}
         self._targets: dict[str, int] = dict.fromkeys(POOL_KINDS, 0)
         self._next: dict[str, int] = dict.fromkeys(POOL_KINDS, 0)
@@ -238,21 +464,105 @@ class PoolManager:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def owner_lock(self) -> PoolOwnerLock | None:
+        """The pool id's owner lock once :meth:`start` took it."""
+        return self._owner
+
+    def handed_out(self) -> list[Device]:
+        """Devices handed out and not known to be gone, oldest first."""
+        return [device for device, _ in self._handed.values()]
+
     async def start(self) -> None:
-        """Sweep what an earlier, killed agent left, then start refilling."""
+        """Claim the pool id, sweep what an earlier, killed agent left (not
+        what it handed out), then start refilling.
+
+        ConfigError (one line) if another agent holds the pool id.
+        """
+        recorded: list[Device] = []
+        if self._run_dir is not None:
+            self._claim(self._run_dir)
+            if self._record is not None:
+                try:
+                    recorded = self._record.read()
+                except OSError as exc:
+                    self.release_claim()
+                    raise ConfigError(
+                        f"pool-id: cannot read the record of handed-out devices "
+                        f"{self._record.path} ({exc.strerror}); refusing to sweep"
+                    ) from None
+        try:
+            await self._sweep(recorded)
+        except BaseException:
+            self.release_claim()
+            raise
+        self._task = asyncio.create_task(self._run(), name="bootstorm-pool-refill")
+
+    def _claim(self, run_dir: Path) -> None:
+        try:
+            self._owner = claim_pool_id(self._pool_id, run_dir=run_dir)
+        except OSError as exc:
+            if os.geteuid() == 0:
+                raise ConfigError(
+                    f"pool-id: cannot take the owner lock of pool id {self._pool_id} in "
+                    f"{run_dir} ({exc.strerror or exc})"
+                ) from None
+            # Without root the agent can make no devices (so has none to guard),
+            # and may not even create files (an unmapped user namespace).
+            log.warning(
+                "pool id %d: no owner lock in %s (%s); running without one",
+                self._pool_id,
+                run_dir,
+                exc.strerror or exc,
+            )
+            return
+        self._record = HandedOutRecord(_record_path(run_dir, self._pool_id))
+
+    def release_claim(self, *, tidy: bool = False) -> None:
+        """Close the record and give the pool id back (at the end of close()).
+
+        ``tidy``: remove the lock file, and the record if it names no device.
+        """
+        if self._record is not None:
+            self._record.close()
+            if tidy and not self._handed:
+                with contextlib.suppress(OSError):
+                    self._record.path.unlink()
+        if self._owner is not None:
+            self._owner.release(remove=tidy)
+
+    async def _sweep(self, recorded: list[Device]) -> None:
         loop = asyncio.get_running_loop()
         try:
             leftovers = await loop.run_in_executor(self._executor, self._ops.leftovers)
         except Exception as exc:  # listing needs no root; a failure here is worth a line
             log.warning("cannot list leftover pool devices: %s", exc)
-            leftovers = []
+            # Nothing is swept; the record stays as it is (nothing is known gone).
+            self._handed = {d.name: (d, 0) for d in recorded}
+            return
+        present = {d.name for d in leftovers}
+        # Handed out and still there: a client's. Handed out and gone: its client removed it.
+        self._handed = {d.name: (d, 0) for d in recorded if d.name in present}
+        if self._record is not None:
+            try:
+                self._record.rewrite(self.handed_out())
+            except OSError as exc:  # the old record stays whole: it names more, no less
+                log.warning("cannot rewrite %s: %s", self._record.path, exc)
+        if self._handed:
+            log.info(
+                "pool id %d: keeping %d devices handed out before the restart (%s)",
+                self._pool_id,
+                len(self._handed),
+                ", ".join(list(self._handed)[:8]) + (" ..." if len(self._handed) > 8 else ""),
+            )
         for device in leftovers:
+            if device.name in self._handed:
+                continue
             try:
                 await loop.run_in_executor(self._executor, self._ops.remove, device)
                 log.info("swept leftover %s %s", device.kind, device.name)
             except Exception as exc:
                 log.warning("cannot sweep leftover %s %s: %s", device.kind, device.name, exc)
-        self._task = asyncio.create_task(self._run(), name="bootstorm-pool-refill")
 
     def set_targets(self, pools: Mapping[str, int]) -> None:
         """New sizes; kinds the agent cannot make are ignored (logged once per config)."""
@@ -264,12 +574,27 @@ class PoolManager:
         self._wake.set()
 
     def take(self, kind: str) -> Device | None:
-        """A ready device, now the caller's, or None if the pool is empty."""
+        """A ready device, now the caller's, or None if the pool is empty.
+
+        The take is recorded (module doc) before it returns; a device that
+        cannot be recorded stays pooled, and the caller gets None.
+        """
         ready = self._ready[kind]
         if not ready:
             self._metrics.pool_empty.labels(kind).inc()
             return None
         device = ready.popleft()
+        if self._record is not None:
+            try:
+                self._record.append(device)
+            except OSError as exc:
+                # Handed out unrecorded, a restart would sweep it under its client.
+                ready.appendleft(device)
+                self._metrics.pool_errors.labels(kind).inc()
+                log.error("%s %s not handed out: cannot record it (%s)", kind, device.name, exc)
+                return None
+        self._takes += 1
+        self._handed[device.name] = (device, self._takes)
         self._metrics.pool_taken.labels(kind).inc()
         self._wake.set()
         return device
@@ -294,8 +619,12 @@ class PoolManager:
                 except Exception as exc:
                     self._metrics.pool_errors.labels(kind).inc()
                     log.error("cannot remove pooled %s %s: %s", kind, device.name, exc)
+        if self._record is not None and self._handed:
+            await self._compact()  # what clients removed need not outlive us in the record
         await loop.run_in_executor(self._executor, self._ops.close)
         self._executor.shutdown(wait=True)
+        # Last: no other agent of this id sweeps while this one removes.
+        self.release_claim(tidy=True)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -305,6 +634,8 @@ class PoolManager:
         retry_at = dict.fromkeys(POOL_KINDS, 0.0)
         while not self._stopping:
             self._wake.clear()
+            if len(self._handed) >= self._compact_at:
+                await self._compact()
             worked = False
             # One device per kind per pass, so one big pool does not starve the others.
             for kind in POOL_KINDS:
@@ -346,11 +677,42 @@ class PoolManager:
         ready.append(device)
         return True
 
+    async def _compact(self) -> None:
+        """Drop from the record the handed-out devices that are gone."""
+        loop = asyncio.get_running_loop()
+        listed_after = self._takes
+        try:
+            present = {
+                d.name for d in await loop.run_in_executor(self._executor, self._ops.leftovers)
+            }
+        except Exception as exc:
+            log.warning("cannot list pool devices to compact the record: %s", exc)
+            present = set(self._handed)
+        # Taken while the listing ran: kept whatever the listing saw.
+        self._handed = {
+            name: (device, seq)
+            for name, (device, seq) in self._handed.items()
+            if name in present or seq > listed_after
+        }
+        self._compact_at = max(_COMPACT_MIN, 2 * len(self._handed))
+        if self._record is not None:
+            try:
+                self._record.rewrite(self.handed_out())
+            except OSError as exc:  # the old record stays whole; it is only longer
+                log.error("cannot compact %s: %s", self._record.path, exc)
+
     async def _create(self, kind: str) -> Device:
         # A device a client kept may still hold a name; skip to the next free one.
-        for _ in range(64):
+        # Names handed out are skipped without a try (after a restart, many may be).
+        tries = 0
+        for _ in range(_MAX_INDEX):
+            if tries == 64:
+                break
             device = pool_names(self._pool_id, kind, self._next[kind])
             self._next[kind] = (self._next[kind] + 1) % _MAX_INDEX
+            if device.name in self._handed:
+                continue
+            tries += 1
             try:
                 made: Device = await self._call(kind, self._ops.create, device)
                 return made

@@ -12,9 +12,17 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...models.tuned import STAGE_NAME_PATTERN
+
 __all__ = [
+    "DEFAULT_READ_TIMEOUT_S",
     "DEFAULT_WAIT_S",
+    "MAX_BODY_BYTES",
+    "MAX_READ_TIMEOUT_S",
+    "MAX_TOKEN_CHARS",
     "MAX_WAIT_S",
+    "MIN_READ_TIMEOUT_S",
+    "MIN_TOKEN_CHARS",
     "NETNS_VETH_PEER",
     "POOL_KINDS",
     "STAGE_NAME",
@@ -34,10 +42,30 @@ POOL_KINDS: tuple[str, ...] = get_args(PoolKind)
 #: The name of a ``netns-veth``'s peer inside its namespace (a CNI's default ifname).
 NETNS_VETH_PEER = "eth0"
 
-#: Stage names in URLs: the simulator's (``StartVM``) and the testbed's own.
-STAGE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+#: How long the agent waits for a request's line and headers (from the
+#: connection's start or the previous answer) and then for its body, seconds;
+#: a client that sends half a request is cut off after it. It doubles as the
+#: idle keep-alive time, so it is longer than the clients' own (httpx 5 s,
+#: aiohttp 15 s): the agent never closes a connection a client is reusing.
+DEFAULT_READ_TIMEOUT_S = 20.0
+#: Bounds of ``--read-timeout-s``: a slow but live client gets its request in.
+MIN_READ_TIMEOUT_S = 0.05
+MAX_READ_TIMEOUT_S = 600.0
+#: Largest request body (bytes). A tuned config is under 2 KiB; 256 limits of
+#: 64-character names fit in 20 KiB; a larger body is refused (413) unread.
+MAX_BODY_BYTES = 64 * 1024
+#: Shortest bearer token: 16 characters of a random base64 token are 96 bits,
+#: too many to guess through the network.
+MIN_TOKEN_CHARS = 16
+#: Longest bearer token: the agent reads header fields of up to 8 190 bytes.
+MAX_TOKEN_CHARS = 4096
 
-Holder = Annotated[str, Field(min_length=1, max_length=128)]
+#: Stage names in URLs: the simulator's (``StartVM``) and the testbed's own
+#: (the same rule as a TunedConfig's keys).
+STAGE_NAME = re.compile(STAGE_NAME_PATTERN)
+
+# Printable, no control characters: a holder's name goes into the agent's log.
+Holder = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
 class _Request(BaseModel):
@@ -48,7 +76,10 @@ class AcquireRequest(_Request):
     """``POST /v1/stages/{stage}/acquire``: who wants a permit, and how long it waits."""
 
     holder: Holder
-    wait_s: Annotated[float, Field(ge=0.0, le=MAX_WAIT_S, allow_inf_nan=False)] | None = None
+    # Strict: an int or a float, not ``true`` or ``"5"``.
+    wait_s: (
+        Annotated[float, Field(strict=True, ge=0.0, le=MAX_WAIT_S, allow_inf_nan=False)] | None
+    ) = None
 
 
 class TakeRequest(_Request):

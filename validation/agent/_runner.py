@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ...models import TunedConfig
+from ._pools import DeviceOps
 from ._server import AgentSettings, serve
 
 __all__ = ["agent_in_thread"]
@@ -15,11 +16,17 @@ __all__ = ["agent_in_thread"]
 
 @contextmanager
 def agent_in_thread(
-    settings: AgentSettings, config: TunedConfig | None = None, *, start_timeout_s: float = 10.0
+    settings: AgentSettings,
+    config: TunedConfig | None = None,
+    *,
+    start_timeout_s: float = 10.0,
+    device_ops: DeviceOps | None = None,
 ) -> Iterator[str]:
-    """Run an agent until the block ends; yields its base URL (``port=0``: a free port).
+    """Run an agent until the block ends; yields its base URL (``port=0``: a free port;
+    ``https://`` when ``settings`` name a TLS certificate).
 
     Leaving the block shuts the agent down as SIGTERM would, pooled devices included.
+    ``device_ops`` replaces the real devices (a test's fake: no root, no netlink).
     """
     ready = threading.Event()
     url: list[str] = []
@@ -33,7 +40,9 @@ def agent_in_thread(
 
     def run() -> None:
         try:
-            loop.run_until_complete(serve(settings, config, on_ready=on_ready, stop=stop))
+            loop.run_until_complete(
+                serve(settings, config, on_ready=on_ready, stop=stop, device_ops=device_ops)
+            )
         except BaseException as exc:  # handed to the caller's thread below
             failure.append(exc)
         finally:

@@ -6,7 +6,8 @@ else 401; errors are ``{"error": message, "reason"?: word}``):
 =======  ==================================  ======================================================
 method   path                                answer
 =======  ==================================  ======================================================
-POST     /v1/stages/{stage}/acquire          200 lease, 408 none within ``wait_s``, 503 stopping
+POST     /v1/stages/{stage}/acquire          200 lease, 408 none within ``wait_s``, 429 too many
+                                             stages without a limit held at once, 503 stopping
 POST     /v1/leases/{lease_id}/release       200, 404 unknown / expired / released
 POST     /v1/leases/{lease_id}/renew         200 lease with a new expiry, 404 as above
 POST     /v1/pools/{kind}/take               200 device, 404 ``pool empty``
@@ -15,33 +16,55 @@ GET      /config                             the TunedConfig in force
 GET      /metrics                            Prometheus text format
 GET      /healthz                            ``{"status": "ok", ...}``
 =======  ==================================  ======================================================
+
+Under abuse: a request's line and headers must arrive within
+``read_timeout_s`` of the connection's start (or of the previous answer) and
+its body within ``read_timeout_s`` more, else the connection is closed (408 if
+the headers came); a body over ``max_body_bytes`` is a 413; every refusal is a
+4xx JSON answer of one line, and a ``PUT /config`` is parsed, validated in
+full and only then applied, so a refused one changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
 import signal
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from pydantic import BaseModel, SecretStr, ValidationError
 
 from ...models import ConfigError, TunedConfig
-from ...models._errors import format_validation_error
+from ...models._errors import _short_repr
+from ...models._yaml import MAX_NUMBER_CHARS, YamlInputError, parse_yaml
 from ._cni_pool import CniDevices, CniPoolSettings, agent_network_name
 from ._leases import LeaseError, LeaseTable, ServerLease
 from ._metrics import AgentMetrics, LiveSnapshot
 from ._pools import DeviceOps, NetlinkDevices, PoolManager
-from ._protocol import DEFAULT_WAIT_S, POOL_KINDS, STAGE_NAME, AcquireRequest, TakeRequest
+from ._protocol import (
+    DEFAULT_READ_TIMEOUT_S,
+    DEFAULT_WAIT_S,
+    MAX_BODY_BYTES,
+    MAX_READ_TIMEOUT_S,
+    MAX_TOKEN_CHARS,
+    MIN_READ_TIMEOUT_S,
+    MIN_TOKEN_CHARS,
+    POOL_KINDS,
+    STAGE_NAME,
+    AcquireRequest,
+    TakeRequest,
+)
 
-__all__ = ["AgentSettings", "create_app", "serve"]
+__all__ = ["AgentSettings", "check_token", "create_app", "serve", "tls_context"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +85,75 @@ class AgentSettings:
     #: Plumb the ``netns-veth`` pool with a CNI ADD on a network of the agent's
     #: own (``agent serve --cni``); None: a bare veth pair per namespace.
     cni: CniPoolSettings | None = None
+    #: Seconds for a request's line and headers, then for its body (see the module doc).
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    #: Largest request body, bytes (413 beyond).
+    max_body_bytes: int = MAX_BODY_BYTES
+    #: PEM certificate chain and private key: serve HTTPS (both or neither).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+    def __post_init__(self) -> None:
+        check_token(self.token.get_secret_value())
+        if not MIN_READ_TIMEOUT_S <= self.read_timeout_s <= MAX_READ_TIMEOUT_S:
+            raise ConfigError(
+                f"read_timeout_s: must be within {MIN_READ_TIMEOUT_S:g}..{MAX_READ_TIMEOUT_S:g} s "
+                f"(got {self.read_timeout_s!r})"
+            )
+        if not 1024 <= self.max_body_bytes <= 16 * 1024 * 1024:
+            raise ConfigError(
+                f"max_body_bytes: must be within 1024..{16 * 1024 * 1024} "
+                f"(got {self.max_body_bytes!r})"
+            )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            given, missing = (
+                ("tls-cert", "tls-key") if self.tls_key is None else ("tls-key", "tls-cert")
+            )
+            raise ConfigError(f"{missing}: --{given} given without --{missing}")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere
+
+
+def check_token(token: str) -> None:
+    """ConfigError unless ``token`` is strong enough to guard the agent: at least
+    MIN_TOKEN_CHARS characters of visible ASCII (what an HTTP header carries as is)."""
+    rule = f"must be at least {MIN_TOKEN_CHARS} characters of visible ASCII, no spaces"
+    bad = next((i for i, c in enumerate(token) if not "!" <= c <= "~"), None)
+    if bad is not None:
+        # The position, not the character: the message must not leak the secret.
+        raise ConfigError(
+            f"token: {rule} (got a space or non-ASCII character at position {bad + 1})"
+        )
+    if len(token) < MIN_TOKEN_CHARS:
+        count = f"{len(token)} character{'s' if len(token) != 1 else ''}"
+        raise ConfigError(f"token: {rule} (got {count}); e.g. head -c 24 /dev/urandom | base64")
+    if len(token) > MAX_TOKEN_CHARS:
+        raise ConfigError(
+            f"token: must be at most {MAX_TOKEN_CHARS} characters, or no request header "
+            f"can carry it (got {len(token)})"
+        )
+
+
+def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server TLS context (TLS 1.2 or later) for ``cert`` and ``key``; ConfigError
+    naming the files if they cannot be loaded."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(certfile=cert, keyfile=key)
+    except OSError as exc:  # ssl.SSLError is an OSError
+        reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+        raise ConfigError(
+            f"tls-cert: cannot load certificate {str(cert)!r} with key {str(key)!r} ({reason})"
+        ) from None
+    return context
 
 
 @dataclass(eq=False)
@@ -78,7 +170,8 @@ class _Agent:
 
     def apply(self, config: TunedConfig) -> None:
         # No await in here: a scrape or an acquire sees the old config or the new
-        # one, never half of each.
+        # one, never half of each. And nothing here refuses: ``config`` was
+        # validated whole (bounded maps, ranged numbers) before this is called.
         self.leases.apply(limits=config.limits, lease_ttl_s=config.lease_ttl_s)
         self.pools.set_targets(config.pools)
         self.config = config
@@ -88,8 +181,14 @@ class _Agent:
 AGENT = web.AppKey("agent", _Agent)
 
 
+def _one_line(text: str) -> str:
+    # An error names what the client sent, which may hold newlines or control
+    # characters: the answer (and a log line quoting it) stays one line.
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _error(status: int, message: str, **extra: Any) -> web.Response:
-    return web.json_response({"error": message, **extra}, status=status)
+    return web.json_response({"error": _one_line(message), **extra}, status=status)
 
 
 def _lease_json(lease: ServerLease) -> dict[str, Any]:
@@ -110,18 +209,42 @@ class _BadRequestError(Exception):
         self.message = message
 
 
-async def _body(request: web.Request, model: type[R]) -> R:
-    raw = await request.read()
+async def _read(request: web.Request) -> bytes:
+    """The body, within the read timeout and the size cap (408 / 413 otherwise)."""
+    timeout_s = request.app[AGENT].settings.read_timeout_s
     try:
-        data = json.loads(raw) if raw.strip() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        # The headers came within the connection's own deadline; a body sent
+        # byte by byte (or never) must not hold the handler past this one.
+        return await asyncio.wait_for(request.read(), timeout_s)
+    except TimeoutError:
+        raise _BadRequestError(408, f"body: not received within {timeout_s:g} s") from None
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[AGENT].settings.max_body_bytes
+        raise _BadRequestError(413, f"body: larger than {limit} bytes") from None
+
+
+def _bounded_int(digits: str) -> int:
+    # json.loads turns any run of digits into an int; one of thousands of digits
+    # is no quantity of ours, and past 4 300 Python refuses to convert it.
+    if len(digits) > MAX_NUMBER_CHARS:
+        raise ValueError(f"a number of {len(digits)} characters (at most {MAX_NUMBER_CHARS})")
+    return int(digits)
+
+
+async def _body(request: web.Request, model: type[R]) -> R:
+    raw = await _read(request)
+    try:
+        data = json.loads(raw, parse_int=_bounded_int) if raw.strip() else {}
+    except RecursionError:
+        raise _BadRequestError(400, "body: malformed JSON (nested too deeply)") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, _bounded_int's
         raise _BadRequestError(400, f"body: malformed JSON ({exc})") from None
     if not isinstance(data, dict):
         raise _BadRequestError(400, f"body: expected a JSON object, but got {type(data).__name__}")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise _BadRequestError(422, format_validation_error(exc, prefix="body.")) from None
+        raise _BadRequestError(422, "; ".join(_problems(exc, prefix="body."))) from None
 
 
 def _token_middleware(token: SecretStr) -> Middleware:
@@ -205,32 +328,73 @@ async def _take(request: web.Request) -> web.Response:
     return web.json_response(answer)
 
 
+#: Problems of a refused config named in its one-line ``error`` (all of them,
+#: up to _MAX_PROBLEMS, are in ``problems``).
+_PROBLEMS_IN_ERROR = 5
+_MAX_PROBLEMS = 50
+#: Longest field name quoted in a problem (a key is the client's own text).
+_MAX_NAME_CHARS = 64
+
+
+def _field_name(part: str | int) -> str:
+    if isinstance(part, int) or (len(part) <= _MAX_NAME_CHARS and part.isprintable()):
+        return str(part)
+    shown: str = _short_repr(part)
+    return shown
+
+
+def _problems(exc: ValidationError, *, prefix: str = "config: ") -> list[str]:
+    """One line per problem, ``config: field: rule (got value)``; names and values
+    are the client's, so they are quoted and shortened."""
+    lines = []
+    for e in exc.errors():
+        loc = ".".join(_field_name(p) for p in e["loc"]) or "(top level)"
+        msg = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) else f" (got {_short_repr(got)})"
+        lines.append(_one_line(f"{prefix}{loc}: {msg}{shown}"))
+    return lines
+
+
 def _parse_config(raw: bytes) -> TunedConfig:
-    """A TunedConfig from a YAML or JSON body (JSON is YAML); ConfigError if bad."""
+    """A TunedConfig from a YAML or JSON body (JSON is YAML), validated in full;
+    ConfigError (one problem a line) if bad. Nothing here touches the agent."""
     try:
-        data = yaml.safe_load(raw.decode())
-    except UnicodeDecodeError:
-        raise ConfigError("config: body is not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"config:{where}: malformed YAML/JSON: {problem}") from None
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config: body is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    try:
+        # Bounded: no aliases (a 390-byte alias bomb blocked the loop 5.8 s), no
+        # nesting past 32 levels, no number of thousands of digits.
+        data = parse_yaml(text)
+    except YamlInputError as exc:
+        raise ConfigError(_one_line(f"config: {exc}")) from None
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         raise ConfigError(
             f"config: expected a mapping with string keys at the top level, "
             f"but got {type(data).__name__}"
         )
-    return TunedConfig(**data)
+    # The errors whole, so each problem is formatted (and a client's key quoted) alone.
+    problems = TunedConfig.problems(data)
+    if problems is not None:
+        raise ConfigError("\n".join(_problems(problems)))
+    config: TunedConfig = TunedConfig(**data)  # valid: the same rules passed just now
+    return config
 
 
 async def _put_config(request: web.Request) -> web.Response:
     agent = request.app[AGENT]
     try:
-        config = _parse_config(await request.read())
+        config = _parse_config(await _read(request))
     except ConfigError as exc:
-        text = str(exc)
-        return _error(422, text, problems=text.splitlines())
+        problems = str(exc).splitlines()
+        summary = "; ".join(problems[:_PROBLEMS_IN_ERROR])
+        if len(problems) > _PROBLEMS_IN_ERROR:
+            summary += f"; and {len(problems) - _PROBLEMS_IN_ERROR} more"
+        return _error(422, summary, problems=problems[:_MAX_PROBLEMS])
+    # Validated whole above; apply() cannot refuse, so the config is in force whole.
     agent.apply(config)
     log.info("config generation %d applied", agent.generation)
     return web.json_response(
@@ -272,8 +436,6 @@ def create_app(
     device_ops: DeviceOps | None = None,
 ) -> web.Application:
     """The agent as an aiohttp application; pools start and stop with it."""
-    if not settings.token.get_secret_value():
-        raise ConfigError("token: must not be empty")
     config = config if config is not None else TunedConfig()
     metrics = AgentMetrics()
     ops: DeviceOps
@@ -283,7 +445,10 @@ def create_app(
         ops = CniDevices(settings.pool_id, settings.cni)
     else:
         ops = NetlinkDevices(settings.pool_id)
-    app = web.Application(middlewares=[_json_errors, _token_middleware(settings.token)])
+    app = web.Application(
+        middlewares=[_json_errors, _token_middleware(settings.token)],
+        client_max_size=settings.max_body_bytes,
+    )
 
     leases = LeaseTable(limits=config.limits, lease_ttl_s=config.lease_ttl_s, metrics=metrics)
     pools = PoolManager(ops, metrics, pool_id=settings.pool_id)
@@ -324,13 +489,23 @@ async def serve(
     *,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
+    device_ops: DeviceOps | None = None,
 ) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when run in the main thread).
 
     ``on_ready`` gets the base URL once the socket listens (port 0 picks a free one).
-    Shutdown removes every pooled device the agent still holds.
+    Shutdown removes every pooled device the agent still holds. ``device_ops``
+    replaces the real devices (tests), as in :func:`create_app`.
     """
-    app = create_app(settings, config)
+    # Loaded before anything listens: a bad certificate is one line, not a half-started agent.
+    tls = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        tls = tls_context(settings.tls_cert, settings.tls_key)
+    elif not _loopback(settings.host):
+        log.warning(
+            "serving %s over plain HTTP: bearer tokens cross the network in clear", settings.host
+        )
+    app = create_app(settings, config, device_ops=device_ops)
     stop = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
     handled: list[signal.Signals] = []
@@ -343,10 +518,25 @@ async def serve(
     # handler_cancellation: a client that hangs up while queued leaves the queue at
     # once instead of being granted a permit nobody will release before the TTL.
     # Safe because no handler awaits between reading and changing agent state.
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
+    #
+    # keepalive_timeout: aiohttp arms it when a connection opens and again after
+    # each answer, and closes the connection when it fires while no request has
+    # fully arrived: a deadline for the request line and headers (a client that
+    # sends half a request line is cut off), not reset by a byte trickled in.
+    # It does not fire under a running handler, so long-polls are unaffected;
+    # bodies have their own deadline (_read). lingering_time bounds how long a
+    # body nobody reads is drained after the answer.
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        handler_cancellation=True,
+        keepalive_timeout=settings.read_timeout_s,
+        lingering_time=min(settings.read_timeout_s, 2.0),
+    )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.host, settings.port)
+        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=tls)
         try:
             await site.start()
         except OSError as exc:
@@ -356,7 +546,7 @@ async def serve(
         host, port = runner.addresses[0][:2]
         shown = f"[{host}]" if ":" in host else host
         if on_ready is not None:
-            on_ready(f"http://{shown}:{port}")
+            on_ready(f"{'https' if tls is not None else 'http'}://{shown}:{port}")
         await stop.wait()
     finally:
         for sig in handled:

@@ -2,19 +2,30 @@
 
 >>> with AgentClient("http://127.0.0.1:8787", token=token) as agent:
 ...     with agent.stage("StartVM", holder="sb-17") as lease:
-...         boot()
+...         boot()  # may outlast the lease's TTL: the lease is renewed meanwhile
 ...     device = agent.take("veth", holder="sb-17")  # None: make your own
 
 Every refusal raises :class:`AgentError` with the HTTP status and the agent's
 message; a network failure raises it with ``status=None``.
+
+A :meth:`AgentClient.stage` block keeps its lease alive: one thread per client
+renews every lease held by a block at a third of its TTL. A lease that could
+not be renewed (it expired, the agent restarted) is recorded on the block's
+:class:`StageLease` (``lost``) as soon as it is known, and leaving the block
+raises AgentError: the block may have shared the stage with another holder,
+and its caller must hear of it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import json
+import logging
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -26,7 +37,16 @@ from pydantic import BaseModel, ConfigDict
 from ...models import TunedConfig
 from ._protocol import DEFAULT_WAIT_S, AcquireRequest, TakeRequest
 
-__all__ = ["AgentClient", "AgentError", "Lease", "PooledCni", "PooledDevice"]
+__all__ = ["AgentClient", "AgentError", "Lease", "PooledCni", "PooledDevice", "StageLease"]
+
+log = logging.getLogger(__name__)
+
+#: A ``stage()`` lease is renewed when this share of its TTL has passed: two
+#: more renewals fit before it expires, so one slow or failed call costs nothing.
+RENEW_FRACTION = 1 / 3
+#: After a failed renewal that may pass (no answer, 5xx), the next try comes
+#: after this share of the TTL, for as long as the lease may still be alive.
+_RETRY_FRACTION = 1 / 10
 
 
 class AgentError(Exception):
@@ -77,6 +97,197 @@ class PooledDevice(_Answer):
     cni: PooledCni | None = None
 
 
+class StageLease:
+    """The lease a :meth:`AgentClient.stage` block holds, renewed in the background.
+
+    ``lease`` is the latest answer of the agent (its expiry moves with each
+    renewal); ``lost`` is the error that ended it early, None while it holds.
+    A block that must not run on without its permit checks ``lost`` (or
+    calls :meth:`check`) between steps; leaving the block raises it anyway.
+    """
+
+    def __init__(self, lease: Lease, *, granted_at: float) -> None:
+        self._lock = threading.Lock()
+        self._lease = lease
+        #: How many renewals the agent answered.
+        self.renewals = 0
+        self._lost: AgentError | None = None
+        self._done = False
+        # Monotonic time until which the lease is alive: a renewal's TTL counted
+        # from when it was *sent* (the agent renewed it later); the grant's from
+        # when its answer came (a long poll's grant time is not known closer).
+        self._alive_until = granted_at + lease.ttl_s
+
+    @property
+    def lease(self) -> Lease:
+        with self._lock:
+            return self._lease
+
+    @property
+    def lease_id(self) -> str:
+        return self._lease.lease_id
+
+    @property
+    def stage(self) -> str:
+        return self._lease.stage
+
+    @property
+    def holder(self) -> str:
+        return self._lease.holder
+
+    @property
+    def ttl_s(self) -> float:
+        return self.lease.ttl_s
+
+    @property
+    def expires_at_s(self) -> float:
+        return self.lease.expires_at_s
+
+    @property
+    def lost(self) -> AgentError | None:
+        """Why the lease ended before the block did, or None while it holds."""
+        with self._lock:
+            return self._lost
+
+    def check(self) -> None:
+        """Raise the :attr:`lost` error if the lease is gone."""
+        lost = self.lost
+        if lost is not None:
+            raise lost
+
+    def __repr__(self) -> str:
+        state = "held" if self.lost is None else f"lost ({self.lost.message})"
+        return f"StageLease({self.stage!r}, holder={self.holder!r}, {self.lease_id}, {state})"
+
+    # -- the renewer's side ---------------------------------------------------------
+
+    def _renewed(self, lease: Lease, *, sent_at: float) -> bool:
+        """Record a renewal; False if the block already ended (nothing to keep)."""
+        with self._lock:
+            if self._done:
+                return False
+            self._lease = lease
+            self.renewals += 1
+            self._alive_until = sent_at + lease.ttl_s
+            return True
+
+    def _lose(self, cause: AgentError) -> None:
+        """The lease is gone (or may be): the block will hear of it."""
+        with self._lock:
+            if self._done or self._lost is not None:
+                return
+            lease = self._lease
+            self._lost = AgentError(
+                cause.status,
+                f"lease {lease.lease_id} of {lease.holder!r} on stage {lease.stage!r} was "
+                f"lost during the block ({cause.message}); another holder may have "
+                f"entered the stage meanwhile",
+                reason=cause.reason or "lost",
+            )
+        log.warning("%s", self._lost.message)
+
+    def _end(self) -> AgentError | None:
+        """The block is over: no more renewals; the error it must raise, if any."""
+        with self._lock:
+            self._done = True
+            return self._lost
+
+    @property
+    def _ended(self) -> bool:
+        with self._lock:
+            return self._done or self._lost is not None
+
+
+class _Renewer:
+    """One thread per client that renews the leases of every ``stage()`` block.
+
+    One thread and so one connection, whatever the number of blocks (a
+    thread per block would open a connection per block: see AgentClient).
+    Renewals are due at :data:`RENEW_FRACTION` of each lease's TTL; they
+    are quick calls, so one after another is soon enough for hundreds.
+    """
+
+    def __init__(self, client: AgentClient) -> None:
+        self._client = client
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, StageLease]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def watch(self, held: StageLease, *, now: float) -> None:
+        with self._cond:
+            if self._closed:
+                held._lose(AgentError(None, f"{self._client.base_url}: client is closed"))
+                return
+            self._push(now + held.ttl_s * RENEW_FRACTION, held)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="bootstorm-agent-renew", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Stop renewing; leases still held by a block are lost (they will expire)."""
+        with self._cond:
+            self._closed = True
+            thread, self._thread = self._thread, None
+            pending = [held for _, _, held in self._due]
+            self._due.clear()
+            self._cond.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        for held in pending:
+            held._lose(AgentError(None, f"{self._client.base_url}: client closed"))
+
+    def _push(self, at: float, held: StageLease) -> None:
+        heapq.heappush(self._due, (at, next(self._order), held))
+
+    def _next(self) -> StageLease | None:
+        """The next lease due (waiting for it), or None once closed."""
+        with self._cond:
+            while not self._closed:
+                while self._due and self._due[0][2]._ended:
+                    heapq.heappop(self._due)  # its block is over: forget it
+                now = time.monotonic()
+                if self._due and self._due[0][0] <= now:
+                    return heapq.heappop(self._due)[2]
+                self._cond.wait(self._due[0][0] - now if self._due else None)
+            return None
+
+    def _run(self) -> None:
+        while (held := self._next()) is not None:
+            self._renew(held)
+
+    def _renew(self, held: StageLease) -> None:
+        sent_at = time.monotonic()
+        try:
+            lease = self._client.renew(held.lease_id)
+        except AgentError as exc:
+            now = time.monotonic()
+            retry_at = now + held.ttl_s * _RETRY_FRACTION
+            # No answer or a server error: the lease may still be alive; try
+            # again while it surely is. A 4xx (404 expired, released) is final.
+            transient = exc.status is None or exc.status >= 500
+            with held._lock:
+                alive_until = held._alive_until
+            if transient and retry_at < alive_until:
+                with self._cond:
+                    if not self._closed:
+                        self._push(retry_at, held)
+                return
+            held._lose(exc)
+            return
+        except Exception as exc:  # a bug or a malformed answer: the block must hear of it
+            held._lose(AgentError(None, f"renewal failed: {type(exc).__name__}: {exc}"))
+            return
+        if held._renewed(lease, sent_at=sent_at):
+            with self._cond:
+                if not self._closed:
+                    self._push(sent_at + lease.ttl_s * RENEW_FRACTION, held)
+
+
 class AgentClient:
     """Talks to one node agent; share one between threads freely.
 
@@ -106,6 +317,7 @@ class AgentClient:
         self._pools: list[httpx.Client] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._renewer = _Renewer(self)
 
     def _http(self) -> httpx.Client:
         if self._closed:
@@ -148,19 +360,35 @@ class AgentClient:
         return Lease.model_validate(self._call("POST", f"/v1/leases/{_lease_id(lease)}/renew"))
 
     @contextmanager
-    def stage(self, stage: str, holder: str, wait_s: float | None = None) -> Iterator[Lease]:
+    def stage(self, stage: str, holder: str, wait_s: float | None = None) -> Iterator[StageLease]:
         """Hold a permit on ``stage`` for the block; released when it ends.
 
-        If the lease expired during the block, leaving it raises AgentError (404,
-        reason ``expired``) unless the block is already raising.
+        The lease is renewed in the background at a third of its TTL, so the
+        block may last longer than the TTL. If a renewal fails for good (the
+        lease expired, the agent restarted), the yielded :class:`StageLease`
+        records it in ``lost`` at once and leaving the block raises that
+        AgentError (reason ``expired``, or ``lost``), unless the block is
+        already raising (then the block's error carries a note of it).
         """
         lease = self.acquire(stage, holder, wait_s)
+        held = StageLease(lease, granted_at=time.monotonic())
+        self._renewer.watch(held, now=time.monotonic())
         try:
-            yield lease
-        except BaseException:
+            yield held
+        except BaseException as exc:
+            lost = held._end()
             with contextlib.suppress(AgentError):  # the block's own error matters more
                 self.release(lease)
+            if lost is not None:
+                exc.add_note(f"bootstorm agent: {lost.message}")
             raise
+        lost = held._end()
+        if lost is not None:
+            # Given back if the agent still has it after all (a renewal that got
+            # no answer); it has expired otherwise, and the block must hear of it.
+            with contextlib.suppress(AgentError):
+                self.release(lease)
+            raise lost
         self.release(lease)
 
     # -- pools ------------------------------------------------------------------
@@ -196,6 +424,7 @@ class AgentClient:
     # -- plumbing -----------------------------------------------------------------
 
     def close(self) -> None:
+        self._renewer.close()
         with self._lock:
             self._closed = True
             pools, self._pools = self._pools, []
