@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import TOKEN, process_agent
+from conftest import TOKEN, free_pool_id, process_agent
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from bootstorm.cli import main
 from bootstorm.models import ConfigError, TunedConfig
-from bootstorm.validation.agent import AgentSettings, agent_in_thread
+from bootstorm.validation.agent import AgentClient, AgentError, AgentSettings, agent_in_thread
 from bootstorm.validation.agent._leases import MAX_UNLIMITED_STAGES
 from bootstorm.validation.agent._metrics import MAX_IDLE_STAGE_SERIES
 from bootstorm.validation.agent._pools import Device
@@ -50,6 +50,7 @@ class NoDevices:
 
 @contextmanager
 def agent_url(config: TunedConfig | None = None, **settings: Any) -> Iterator[str]:
+    settings.setdefault("pool_id", free_pool_id())  # each agent holds its id's owner lock
     full = AgentSettings(token=SecretStr(TOKEN), port=0, **settings)
     with agent_in_thread(full, config, device_ops=NoDevices()) as url:
         yield url
@@ -466,6 +467,15 @@ def test_the_agent_serves_https_with_a_certificate(tmp_path: Path) -> None:
             assert r.status_code == 200, r.text
         with pytest.raises(httpx.HTTPError):  # plain HTTP on the TLS port: nothing
             httpx.get(url.replace("https://", "http://") + "/healthz", timeout=5)
+        # The package's own client trusts the self-signed agent when told to,
+        # and leases over TLS like over HTTP.
+        with (
+            AgentClient(url, token=TOKEN, ca_file=cert) as client,
+            client.stage("StartVM", holder="sb-tls") as lease,
+        ):
+            assert lease.stage == "StartVM"
+        with AgentClient(url, token=TOKEN) as client, pytest.raises(AgentError):
+            client.get_config()  # the system's CAs do not know the agent's certificate
 
 
 def test_serve_over_tls_from_the_command_line(tmp_path: Path) -> None:

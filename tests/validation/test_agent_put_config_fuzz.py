@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import TOKEN
+from conftest import TOKEN, free_pool_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
@@ -57,7 +57,7 @@ class NoDevices:
 
 @pytest.fixture(scope="module")
 def http() -> Iterator[httpx.Client]:
-    settings_ = AgentSettings(token=SecretStr(TOKEN), port=0)
+    settings_ = AgentSettings(token=SecretStr(TOKEN), port=0, pool_id=free_pool_id())
     with (
         agent_in_thread(settings_, device_ops=NoDevices()) as url,
         httpx.Client(

@@ -23,6 +23,7 @@ import heapq
 import itertools
 import json
 import logging
+import os
 import ssl
 import threading
 import time
@@ -306,13 +307,22 @@ class AgentClient:
         token: str,
         timeout_s: float = 10.0,
         transport: httpx.BaseTransport | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``ca_file``: certificates to trust for an ``https://`` agent besides the
+        system's (an agent's self-signed ``--tls-cert``); ``SSL_CERT_FILE`` in the
+        environment replaces the system's, as for any OpenSSL client."""
         self.base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
         self._headers = {"Authorization": f"Bearer {token}"}
         self._transport = transport
         # One TLS context for all threads' pools: building one costs milliseconds.
         self._tls = ssl.create_default_context()
+        if ca_file is not None:
+            try:
+                self._tls.load_verify_locations(cafile=ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise AgentError(None, f"ca_file: cannot load {str(ca_file)!r} ({exc})") from None
         self._local = threading.local()
         self._pools: list[httpx.Client] = []
         self._lock = threading.Lock()
