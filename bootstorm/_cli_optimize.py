@@ -60,7 +60,9 @@ def optimize_cmd(
     profile: Annotated[str | None, typer.Option(help="Calibration profile name or path.")] = None,
     cni: Annotated[str | None, typer.Option(help="The CNI of the storm.")] = None,
     sandboxes: Annotated[int | None, typer.Option(help="Sandboxes started at once.")] = None,
-    trials: Annotated[int, typer.Option(help="Completed trials the study should hold.")] = 100,
+    trials: Annotated[
+        int, typer.Option(help="Completed trials the study should hold, over all its workers.")
+    ] = 100,
     objective: Annotated[
         list[str] | None,
         typer.Option(help="makespan, mean, p99 or memory; twice for a Pareto front."),
@@ -91,7 +93,9 @@ def optimize_cmd(
     study_name: Annotated[str | None, typer.Option(help="Study name; workers share it.")] = None,
     output: Annotated[Path, typer.Option(help="Write the tuned config here.")] = Path("tuned.yaml"),
     jobs: Annotated[int, typer.Option(help="Worker processes on this machine.")] = 1,
-    sampler_seed: Annotated[int, typer.Option(help="Seed of the sampler.")] = 0,
+    sampler_seed: Annotated[
+        int, typer.Option(help="Seed of the sampler; each worker adds its first trial's number.")
+    ] = 0,
     heartbeat_s: Annotated[
         int, typer.Option(help="Trial heartbeat; a trial silent 3x this long is retried.")
     ] = 10,

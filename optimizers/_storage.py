@@ -14,18 +14,29 @@ Optuna's journal storage has no heartbeat, so :class:`HeartbeatJournalStorage`
 adds one: each running trial stamps the time into its system attributes
 every ``heartbeat_interval_s``, and a running trial whose last stamp is older
 than the grace period is failed and retried by the next worker, as on a
-database. PostgreSQL (``postgresql://...``) remains the storage for many
+database (the retry does not inherit the stamp, which made it look stale
+at once). PostgreSQL (``postgresql://...``) remains the storage for many
 machines without a shared file system; ``sqlite:///...`` URLs still open
-studies written before the journal became the default.
+studies written before the journal became the default. Workers starting at
+once on a new database create its tables under a lock, and on SQLite every
+transaction holds the write lock from its first statement (see
+:func:`_sqlite_connect`), so that what a worker read still holds when it writes.
+
+A storage that cannot be opened (an unreachable server, an unknown scheme, a
+missing driver, a directory that cannot be written) is a
+:class:`~bootstorm.models.ConfigError` naming ``storage`` and the reason, so
+the CLI prints one line, not a driver's traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
+import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +47,11 @@ from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from ..models import ConfigError
+
 __all__ = [
     "HEARTBEAT_ATTR",
+    "PROCESS_ATTR",
     "HeartbeatJournalStorage",
     "UnsyncedJournalFileBackend",
     "is_url",
@@ -48,7 +62,29 @@ __all__ = [
 HEARTBEAT_ATTR = "bootstorm:heartbeat"
 """The trial system attribute a journal study's heartbeat stamps (Unix time, s)."""
 
+PROCESS_ATTR = "bootstorm:process"
+"""The trial system attribute naming the process that runs it (see :mod:`._workers`)."""
+
 StaleTrialCallback = Callable[[Study, FrozenTrial], None]
+
+
+class _RetryStaleTrial:
+    """Optuna's ``RetryHeartbeatStaleTrialCallback``, without handing the dead
+    trial's heartbeat stamp and process to its retry: the retry copies the
+    trial's system attributes, and with them it looked stale (and its worker
+    dead) the moment it started, before its own worker stamped it."""
+
+    def __init__(self, *, max_retry: int) -> None:
+        with warnings.catch_warnings():  # "experimental" since Optuna 2.8, stable in use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self._retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+
+    def __call__(self, study: Study, trial: FrozenTrial) -> None:
+        trial = copy.copy(trial)
+        trial.system_attrs = {
+            k: v for k, v in trial.system_attrs.items() if k not in (HEARTBEAT_ATTR, PROCESS_ATTR)
+        }
+        self._retry(study, trial)
 
 
 def is_url(storage: str) -> bool:
@@ -154,64 +190,178 @@ def open_storage(
     (at most ``retries`` times); ``None``: no heartbeat (reading a study).
     ``sync``: a journal file is synced to the disk at every change (see
     :class:`UnsyncedJournalFileBackend` for why it is not by default).
+
+    Raises :class:`~bootstorm.models.ConfigError` when it cannot be opened.
     """
     stale_callback = None
     if heartbeat_interval_s is not None:
-        with warnings.catch_warnings():  # "experimental" since Optuna 2.8, stable in use
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            stale_callback = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries)
+        stale_callback = _RetryStaleTrial(max_retry=retries)
     if not is_url(storage):
-        path = Path(storage).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        backend = JournalFileBackend(str(path)) if sync else UnsyncedJournalFileBackend(str(path))
-        if heartbeat_interval_s is None:
-            return JournalStorage(backend)
-        return HeartbeatJournalStorage(
-            backend,
+        return _journal_storage(
+            storage,
             heartbeat_interval_s=heartbeat_interval_s,
-            grace_period_s=3 * heartbeat_interval_s,
-            stale_trial_callback=stale_callback,
+            callback=stale_callback,
+            sync=sync,
         )
     return _rdb_storage(storage, heartbeat_interval_s=heartbeat_interval_s, callback=stale_callback)
+
+
+def _journal_storage(
+    storage: str,
+    *,
+    heartbeat_interval_s: int | None,
+    callback: StaleTrialCallback | None,
+    sync: bool,
+) -> BaseStorage:
+    path = Path(storage).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        backend = JournalFileBackend(str(path)) if sync else UnsyncedJournalFileBackend(str(path))
+        with open(path, "ab"):  # every worker appends to it: fail now, not mid-trial
+            pass
+    except OSError as exc:
+        reason = exc.strerror or exc.__class__.__name__
+        if exc.filename is not None and str(exc.filename) != str(path):
+            reason += f": {str(exc.filename)!r}"
+        raise ConfigError(f"storage: cannot open the journal file {storage!r}: {reason}") from None
+    if heartbeat_interval_s is None:
+        return JournalStorage(backend)
+    return HeartbeatJournalStorage(
+        backend,
+        heartbeat_interval_s=heartbeat_interval_s,
+        grace_period_s=3 * heartbeat_interval_s,
+        stale_trial_callback=callback,
+    )
+
+
+_CONNECT_TIMEOUT_S = 10
+"""How long to wait for a database server that does not answer (libpq's default: forever)."""
+
+_INIT_LOCK_KEY = 0x6F7074756E61
+"""The PostgreSQL advisory lock ("optuna") held while Optuna creates its tables."""
 
 
 def _rdb_storage(
     url: str, *, heartbeat_interval_s: int | None, callback: StaleTrialCallback | None
 ) -> BaseStorage:
     import sqlalchemy  # only databases need it (~0.1 s to import)
+    from sqlalchemy.engine import make_url
 
+    shown = _shown_url(url)
+    try:
+        parsed = make_url(url)
+    except (sqlalchemy.exc.ArgumentError, ValueError):
+        raise ConfigError(f"storage: {shown!r} is not a database URL") from None
+    backend, _, driver = parsed.drivername.partition("+")  # no driver: the dialect's default
     engine_kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
+    sqlite_file: Path | None = None
+    if backend == "sqlite":
         # Several local workers write one file: wait for its lock, don't fail.
         engine_kwargs["connect_args"] = {"timeout": 60}
+        plain_file = parsed.database not in (None, "", ":memory:") and "uri" not in parsed.query
+        if driver in ("", "pysqlite") and plain_file:
+            sqlite_file = Path(str(parsed.database)).expanduser().absolute()
     else:
         engine_kwargs["pool_pre_ping"] = True
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        storage = optuna.storages.RDBStorage(
-            url,
-            engine_kwargs=engine_kwargs,
-            heartbeat_interval=heartbeat_interval_s,
-            grace_period=None if heartbeat_interval_s is None else 3 * heartbeat_interval_s,
-            heartbeat_stale_trial_callback=callback,
-        )
-    if url.startswith("sqlite"):
-        sqlalchemy.event.listen(storage.engine, "connect", _sqlite_pragmas)
-        storage.engine.dispose()  # so that every connection from now on has them
+        if backend == "postgresql" and "connect_timeout" not in parsed.query:
+            engine_kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
+    try:
+        # Two workers starting on a new database both found no table and one
+        # crashed creating them: Optuna creates them under a lock (the
+        # directory's on SQLite, an advisory lock on PostgreSQL). Taking it
+        # also tells an unreachable server, an unknown scheme or a missing
+        # driver in one line.
+        with contextlib.ExitStack() as held:
+            if sqlite_file is not None:
+                held.enter_context(_directory_lock(sqlite_file.parent))
+            probe = sqlalchemy.create_engine(
+                url, poolclass=sqlalchemy.pool.NullPool, **engine_kwargs
+            )
+            held.callback(probe.dispose)
+            connection = held.enter_context(probe.connect())
+            if backend == "postgresql":
+                connection.execute(sqlalchemy.text(f"SELECT pg_advisory_lock({_INIT_LOCK_KEY})"))
+                connection.commit()  # the lock is the session's: closing it lets go
+            elif sqlite_file is not None:
+                # Persistent, and only switched while no other worker has it open.
+                connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+                connection.close()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                storage = optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=heartbeat_interval_s,
+                    grace_period=None if heartbeat_interval_s is None else 3 * heartbeat_interval_s,
+                    heartbeat_stale_trial_callback=callback,
+                )
+    except (
+        sqlalchemy.exc.SQLAlchemyError,
+        ImportError,
+        OSError,
+        optuna.exceptions.StorageInternalError,
+    ) as exc:
+        raise ConfigError(f"storage: cannot open {shown!r}: {_reason(exc)}") from None
+    if backend == "sqlite" and driver in ("", "pysqlite"):
+        sqlalchemy.event.listen(storage.engine, "connect", _sqlite_connect)
+        sqlalchemy.event.listen(storage.engine, "begin", _sqlite_begin)
+        storage.engine.dispose()  # so that every connection from now on is one of those
     return storage
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # A trial commits a few times; with SQLite's default rollback journal and
-    # synchronous=FULL each commit waits for fsync (~0.2 s a trial on this
-    # project's disk, as long as the simulation). WAL with synchronous=NORMAL
-    # stays consistent if a worker is killed and lets readers (the dashboard,
-    # other workers) run beside the writer; only an OS crash may lose the last
-    # trials, which a resumed study runs again.
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
+@contextlib.contextmanager
+def _directory_lock(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``directory`` (not on the database file:
+    closing a descriptor of that file would drop SQLite's own POSIX locks)."""
+    import fcntl
+
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # lets go of the lock
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Python's sqlite3 (before 3.12) begins a transaction only at the first
+    # INSERT or UPDATE: the SELECT before it runs outside any. Optuna reads,
+    # then writes what it read decided (is the trial still WAITING? run it),
+    # so two workers both popped one queued trial, and one crashed telling it.
+    # The driver's own BEGIN is off; _sqlite_begin takes the write lock at the
+    # start of every transaction, so the read and its write are one step
+    # (another worker waits for it: the connection's timeout).
+    dbapi_connection.isolation_level = None
+    # A commit does not wait for fsync (~0.2 s a trial on this project's
+    # disk); with WAL the file stays consistent if a worker is killed, and
+    # readers (the dashboard) run beside the writer. Only an OS crash may
+    # lose the last trials, which a resumed study runs again.
+    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+
+def _sqlite_begin(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _shown_url(url: str) -> str:
+    """``url`` without its password, for a message, also when it does not parse."""
+    try:
+        return safe_storage_name(url) or url
+    except Exception:  # too broken to parse: show what follows the credentials
+        return url.rpartition("@")[2]
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's own first line (what the user can act on), not the wrapping."""
+    cause: BaseException | None = exc
+    while cause is not None and not hasattr(cause, "orig") and cause.__cause__ is not None:
+        cause = cause.__cause__  # Optuna wraps SQLAlchemy's errors in its own
+    orig = getattr(cause, "orig", None)
+    if isinstance(cause, OSError) and cause.strerror:
+        return f"{cause.strerror}: {str(cause.filename)!r}" if cause.filename else cause.strerror
+    text = str(orig if orig is not None else cause)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first or exc.__class__.__name__
 
 
 def safe_storage_name(storage: str | None) -> str | None:

@@ -4,32 +4,46 @@ A :class:`StudySpec` says everything a worker needs to join a search, so
 that any number of processes — here or on other machines — run the same
 study on one storage (a journal file, see :mod:`._storage`; PostgreSQL for
 many machines without a shared file system).
-``trials`` is the study's total of completed trials: each worker stops when
-the study has them, and running a worker again resumes an unfinished study.
+``trials`` is the study's total of completed trials, exactly, whatever the
+number of workers: a worker claims a trial only while the study's completed,
+running and queued trials number fewer, and a trial that two workers'
+claims raced past the total is failed at once, marked ``bootstorm:surplus``,
+before it runs. Running a worker again resumes an unfinished study.
 
-A worker that dies mid-trial leaves that trial RUNNING; with heartbeats on
-(every storage but memory), the next worker to start a trial after the grace
-period marks it FAIL and queues its parameters again (Optuna's
+A worker that dies mid-trial leaves that trial RUNNING. The next worker to
+look fails it and queues its parameters again (Optuna's
 ``RetryHeartbeatStaleTrialCallback``), so no finished trial is lost and no
-point of the search is dropped.
+point of the search is dropped: at once if the dead worker ran on the same
+machine (its process is gone, :mod:`._workers`), else when its heartbeat
+(every storage but memory) has been silent for the grace period. Meanwhile
+the other workers wait for it rather than exceed the total.
+
+Each worker seeds its sampler with ``sampler_seed`` plus the number of its
+first trial, which no other worker shares: two identical commands on one
+study sample different points, and one worker alone is reproducible.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import logging
 import multiprocessing
 import os
 import socket
+import threading
+import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
 import optuna
 from optuna.storages import BaseStorage
-from optuna.study import MaxTrialsCallback, Study
+from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
+from optuna.study import Study
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from ..models import ConfigError, ConfigOrigin, Scenario, TunedConfig, load_profile
@@ -38,7 +52,8 @@ from ._evaluate import Evaluator, Robust
 from ._objectives import Constraints, Metrics, check_objectives
 from ._samplers import make_sampler
 from ._space import LIMIT_PREFIX, POOL_PREFIX, SearchSpace
-from ._storage import open_storage, safe_storage_name
+from ._storage import PROCESS_ATTR, open_storage, safe_storage_name
+from ._workers import die_with_parent, is_dead, process_tag
 
 __all__ = [
     "Callback",
@@ -56,7 +71,13 @@ log = logging.getLogger(__name__)
 Callback = Callable[[Study, FrozenTrial], None]
 
 _SPEC_ATTR = "bootstorm:search"
+_SURPLUS_ATTR = "bootstorm:surplus"
 _RETRIES = 3
+_CLAIMS = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
+_POLL_S = 0.05
+"""How often a worker looks again while the study's last trials run elsewhere."""
+_JOIN_WAIT_S = 30.0
+"""How long a worker waits for the worker that created a study to finish setting it up."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,7 +110,9 @@ class StudySpec:
     study_name:
         The study's name in the storage; workers with the same name share it.
     sampler_seed:
-        Seed of the sampler; worker ``i`` uses ``sampler_seed + i``.
+        Seed of the sampler; a worker uses ``sampler_seed`` plus the number
+        of its first trial (unique among workers; 0 for the first worker of
+        a new study).
     heartbeat_interval_s:
         How often a running trial reports it is alive (storage URLs only);
         a trial silent for three intervals is failed and retried.
@@ -206,27 +229,40 @@ class StudySpec:
         return params
 
     def open_study(self, *, worker: int = 0, storage: BaseStorage | None = None) -> Study:
-        """Create the study, or join it if it exists and is the same search."""
+        """Create the study, or join it if it exists and is the same search.
+
+        Several workers may start at once on a new storage: only the one
+        whose ``create_study`` made the study sets it up (its search, metric
+        names and the baseline trial); the others wait for that.
+        """
         assert self.study_name is not None
-        study = optuna.create_study(
-            storage=storage if storage is not None else self.make_storage(),
-            sampler=self.make_sampler(worker=worker),
-            study_name=self.study_name,
-            directions=self.directions,
-            load_if_exists=True,
-        )
+        storage = storage if storage is not None else self.make_storage()
+        sampler = self.make_sampler(worker=worker)
+        try:
+            study = optuna.create_study(
+                storage=storage,
+                sampler=sampler,
+                study_name=self.study_name,
+                directions=self.directions,
+            )
+            created = True
+        except optuna.exceptions.DuplicatedStudyError:
+            assert storage is not None  # a new in-memory storage holds no study
+            study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=sampler)
+            created = False
         mine = self.fingerprint()
-        theirs = study.user_attrs.get(_SPEC_ATTR)
+        theirs = None if created else _wait_for_spec(study)
         if theirs is None:
-            study.set_user_attr(_SPEC_ATTR, mine)
+            # Ours, or one made without bootstorm (or whose maker died setting it up).
+            # The first trial is the storm as it is (no limit binds, pools as
+            # given), so a search never recommends something worse than it.
+            study.enqueue_trial(self.baseline_params(), skip_if_exists=True)
             # Named objectives: Optuna's own plots and dashboard label their axes
             # (an "experimental" API since Optuna 3.2, stable in use: no warning).
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names(list(self.objectives))
-            # The first trial is the storm as it is (no limit binds, pools as
-            # given), so a search never recommends something worse than it.
-            study.enqueue_trial(self.baseline_params(), skip_if_exists=True)
+            study.set_user_attr(_SPEC_ATTR, mine)  # last: it says the study is set up
         elif theirs != mine:
             raise ConfigError(
                 f"study_name: study {self.study_name!r} in this storage is a different search "
@@ -235,12 +271,20 @@ class StudySpec:
         return study
 
 
-def _completed(study: Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-
-
-def _waiting(study: Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+def _wait_for_spec(study: Study) -> str | None:
+    """The search a study records, waiting a while for the worker that is
+    setting it up; ``None`` if it records none (an empty study made elsewhere)."""
+    deadline = time.monotonic() + _JOIN_WAIT_S
+    while True:
+        record = study.user_attrs.get(_SPEC_ATTR)
+        if record is not None:
+            return str(record)
+        finished = any(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+        if finished or time.monotonic() > deadline:
+            # Trials ran, yet no search: not made by bootstorm (adopt it), or
+            # its maker died setting it up.
+            return None
+        time.sleep(_POLL_S)
 
 
 def run_worker(
@@ -250,9 +294,12 @@ def run_worker(
     callbacks: Sequence[Callback] = (),
     study: Study | None = None,
 ) -> Study:
-    """Run trials of ``spec``'s study until it holds ``spec.trials`` completed ones.
+    """Run trials of ``spec``'s study until it holds exactly ``spec.trials`` completed ones.
 
+    Any number of workers may run it at once, in this process's ``--jobs``
+    or anywhere else. ``worker`` names this one among them (0: the first);
     ``study``: an already opened study of ``spec`` (needed for an in-memory one).
+    ``callbacks`` run after each trial this worker completes.
     """
     assert spec.space is not None
     space, constraints, objectives = spec.space, spec.constraints, spec.objectives
@@ -262,8 +309,6 @@ def run_worker(
     params = space.parameters
 
     def objective(trial: Trial) -> float | tuple[float, ...]:
-        # Which process ran the trial: several machines may share one study.
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         point = {n: trial.suggest_int(n, r.low, r.high, log=r.log) for n, r in params.items()}
         metrics = evaluator.evaluate(space.config_of(point))
         trial.set_user_attr("metrics", metrics.as_dict())
@@ -272,18 +317,134 @@ def run_worker(
         values = tuple(metrics.value(o) for o in objectives)
         return values[0] if len(values) == 1 else values
 
-    cap = MaxTrialsCallback(spec.trials, states=(TrialState.COMPLETE,))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-        # Retries of dead workers' trials wait in the queue: run them even when
-        # the study already holds its total, so that no point of the search is dropped.
-        while (left := max(spec.trials - _completed(study), _waiting(study))) > 0:
-            study.optimize(objective, n_trials=left, callbacks=[cap, *callbacks])
+    # Which process runs a trial: several machines may share one study, and
+    # a dead worker's trial is failed at once when it ran on this machine.
+    host = f"{socket.gethostname()}:{os.getpid()}"
+    tag = process_tag()
+    seeded = False
+    while True:
+        _fail_abandoned(study)
+        trial = _claim(study, spec.trials)
+        if trial is None:
+            break
+        if not seeded:
+            # The number of this worker's first trial: no other worker has it.
+            study.sampler = spec.make_sampler(worker=trial.number)
+            seeded = True
+        with _heartbeat(study._storage, trial._trial_id):
+            # Named after its first heartbeat: a trial without a worker's name
+            # died before it had one (see _fail_abandoned).
+            trial.set_user_attr("worker", host)
+            if tag is not None:
+                study._storage.set_trial_system_attr(trial._trial_id, PROCESS_ATTR, tag)
+            try:
+                values = objective(trial)
+            except BaseException:
+                study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+                raise
+        frozen = study.tell(trial, values, skip_if_finished=True)
+        if frozen.state != TrialState.COMPLETE:
+            # Failed meanwhile by a worker that took this one for dead (its
+            # heartbeat late); the retry it queued runs the point again.
+            log.warning("trial %d was failed by another worker while it ran", trial.number)
+            continue
+        for callback in callbacks:
+            callback(study, frozen)
     return study
 
 
-def _worker_main(spec: StudySpec, worker: int) -> None:
+@contextlib.contextmanager
+def _heartbeat(storage: BaseStorage, trial_id: int) -> Iterator[None]:
+    """Beat for trial ``trial_id`` while in the block: once now, then every interval."""
+    if not is_heartbeat_enabled(storage):
+        yield  # in memory: one process, nobody to tell
+        return
+    assert isinstance(storage, BaseHeartbeat)
+    interval_s = storage.get_heartbeat_interval()
+    storage.record_heartbeat(trial_id)  # now, not when a thread gets to it
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval_s):
+            storage.record_heartbeat(trial_id)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _fail_abandoned(study: Study) -> None:
+    """Fail the running trials whose workers are gone, and queue their parameters again.
+
+    Known at once for a worker of this machine (its process has exited);
+    else when its heartbeat has been silent for the grace period, or, for a
+    trial that never got a worker's name (its worker died within
+    milliseconds of starting it, before a heartbeat that a database would
+    show), when it has run that long.
+    """
+    storage = study._storage
+    if not is_heartbeat_enabled(storage):
+        return  # in memory: one process, no one else's trials
+    assert isinstance(storage, BaseHeartbeat)
+    with warnings.catch_warnings():  # "experimental" since Optuna 2.9, stable in use
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    grace_s = 3 * (storage.get_heartbeat_interval() or 0)  # as open_storage sets it
+    retry = storage.get_heartbeat_stale_trial_callback()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        started = t.datetime_start
+        age_s = 0.0 if started is None else (datetime.now() - started).total_seconds()
+        unnamed_too_long = "worker" not in t.user_attrs and age_s > grace_s
+        if not (unnamed_too_long or is_dead(t.system_attrs.get(PROCESS_ATTR))):
+            continue
+        try:
+            if not storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another worker got there first
+        worker = t.user_attrs.get("worker", "(unnamed)")
+        log.warning("trial %d: its worker %s has died; its point runs again", t.number, worker)
+        if retry is not None:
+            retry(study, copy.deepcopy(storage.get_trial(t._trial_id)))
+
+
+def _claim(study: Study, total: int) -> Trial | None:
+    """The next trial this worker runs, or ``None`` once the study holds ``total`` completed.
+
+    A trial counts against the total from the moment it is asked (queued
+    ones from when they are queued) until it fails. Two workers may ask at
+    the same moment for the last place: trial numbers order them, and the
+    later one, past the total, is failed at once as surplus, before it runs.
+    While the last places are taken by trials running elsewhere, wait: one
+    of them may fail (its worker killed) and need this worker.
+    """
+    while True:
+        trials = study.get_trials(deepcopy=False)
+        if sum(t.state == TrialState.COMPLETE for t in trials) >= total:
+            return None
+        claims = sum(t.state in _CLAIMS for t in trials)
+        if claims >= total and not any(t.state == TrialState.WAITING for t in trials):
+            time.sleep(_POLL_S)
+            _fail_abandoned(study)
+            continue
+        with warnings.catch_warnings():  # this loop runs the heartbeat Optuna's optimize would
+            warnings.filterwarnings("ignore", "Heartbeat of storage is supposed", UserWarning)
+            trial = study.ask()  # a queued trial first, else a new one
+        ahead = sum(
+            t.state in _CLAIMS and t.number < trial.number for t in study.get_trials(deepcopy=False)
+        )
+        if ahead < total:
+            return trial
+        study._storage.set_trial_system_attr(trial._trial_id, _SURPLUS_ATTR, True)
+        study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+
+
+def _worker_main(spec: StudySpec, worker: int, parent_pid: int) -> None:
+    die_with_parent(parent_pid)  # a killed `--jobs` parent takes its workers with it
     logging.basicConfig(level=logging.WARNING)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     run_worker(spec, worker=worker)
@@ -447,12 +608,17 @@ def optimize(
     study = spec.open_study()  # create it (and check it) before the workers race to
     context = multiprocessing.get_context("spawn")
     helpers = [
-        context.Process(target=_worker_main, args=(spec, i), daemon=True) for i in range(1, jobs)
+        context.Process(target=_worker_main, args=(spec, i, os.getpid()), daemon=True)
+        for i in range(1, jobs)
     ]
     for p in helpers:
         p.start()
     try:
         run_worker(spec, worker=0, callbacks=callbacks, study=study)
+    except BaseException:
+        for p in helpers:  # not left searching unseen; their trials are failed at the next start
+            p.terminate()
+        raise
     finally:
         for p in helpers:
             p.join()
