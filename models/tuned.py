@@ -92,8 +92,9 @@ LeaseSeconds = Annotated[
     float, NotBool, Field(ge=MIN_LEASE_TTL_S, le=MAX_LEASE_TTL_S, allow_inf_nan=False)
 ]
 Predicted = Annotated[float, NotBool, Field(allow_inf_nan=False)]
-#: Sandboxes of a storm a search was run for (the same bound as a limit).
-Sandboxes = Annotated[int, Field(strict=True, ge=1, le=MAX_LIMIT)]
+#: Sandboxes of a storm a search was run for: any storm a scenario may
+#: describe (a million-sandbox what-if is tuned too; its limits stay bounded).
+Sandboxes = Annotated[int, Field(strict=True, ge=1, le=1_000_000_000)]
 #: Optuna trial numbers: far more than any study runs.
 TrialNumber = Annotated[int, Field(strict=True, ge=0, le=1_000_000_000)]
 

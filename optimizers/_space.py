@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..models import ConfigError, Profile, TunedConfig, scenario_pool_kinds, scenario_stages
+from ..models.tuned import MAX_LIMIT, MAX_POOL_SIZE
 
 __all__ = [
     "DEFAULT_STAGES",
@@ -116,7 +117,8 @@ class SearchSpace:
         pool_kinds_searched: tuple[str, ...] = (),
     ) -> SearchSpace:
         """Limits ``1..sandboxes`` (log scale) on ``stages`` (default: the four of
-        seed 000 §5.2 that the CNI has) and pools ``0..sandboxes`` of the given kinds."""
+        seed 000 §5.2 that the CNI has) and pools ``0..sandboxes`` of the given kinds,
+        each capped at what a :class:`TunedConfig` holds (``MAX_LIMIT``, ``MAX_POOL_SIZE``)."""
         if sandboxes < 1:
             raise ConfigError(f"sandboxes: must be at least 1, but got {sandboxes}")
         if stages is not None:
@@ -133,10 +135,16 @@ class SearchSpace:
             if profile.costs is not None
             else dict.fromkeys(scenario_pool_kinds(cni), 0.0)
         )
+        # A config's limits and pools have bounds of their own (a node agent
+        # must accept what a search writes); past them a limit no longer
+        # binds on any storm a node runs, and no node pools more devices.
         return cls(
             cni=cni,
-            limits={s: IntRange(low=1, high=sandboxes) for s in chosen},
-            pools={k: IntRange(low=0, high=sandboxes, log=False) for k in pool_kinds_searched},
+            limits={s: IntRange(low=1, high=min(sandboxes, MAX_LIMIT)) for s in chosen},
+            pools={
+                k: IntRange(low=0, high=min(sandboxes, MAX_POOL_SIZE), log=False)
+                for k in pool_kinds_searched
+            },
             pool_device_mib=dict(memory),
         )
 

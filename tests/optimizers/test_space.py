@@ -71,3 +71,21 @@ def test_space_is_frozen_and_pickles() -> None:
     with pytest.raises(AttributeError):
         space.cni = "veth"  # type: ignore[misc]
     assert pickle.loads(pickle.dumps(space)) == space
+
+
+def test_a_search_of_a_storm_past_a_configs_bounds_writes_configs_a_node_accepts() -> None:
+    """A million-sandbox what-if is searched with limits and pools a TunedConfig
+    (and so a node agent) accepts: its ranges stop at the config's bounds."""
+    from bootstorm.models.tuned import MAX_LIMIT, MAX_POOL_SIZE
+
+    space = SearchSpace.default(
+        cni="ipvtap",
+        sandboxes=1_000_000,
+        profile=load_profile("paper-000"),
+        pool_kinds_searched=("ipvtap",),
+    )
+    assert {r.high for r in space.limits.values()} == {MAX_LIMIT}
+    assert space.pools["ipvtap"].high == MAX_POOL_SIZE
+    top = {name: r.high for name, r in space.parameters.items()}
+    config = space.config_of(top)  # refused before: limits of 1 000 000
+    assert set(config.limits.values()) == {MAX_LIMIT}
