@@ -34,16 +34,19 @@ def load_measured(path: Path | None) -> dict[str, Any]:
     """The costs measured alone (``bootstorm testbed measure-ops --output``), by path."""
     if path is None:
         return {}
+    from .models._yaml import read_text_bounded
     from .validation.testbed.ops import OperationTimes, testbed_costs_from
 
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"measured_ops: cannot read {path}: {exc.strerror}") from None
+        # Bounded (an ops.json is a few KiB), UTF-8 checked: one line, not a traceback.
+        text = read_text_bounded(path)
+    except ConfigError as exc:
+        raise ConfigError(f"measured_ops: {exc}") from None
     try:
         times = OperationTimes.from_json(text)
-    except ValueError as exc:
-        raise ConfigError(f"measured_ops: {path}: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
+        reason = "JSON nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ConfigError(f"measured_ops: {path}: {reason[:200]}") from None
     return dict(testbed_costs_from(times))
 
 

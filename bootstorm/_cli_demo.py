@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ._api import simulate
-from ._io import write_atomically
+from ._io import shown_text, write_atomically
 from ._render import comparison_table, print_caution, print_identification, result_tables
-from .models import Scenario
+from .models import ConfigError, Scenario
 
 __all__ = ["run_demo"]
 
@@ -31,6 +31,14 @@ def run_demo(
     from .report import write_report
 
     base = Scenario(cni="ipvtap", sandboxes=sandboxes, profile="paper-000")
+    # Where the results go is checked before the storms and the search run.
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(
+            f"output_dir: cannot make {shown_text(str(output_dir))} ({reason})"
+        ) from None
     n = base.sandboxes
     result = simulate(base)
     console.print(result_tables(base, result))
@@ -84,7 +92,6 @@ def run_demo(
     console.print(config_summary(tuned_config), soft_wrap=True)
     known = print_caution(console, tuned)
     unidentified = print_identification(console, tuned, result=tuned_result)
-    output_dir.mkdir(parents=True, exist_ok=True)
     config_path = output_dir / "tuned.yaml"
     write_atomically(config_path, tuned_config.to_yaml())
     console.print(f"tuned config written to [bold]{config_path}[/] (PUT it to a node agent)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from ._io import check_output_path
 from ._options import EXECUTOR_OPTION
 from ._units import parse_int_list
 from .models import ConfigError
@@ -20,6 +22,20 @@ __all__ = ["sweep_cmd"]
 console = Console()
 if not console.is_terminal:
     console = Console(width=160)
+
+
+#: Most points in one sweep. Each is a storm (~0.1-1 s compiled at 400
+#: sandboxes), and the grid is a cross product that a few long lists make
+#: astronomical (5 axes of 1 000 values: 10¹⁵ points, built before any runs).
+MAX_SWEEP_POINTS = 10_000
+#: Most values on one axis (``--sandboxes 1,2,...``).
+MAX_AXIS_VALUES = 1_000
+
+
+def _axis(field: str, values: tuple[object, ...]) -> tuple[object, ...]:
+    if len(values) > MAX_AXIS_VALUES:
+        raise ConfigError(f"{field}: at most {MAX_AXIS_VALUES} values, but got {len(values)}")
+    return values
 
 
 def _write_frame(frame: object, path: Path) -> None:
@@ -57,7 +73,13 @@ def sweep_cmd(
         str | None, typer.Option(help="A running Dask scheduler (tcp://host:8786).")
     ] = None,
     workers: Annotated[
-        int | None, typer.Option(help="LocalCluster worker processes (default: one per core).")
+        int | None,
+        typer.Option(
+            # A process each on this machine: more than a few per core only queue.
+            min=1,
+            max=4 * (os.cpu_count() or 1),
+            help="LocalCluster worker processes (default: one per core).",
+        ),
     ] = None,
     output: Annotated[Path | None, typer.Option(help="Write the table: .csv or .parquet.")] = None,
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
@@ -79,17 +101,29 @@ def sweep_cmd(
 
     if output is not None and output.suffix.lower() not in (".csv", ".parquet"):
         raise ConfigError(f"output: expected a .csv or .parquet file, but got {str(output)!r}")
+    if output is not None:
+        check_output_path("output", output)
     base = Scenario.from_yaml(scenario_file) if scenario_file is not None else Scenario()
     if profile is not None:
         base = base.replace(profile=profile)
-    grid = SweepGrid(
-        base=base,
-        sandboxes=parse_int_list("sandboxes", sandboxes) if sandboxes else (),
-        cnis=tuple(c.strip() for c in cni.split(",")) if cni else (),
-        memory_mib=parse_int_list("memory_mib", memory_mib) if memory_mib else (),
-        pools=tuple(pool or ()),
-        seeds=parse_int_list("seeds", seeds) if seeds else (),
-    )
+    axes = {
+        "sandboxes": _axis(
+            "sandboxes", parse_int_list("sandboxes", sandboxes) if sandboxes else ()
+        ),
+        "cnis": _axis("cni", tuple(c.strip() for c in cni.split(",")) if cni else ()),
+        "memory_mib": _axis(
+            "memory_mib", parse_int_list("memory_mib", memory_mib) if memory_mib else ()
+        ),
+        "pools": _axis("pool", tuple(pool or ())),
+        "seeds": _axis("seeds", parse_int_list("seeds", seeds) if seeds else ()),
+    }
+    points = math.prod(max(len(v), 1) for v in axes.values())
+    if points > MAX_SWEEP_POINTS:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in axes.items() if v)
+        raise ConfigError(
+            f"sweep: {sizes} make {points:,} points; at most {MAX_SWEEP_POINTS:,} in one sweep"
+        )
+    grid = SweepGrid(base=base, **axes)
     total = len(grid.points())
     with Progress(
         TextColumn("[bold]sweep"),

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ._io import shown_name
 from .models import ConfigError, Profile, TunedConfig
 from .models._errors import format_validation_error
 
@@ -314,12 +315,12 @@ def read_candidates(items: list[str], *, baseline: bool) -> list[Candidate]:
     given = {BASELINE: "--baseline"} if baseline else {}
     for item in items:
         name, sep, file = item.partition("=")
-        if not Path(item).is_file() and sep and file and NAME_PATTERN.fullmatch(name):
+        if not _is_file(Path(item)) and sep and file and NAME_PATTERN.fullmatch(name):
             path = Path(file)
         else:
             name, path = Path(item).stem, Path(item)
-        if not path.is_file():
-            raise ConfigError(f"candidates: {item}: no such file")
+        if not _is_file(path):
+            raise ConfigError(f"candidates: {shown_name(item, max_chars=200)}: no such file")
         try:
             config = TunedConfig.from_yaml(path)
         except ConfigError as exc:
@@ -337,6 +338,14 @@ def read_candidates(items: list[str], *, baseline: bool) -> list[Candidate]:
             raise ConfigError(f"candidates: {item}: {exc}; name it NAME=FILE") from None
         given[name] = item
     return out
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, false for a name the file system refuses (too long)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def validate_candidates(

@@ -20,7 +20,7 @@ from ._cli_dataplane import background_summary, dataplane_cmd
 from ._cli_optimize import optimize_cmd
 from ._cli_sweep import sweep_cmd
 from ._cli_testbed import testbed_app
-from ._io import write_atomically
+from ._io import check_output_path, shown_name, shown_text, write_atomically
 from ._options import EXECUTOR_OPTION, RUNTIME_OPTION, RuntimeName
 from .models import ConfigError
 from .simulator import ExecutorName
@@ -45,6 +45,21 @@ log = logging.getLogger("bootstorm")
 register_agent_commands(app)  # `agent serve`, `config push` (bootstorm/_cli_agent.py)
 
 
+#: ``demo --sandboxes``: the demo runs its storms on SimPy and searches on
+#: them (400 sandboxes: about a minute); a larger storm is for `simulate`
+#: and `optimize`, which take the compiled executor.
+MAX_DEMO_SANDBOXES = 10_000
+#: ``demo --trials``: the demo is a quick look (40 trials, seconds); a search
+#: of thousands is ``bootstorm optimize``, which keeps its study.
+MAX_DEMO_TRIALS = 1_000
+#: ``calibrate --max-evaluations``: the fits converge in 100-200 (the
+#: defaults, 150 and 160); each evaluation simulates every fitted storm.
+MAX_FIT_EVALUATIONS = 10_000
+#: ``calibrate --bootstrap``: a percentile interval wants ~1 000 resamples
+#: (Efron and Tibshirani, 1993, §13.3); each is a refit of the storm.
+MAX_BOOTSTRAP = 1_000
+
+
 def _pairs(field: str, items: list[str] | None) -> dict[str, int]:
     """Parse ``NAME=INT`` options; a bad one is a :class:`ConfigError`."""
     out: dict[str, int] = {}
@@ -55,7 +70,9 @@ def _pairs(field: str, items: list[str] | None) -> dict[str, int]:
         try:
             out[name] = int(value)
         except ValueError:
-            raise ConfigError(f"{field}.{name}: expected an integer, but got {value!r}") from None
+            raise ConfigError(
+                f"{field}.{shown_name(name)}: expected an integer, but got {shown_text(value)}"
+            ) from None
     return out
 
 
@@ -143,6 +160,8 @@ def simulate_cmd(
     from .calibration.identify import identification_of, whatif_cautions
     from .models import load_profile
 
+    if trace is not None:
+        check_output_path("trace", trace)
     scenario = _scenario(
         scenario_file,
         cni=cni,
@@ -199,8 +218,13 @@ def simulate_cmd(
 
 @app.command()
 def demo(
-    sandboxes: Annotated[int, typer.Option(help="Sandboxes in the storm.")] = 400,
-    trials: Annotated[int, typer.Option(help="Trials of the limit search.")] = 40,
+    sandboxes: Annotated[
+        int, typer.Option(min=1, max=MAX_DEMO_SANDBOXES, help="Sandboxes in the storm.")
+    ] = 400,
+    trials: Annotated[
+        # A quick look: 40 trials take seconds; a real search is `bootstorm optimize`.
+        int, typer.Option(min=1, max=MAX_DEMO_TRIALS, help="Trials of the limit search.")
+    ] = 40,
     output_dir: Annotated[Path, typer.Option(help="Where tuned.yaml and report.html go.")] = Path(
         "."
     ),
@@ -225,7 +249,10 @@ def calibrate(
     check_only: Annotated[
         bool, typer.Option("--check", help="Only print the error table of the current profile.")
     ] = False,
-    max_evaluations: Annotated[int, typer.Option(help="Budget of objective evaluations.")] = 150,
+    max_evaluations: Annotated[
+        int,
+        typer.Option(min=1, max=MAX_FIT_EVALUATIONS, help="Budget of objective evaluations."),
+    ] = 150,
     trace: Annotated[
         list[Path] | None,
         typer.Option(
@@ -234,7 +261,12 @@ def calibrate(
         ),
     ] = None,
     bootstrap: Annotated[
-        int, typer.Option(help="With --trace: refits on resampled sandboxes for an interval.")
+        int,
+        typer.Option(
+            min=0,
+            max=MAX_BOOTSTRAP,
+            help="With --trace: refits on resampled sandboxes for an interval.",
+        ),
     ] = 0,
     predict_sandboxes: Annotated[
         int | None, typer.Option(help="With --bootstrap: the storm size to predict.")
@@ -291,6 +323,8 @@ def calibrate(
     """Fit a profile to a paper's *fit* rows, to recorded storms (--trace), or
     to a calibration plan run on this node (--plan); print the per-target
     error table and what identified each cost."""
+    if output is not None:
+        check_output_path("output", output)
     if plan:
         from ._cli_calibrate import calibrate_plan
         from .optimizers import DEFAULT_STAGES
@@ -394,6 +428,7 @@ def report(
     from .calibration.identify import whatif_cautions
     from .report import write_report
 
+    check_output_path("output", output)
     title: str
     kw: dict[str, Any] = {}
     if source is not None and ("://" in source or source.endswith(".log")):
@@ -687,6 +722,23 @@ def main(argv: list[str] | None = None) -> None:
         # A malformed scenario, profile, config or trace: what and where, no traceback.
         for line in str(exc).splitlines():
             sys.stderr.write(f"error: {line}\n")
+        raise SystemExit(2) from None
+    except MemoryError:
+        # The storm was sized before it was built (compile_scenario); this is
+        # what the estimate did not see (another process took the memory).
+        from .simulator import available_memory_bytes
+
+        available = available_memory_bytes()
+        left = f" ({available >> 20:,} MiB available now)" if available is not None else ""
+        sys.stderr.write(f"error: out of memory{left}; try a smaller storm\n")
+        raise SystemExit(2) from None
+    except OSError as exc:
+        if exc.filename is None:
+            raise  # not about a file the user named: a bug to see in full
+        # A file named on the command line (or one a command writes beside it)
+        # that cannot be read or written: which, and why.
+        name = shown_text(str(exc.filename))
+        sys.stderr.write(f"error: {name}: {exc.strerror or exc}\n")
         raise SystemExit(2) from None
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None

@@ -8,6 +8,7 @@ paper rows they were fitted to and by which command.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -34,8 +35,53 @@ __all__ = [
 
 PROFILE_SCHEMA_VERSION = 1
 
-Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
-PositiveSeconds = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+# A profile is a file anyone can hand over, and its numbers are multiplied
+# into every sandbox's plan: each has a range, with where it comes from. An
+# infinite or 1e308 cost made every event land at t = inf (a DeadlockError
+# traceback), an int of 10**9 ioctls a tuple of 10**9 steps before any check.
+
+#: Longest cost of one operation, seconds (~31 years). The profiles' costs are
+#: µs to seconds (the longest, a VM boot, ~1 s; a fit's range ends at 22.5 s);
+#: an unseen direction moves a cost by e^±span_log with span_log ≤ ~16 (the
+#: fits' bounds), and a what-if must not fail on that. Any finite bound keeps
+#: the model's sums finite; this one is far past every real operation.
+MAX_COST_S = 1e9
+#: Largest memory amount, MiB (64 TiB: what x86-64's 46-bit physical
+#: addresses reach); and the same in GiB for a host.
+MAX_MEMORY_MIB = 64 * 1024 * 1024
+MAX_MEMORY_GIB = 64 * 1024.0
+#: CPUs of a host: Linux's NR_CPUS is at most 8 192 (x86-64 MAXSMP).
+MAX_CORES = 8_192
+#: Hardware threads per core: 8 on POWER8-10 (SMT8), the most of any CPU.
+MAX_THREADS_PER_CORE = 8
+#: Memory bandwidth of a node, GiB/s: HBM3e parts reach ~5 000 (per GPU);
+#: ten times that. Zeroing rate of one core, GiB/s: the same bound.
+MAX_BANDWIDTH_GIB_S = 50_000.0
+#: Slowest of them, GiB/s (1 MiB/s, slower than any DRAM): a rate of 1e-308
+#: made zeroing a guest take forever (a DeadlockError traceback).
+MIN_BANDWIDTH_GIB_S = 1.0 / 1024
+#: Least vCPUs of a sandbox (CPU quota in cores): cgroup v2's cpu.max takes a
+#: quota of at least 1 000 µs per period of at most 1 s.
+MIN_VCPUS = 0.001
+#: VFs of an SR-IOV NIC. Seed 001 §1: the newest NICs (CX-7, Intel IPU)
+#: announce 1K VFs; its profile's E810 has 256. FastIOV's per-VF devset locks
+#: make its program grow as VFs²: 2 048 compile in 4.5 s, 4 096 in 18 s,
+#: 10 000 took 84 s and 2.3 GB.
+MAX_NIC_VFS = 2_048
+#: Operations a sandbox repeats that a profile counts (a tap's ioctls, the
+#: kworkers' RTNL ops): fitted values are under 20 (traces/data/plan/local.yaml:
+#: 19 ioctls); each is a step in every sandbox's plan.
+MAX_OPS_PER_SANDBOX = 1_000
+#: How far an unseen direction reaches, in logs: the fits' bounds give ~16 at
+#: most (the recorded plans: 6.2); e^50 is still a finite factor.
+MAX_SPAN_LOG = 50.0
+
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_COST_S, allow_inf_nan=False)]
+PositiveSeconds = Annotated[float, Field(gt=0.0, le=MAX_COST_S, allow_inf_nan=False)]
+MiB = Annotated[float, Field(ge=0.0, le=MAX_MEMORY_MIB, allow_inf_nan=False)]
+Bandwidth = Annotated[
+    float, Field(ge=MIN_BANDWIDTH_GIB_S, le=MAX_BANDWIDTH_GIB_S, allow_inf_nan=False)
+]
 
 
 class _Frozen(BaseModel):
@@ -46,15 +92,15 @@ class HostSpec(_Frozen):
     """The node: cores the boot storm shares, memory, memory bandwidth, and the
     vCPUs (CPU quota, in cores) each sandbox got in the paper's runs."""
 
-    cores: Annotated[int, Field(ge=1)]
-    memory_gib: Annotated[float, Field(gt=0.0)]
-    memory_bandwidth_gib_s: Annotated[float, Field(gt=0.0)]
-    zero_gib_s_per_core: Annotated[float, Field(gt=0.0)]
-    sandbox_vcpus: Annotated[float, Field(gt=0.0)] = 1.0
-    threads_per_core: Annotated[int, Field(ge=1)] | None = None
+    cores: Annotated[int, Field(ge=1, le=MAX_CORES)]
+    memory_gib: Annotated[float, Field(ge=1 / 1024, le=MAX_MEMORY_GIB, allow_inf_nan=False)]
+    memory_bandwidth_gib_s: Bandwidth
+    zero_gib_s_per_core: Bandwidth
+    sandbox_vcpus: Annotated[float, Field(ge=MIN_VCPUS, le=MAX_CORES, allow_inf_nan=False)] = 1.0
+    threads_per_core: Annotated[int, Field(ge=1, le=MAX_THREADS_PER_CORE)] | None = None
     """Hardware threads per physical core (2 with hyper-threading): ``cores``
     counts the CPUs the scheduler sees, threads included. ``None``: one."""
-    smt_yield: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    smt_yield: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] | None = None
     """Throughput a busy sibling thread adds to a core, as a fraction of one
     thread's: siblings share the core's execution units and caches."""
 
@@ -134,11 +180,11 @@ class CostTable(_Frozen):
     # Guest memory written during boot, zeroed as it faults in when guest
     # memory is allocated lazily: what the VMM loads (firmware, kernel), what
     # the booting kernel touches, and its memmap (a fraction of guest memory).
-    vmm_loaded_mib: Annotated[float, Field(ge=0.0)] = 0.0
-    guest_boot_touch_mib: Annotated[float, Field(ge=0.0)] = 0.0
-    guest_memmap_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    vmm_loaded_mib: MiB = 0.0
+    guest_boot_touch_mib: MiB = 0.0
+    guest_memmap_fraction: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = 0.0
     # Memory cost of one pre-created device, by pool kind.
-    pool_device_mib: dict[str, Annotated[float, Field(ge=0.0)]]
+    pool_device_mib: dict[str, MiB]
 
     @model_validator(mode="after")
     def _resend_rtnl_is_part_of_resend(self) -> CostTable:
@@ -155,7 +201,7 @@ class SriovCostTable(_Frozen):
     """SR-IOV passthrough on the node: the NIC, DMA mapping and the VFIO devset
     (seed 001 §3). ``*_cpu_s`` is CPU work, ``*_s`` alone off-CPU waiting."""
 
-    nic_vfs: Annotated[int, Field(ge=1)]
+    nic_vfs: Annotated[int, Field(ge=1, le=MAX_NIC_VFS)]
     hugepages: bool
     # The CNI configures the VF (VLAN, rate) through the PF: the NIC's admin
     # queue answers while the caller holds RTNL.
@@ -164,9 +210,9 @@ class SriovCostTable(_Frozen):
     # then pinning and IOMMU mapping per GiB; zeroing is the host's rate.
     page_retrieve_cpu_s: Seconds
     pin_map_cpu_s_per_gib: Seconds
-    image_mib: Annotated[float, Field(ge=0.0)]
+    image_mib: MiB
     # FastIOV's instant-zeroing list: regions the VMM writes before boot.
-    instant_zero_mib: Annotated[float, Field(ge=0.0)]
+    instant_zero_mib: MiB
     # Opening a VF under the devset lock: CPU work, then waiting for the device.
     vfio_open_cpu_s: Seconds
     vfio_open_s: Seconds
@@ -199,10 +245,10 @@ class TestbedCostTable(_Frozen):
     cgroup_mkdir_hold_s: Seconds
     cgroup_attach_hold_s: Seconds
     vm_spawn_cpu_s: Seconds
-    vm_tap_ioctls: Annotated[int, Field(ge=0)]
+    vm_tap_ioctls: Annotated[int, Field(ge=0, le=MAX_OPS_PER_SANDBOX)]
     # Work the kernel defers to kworkers per sandbox (linkwatch events,
     # addrconf DAD on the new links), each an RTNL hold like a small change.
-    kworker_rtnl_ops: Annotated[int, Field(ge=0)] = 0
+    kworker_rtnl_ops: Annotated[int, Field(ge=0, le=MAX_OPS_PER_SANDBOX)] = 0
     vm_boot_cpu_s: Seconds
     vm_boot_s: Seconds
     # The CNI runtime (``testbed run --runtime cni``): processes instead of
@@ -239,8 +285,8 @@ class CostEvidence(_Frozen):
     """
 
     status: CostStatus
-    low: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
-    high: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+    low: Seconds
+    high: Seconds
     by: str
 
     @model_validator(mode="after")
@@ -259,8 +305,8 @@ class UnseenDirection(_Frozen):
     beyond the profile's error; ``by`` says why it is unseen.
     """
 
-    weights: dict[str, float]
-    span_log: Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+    weights: dict[str, Annotated[float, Field(ge=-1.0, le=1.0, allow_inf_nan=False)]]
+    span_log: Annotated[float, Field(gt=0.0, le=MAX_SPAN_LOG, allow_inf_nan=False)]
     by: str
 
     def moved(self, values: Mapping[str, float], sign: float) -> dict[str, float]:
@@ -291,7 +337,7 @@ class Identification(_Frozen):
     by more than this along an unidentified cost says so.
     """
 
-    error_rel: Annotated[float, Field(gt=0.0, le=10.0)]
+    error_rel: Annotated[float, Field(gt=0.0, le=10.0, allow_inf_nan=False)]
     costs: dict[str, CostEvidence] = Field(default_factory=dict)
     unseen: list[UnseenDirection] = Field(default_factory=list)
 
@@ -306,7 +352,7 @@ class Profile(_Frozen):
     name: str
     description: str
     host: HostSpec
-    service_cv: Annotated[float, Field(ge=0.0, le=2.0)]
+    service_cv: Annotated[float, Field(ge=0.0, le=2.0, allow_inf_nan=False)]
     service_family: Literal["lognormal", "gamma"] | None = None
     """The family service times vary in (:data:`~bootstorm.simulator.SERVICE_FAMILIES`);
     ``None``: lognormal. Given, it needs a source like a number."""
@@ -441,17 +487,37 @@ def available_profiles() -> list[str]:
     )
 
 
+_BUILTIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""A built-in profile's name: a file name in the package, never a path."""
+
+
 def load_profile(name_or_path: str | Path) -> Profile:
     """A built-in profile by name (``paper-000``) or a profile YAML file by path."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        return Profile.from_yaml(path)
-    ref = _builtin_dir().joinpath(f"{name_or_path}.yaml")
-    if not ref.is_file():
+    try:
+        on_disk = path.suffix in (".yaml", ".yml") or path.exists()
+    except (OSError, ValueError) as exc:
+        # A name longer than the file system takes (ENAMETOOLONG), a NUL byte:
+        # neither a path nor a built-in name.
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(
-            f"profile: unknown profile {str(name_or_path)!r}; "
+            f"profile: not a built-in profile nor a usable path ({reason}): "
+            f"{_shown_name(name_or_path)}"
+        ) from None
+    if on_disk:
+        return Profile.from_yaml(path)
+    name = str(name_or_path)
+    ref = _builtin_dir().joinpath(f"{name}.yaml") if _BUILTIN_NAME.fullmatch(name) else None
+    if ref is None or not ref.is_file():
+        raise ConfigError(
+            f"profile: unknown profile {_shown_name(name_or_path)}; "
             f"built-in profiles are {', '.join(available_profiles())}, "
             "or give a path to a YAML file"
         )
     with resources.as_file(ref) as real:
         return Profile.from_yaml(real)
+
+
+def _shown_name(name_or_path: str | Path) -> str:
+    text = repr(str(name_or_path))
+    return text if len(text) <= 80 else f"{text[:60]}…' ({len(str(name_or_path))} characters)"

@@ -5,13 +5,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from ._errors import ConfigError, format_validation_error, load_yaml_model
 from .dataplane import PathName
-from .tuned import TunedConfig
+from .profile import MAX_CORES, MAX_MEMORY_MIB, MAX_NIC_VFS, MIN_VCPUS
+from .tuned import MAX_CONFIG_STAGES, MAX_RTNL_PRIORITY, TunedConfig
 
-__all__ = ["CNI_NAMES", "CniName", "Scenario"]
+__all__ = [
+    "CNI_NAMES",
+    "MAX_ARRIVAL_S",
+    "MAX_BACKGROUND_FLOWS",
+    "MAX_BACKGROUND_LOAD",
+    "MAX_CORES",
+    "MAX_FLOW_GBPS",
+    "MAX_MEMORY_MIB",
+    "MAX_NIC_VFS",
+    "MAX_QOS_RULES",
+    "MAX_SANDBOXES",
+    "MAX_SEED",
+    "MAX_SG_RULES",
+    "MAX_TENANTS",
+    "MIN_VCPUS",
+    "CniName",
+    "Scenario",
+]
 
 CniName = Literal[
     "no-network",
@@ -40,8 +65,74 @@ CniName = Literal[
 ]
 CNI_NAMES: tuple[str, ...] = get_args(CniName)
 
-NonNegativeInt = Annotated[int, Field(ge=0)]
-PositiveInt = Annotated[int, Field(ge=1)]
+# Every count and size a scenario holds has an upper bound, declared here with
+# where it comes from: a value past it is a slip (a digit too many, a 400-digit
+# paste) that would otherwise end in an OverflowError deep in the model, a
+# program of billions of ops or a search that never ends -- never in a storm
+# anyone meant. A storm of many sandboxes that is still within its bound is
+# sized against this machine's memory before it is built (compile_scenario).
+
+#: Sandboxes in one storm. The papers' storms are 400 (seed 000 §4) and 200
+#: (seed 001 §5); the benchmarks run a day of 1 000 000 arrivals
+#: (benchmarks/bench_planner.py) and size 10⁹ (tests/simulator/
+#: test_program_scale.py). Past 10⁹ no machine holds the program (~2 KB a
+#: sandbox: 2 TB); the bound keeps the count well inside the kernel's int64.
+MAX_SANDBOXES = 1_000_000_000
+#: Tenants (one shared vPort each). Seed 000 §4.1.2 (S0-13) spreads 400
+#: sandboxes over 1 to 200 tenants. Each tenant's vPort is a plan of its own
+#: and a signal gate in every task's kernel state, so compile time and memory
+#: grow as tenants x sandboxes (4 000 tenants: 30 s and 251 MiB to compile).
+MAX_TENANTS = 1_000
+#: QoS rules per vPort. Seed 000 §4.1.2 (S0-11) configures 2. Each rule is
+#: ~12 ops in every sandbox that sets it and is re-sent with every later vPort:
+#: 100 rules make a 400-sandbox veth storm 0.56 M ops (1.5 s on SimPy); 1 000
+#: made 4.9 M ops (14 s) and 100 000 on 5 sandboxes took 26 s and 1 GB.
+MAX_QOS_RULES = 100
+#: Security-group rules per pod. Seed 000 §4.1.2 (S0-12, Fig. 12) goes up to
+#: 100; a cloud caps the rules on one interface at about 1 000 (AWS: security
+#: groups per interface x rules per group <= 1 000). Each is an OVS flow-mod:
+#: 1 000 rules on 400 sandboxes are 1.7 M ops (11 s on SimPy, 0.6 s compiled).
+MAX_SG_RULES = 1_000
+# Guest memory per sandbox (MAX_MEMORY_MIB, 64 TiB), CPUs (MAX_CORES, 8 192),
+# the NIC's VFs (MAX_NIC_VFS, 2 048) and a sandbox's vCPUs (MIN_VCPUS, 0.001)
+# are a host's: bounded where a profile's host is (models/profile.py), with
+# their sources. (A quota of 1e-300 cores made a makespan of 1.5e300 s.)
+
+#: Always-runnable background tasks: Linux cannot have more tasks than its
+#: PID_MAX_LIMIT (4 194 304 = 2²²).
+MAX_BACKGROUND_LOAD = float(1 << 22)
+#: Background flows. Seeds 002 and 004 run 1 to 6 flows (S4-3); the data-plane
+#: solver takes ~2 s for 10 000 flows and did not end in a minute for 10⁷.
+MAX_BACKGROUND_FLOWS = 10_000
+#: Offered Gbps of one flow: six times 1.6 TbE, the fastest Ethernet there is
+#: (a flow faster than its path is capped by the model anyway).
+MAX_FLOW_GBPS = 10_000.0
+#: Latest arrival, seconds (~116 days). A day of arrivals is 86 400 s; at
+#: 10⁷ s a float still resolves 2 ns, far below the shortest hold of a profile,
+#: where at 1e300 every stage's duration was lost to rounding (makespan 0).
+MAX_ARRIVAL_S = 1e7
+#: Seeds: what fits a signed 64-bit integer (NumPy, Parquet, Optuna's storage).
+MAX_SEED = 2**63 - 1
+#: Longest profile name or path: Linux's PATH_MAX.
+_MAX_PROFILE_CHARS = 4096
+
+
+def _not_bool(value: Any) -> Any:
+    # bool is an int subclass and pydantic's lax int takes it: YAML's ``true``
+    # is not 1 sandbox, so it is refused before the int check sees it.
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    return value
+
+
+NotBool = BeforeValidator(_not_bool)
+
+
+Sandboxes = Annotated[int, NotBool, Field(ge=1, le=MAX_SANDBOXES)]
+PoolSize = Annotated[int, NotBool, Field(ge=0, le=MAX_SANDBOXES)]  # past the storm's: full
+Limit = Annotated[int, NotBool, Field(ge=1, le=MAX_SANDBOXES)]  # past the storm's: no limit
+Priority = Annotated[int, NotBool, Field(ge=-MAX_RTNL_PRIORITY, le=MAX_RTNL_PRIORITY)]
+Seconds = Annotated[float, NotBool, Field(ge=0.0, le=MAX_ARRIVAL_S, allow_inf_nan=False)]
 
 
 class Scenario(BaseModel):
@@ -55,7 +146,8 @@ class Scenario(BaseModel):
         its ablations ``fastiov-no-lock``/``-sync-vf``/``-no-skip``/
         ``-eager-zero``, pre-zeroing ``prezero-10``/``-50``/``-100``).
     sandboxes:
-        How many sandboxes start.
+        How many sandboxes start (1 to 10⁹; a storm this machine has not the
+        memory for is refused when it is compiled).
     profile:
         A built-in calibration profile (``paper-000``) or a path to one.
     memory_mib:
@@ -64,12 +156,12 @@ class Scenario(BaseModel):
         vCPUs per sandbox: its guest's CPU quota in cores (``None``: the
         profile's, as the paper ran it).
     tenants:
-        Tenants the sandboxes belong to (spread evenly); sharing-mode CNIs
-        create one vPort per tenant.
+        Tenants the sandboxes belong to (spread evenly, at most 1 000);
+        sharing-mode CNIs create one vPort per tenant.
     qos_rules:
-        QoS rules per vPort (seed 000 §4.1.2 uses 2).
+        QoS rules per vPort (seed 000 §4.1.2 uses 2; at most 100).
     sg_rules:
-        Security-group rules per pod, inserted as OVS flows.
+        Security-group rules per pod, inserted as OVS flows (at most 1 000).
     pools:
         Pre-created devices per kind (``netns``, ``vport``, or the CNI's own
         device such as ``ipvtap``): creation becomes a fetch while they last.
@@ -99,7 +191,7 @@ class Scenario(BaseModel):
         macvtap: ``kata-tap``; veth and the other software CNIs: ``kata-veth``;
         SR-IOV: ``sriov``, which costs the host nothing).
     seed:
-        Seed of the service-time and arrival streams.
+        Seed of the service-time and arrival streams (0 to 2⁶³ - 1).
     config:
         A :class:`~bootstorm.models.TunedConfig` (or the path of its YAML
         file) to apply. Its ``limits``, ``pools`` and ``rtnl_priority``
@@ -108,30 +200,44 @@ class Scenario(BaseModel):
         scenario's. The config is applied when the scenario is built and is
         not kept (the scenario stays a plain what-if that dumps and loads
         as before); its ``lease_ttl_s`` only concerns node agents.
+
+    Every number has a range (the ``MAX_*`` constants of this module, each
+    with where it comes from): a value outside it is refused with the field,
+    the rule and the value.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     cni: CniName = "ipvtap"
-    sandboxes: PositiveInt = 400
-    profile: str = "paper-000"
-    memory_mib: PositiveInt = 512
-    vcpus: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
-    tenants: PositiveInt = 1
-    qos_rules: NonNegativeInt = 0
-    sg_rules: NonNegativeInt = 0
-    pools: dict[str, NonNegativeInt] = Field(default_factory=dict)
-    limits: dict[str, PositiveInt] = Field(default_factory=dict)
-    rtnl_priority: dict[str, int] = Field(default_factory=dict)
-    arrival_s: tuple[Annotated[float, Field(ge=0.0, allow_inf_nan=False)], ...] | None = None
-    cores: PositiveInt | None = None
-    nic_vfs: PositiveInt | None = None
+    sandboxes: Sandboxes = 400
+    profile: Annotated[str, Field(min_length=1, max_length=_MAX_PROFILE_CHARS)] = "paper-000"
+    memory_mib: Annotated[int, NotBool, Field(ge=1, le=MAX_MEMORY_MIB)] = 512
+    vcpus: (
+        Annotated[float, NotBool, Field(ge=MIN_VCPUS, le=MAX_CORES, allow_inf_nan=False)] | None
+    ) = None
+    tenants: Annotated[int, NotBool, Field(ge=1, le=MAX_TENANTS)] = 1
+    qos_rules: Annotated[int, NotBool, Field(ge=0, le=MAX_QOS_RULES)] = 0
+    sg_rules: Annotated[int, NotBool, Field(ge=0, le=MAX_SG_RULES)] = 0
+    pools: Annotated[dict[str, PoolSize], Field(max_length=MAX_CONFIG_STAGES)] = Field(
+        default_factory=dict
+    )
+    limits: Annotated[dict[str, Limit], Field(max_length=MAX_CONFIG_STAGES)] = Field(
+        default_factory=dict
+    )
+    rtnl_priority: Annotated[dict[str, Priority], Field(max_length=MAX_CONFIG_STAGES)] = Field(
+        default_factory=dict
+    )
+    arrival_s: Annotated[tuple[Seconds, ...], Field(max_length=MAX_SANDBOXES)] | None = None
+    cores: Annotated[int, NotBool, Field(ge=1, le=MAX_CORES)] | None = None
+    nic_vfs: Annotated[int, NotBool, Field(ge=1, le=MAX_NIC_VFS)] | None = None
     hugepages: bool | None = None
-    background_load: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 0.0
-    background_flows: NonNegativeInt = 0
-    flow_gbps: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] = 1.0
+    background_load: Annotated[
+        float, NotBool, Field(ge=0.0, le=MAX_BACKGROUND_LOAD, allow_inf_nan=False)
+    ] = 0.0
+    background_flows: Annotated[int, NotBool, Field(ge=0, le=MAX_BACKGROUND_FLOWS)] = 0
+    flow_gbps: Annotated[float, NotBool, Field(gt=0.0, le=MAX_FLOW_GBPS, allow_inf_nan=False)] = 1.0
     background_path: PathName | None = None
-    seed: NonNegativeInt = 0
+    seed: Annotated[int, NotBool, Field(ge=0, le=MAX_SEED)] = 0
 
     def __init__(self, **data: Any) -> None:
         if "config" in data:

@@ -27,6 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from bootstorm.models.tuned import TunedConfig
 
 __all__ = [
+    "MAX_ABS_SECONDS",
+    "MAX_CPUS",
+    "MAX_PID",
+    "MAX_TRACE_SANDBOXES",
     "TRACE_SCHEMA_VERSION",
     "AdmitSpan",
     "Arrival",
@@ -43,9 +47,30 @@ __all__ = [
 
 TRACE_SCHEMA_VERSION = 1
 
-Seconds = Annotated[float, Field(allow_inf_nan=False)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
-PositiveInt = Annotated[int, Field(ge=1)]
+# Bounds on what a trace file may say, each with where it comes from: a trace
+# is read from a file anyone can hand over, and its numbers size arrays and
+# index them (calibration allocates per sandbox, exports per CPU).
+
+#: Times, seconds: a monotonic clock reads the time since boot, a simulated
+#: one the storm's; 10¹² s is 31 700 years, and keeps end - start finite.
+MAX_ABS_SECONDS = 1e12
+#: Sandboxes of one traced storm: the largest anything here writes is a
+#: simulated day of 1 000 000 arrivals (benchmarks/bench_planner.py); the
+#: testbed's storms are hundreds (traces/data: at most 150).
+MAX_TRACE_SANDBOXES = 1_000_000
+#: CPUs of a host: Linux's NR_CPUS is at most 8 192 (x86-64 MAXSMP).
+MAX_CPUS = 8_192
+#: Thread and process ids: Linux's PID_MAX_LIMIT is 2²² (4 194 304).
+MAX_PID = 1 << 22
+#: Counters (events seen, spans written, kB of buffer): a signed 64-bit int.
+MAX_COUNT = 2**63 - 1
+
+Seconds = Annotated[float, Field(ge=-MAX_ABS_SECONDS, le=MAX_ABS_SECONDS, allow_inf_nan=False)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+PositiveInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+SandboxIndex = Annotated[int, Field(ge=0, lt=MAX_TRACE_SANDBOXES)]
+Cpu = Annotated[int, Field(ge=0, lt=MAX_CPUS)]
+Pid = Annotated[int, Field(ge=0, le=MAX_PID)]
 Name = Annotated[str, Field(min_length=1)]
 
 
@@ -75,8 +100,9 @@ class HostFacts(_Frozen):
     """The machine a storm ran on."""
 
     kernel: str
-    cores: PositiveInt
-    memory_mib: PositiveInt
+    cores: Annotated[int, Field(ge=1, le=MAX_CPUS)]
+    #: MiB: 64 TiB, what x86-64's 46-bit physical addresses reach.
+    memory_mib: Annotated[int, Field(ge=1, le=64 * 1024 * 1024)]
     hostname: str | None = None
 
 
@@ -97,7 +123,7 @@ class ScenarioFacts(_Frozen):
     and ``+<plugin>`` per chained plugin in order (``cni-bridge+bandwidth``).
     """
 
-    sandboxes: PositiveInt
+    sandboxes: Annotated[int, Field(ge=1, le=MAX_TRACE_SANDBOXES)]
     cni: Name
     runtime: Literal["threads", "cni"] = "threads"
     vm: Literal["qemu-microvm", "process", "none", "simulated"] = "none"
@@ -143,7 +169,9 @@ class TraceHeader(_Frozen):
     #: Core-seconds the host's CPUs were busy from ``origin_s`` until the last
     #: sandbox finished (/proc/stat: all of the host's work, the storm's and
     #: any other): the storm's total CPU work on a quiet host.
-    busy_core_s: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None = None
+    busy_core_s: Annotated[float, Field(ge=0.0, le=MAX_ABS_SECONDS, allow_inf_nan=False)] | None = (
+        None
+    )
     created_at: datetime | None = None
     #: Free-text facts a reader must know (fallbacks taken, sampling done).
     notes: tuple[str, ...] = ()
@@ -153,9 +181,9 @@ class StageSpan(_Span):
     """One sandbox inside one stage, on the thread ``tid`` that ran it."""
 
     record: Literal["span"] = "span"
-    sandbox: NonNegativeInt
+    sandbox: SandboxIndex
     stage: Name
-    tid: NonNegativeInt | None = None
+    tid: Pid | None = None
 
 
 class LockSpan(_Span):
@@ -170,12 +198,12 @@ class LockSpan(_Span):
     record: Literal["lock"] = "lock"
     lock: Name
     what: Literal["wait", "hold"] = "wait"
-    sandbox: NonNegativeInt | None = None
+    sandbox: SandboxIndex | None = None
     stage: Name | None = None
-    cpu: NonNegativeInt | None = None
-    tid: NonNegativeInt | None = None
+    cpu: Cpu | None = None
+    tid: Pid | None = None
     #: The waiter's process (thread group) id, when the collector recorded it.
-    tgid: NonNegativeInt | None = None
+    tgid: Pid | None = None
     #: Whether the waiter spun (spinlock, optimistic mutex spin) or slept.
     spin: bool | None = None
 
@@ -185,14 +213,14 @@ class SoftirqSpan(_Span):
 
     record: Literal["softirq"] = "softirq"
     vec: Name
-    cpu: NonNegativeInt
+    cpu: Cpu
 
 
 class AdmitSpan(_Span):
     """A sandbox waiting at the admission gate of ``stage``."""
 
     record: Literal["admit"] = "admit"
-    sandbox: NonNegativeInt
+    sandbox: SandboxIndex
     stage: Name
 
 
@@ -200,7 +228,7 @@ class Arrival(_Frozen):
     """Sandbox ``sandbox`` asked to start at ``t_s``."""
 
     record: Literal["arrival"] = "arrival"
-    sandbox: NonNegativeInt
+    sandbox: SandboxIndex
     t_s: Seconds
 
 
@@ -217,12 +245,13 @@ class ExecSpan(_Span):
     """
 
     record: Literal["exec"] = "exec"
-    sandbox: NonNegativeInt | None = None
+    sandbox: SandboxIndex | None = None
     stage: Name
     program: Name
     command: Name
-    pid: NonNegativeInt
-    rc: int | None = None
+    pid: Pid
+    #: An exit status (0..255) or minus a signal's number.
+    rc: Annotated[int, Field(ge=-255, le=255)] | None = None
 
 
 Record = Annotated[

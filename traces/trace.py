@@ -13,11 +13,13 @@ import contextlib
 import gzip
 import json
 import os
+import sys
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -33,7 +35,14 @@ from .schema import (
     TraceHeader,
 )
 
-__all__ = ["Trace", "TraceFormatError", "read_trace", "write_trace"]
+__all__ = [
+    "MAX_TRACE_BYTES",
+    "MAX_TRACE_LINE_BYTES",
+    "Trace",
+    "TraceFormatError",
+    "read_trace",
+    "write_trace",
+]
 
 _RECORD: TypeAdapter[Record] = TypeAdapter(Record)
 _GZIP_LEVEL = 6
@@ -134,11 +143,20 @@ def _write_lines(trace: Trace, write: Callable[[bytes], object]) -> None:
         write(b"\n".join(block) + b"\n")
 
 
-def _fail(path: Path, lineno: int, err: ValidationError, *, prefix: str = "") -> TraceFormatError:
+_MAX_SHOWN_CHARS = 80
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` cut to one readable line (a 1 MiB string is not)."""
+    text = repr(value)
+    return text if len(text) <= _MAX_SHOWN_CHARS else f"{text[: _MAX_SHOWN_CHARS - 20]}…"
+
+
+def _fail(name: str, lineno: int, err: ValidationError, *, prefix: str = "") -> TraceFormatError:
     lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        msg = e["msg"]
+    for e in err.errors()[:_MAX_PROBLEMS_SHOWN]:
+        loc = ".".join(_short(p) if len(str(p)) > 64 else str(p) for p in e["loc"])
+        msg = " ".join(e["msg"].split("\n"))
         if e["type"] == "extra_forbidden":
             msg = "unknown field"
         if e["type"] == "union_tag_invalid":
@@ -146,56 +164,131 @@ def _fail(path: Path, lineno: int, err: ValidationError, *, prefix: str = "") ->
         if e["type"] == "union_tag_not_found":
             loc, msg = "record", "missing field naming the record kind"
         got = e.get("input")
-        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        shown = "" if isinstance(got, dict) else f" (got {_short(got)})"
         where = f"{prefix}{loc}" if loc else prefix.rstrip(".") or "(line)"
-        lines.append(f"{path.name}:{lineno}: {where}: {msg}{shown}")
+        lines.append(f"{name}:{lineno}: {where}: {msg}{shown}")
     return TraceFormatError("\n".join(lines))
 
 
-def _open_text(path: Path) -> IO[str]:
+_MAX_PROBLEMS_SHOWN = 10
+
+#: Longest line of a trace, bytes. The longest recorded is ~1.2 KB (a header
+#: with its notes; traces/data/cni/ranking): a line of a mebibyte is not a
+#: record, and reading one without a bound could take all the memory.
+MAX_TRACE_LINE_BYTES = 1 << 20
+#: Most bytes a trace holds once decompressed. The largest recorded is 3.3 MB
+#: and 19 400 lines (a 150-sandbox CNI storm with its kernel lock spans);
+#: 256 MiB is ~80 times that, read in ~18 s into ~2 GB of records, where a
+#: gzip bomb of a few MB would otherwise expand without end.
+MAX_TRACE_BYTES = 256 << 20
+
+
+def _open_binary(path: Path) -> IO[bytes]:
     if _is_gzip(path):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return cast(IO[bytes], gzip.open(path, "rb"))
+    return open(path, "rb")
 
 
-def read_trace(path: str | os.PathLike[str]) -> Trace:
-    """Read a trace file; a malformed one raises :class:`TraceFormatError`."""
+def _shown_name(path: Path) -> str:
+    name = path.name if path.name else str(path)
+    if not name.isprintable():
+        name = repr(name)
+    return name if len(name) <= 120 else f"{name[:100]}… ({len(name)} characters)"
+
+
+def _parse_line(name: str, lineno: int, raw: bytes) -> Any:
+    """One line's JSON value, or :class:`TraceFormatError` naming the line and why."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(
+            f"{name}:{lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+            f"{exc.start + 1})"
+        ) from None
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(
+            f"{name}:{lineno}: malformed JSON: {exc.msg} (column {exc.colno})"
+        ) from None
+    except ValueError:
+        # An int of over 4 300 digits (Python's limit on converting one); a
+        # shorter one goes on to its field's range. (A hook per number to
+        # refuse long ones sooner made reading half again as slow.)
+        raise TraceFormatError(
+            f"{name}:{lineno}: a number of more than {sys.get_int_max_str_digits()} digits"
+        ) from None
+    except RecursionError:
+        raise TraceFormatError(f"{name}:{lineno}: JSON nested too deeply") from None
+
+
+def _check_sandbox(name: str, lineno: int, record: Record, sandboxes: int) -> None:
+    sandbox = getattr(record, "sandbox", None)
+    if sandbox is not None and sandbox >= sandboxes:
+        raise TraceFormatError(
+            f"{name}:{lineno}: sandbox: must be below the header's scenario.sandboxes "
+            f"({sandboxes}), but got {sandbox}"
+        )
+
+
+def read_trace(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
+    """Read a trace file; a malformed one raises :class:`TraceFormatError`.
+
+    The file is read line by line with bounds (:data:`MAX_TRACE_LINE_BYTES`,
+    ``max_bytes`` decompressed, the schema's ranges): a corrupt or
+    truncated gzip stream, a line that is not UTF-8 or JSON, nested too
+    deeply, a huge number, a record of the wrong shape or a sandbox the
+    header does not count all end in one line naming the file and the line.
+    """
     source = Path(path)
+    name = _shown_name(source)
     header: TraceHeader | None = None
     records: list[Record] = []
+    total = 0
     try:
-        with _open_text(source) as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    data = json.loads(line)
-                except json.JSONDecodeError as exc:
+        with _open_binary(source) as fh:
+            lineno = 0
+            while raw := fh.readline(MAX_TRACE_LINE_BYTES + 1):
+                lineno += 1
+                total += len(raw)
+                if len(raw) > MAX_TRACE_LINE_BYTES:
                     raise TraceFormatError(
-                        f"{source.name}:{lineno}: malformed JSON: {exc.msg} (column {exc.colno})"
-                    ) from None
+                        f"{name}:{lineno}: a line longer than {MAX_TRACE_LINE_BYTES} bytes; "
+                        "not a trace record"
+                    )
+                if total > max_bytes:
+                    raise TraceFormatError(
+                        f"{name}: more than {max_bytes} bytes"
+                        f"{' once decompressed' if _is_gzip(source) else ''} "
+                        f"(at line {lineno}); not a trace bootstorm reads"
+                    )
+                if not raw.strip():
+                    continue
+                data = _parse_line(name, lineno, raw)
                 if not isinstance(data, dict):
                     raise TraceFormatError(
-                        f"{source.name}:{lineno}: expected a JSON object, "
-                        f"but got {type(data).__name__}"
+                        f"{name}:{lineno}: expected a JSON object, but got {type(data).__name__}"
                     )
                 if header is None:
                     if data.get("record") != "header":
                         raise TraceFormatError(
-                            f"{source.name}:{lineno}: record: the first record must be the "
-                            f"header, but got {data.get('record')!r}"
+                            f"{name}:{lineno}: record: the first record must be the "
+                            f"header, but got {_short(data.get('record'))}"
                         )
                     try:
                         header = TraceHeader.model_validate(data)
                     except ValidationError as exc:
-                        raise _fail(source, lineno, exc, prefix="header.") from None
+                        raise _fail(name, lineno, exc, prefix="header.") from None
                     continue
                 try:
-                    records.append(_RECORD.validate_python(data))
+                    record = _RECORD.validate_python(data)
                 except ValidationError as exc:
-                    raise _fail(source, lineno, exc) from None
-    except (OSError, EOFError, UnicodeDecodeError) as exc:  # incl. a corrupt gzip stream
-        raise TraceFormatError(f"{source.name}: cannot read: {exc}") from None
+                    raise _fail(name, lineno, exc) from None
+                _check_sandbox(name, lineno, record, header.scenario.sandboxes)
+                records.append(record)
+    except (OSError, EOFError, zlib.error) as exc:  # a corrupt or truncated gzip stream
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise TraceFormatError(f"{name}: cannot read: {reason}") from None
     if header is None:
-        raise TraceFormatError(f"{source.name}:1: header: missing (the file is empty)")
+        raise TraceFormatError(f"{name}:1: header: missing (the file is empty)")
     return Trace.of(header, records)
