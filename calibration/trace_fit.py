@@ -851,10 +851,16 @@ def _identification(
         else:
             sp = spread[p.path]
             finite = math.isfinite(sp.high) and sp.low > 0
+            # The spread of a weakly seen cost can run past the fit's own
+            # bounds (1e111 s on a synthetic storm): no value outside them was
+            # ever tried, so the interval stops there too.
+            low, high = max(sp.low, p.low), min(sp.high, p.high)
+            if not (finite and low <= high):
+                low, high = p.low, p.high
             costs[p.path] = CostEvidence(
                 status="fitted",
-                low=sp.low if finite else p.low,
-                high=sp.high if finite else p.high,
+                low=low,
+                high=high,
                 by="; ".join(seers) if seers else "the fitted storms",
             )
     # Costs of a runtime none of the storms ran (the thread harness's move

@@ -285,8 +285,10 @@ class CostEvidence(_Frozen):
     """
 
     status: CostStatus
-    low: Seconds
-    high: Seconds
+    # Shown, never simulated: a fit's spread may reach 1e22 (a cost the storms
+    # do not pin down), so only finite.
+    low: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+    high: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
     by: str
 
     @model_validator(mode="after")
@@ -378,17 +380,17 @@ class Profile(_Frozen):
             )
         missing = sorted(set(self.numeric_paths()) - set(self.sources))
         if missing:
-            raise ValueError(f"numbers without a source in `sources`: {', '.join(missing)}")
+            raise ValueError(f"numbers without a source in `sources`: {_listed(missing)}")
         unknown = sorted(set(self.sources) - set(self.numeric_paths()))
         if unknown:
-            raise ValueError(f"sources for unknown numbers: {', '.join(unknown)}")
+            raise ValueError(f"sources for unknown numbers: {_listed(unknown)}")
         if self.identification is not None:
             known = set(self.numeric_paths())
             stray = sorted(set(self.identification.costs) - known)
             for direction in self.identification.unseen:
                 stray += sorted(set(direction.weights) - known)
             if stray:
-                raise ValueError(f"identification of unknown numbers: {', '.join(stray)}")
+                raise ValueError(f"identification of unknown numbers: {_listed(stray)}")
         return self
 
     def numeric_paths(self) -> list[str]:
@@ -475,6 +477,13 @@ class Profile(_Frozen):
         already read is not parsed again while its bytes are unchanged: callers
         share the frozen object and must not mutate its dicts."""
         return load_yaml_model_shared(cls, Path(path))
+
+
+def _listed(paths: list[str], *, shown: int = 5) -> str:
+    """The first ``shown`` paths and how many more: one readable line, where a
+    profile cut short lists all its hundred numbers."""
+    more = len(paths) - shown
+    return ", ".join(paths[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def _builtin_dir() -> Any:

@@ -12,7 +12,7 @@ validation error that names the file or the field and the value (issue 23).
 What must hold: no other exception, no example past :data:`EXAMPLE_LIMIT_S`
 (a watchdog turns a hang into a failure), no file half-written, an error of
 a few lines of one line each. Sizes stay small (a valid storm has at most
-40 sandboxes) so the suite runs in CI in well under a minute; the counts of
+24 sandboxes) so the suite runs in CI in well under a minute; the counts of
 cases run are printed when the module ends.
 """
 
@@ -39,7 +39,15 @@ from hypothesis import strategies as st
 
 from bootstorm import simulate
 from bootstorm.cli import main
-from bootstorm.models import CNI_NAMES, ConfigError, Scenario, TunedConfig, load_profile
+from bootstorm.models import (
+    CNI_NAMES,
+    ConfigError,
+    Scenario,
+    TunedConfig,
+    load_profile,
+    scenario_pool_kinds,
+    scenario_stages,
+)
 from bootstorm.models.scenario import (
     MAX_BACKGROUND_FLOWS,
     MAX_CORES,
@@ -64,7 +72,7 @@ from bootstorm.traces import (
 )
 
 EXAMPLE_LIMIT_S = 60.0
-"""No example may take longer: far past the slowest (a 40-sandbox storm and
+"""No example may take longer: far past the slowest (a 24-sandbox storm and
 its what-if re-runs, ~1 s), so only a hang reaches it."""
 MAX_ERROR_LINES = 11  # ten problems, then "… and N more"
 MAX_LINE_CHARS = 600  # a path of 200 characters, a field, a message, a value of 80
@@ -480,11 +488,10 @@ def test_a_trace_reads_or_names_the_line(case: tuple[str, bytes]) -> None:
 # -- the command line --------------------------------------------------------------
 
 
-def _count(valid: st.SearchStrategy[int], past: int) -> st.SearchStrategy[str]:
-    """A count as typed: mostly small and valid, else past the bound (``past``
-    on), negative, huge, or not a number at all. (Valid counts stay small: a
-    storm of thousands of sandboxes is legitimate and takes its time.)"""
-    invalid = st.one_of(
+def _invalid_count(past: int) -> st.SearchStrategy[str]:
+    """A count no storm takes: past its bound (``past`` on), negative, huge
+    (400 digits, 5 000: past what Python converts), or not a number."""
+    return st.one_of(
         st.integers(-(10**3), -1).map(str),
         st.integers(past, max(past, 10**12)).map(str),
         st.integers(past, max(past, 10**12)).map(lambda n: f"{n:_}"),  # int() takes 1_000
@@ -492,89 +499,123 @@ def _count(valid: st.SearchStrategy[int], past: int) -> st.SearchStrategy[str]:
         st.text(max_size=8).filter(lambda t: not t.strip().lstrip("+-").isdigit()),
         st.sampled_from(["", "1e3", "0x10", "nan", "9" * 5000]),
     )
-    return st.integers(0, 4).flatmap(lambda k: invalid if k == 0 else valid.map(str))
+
+
+_SOFTWARE_CNIS = CNI_NAMES[:9]  # what paper-000 runs (its `costs`)
+_CHOICE_OPTIONS = ("--qos-rules", "--sg-rules", "--tenants", "--memory-mib", "--cores", "--seed")
+_ABUSABLE = (
+    "--sandboxes",
+    "--cni",
+    *_CHOICE_OPTIONS,
+    "--vcpus",
+    "--background-flows",
+    "--pool",
+    "--limit",
+    "--rtnl-priority",
+    "--profile",
+    "--executor",
+    "--trace",
+)
 
 
 @st.composite
-def _pair(draw: st.DrawFn, names: tuple[str, ...], valid: st.SearchStrategy[int], past: int) -> str:
-    name = draw(st.sampled_from(names) if draw(st.integers(0, 4)) else st.text(max_size=8))
-    if draw(st.integers(0, 9)) == 0:
-        return draw(st.text(max_size=12))  # no '=' at all, say
-    return f"{name}={draw(_count(valid, past))}"
+def _simulate_args(draw: st.DrawFn, directory: str) -> tuple[str | None, list[str]]:
+    """``simulate`` options, all valid and small, but for at most one (the
+    abused one, returned) that no storm takes."""
+    abused = draw(st.one_of(st.none(), st.sampled_from(_ABUSABLE)))
 
+    def bad(option: str) -> bool:
+        return option == abused
 
-_POOL_KINDS = ("netns", "vport", "ipvtap", "veth", "ipvlan", "netns-veth")
-_STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM", "dma-ram")
-
-
-@st.composite
-def _simulate_args(draw: st.DrawFn, directory: str) -> list[str]:
-    args = ["simulate"]
-
-    def maybe(option: str, value: st.SearchStrategy[str]) -> None:
-        if draw(st.integers(0, 2)) == 0:
-            args.extend([option, draw(value)])
-
-    args += ["--sandboxes", draw(_count(st.integers(1, 40), MAX_SANDBOXES + 1))]
-    maybe(
-        "--cni", st.sampled_from(CNI_NAMES[:9]) | st.sampled_from(CNI_NAMES) | st.text(max_size=10)
-    )
-    maybe("--qos-rules", _count(st.integers(0, 3), MAX_QOS_RULES + 1))
-    maybe("--sg-rules", _count(st.integers(0, 20), MAX_SG_RULES + 1))
-    maybe("--tenants", _count(st.integers(1, 5), 6))  # past the sandboxes
-    maybe("--memory-mib", _count(st.integers(64, 4096), MAX_MEMORY_MIB + 1))
-    maybe("--cores", _count(st.integers(1, 64), MAX_CORES + 1))
-    maybe("--seed", _count(st.integers(0, 2**63 - 1), 2**63))
-    maybe("--vcpus", st.sampled_from(["0.5", "2", "0", "-1", "nan", "inf", "1e308", "x"]))
-    maybe("--background-flows", _count(st.integers(0, 4), MAX_BACKGROUND_FLOWS + 1))
-    for option, names, valid, past in (
-        ("--pool", _POOL_KINDS, st.integers(0, 40), MAX_SANDBOXES + 1),
-        ("--limit", _STAGES, st.integers(1, 40), MAX_SANDBOXES + 1),
-        ("--rtnl-priority", _STAGES, st.integers(-3, 3), 10_001),
+    sandboxes = draw(st.integers(1, 24))
+    args = ["simulate", "--sandboxes", str(sandboxes)]
+    if bad("--sandboxes"):
+        args[-1] = draw(_invalid_count(MAX_SANDBOXES + 1))
+    cni = draw(st.sampled_from(_SOFTWARE_CNIS))
+    if bad("--cni"):
+        args += ["--cni", draw(st.text(max_size=10).filter(lambda t: t not in CNI_NAMES))]
+    elif draw(st.booleans()):
+        args += ["--cni", cni]
+    else:
+        cni = "ipvtap"  # the default
+    valid = {
+        "--qos-rules": (st.integers(0, 3), MAX_QOS_RULES + 1),
+        "--sg-rules": (st.integers(0, 20), MAX_SG_RULES + 1),
+        "--tenants": (st.integers(1, min(5, sandboxes)), max(sandboxes + 1, 6)),
+        "--memory-mib": (st.integers(64, 4096), MAX_MEMORY_MIB + 1),
+        "--cores": (st.integers(1, 64), MAX_CORES + 1),
+        "--seed": (st.integers(0, 2**63 - 1), 2**63),
+    }
+    for option in _CHOICE_OPTIONS:
+        good, past = valid[option]
+        if bad(option):
+            args += [option, draw(_invalid_count(past))]
+        elif draw(st.integers(0, 2)) == 0:
+            args += [option, str(draw(good))]
+    if bad("--vcpus"):
+        args += ["--vcpus", draw(st.sampled_from(["0", "-1", "nan", "inf", "1e308", "x", "1e-9"]))]
+    elif draw(st.integers(0, 3)) == 0:
+        args += ["--vcpus", draw(st.sampled_from(["0.5", "1", "2"]))]
+    if bad("--background-flows"):
+        args += ["--background-flows", draw(_invalid_count(MAX_BACKGROUND_FLOWS + 1))]
+    elif cni != "no-network" and draw(st.integers(0, 3)) == 0:  # no data path to load
+        args += ["--background-flows", str(draw(st.integers(0, 4)))]
+    for option, names, good, past in (
+        ("--pool", scenario_pool_kinds(cni), st.integers(0, 40), MAX_SANDBOXES + 1),
+        ("--limit", scenario_stages(cni), st.integers(1, 40), MAX_SANDBOXES + 1),
+        ("--rtnl-priority", scenario_stages(cni), st.integers(-3, 3), 10_001),
     ):
-        for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2]))):
-            args.extend([option, draw(_pair(names, valid, past))])
+        if bad(option):
+            how = draw(st.sampled_from(["count", "name", "form"]))
+            if how == "count" or not names:
+                value = f"{draw(st.sampled_from(names or ('x',)))}={draw(_invalid_count(past))}"
+            elif how == "name":
+                name = draw(st.text(max_size=8).filter(lambda t, n=names: t not in n))
+                value = f"{name}={draw(good)}"
+            else:
+                value = draw(st.text(max_size=12).filter(lambda t: "=" not in t))
+            args += [option, value]
+        elif names and draw(st.integers(0, 3)) == 0:
+            args += [option, f"{draw(st.sampled_from(names))}={draw(good)}"]
     bad_profile = Path(directory) / "bad-profile.yaml"
-    maybe(
-        "--profile",
-        st.integers(0, 3).flatmap(
-            lambda k: (
-                st.sampled_from(["paper-000", "paper-001", "paper-002"])
-                if k
-                else st.one_of(
-                    st.sampled_from(["nope", "/dev/zero", str(TESTBED_PROFILE), str(bad_profile)]),
-                    st.text(max_size=30),
-                    st.integers(200, 5000).map(lambda n: "p" * n),
-                )
+    bad_profile.write_bytes(b"host: {cores: " + b"9" * 100 + b"}\n\xff")
+    if bad("--profile"):
+        profile = draw(
+            st.one_of(
+                st.sampled_from(["nope", "/dev/zero", str(bad_profile), str(TESTBED_PROFILE)]),
+                st.text(max_size=30).filter(lambda t: t.strip() not in ("paper-000", "paper-001")),
+                st.integers(200, 5000).map(lambda n: "p" * n),
             )
-        ),
-    )
-    if not bad_profile.exists():
-        bad_profile.write_bytes(b"host: {cores: " + b"9" * 100 + b"}\n\xff")
-    pick = draw(st.integers(0, 9))
-    executor = "numba" if pick == 0 else "python" if pick == 1 else "simpy"
-    args += ["--executor", executor]
-    if draw(st.integers(0, 3)) == 0:
-        # An output: written whole (exit 0) or not at all (exit 2).
-        missing = draw(st.integers(0, 3)) == 0
-        args += ["--trace", "missing/dir/trace.json" if missing else "out/trace.json"]
-    args.append("--json")
-    return args
+        )
+        args += ["--profile", profile]
+    elif draw(st.integers(0, 3)) == 0:
+        args += ["--profile", "paper-000"]
+    executor = "numba" if bad("--executor") else draw(st.sampled_from(["simpy", "compiled"]))
+    if bad("--trace"):
+        args += ["--trace", "missing/dir/trace.json"]  # no such folder: nothing written
+        executor = "simpy"
+    elif executor == "simpy" and draw(st.integers(0, 3)) == 0:
+        args += ["--trace", "out/trace.json"]  # written whole, or not at all
+    args += ["--executor", executor, "--json"]
+    return abused, args
 
 
-@settings(SETTINGS, max_examples=_examples(100))
+@settings(SETTINGS, max_examples=_examples(60))
 @given(data=st.data())
 def test_simulate_options_run_or_name_the_problem(data: st.DataObject) -> None:
-    CASES["simulate options"] += 1
+    """Valid options run (exit 0, one JSON line, the trace file whole); one
+    option no storm takes ends in exit 2 and one ``error:`` line, nothing
+    written."""
     with tempfile.TemporaryDirectory() as d:
-        args = data.draw(_simulate_args(d))
+        abused, args = data.draw(_simulate_args(d))
         (Path(d) / "out").mkdir()
         args = [str(Path(d) / a) if a.endswith("trace.json") else a for a in args]
         assume(all("\x00" not in a for a in args))  # argv cannot carry a NUL
-        _run_simulate(d, args)
+        CASES["simulate options"] += 1
+        _run_simulate(d, args, abused)
 
 
-def _run_simulate(d: str, args: list[str]) -> None:
+def _run_simulate(d: str, args: list[str], abused: str | None) -> None:
     with _watchdog(what=args):
         out, err = io.StringIO(), io.StringIO()
         code: int | str | None = 0
@@ -584,16 +625,18 @@ def _run_simulate(d: str, args: list[str]) -> None:
             except SystemExit as exc:
                 code = exc.code
         code = 0 if code is None else code
-        assert code in (0, 2), (code, args, err.getvalue()[-2000:])
-        _ended("simulate options", f"exit {code}")
         written = sorted(p.name for p in (Path(d) / "out").iterdir())
-        if code == 2:
-            _check_message(err.getvalue(), starts="error: ")
-            assert out.getvalue() == ""
-            assert written == [], written  # nothing half-written
-        else:
-            (line,) = out.getvalue().splitlines()
-            assert json.loads(line)["makespan_s"] >= 0.0
-            if "--trace" in args:
-                assert written == ["trace.json"], written  # no temp file beside it
-                json.loads((Path(d) / "out" / "trace.json").read_text())
+    expected = 0 if abused is None else 2
+    assert code == expected, (abused, code, args, err.getvalue()[-2000:])
+    _ended("simulate options", f"exit {code}")
+    if code == 2:
+        _check_message(err.getvalue(), starts="error: ")
+        assert len(err.getvalue().splitlines()) == 1, err.getvalue()  # one option, one line
+        assert out.getvalue() == ""
+        assert written == [], written  # nothing half-written
+    else:
+        (line,) = out.getvalue().splitlines()
+        assert json.loads(line)["makespan_s"] >= 0.0
+        if "--trace" in args:
+            assert written == ["trace.json"], written  # no temp file beside it
+            json.loads((Path(d) / "out" / "trace.json").read_text())
