@@ -44,6 +44,7 @@ from bootstorm.models import (
     ConfigError,
     Scenario,
     TunedConfig,
+    available_profiles,
     load_profile,
     scenario_pool_kinds,
     scenario_stages,
@@ -488,17 +489,27 @@ def test_a_trace_reads_or_names_the_line(case: tuple[str, bytes]) -> None:
 # -- the command line --------------------------------------------------------------
 
 
-def _invalid_count(past: int) -> st.SearchStrategy[str]:
-    """A count no storm takes: past its bound (``past`` on), negative, huge
-    (400 digits, 5 000: past what Python converts), or not a number."""
+def _invalid_count(past: int, least: int = 0) -> st.SearchStrategy[str]:
+    """A count no storm takes: past its bound (``past`` on), below its least
+    valid value (``least``), huge (400 digits, 5 000: past what Python
+    converts), or not a number."""
     return st.one_of(
-        st.integers(-(10**3), -1).map(str),
+        st.integers(min(-(10**3), least - 10**3), least - 1).map(str),
         st.integers(past, max(past, 10**12)).map(str),
         st.integers(past, max(past, 10**12)).map(lambda n: f"{n:_}"),  # int() takes 1_000
         st.integers(max(len(str(past)), 10), 500).map(lambda n: "9" * n),
-        st.text(max_size=8).filter(lambda t: not t.strip().lstrip("+-").isdigit()),
+        st.text(max_size=8).filter(_not_an_int),
         st.sampled_from(["", "1e3", "0x10", "nan", "9" * 5000]),
     )
+
+
+def _not_an_int(text: str) -> bool:
+    """Whether Python's int() refuses ``text`` (it takes " 1_0 " and "١٢")."""
+    try:
+        int(text)
+    except ValueError:
+        return True
+    return False
 
 
 _SOFTWARE_CNIS = CNI_NAMES[:9]  # what paper-000 runs (its `costs`)
@@ -530,7 +541,7 @@ def _simulate_args(draw: st.DrawFn, directory: str) -> tuple[str | None, list[st
     sandboxes = draw(st.integers(1, 24))
     args = ["simulate", "--sandboxes", str(sandboxes)]
     if bad("--sandboxes"):
-        args[-1] = draw(_invalid_count(MAX_SANDBOXES + 1))
+        args[-1] = draw(_invalid_count(MAX_SANDBOXES + 1, least=1))
     cni = draw(st.sampled_from(_SOFTWARE_CNIS))
     if bad("--cni"):
         args += ["--cni", draw(st.text(max_size=10).filter(lambda t: t not in CNI_NAMES))]
@@ -538,18 +549,18 @@ def _simulate_args(draw: st.DrawFn, directory: str) -> tuple[str | None, list[st
         args += ["--cni", cni]
     else:
         cni = "ipvtap"  # the default
-    valid = {
-        "--qos-rules": (st.integers(0, 3), MAX_QOS_RULES + 1),
-        "--sg-rules": (st.integers(0, 20), MAX_SG_RULES + 1),
-        "--tenants": (st.integers(1, min(5, sandboxes)), max(sandboxes + 1, 6)),
-        "--memory-mib": (st.integers(64, 4096), MAX_MEMORY_MIB + 1),
-        "--cores": (st.integers(1, 64), MAX_CORES + 1),
-        "--seed": (st.integers(0, 2**63 - 1), 2**63),
+    valid = {  # (valid values, the first past the bound, the least valid)
+        "--qos-rules": (st.integers(0, 3), MAX_QOS_RULES + 1, 0),
+        "--sg-rules": (st.integers(0, 20), MAX_SG_RULES + 1, 0),
+        "--tenants": (st.integers(1, min(5, sandboxes)), max(sandboxes + 1, 6), 1),
+        "--memory-mib": (st.integers(64, 4096), MAX_MEMORY_MIB + 1, 1),
+        "--cores": (st.integers(1, 64), MAX_CORES + 1, 1),
+        "--seed": (st.integers(0, 2**63 - 1), 2**63, 0),
     }
     for option in _CHOICE_OPTIONS:
-        good, past = valid[option]
+        good, past, least = valid[option]
         if bad(option):
-            args += [option, draw(_invalid_count(past))]
+            args += [option, draw(_invalid_count(past, least))]
         elif draw(st.integers(0, 2)) == 0:
             args += [option, str(draw(good))]
     if bad("--vcpus"):
@@ -560,15 +571,16 @@ def _simulate_args(draw: st.DrawFn, directory: str) -> tuple[str | None, list[st
         args += ["--background-flows", draw(_invalid_count(MAX_BACKGROUND_FLOWS + 1))]
     elif cni != "no-network" and draw(st.integers(0, 3)) == 0:  # no data path to load
         args += ["--background-flows", str(draw(st.integers(0, 4)))]
-    for option, names, good, past in (
-        ("--pool", scenario_pool_kinds(cni), st.integers(0, 40), MAX_SANDBOXES + 1),
-        ("--limit", scenario_stages(cni), st.integers(1, 40), MAX_SANDBOXES + 1),
-        ("--rtnl-priority", scenario_stages(cni), st.integers(-3, 3), 10_001),
+    for option, names, good, past, least in (
+        ("--pool", scenario_pool_kinds(cni), st.integers(0, 40), MAX_SANDBOXES + 1, 0),
+        ("--limit", scenario_stages(cni), st.integers(1, 40), MAX_SANDBOXES + 1, 1),
+        ("--rtnl-priority", scenario_stages(cni), st.integers(-3, 3), 10_001, -10_000),
     ):
         if bad(option):
             how = draw(st.sampled_from(["count", "name", "form"]))
             if how == "count" or not names:
-                value = f"{draw(st.sampled_from(names or ('x',)))}={draw(_invalid_count(past))}"
+                name = draw(st.sampled_from(names or ("x",)))
+                value = f"{name}={draw(_invalid_count(past, least))}"
             elif how == "name":
                 name = draw(st.text(max_size=8).filter(lambda t, n=names: t not in n))
                 value = f"{name}={draw(good)}"
@@ -583,7 +595,7 @@ def _simulate_args(draw: st.DrawFn, directory: str) -> tuple[str | None, list[st
         profile = draw(
             st.one_of(
                 st.sampled_from(["nope", "/dev/zero", str(bad_profile), str(TESTBED_PROFILE)]),
-                st.text(max_size=30).filter(lambda t: t.strip() not in ("paper-000", "paper-001")),
+                st.text(max_size=30).filter(lambda t: t not in available_profiles()),
                 st.integers(200, 5000).map(lambda n: "p" * n),
             )
         )
