@@ -7,7 +7,6 @@ agent's own imports (aiohttp, pyroute2) wait until a command runs, so
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import stat
@@ -42,15 +41,6 @@ def register(app: typer.Typer) -> None:
 def _console() -> Console:
     console = Console()
     return console if console.is_terminal else Console(width=140)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve anywhere
 
 
 def _private_file(path: Path, *, field: str) -> None:
@@ -160,7 +150,9 @@ def serve_cmd(
         given, missing = ("tls-cert", "tls-key") if tls_key is None else ("tls-key", "tls-cert")
         raise ConfigError(f"{missing}: --{given} given without --{missing}")
     tls = tls_cert is not None
-    remote = not _loopback(host)
+    from .validation.agent._server import is_loopback_host
+
+    remote = not is_loopback_host(host)
     if remote and not allow_remote:
         raise ConfigError(f"host: {host!r} is not loopback; pass --allow-remote to serve it")
     if remote and not tls and not insecure:

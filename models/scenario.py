@@ -7,7 +7,6 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -17,7 +16,7 @@ from pydantic import (
 from ._errors import ConfigError, format_validation_error, load_yaml_model
 from .dataplane import PathName
 from .profile import MAX_CORES, MAX_MEMORY_MIB, MAX_NIC_VFS, MIN_VCPUS
-from .tuned import MAX_CONFIG_STAGES, MAX_RTNL_PRIORITY, TunedConfig
+from .tuned import MAX_CONFIG_STAGES, MAX_RTNL_PRIORITY, NotBool, TunedConfig
 
 __all__ = [
     "CNI_NAMES",
@@ -116,17 +115,6 @@ MAX_ARRIVAL_S = 1e7
 MAX_SEED = 2**63 - 1
 #: Longest profile name or path: Linux's PATH_MAX.
 _MAX_PROFILE_CHARS = 4096
-
-
-def _not_bool(value: Any) -> Any:
-    # bool is an int subclass and pydantic's lax int takes it: YAML's ``true``
-    # is not 1 sandbox, so it is refused before the int check sees it.
-    if isinstance(value, bool):
-        raise ValueError("a boolean is not a number")
-    return value
-
-
-NotBool = BeforeValidator(_not_bool)
 
 
 Sandboxes = Annotated[int, NotBool, Field(ge=1, le=MAX_SANDBOXES)]

@@ -71,8 +71,9 @@ _MAX_TEXT_CHARS = 1024
 
 
 def _not_bool(value: Any) -> Any:
-    # bool is an int subclass, and pydantic's lax float takes it: refuse it
-    # before either sees it, so ``limits: {X: true}`` is an error, not 1.
+    # bool is an int subclass, and pydantic's lax int and float take it: refuse
+    # it before either sees it, so ``limits: {X: true}`` (or a scenario's
+    # ``sandboxes: true``) is an error, not 1.
     if isinstance(value, bool):
         raise ValueError("a boolean is not a number")
     return value

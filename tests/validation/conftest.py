@@ -20,6 +20,7 @@ from pydantic import SecretStr
 
 from bootstorm.models import TunedConfig
 from bootstorm.validation.agent import AgentClient, AgentSettings, agent_in_thread
+from bootstorm.validation.agent._pools import Device
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -55,6 +56,23 @@ CNI_ROOT_MARKS = [
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root: creates real netns, veth and tap devices"
 )
+
+
+class NoDevices:
+    """A DeviceOps that makes nothing: tests that need no root and touch no netlink
+    (a fuzzed pool size must not make real devices)."""
+
+    def create(self, device: Device) -> Device:
+        return device
+
+    def remove(self, device: Device) -> None:
+        pass
+
+    def leftovers(self) -> list[Device]:
+        return []
+
+    def close(self) -> None:
+        pass
 
 
 _pool_id_calls = itertools.count()

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import TOKEN, free_pool_id, process_agent
+from conftest import TOKEN, NoDevices, free_pool_id, process_agent
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
@@ -27,25 +27,8 @@ from bootstorm.models import ConfigError, TunedConfig
 from bootstorm.validation.agent import AgentClient, AgentError, AgentSettings, agent_in_thread
 from bootstorm.validation.agent._leases import MAX_UNLIMITED_STAGES
 from bootstorm.validation.agent._metrics import MAX_IDLE_STAGE_SERIES
-from bootstorm.validation.agent._pools import Device
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-class NoDevices:
-    """A DeviceOps that makes nothing: these tests need no root and touch no netlink."""
-
-    def create(self, device: Device) -> Device:
-        return device
-
-    def remove(self, device: Device) -> None:
-        pass
-
-    def leftovers(self) -> list[Device]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 @contextmanager

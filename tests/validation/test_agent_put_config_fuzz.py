@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import TOKEN, free_pool_id
+from conftest import TOKEN, NoDevices, free_pool_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
@@ -29,7 +29,6 @@ from bootstorm.models.tuned import (
     MIN_LEASE_TTL_S,
 )
 from bootstorm.validation.agent import AgentSettings, agent_in_thread
-from bootstorm.validation.agent._pools import Device
 
 EXAMPLES = 300
 PROBE_STAGE = "ZzFuzzTtlProbe"
@@ -37,22 +36,6 @@ STAGES = ["StartVM", "Cgroup", "AddCNI", "AttachIf", "NetNS", "dma-ram", "vf-dri
 #: Pool kinds this agent does not make: any size is only a number to it.
 IGNORED_KINDS = ["ipvtap", "vport", "macvtap"]
 FIELDS = ["limits", "pools", "rtnl_priority", "lease_ttl_s", "origin", "schema_version", "kind"]
-
-
-class NoDevices:
-    """A DeviceOps that makes nothing (a fuzzed pool size must not make real devices)."""
-
-    def create(self, device: Device) -> Device:
-        return device
-
-    def remove(self, device: Device) -> None:
-        pass
-
-    def leftovers(self) -> list[Device]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")

@@ -112,7 +112,8 @@ class AgentSettings:
             raise ConfigError(f"{missing}: --{given} given without --{missing}")
 
 
-def _loopback(host: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` is this machine only (a name may resolve anywhere)."""
     if host == "localhost":
         return True
     try:
@@ -501,7 +502,7 @@ async def serve(
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = tls_context(settings.tls_cert, settings.tls_key)
-    elif not _loopback(settings.host):
+    elif not is_loopback_host(settings.host):
         log.warning(
             "serving %s over plain HTTP: bearer tokens cross the network in clear", settings.host
         )
