@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -33,10 +34,22 @@ console = Console()
 if not console.is_terminal:
     console = Console(width=140)
 
-DEFAULT_STORAGE = "study.log"
-"""An Optuna journal file in the working directory: it costs a trial a tenth of
-the simulation where SQLite cost six times it; ``sqlite:///study.db`` still
-opens a study kept there before."""
+DEFAULT_STORAGE = "default"
+"""``--storage``'s default: the Optuna journal file :func:`default_study_storage`
+names. A journal costs a trial a tenth of the simulation where SQLite cost
+six times it; ``sqlite:///study.db`` still opens a study kept there before."""
+
+
+def default_study_storage() -> Path:
+    """The journal file every study of this user goes to unless ``--storage`` says
+    otherwise: ``$XDG_STATE_HOME/bootstorm/studies.log`` (``~/.local/state/...``).
+
+    Not the working directory: a search run from a notebook's folder, a
+    checkout or ``/tmp`` is found again by the next one, and nothing lands
+    beside the user's files unasked. Studies in it are told apart by name.
+    """
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "bootstorm" / "studies.log"
 
 
 def _names(field: str, text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -86,8 +99,8 @@ def optimize_cmd(
     storage: Annotated[
         str,
         typer.Option(
-            help="A journal file (study.log), a database URL (postgresql://..., "
-            "sqlite:///...) or 'memory'."
+            help="A journal file (default: ~/.local/state/bootstorm/studies.log), "
+            "a database URL (postgresql://..., sqlite:///...) or 'memory'."
         ),
     ] = DEFAULT_STORAGE,
     study_name: Annotated[str | None, typer.Option(help="Study name; workers share it.")] = None,
@@ -129,6 +142,16 @@ def optimize_cmd(
         stages=_names("stages", stages, scenario_stages(base.cni)),
         pool_kinds_searched=_names("pools", pools, scenario_pool_kinds(base.cni)) or (),
     )
+    if storage == DEFAULT_STORAGE:
+        journal = default_study_storage()
+        try:
+            journal.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(
+                f"storage: cannot make {str(journal.parent)!r} ({e.strerror}); "
+                "name a journal file with --storage"
+            ) from None
+        storage = str(journal)
     spec = StudySpec(
         scenario=base,
         space=space,
@@ -166,8 +189,10 @@ def optimize_cmd(
         # once per later trial (that was 45 000 judgements in 300 trials).
         judged: set[int] = set()
         best_value = [math.inf]
+        ran_here = [0]
 
         def on_trial(study: Study, trial: FrozenTrial) -> None:
+            ran_here[0] += 1
             done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
             best = ""
             if len(spec.objectives) == 1:
@@ -189,6 +214,13 @@ def optimize_cmd(
         f"study [bold]{spec.study_name}[/] in {storage}: {result.completed} completed trials, "
         f"{result.feasible} feasible"
     )
+    if ran_here[0] == 0 and jobs == 1:
+        # Resumed a finished study: say so, rather than show its old answer as new.
+        console.print(
+            f"[yellow]note: the study already held {result.completed} completed trials, so "
+            f"none ran now; --trials {trials + 100} searches 100 more, or choose another "
+            "--study-name[/]"
+        )
     if not result.best:
         raise ConfigError(
             "constraints: no trial met the memory budget and p99 SLO; "

@@ -36,6 +36,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -72,6 +73,7 @@ Callback = Callable[[Study, FrozenTrial], None]
 
 _SPEC_ATTR = "bootstorm:search"
 _SURPLUS_ATTR = "bootstorm:surplus"
+_SAMPLER_ATTR = "bootstorm:sampler"
 _RETRIES = 3
 _CLAIMS = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
 _POLL_S = 0.05
@@ -166,7 +168,7 @@ class StudySpec:
 
     def _default_name(self) -> str:
         s = self.scenario
-        return f"bootstorm-{s.cni}-{s.sandboxes}-{'-'.join(self.objectives)}"
+        return f"bootstorm-{s.cni}-{s.sandboxes}-{'-'.join(self.objectives)}-{self.sampler}"
 
     @property
     def directions(self) -> list[Literal["minimize"]]:
@@ -262,12 +264,23 @@ class StudySpec:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names(list(self.objectives))
+            study.set_user_attr(_SAMPLER_ATTR, self.sampler)
             study.set_user_attr(_SPEC_ATTR, mine)  # last: it says the study is set up
         elif theirs != mine:
             raise ConfigError(
                 f"study_name: study {self.study_name!r} in this storage is a different search "
                 "(another storm, space, objective or constraint); choose another --study-name"
             )
+        else:
+            # A study searched by another sampler would hand back that sampler's
+            # trials (all of them, once it holds enough) as if this one found them.
+            theirs_sampler = study.user_attrs.get(_SAMPLER_ATTR)
+            if theirs_sampler is not None and theirs_sampler != self.sampler:
+                raise ConfigError(
+                    f"sampler: study {self.study_name!r} in this storage was searched with "
+                    f"{theirs_sampler!r}, not {self.sampler!r}; choose another --study-name, "
+                    f"or --sampler {theirs_sampler} to resume it"
+                )
         return study
 
 
@@ -308,49 +321,118 @@ def run_worker(
         study = spec.open_study(worker=worker)
     params = space.parameters
 
-    def objective(trial: Trial) -> float | tuple[float, ...]:
+    def suggest(trial: Trial) -> TunedConfig:
         point = {n: trial.suggest_int(n, r.low, r.high, log=r.log) for n, r in params.items()}
-        metrics = evaluator.evaluate(space.config_of(point))
-        trial.set_user_attr("metrics", metrics.as_dict())
-        for name, excess in constraints.named_values(metrics).items():
-            trial.set_constraint(name, excess)
-        values = tuple(metrics.value(o) for o in objectives)
-        return values[0] if len(values) == 1 else values
+        return space.config_of(point)
+
+    def finish(running: _Running) -> None:
+        """Wait for ``running``'s simulation, tell the study, run the callbacks."""
+        with running.heartbeat:
+            try:
+                metrics = running.metrics.result()
+                trial = running.trial
+                trial.set_user_attr("metrics", metrics.as_dict())
+                for name, excess in constraints.named_values(metrics).items():
+                    trial.set_constraint(name, excess)
+                values = tuple(metrics.value(o) for o in objectives)
+            except BaseException:
+                study.tell(running.trial, state=TrialState.FAIL, skip_if_finished=True)
+                raise
+        frozen = study.tell(
+            running.trial, values[0] if len(values) == 1 else values, skip_if_finished=True
+        )
+        if frozen.state != TrialState.COMPLETE:
+            # Failed meanwhile by a worker that took this one for dead (its
+            # heartbeat late); the retry it queued runs the point again.
+            log.warning("trial %d was failed by another worker while it ran", frozen.number)
+            return
+        for callback in callbacks:
+            callback(study, frozen)
 
     # Which process runs a trial: several machines may share one study, and
     # a dead worker's trial is failed at once when it ran on this machine.
     host = f"{socket.gethostname()}:{os.getpid()}"
     tag = process_tag()
     seeded = False
-    while True:
-        _fail_abandoned(study)
-        trial = _claim(study, spec.trials)
-        if trial is None:
-            break
-        if not seeded:
-            # The number of this worker's first trial: no other worker has it.
-            study.sampler = spec.make_sampler(worker=trial.number)
-            seeded = True
-        with _heartbeat(study._storage, trial._trial_id):
-            # Named after its first heartbeat: a trial without a worker's name
-            # died before it had one (see _fail_abandoned).
-            trial.set_user_attr("worker", host)
-            if tag is not None:
-                study._storage.set_trial_system_attr(trial._trial_id, PROCESS_ATTR, tag)
-            try:
-                values = objective(trial)
-            except BaseException:
-                study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-                raise
-        frozen = study.tell(trial, values, skip_if_finished=True)
-        if frozen.state != TrialState.COMPLETE:
-            # Failed meanwhile by a worker that took this one for dead (its
-            # heartbeat late); the retry it queued runs the point again.
-            log.warning("trial %d was failed by another worker while it ran", trial.number)
-            continue
-        for callback in callbacks:
-            callback(study, frozen)
+    # One trial's simulation runs on a thread while this one has the sampler
+    # choose the next trial's point: the compiled kernel releases the GIL, so
+    # the two overlap on two cores. The order never depends on timing (a
+    # point is chosen with exactly the previous trial in flight, which is then
+    # told before the next simulation starts), so a seeded worker is
+    # reproducible, as with no overlap.
+    running: _Running | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bootstorm-trial") as pool:
+        try:
+            while True:
+                _fail_abandoned(study)
+                claimed = _claim(study, spec.trials, wait=running is None)
+                if claimed is _BUSY:
+                    # The study's last places are taken, one of them by our own
+                    # trial in flight: finish it before waiting on the others.
+                    assert running is not None
+                    finish(running)
+                    running = None
+                    continue
+                if claimed is None:
+                    break
+                assert isinstance(claimed, Trial)
+                trial = claimed
+                if not seeded:
+                    # The number of this worker's first trial: no other worker has it.
+                    study.sampler = spec.make_sampler(worker=trial.number)
+                    seeded = True
+                heartbeat = contextlib.ExitStack()
+                heartbeat.enter_context(_heartbeat(study._storage, trial._trial_id))
+                try:
+                    # Named after its first heartbeat: a trial without a worker's
+                    # name died before it had one (see _fail_abandoned).
+                    trial.set_user_attr("worker", host)
+                    if tag is not None:
+                        study._storage.set_trial_system_attr(trial._trial_id, PROCESS_ATTR, tag)
+                    config = suggest(trial)
+                except BaseException:
+                    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+                    heartbeat.close()
+                    raise
+                if running is not None:
+                    previous, running = running, None
+                    try:
+                        finish(previous)
+                    except BaseException:
+                        study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+                        heartbeat.close()
+                        raise
+                running = _Running(
+                    trial=trial,
+                    heartbeat=heartbeat,
+                    metrics=pool.submit(evaluator.evaluate, config),
+                )
+            if running is not None:
+                previous, running = running, None
+                finish(previous)
+        except BaseException:
+            if running is not None:  # not left RUNNING for the next worker to time out
+                running.metrics.cancel()
+                study.tell(running.trial, state=TrialState.FAIL, skip_if_finished=True)
+                running.heartbeat.close()
+            raise
     return study
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Running:
+    """A trial whose point is chosen and whose simulation runs on the pool's thread."""
+
+    trial: Trial
+    heartbeat: contextlib.ExitStack
+    metrics: Future[Metrics]
+
+
+class _Busy:
+    """:func:`_claim`'s answer when the study's last places are all taken."""
+
+
+_BUSY = _Busy()
 
 
 @contextlib.contextmanager
@@ -412,7 +494,7 @@ def _fail_abandoned(study: Study) -> None:
             retry(study, copy.deepcopy(storage.get_trial(t._trial_id)))
 
 
-def _claim(study: Study, total: int) -> Trial | None:
+def _claim(study: Study, total: int, *, wait: bool = True) -> Trial | _Busy | None:
     """The next trial this worker runs, or ``None`` once the study holds ``total`` completed.
 
     A trial counts against the total from the moment it is asked (queued
@@ -420,7 +502,8 @@ def _claim(study: Study, total: int) -> Trial | None:
     the same moment for the last place: trial numbers order them, and the
     later one, past the total, is failed at once as surplus, before it runs.
     While the last places are taken by trials running elsewhere, wait: one
-    of them may fail (its worker killed) and need this worker.
+    of them may fail (its worker killed) and need this worker; or, with
+    ``wait=False``, return ``_BUSY`` at once.
     """
     while True:
         trials = study.get_trials(deepcopy=False)
@@ -428,6 +511,8 @@ def _claim(study: Study, total: int) -> Trial | None:
             return None
         claims = sum(t.state in _CLAIMS for t in trials)
         if claims >= total and not any(t.state == TrialState.WAITING for t in trials):
+            if not wait:
+                return _BUSY
             time.sleep(_POLL_S)
             _fail_abandoned(study)
             continue

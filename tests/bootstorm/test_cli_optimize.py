@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,14 +15,20 @@ from bootstorm.cli import main
 from bootstorm.models import ConfigError, TunedConfig
 
 
-def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, state: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     code = "from bootstorm.cli import main; main()"
+    env = dict(os.environ)
+    if state is not None:
+        env["XDG_STATE_HOME"] = str(state)
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=cwd,
+        env=env,
     )
 
 
@@ -38,17 +45,21 @@ def test_optimize_writes_a_config_that_simulate_applies(tmp_path: Path) -> None:
         "--output",
         str(tmp_path / "tuned.yaml"),
         cwd=tmp_path,
+        state=tmp_path / "state",
     )
     assert out.returncode == 0, out.stderr
     assert "before / after" in out.stdout and "best config" in out.stdout
-    assert (tmp_path / "study.log").is_file()  # a journal file by default, in the working dir
+    # A journal file by default, in the user's state directory, not the working one.
+    journal = tmp_path / "state" / "bootstorm" / "studies.log"
+    assert journal.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state", "tuned.yaml"]
     config = TunedConfig.from_yaml(tmp_path / "tuned.yaml")
     assert set(config.limits) == {"AddCNI", "Cgroup", "AttachIf", "StartVM"}
     origin = config.origin
     assert origin is not None
     assert (origin.profile, origin.cni, origin.sandboxes) == ("paper-000", "ipvtap", 60)
-    assert origin.sampler == "tpe" and origin.storage == "study.log"
-    assert origin.study_name == "bootstorm-ipvtap-60-makespan"
+    assert origin.sampler == "tpe" and origin.storage == str(journal)
+    assert origin.study_name == "bootstorm-ipvtap-60-makespan-tpe"
     assert origin.trial_number is not None and origin.created_at is not None
 
     # The prediction in the file is what simulating the config gives (same seed, same bits).
@@ -65,15 +76,29 @@ def test_optimize_writes_a_config_that_simulate_applies(tmp_path: Path) -> None:
     by_path = simulate(Scenario(sandboxes=60, config=tmp_path / "tuned.yaml"))
     assert by_path.makespan_s == simulate(base.replace(config=config)).makespan_s
 
-    # Running the command again resumes the same study: nothing new to do.
+    # Running the command again resumes the same study: nothing new to do, and it says so.
     same = ("optimize", "--sandboxes", "60", "--trials", "12", "--memory-budget", "8GiB")
-    again = run_cli(*same, "--output", "again.yaml", cwd=tmp_path)
+    state = tmp_path / "state"
+    again = run_cli(*same, "--output", "again.yaml", cwd=tmp_path, state=state)
     assert again.returncode == 0, again.stderr
     assert "12 completed trials" in again.stdout
+    assert "already held 12 completed trials, so none ran now" in " ".join(again.stdout.split())
     # Another search under the same name is refused rather than mixed in.
-    other = run_cli("optimize", "--sandboxes", "60", "--trials", "12", cwd=tmp_path)
+    other = run_cli("optimize", "--sandboxes", "60", "--trials", "12", cwd=tmp_path, state=state)
     assert other.returncode == 2
     assert "is a different search" in other.stderr
+    # Another sampler gets its own study by default ...
+    name = "bootstorm-ipvtap-60-makespan-random"
+    rand = run_cli(*same, "--sampler", "random", "--trials", "3", cwd=tmp_path, state=state)
+    assert rand.returncode == 0, rand.stderr
+    assert f"study {name} in" in " ".join(rand.stdout.split())
+    # ... and is refused, with the way out, under the TPE study's name (it reprinted
+    # the TPE study's answer as its own).
+    named = ("--study-name", "bootstorm-ipvtap-60-makespan-tpe")
+    mixed = run_cli(*same, "--sampler", "random", *named, cwd=tmp_path, state=state)
+    assert mixed.returncode == 2
+    assert "was searched with 'tpe', not 'random'" in mixed.stderr
+    assert len(mixed.stderr.strip().splitlines()) == 1
 
 
 def test_config_overrides_the_scenario_key_by_key() -> None:

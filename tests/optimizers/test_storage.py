@@ -19,7 +19,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from bootstorm._cli_optimize import DEFAULT_STORAGE
+from bootstorm._cli_optimize import default_study_storage
 from bootstorm.models import Scenario
 from bootstorm.optimizers import (
     HeartbeatJournalStorage,
@@ -45,13 +45,17 @@ def _spec(storage: str | None, *, trials: int, name: str = "s") -> StudySpec:
     )
 
 
-def test_the_default_storage_is_a_journal_file() -> None:
-    assert "://" not in DEFAULT_STORAGE and DEFAULT_STORAGE.endswith(".log")
-    storage = _spec(DEFAULT_STORAGE, trials=1).make_storage()
-    try:
-        assert isinstance(storage, HeartbeatJournalStorage)
-    finally:
-        Path(DEFAULT_STORAGE).unlink(missing_ok=True)
+def test_the_default_storage_is_a_journal_file_in_the_state_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    path = default_study_storage()
+    assert path == tmp_path / "bootstorm" / "studies.log"
+    path.parent.mkdir()
+    storage = _spec(str(path), trials=1).make_storage()
+    assert isinstance(storage, HeartbeatJournalStorage)
+    monkeypatch.delenv("XDG_STATE_HOME")
+    assert default_study_storage() == Path.home() / ".local/state/bootstorm/studies.log"
 
 
 def test_a_journal_study_survives_reopening_and_resumes(tmp_path: Path) -> None:
