@@ -17,7 +17,7 @@ from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from . import models, simulator
-    from ._api import compare, dataplane_sweep, simulate
+    from ._api import compare, dataplane_sweep, recorded_trace, simulate
     from .models import (
         CNI_NAMES,
         ConfigError,
@@ -42,6 +42,7 @@ __all__ = [
     "load_profile",
     "models",
     "optimize",
+    "recorded_trace",
     "simulate",
     "simulator",
     "sweep",
@@ -59,6 +60,7 @@ _SOURCES: dict[str, str] = {
     "Result": ".simulator",
     "compare": "._api",
     "dataplane_sweep": "._api",
+    "recorded_trace": "._api",
     "simulate": "._api",
     "StudySpec": ".optimizers",
     "optimize": ".optimizers",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .models import compile_scenario
@@ -13,7 +14,25 @@ if TYPE_CHECKING:
     from .models import Profile, Scenario, SeedLike
     from .simulator import Result
 
-__all__ = ["compare", "dataplane_sweep", "simulate"]
+__all__ = ["compare", "dataplane_sweep", "recorded_trace", "simulate"]
+
+
+def recorded_trace(name: str) -> Any:
+    """A storm recorded on this project's testbed and installed with the
+    package (``traces/data/``): ``name`` is its path there without
+    ``.jsonl.gz`` ("testbed-veth-qemu-50", "heldout/baseline-run1"). Notebooks
+    read their data through this, so that they run from an install, not only
+    from a checkout. Returns the parsed :class:`~bootstorm.traces.Trace`."""
+    from importlib.resources import files
+
+    from .models import ConfigError
+    from .traces import read_trace
+
+    data = files("bootstorm.traces").joinpath("data")
+    path = data.joinpath(*f"{name}.jsonl.gz".split("/"))
+    if ".." in name.split("/") or not path.is_file():
+        raise ConfigError(f"name: no recorded trace {name!r} installed with bootstorm")
+    return read_trace(Path(str(path)))
 
 
 def simulate(

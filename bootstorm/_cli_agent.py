@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ._io import terminal_console
 from .models import ConfigError
 
 if TYPE_CHECKING:
@@ -28,8 +29,14 @@ __all__ = ["TOKEN_ENV", "register"]
 #: Environment variable holding the agent's bearer token when no file is given.
 TOKEN_ENV = "BOOTSTORM_AGENT_TOKEN"
 
-agent_app = typer.Typer(help="The node agent: stage permits, device pools, tuned config.")
-config_app = typer.Typer(help="Tuned configs on nodes.")
+agent_app = typer.Typer(
+    help="The node agent: stage permits, device pools, tuned config.",
+    add_completion=False,
+    rich_markup_mode=None,
+)
+config_app = typer.Typer(
+    help="Tuned configs on nodes.", add_completion=False, rich_markup_mode=None
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -39,8 +46,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=140)
+    return terminal_console()
 
 
 def _private_file(path: Path, *, field: str) -> None:
@@ -220,7 +226,8 @@ def push_cmd(
     results = push_config(inventory, tuned, timeout_s=timeout_s)
     table = Table(title=f"{config} → {len(results)} nodes")
     for column in ("node", "url", "result", "status", "generation", "detail"):
-        table.add_column(column)
+        # A URL or a refusal's reason folds in a narrow terminal; never cut to "…".
+        table.add_column(column, overflow="fold")
     for r in results:
         table.add_row(
             r.node,

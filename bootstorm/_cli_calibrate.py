@@ -17,12 +17,113 @@ from ._io import write_atomically
 from .models import ConfigError, Profile
 
 __all__ = [
+    "DEFAULT_CHECK_SEEDS",
+    "calibrate_check",
     "calibrate_plan",
     "calibrate_traces",
     "identification_summary",
     "load_measured",
     "run_plan",
 ]
+
+
+#: ``calibrate --check --seeds``' default: ten seeds no paper fit uses.
+DEFAULT_CHECK_SEEDS = "1001-1010"
+
+_STATUS_COLOUR = {"pass": "green", "known miss": "yellow", "MISS": "red", "untestable": "magenta"}
+
+
+def calibrate_check(
+    targets: str,
+    *,
+    seeds: str = DEFAULT_CHECK_SEEDS,
+    executor: str = "compiled",
+    console: Console | None = None,
+    as_json: bool = False,
+) -> int:
+    """``bootstorm calibrate --check [--seeds 1001-1010]``: every row of the
+    built-in profile ``targets`` at each seed, judged on the mean over the
+    seeds, with the spread across seeds and each row's kind (fit, predict,
+    identity, mechanism). Returns the exit status: 1 when a row misses that
+    ``KNOWN_MISSES`` does not name, else 0."""
+    from .calibration import TARGET_SETS
+    from .calibration.check import check_profile, parse_seeds
+
+    if targets not in TARGET_SETS:
+        known = ", ".join(TARGET_SETS)
+        raise ConfigError(f"targets: unknown target set {targets!r}; known: {known}")
+    try:
+        seed_list = parse_seeds(seeds)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    console = console or _console()
+    with console.status(f"checking {targets} at {len(seed_list)} seed(s) …"):
+        checks = check_profile(targets, seeds=seed_list, executor=executor)
+    unexpected = [c for c in checks if c.status == "MISS"]
+    if as_json:
+        import json
+
+        rows = [
+            {
+                "key": c.row.key,
+                "kind": c.row.kind,
+                "label": c.row.label,
+                "paper": c.row.value,
+                "model_mean": c.mean,
+                "per_seed": list(c.per_seed),
+                "rel_error": c.rel_error,
+                "seed_sd_rel": c.seed_sd_rel,
+                "se_rel": c.se_rel,
+                "tolerance_rel": c.row.tolerance_rel,
+                "status": c.status,
+            }
+            for c in checks
+        ]
+        sys.stdout.write(json.dumps({"targets": targets, "seeds": seed_list, "rows": rows}) + "\n")
+        return 1 if unexpected else 0
+    span = f"{seed_list[0]}-{seed_list[-1]}" if len(seed_list) > 1 else str(seed_list[0])
+    t = Table(
+        title=f"{targets}: mean of {len(seed_list)} seed(s) ({span}) against the papers",
+        title_justify="left",
+    )
+    for col in (
+        "row",
+        "kind",
+        "target",
+        "paper",
+        "model (mean)",
+        "seeds min…max",
+        "error",
+        "± se",
+        "tolerance",
+        "status",
+    ):
+        t.add_column(col, justify="left" if col in ("row", "kind", "target", "status") else "right")
+    for c in checks:
+        lo, hi = c.spread
+        tol = c.row.tolerance_rel
+        t.add_row(
+            c.row.key,
+            c.row.kind,
+            escape(c.row.label),
+            f"{c.row.value:,.4g}",
+            f"{c.mean:,.4g}",
+            f"{lo:,.4g}…{hi:,.4g}",
+            f"{c.rel_error:+.1%}",
+            f"{c.se_rel:.1%}",
+            f"≥ −{tol:.0%}"
+            if c.row.at_least
+            else (f"±{tol:.0%} of 1−x" if c.row.complement else f"±{tol:.0%}"),
+            f"[{_STATUS_COLOUR[c.status]}]{c.status}[/]",
+        )
+    console.print(t)
+    if unexpected:
+        console.print(
+            "[red]unexpected misses (not in KNOWN_MISSES): "
+            + ", ".join(f"{c.row.key} {escape(c.row.label)}" for c in unexpected)
+            + "[/]"
+        )
+    return 1 if unexpected else 0
 
 
 def _console() -> Console:

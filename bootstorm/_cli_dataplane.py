@@ -7,8 +7,9 @@ import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from ._io import terminal_console
 
 # The model loads when a command runs, not when the CLI is built (`--help`).
 from .models import ConfigError
@@ -56,22 +57,32 @@ def background_summary(scenario: Scenario) -> dict[str, object] | None:
 
 def dataplane_table(title: str, results: list[DataplaneResult]) -> Table:
     """One row per traffic load: throughput, CPU by kind, IRQ and softirq rates."""
-    t = Table(title=title, title_justify="left")
-    cols = (
-        "flows",
-        "ceiling/flow Gbps",
-        "per flow Gbps",
-        "aggregate Gbps",
-        "spread",
-        "irq cores",
-        "softirq cores",
-        "system cores",
-        "user cores",
-        "IRQ/s",
-        "softirq/s",
+    from rich import box
+
+    # Headers over lines of at most 8 characters, numbers that never wrap and
+    # one space between columns: eleven columns fit 80 (a pipe's width).
+    t = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=0,
+        collapse_padding=True,
     )
-    for col in cols:
-        t.add_column(col, justify="right")
+    for col in (
+        "flows",
+        "ceiling\nper flow\nGbps",
+        "per\nflow\nGbps",
+        "total\nGbps",
+        "spread",
+        "irq\ncores",
+        "softirq\ncores",
+        "system\ncores",
+        "user\ncores",
+        "IRQ\nper s",
+        "softirq\nper s",
+    ):
+        t.add_column(col, justify="right", no_wrap=True)
     for r in results:
         t.add_row(
             str(r.traffic.flows),
@@ -138,8 +149,6 @@ def dataplane_cmd(
                 json.dumps({"profile": prof.name, **r.to_dict(), "caveats": known}) + "\n"
             )
         return
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
+    console = terminal_console()
     console.print(dataplane_table(f"{path} {proto} on {prof.name}", results))
     print_caution(console, *(r.traffic for r in results))

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
-from ._io import write_atomically
+from ._io import terminal_console, write_atomically
 from ._options import EXECUTOR_OPTION
 from ._units import parse_int_list, parse_mib, parse_seconds
 from .models import ConfigError
@@ -25,14 +24,12 @@ from .simulator import ExecutorName
 if TYPE_CHECKING:
     from optuna.study import Study
     from optuna.trial import FrozenTrial
+    from rich.console import Console
 
     from .models import Scenario, TunedConfig
 
 __all__ = ["optimize_cmd"]
 
-console = Console()
-if not console.is_terminal:
-    console = Console(width=140)
 
 DEFAULT_STORAGE = "default"
 """``--storage``'s default: the Optuna journal file :func:`default_study_storage`
@@ -115,6 +112,7 @@ def optimize_cmd(
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
 ) -> None:
     """Search per-stage concurrency limits (and pool sizes) that shorten the storm."""
+    console = terminal_console()
     import optuna
     from rich.progress import (
         BarColumn,

@@ -9,19 +9,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from ._io import check_output_path
+from ._io import check_output_path, terminal_console
 from ._options import EXECUTOR_OPTION
 from ._units import parse_int_list
 from .models import ConfigError
 from .simulator import ExecutorName
 
 __all__ = ["sweep_cmd"]
-
-console = Console()
-if not console.is_terminal:
-    console = Console(width=160)
 
 
 #: Most points in one sweep. Each is a storm (~0.1-1 s compiled at 400
@@ -85,6 +80,7 @@ def sweep_cmd(
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
 ) -> None:
     """Run a what-if grid in parallel on Dask and print one row per point."""
+    console = terminal_console()
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,

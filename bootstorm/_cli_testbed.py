@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ._io import terminal_console
 from .models import ConfigError
 
 if TYPE_CHECKING:
@@ -28,12 +29,13 @@ testbed_app = typer.Typer(
     name="testbed",
     help="Real boot storms on this host (root): netns, veth, cgroup, tap + tc, microVM.",
     no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
 )
 
 
 def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=120)
+    return terminal_console()
 
 
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
@@ -194,7 +196,8 @@ def run_cmd(
     from pydantic import ValidationError
 
     from .models import TunedConfig
-    from .traces import write_chrome_trace, write_trace
+    from .traces import write_trace
+    from .validation.recording import write_chrome_trace
     from .validation.testbed import StormOptions, summarize
 
     console = _console()
@@ -296,7 +299,8 @@ def chrome_cmd(
     """Open a recorded storm (and, with --simulate, a simulated one) in ui.perfetto.dev."""
     from ._api import simulate
     from .models import Scenario
-    from .traces import TraceFormatError, read_trace, write_chrome_trace
+    from .traces import TraceFormatError, read_trace
+    from .validation.recording import write_chrome_trace
 
     try:
         measured = read_trace(trace)

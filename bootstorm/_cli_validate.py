@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._io import shown_name
+from ._io import shown_name, terminal_console
 from .models import ConfigError, Profile, TunedConfig
 from .models._errors import format_validation_error
 
@@ -35,8 +35,7 @@ __all__ = [
 
 
 def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=140)
+    return terminal_console()
 
 
 def validate_storm(
@@ -538,7 +537,11 @@ def _report_candidates(
             "rank\npredicted",
         )
         for col in columns:
-            table.add_column(col, justify="left" if col in columns[:3] else "right")
+            # Names fold onto a second line in a narrow terminal; never cut to "bas…".
+            if col in columns[:3]:
+                table.add_column(col, justify="left", overflow="fold", min_width=8)
+            else:
+                table.add_column(col, justify="right")
         for r in records:
             color = "red" if r["name"] in failed else "green"
             table.add_row(

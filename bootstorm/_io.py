@@ -1,14 +1,30 @@
-"""Files written whole or not at all."""
+"""Files written whole or not at all; the one console every command prints to."""
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .models import ConfigError
 
-__all__ = ["check_output_path", "shown_name", "shown_text", "write_atomically"]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["check_output_path", "shown_name", "shown_text", "terminal_console", "write_atomically"]
+
+
+@functools.cache
+def terminal_console() -> Console:
+    """The console every command prints to. Piped or captured output takes
+    ``$COLUMNS``, or 80 columns as a terminal would (it was widened to 120-160,
+    which wrapped every line of a table in an 80-column pager or CI log);
+    tables fold their headers to fit."""
+    from rich.console import Console
+
+    return Console()
 
 
 def write_atomically(path: str | Path, text: str) -> None:

@@ -6,6 +6,7 @@ exit code 2; no traceback.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
@@ -13,43 +14,112 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+from typer.core import TyperGroup
 
-from ._cli_agent import register as register_agent_commands
-from ._cli_dataplane import background_summary, dataplane_cmd
-from ._cli_optimize import optimize_cmd
-from ._cli_sweep import sweep_cmd
-from ._cli_testbed import testbed_app
-from ._io import check_output_path, shown_name, shown_text, write_atomically
+from ._io import check_output_path, shown_name, shown_text, terminal_console, write_atomically
 from ._options import EXECUTOR_OPTION, RUNTIME_OPTION, RuntimeName
 from .models import ConfigError
 from .simulator import ExecutorName
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from typer import _click as click  # typer's vendored click
+
     from .models import Scenario
 
 __all__ = ["app", "main"]
 
+#: Commands whose modules load only when they run or show their own help
+#: (`bootstorm --help` stays under 0.3 s): name -> (module, attribute, short help).
+#: An attribute ending in ``_app`` is a command group (a typer app).
+_LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "optimize": (
+        "._cli_optimize",
+        "optimize_cmd",
+        "Search per-stage limits (and pool sizes) that shorten the storm; write tuned.yaml.",
+    ),
+    "sweep": ("._cli_sweep", "sweep_cmd", "Run a what-if grid in parallel on Dask."),
+    "dataplane": (
+        "._cli_dataplane",
+        "dataplane_cmd",
+        "Per-flow throughput ceiling, aggregate throughput, CPU and IRQ/softirq rates.",
+    ),
+    "testbed": ("._cli_testbed", "testbed_app", "Real boot storms on this host (root)."),
+    "agent": (
+        "._cli_agent",
+        "agent_app",
+        "The node agent: stage permits, device pools, tuned config.",
+    ),
+    "config": ("._cli_agent", "config_app", "Tuned configs on nodes."),
+}
+
+
+def _load_command(name: str) -> click.Command:
+    module_name, attribute, short_help = _LAZY_COMMANDS[name]
+    target = getattr(importlib.import_module(module_name, __package__), attribute)
+    command: click.Command
+    if isinstance(target, typer.Typer):
+        target.rich_markup_mode = None  # the plain help of the main app
+        # A group even with one subcommand (`agent serve`, `config push`):
+        # get_command would collapse a one-command app into that command.
+        command = typer.main.get_group(target)
+    else:
+        holder = typer.Typer(rich_markup_mode=None, add_completion=False)
+        holder.command(name)(target)
+        command = typer.main.get_command(holder)
+    command.name = name
+    command.short_help = short_help
+    return command
+
+
+class _LazyGroup(TyperGroup):
+    """The main app's group: the commands of :data:`_LAZY_COMMANDS` are
+    listed from the table and imported only when one of them is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *(n for n in _LAZY_COMMANDS if n not in self.commands)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _LAZY_COMMANDS and cmd_name not in self.commands:
+            self.add_command(_load_command(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [
+            (name, self.commands[name].get_short_help_str(limit=formatter.width - 18))
+            for name in super().list_commands(ctx)
+            if not self.commands[name].hidden
+        ]
+        rows += [(n, h) for n, (_, _, h) in _LAZY_COMMANDS.items() if n not in self.commands]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _console() -> Console:
+    return terminal_console()
+
+
 app = typer.Typer(
+    cls=_LazyGroup,
     name="bootstorm",
     help="Predict and shorten boot storms of secure containers.",
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Click's plain help: typer's rich help imports rich.markdown and
+    # rich.traceback (0.1 s of `bootstorm --help`'s 0.3 s budget).
+    rich_markup_mode=None,
+    # Every option's default in its help, even where it is the scenario's.
+    context_settings={"show_default": True, "max_content_width": 100},
 )
-app.add_typer(testbed_app)
-console = Console()
-if not console.is_terminal:  # piped or captured: don't squeeze tables into 80 columns
-    console = Console(width=140)
 log = logging.getLogger("bootstorm")
-register_agent_commands(app)  # `agent serve`, `config push` (bootstorm/_cli_agent.py)
 
 
-#: ``demo --sandboxes``: the demo runs its storms on SimPy and searches on
-#: them (400 sandboxes: about a minute); a larger storm is for `simulate`
-#: and `optimize`, which take the compiled executor.
+#: ``demo --sandboxes``: the demo records its tuned storm on SimPy for the
+#: report (400 sandboxes: a second or two); a larger storm is for `simulate`
+#: and `optimize`.
 MAX_DEMO_SANDBOXES = 10_000
-#: ``demo --trials``: the demo is a quick look (40 trials, seconds); a search
+#: ``demo --trials``: the demo is a quick look (50 trials, seconds); a search
 #: of thousands is ``bootstorm optimize``, which keeps its study.
 MAX_DEMO_TRIALS = 1_000
 #: ``calibrate --max-evaluations``: the fits converge in 100-200 (the
@@ -58,6 +128,29 @@ MAX_FIT_EVALUATIONS = 10_000
 #: ``calibrate --bootstrap``: a percentile interval wants ~1 000 resamples
 #: (Efron and Tibshirani, 1993, §13.3); each is a refit of the storm.
 MAX_BOOTSTRAP = 1_000
+
+
+#: The default scenario's values, shown in ``simulate --help`` (its options
+#: default to "not given", so that a scenario file's values stand);
+#: tests/bootstorm/test_cli.py holds them equal to ``Scenario()``'s.
+SCENARIO_DEFAULTS: dict[str, object] = {
+    "cni": "ipvtap",
+    "sandboxes": 400,
+    "profile": "paper-000",
+    "seed": 0,
+    "qos_rules": 0,
+    "sg_rules": 0,
+    "tenants": 1,
+    "memory_mib": 512,
+    "background_flows": 0,
+    "flow_gbps": 1.0,
+}
+
+
+def _default(field_or_text: str) -> str:
+    """`` [default: X]`` for a help text: a scenario field's default, or the text."""
+    shown = SCENARIO_DEFAULTS.get(field_or_text, field_or_text)
+    return f"  [default: {shown}]"
 
 
 def _pairs(field: str, items: list[str] | None) -> dict[str, int]:
@@ -100,46 +193,112 @@ def simulate_cmd(
             help="no-network, veth, ipvlan, macvlan, ipvtap, macvtap, tc-routing, vhost-user, "
             "ebpf; SR-IOV (profile paper-001): sriov-vanilla, fastiov, fastiov-no-lock, "
             "fastiov-sync-vf, fastiov-no-skip, fastiov-eager-zero, prezero-10/50/100"
+            + _default("cni"),
         ),
     ] = None,
-    sandboxes: Annotated[int | None, typer.Option(help="Sandboxes started at once.")] = None,
-    profile: Annotated[
-        str | None, typer.Option(help="Calibration profile name or YAML path.")
+    sandboxes: Annotated[
+        int | None,
+        typer.Option(
+            help="Sandboxes started at once." + _default("sandboxes"),
+        ),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of the service-time stream.")] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Calibration profile name or YAML path." + _default("profile"),
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of the service-time stream." + _default("seed"),
+        ),
+    ] = None,
     pool: Annotated[
         list[str] | None,
-        typer.Option(help="Pre-created devices, KIND=COUNT (netns, vport, ipvtap...)."),
+        typer.Option(
+            help="Pre-created devices, KIND=COUNT (netns, vport, ipvtap...)."
+            + _default("no pools"),
+        ),
     ] = None,
     limit: Annotated[
-        list[str] | None, typer.Option(help="Per-stage concurrency limit, STAGE=K.")
+        list[str] | None,
+        typer.Option(
+            help="Per-stage concurrency limit, STAGE=K." + _default("no limits"),
+        ),
     ] = None,
     rtnl_priority: Annotated[
-        list[str] | None, typer.Option(help="RTNL grant priority, STAGE=P (lower first).")
+        list[str] | None,
+        typer.Option(
+            help="RTNL grant priority, STAGE=P (lower first)." + _default("FIFO"),
+        ),
     ] = None,
-    qos_rules: Annotated[int | None, typer.Option(help="QoS rules per vPort.")] = None,
-    sg_rules: Annotated[int | None, typer.Option(help="Security-group rules per pod.")] = None,
+    qos_rules: Annotated[
+        int | None,
+        typer.Option(
+            help="QoS rules per vPort." + _default("qos_rules"),
+        ),
+    ] = None,
+    sg_rules: Annotated[
+        int | None,
+        typer.Option(
+            help="Security-group rules per pod." + _default("sg_rules"),
+        ),
+    ] = None,
     tenants: Annotated[
-        int | None, typer.Option(help="Tenants the sandboxes are spread over.")
+        int | None,
+        typer.Option(
+            help="Tenants the sandboxes are spread over." + _default("tenants"),
+        ),
     ] = None,
-    memory_mib: Annotated[int | None, typer.Option(help="Guest memory per sandbox, MiB.")] = None,
-    cores: Annotated[int | None, typer.Option(help="Override the profile's core count.")] = None,
+    memory_mib: Annotated[
+        int | None,
+        typer.Option(
+            help="Guest memory per sandbox, MiB." + _default("memory_mib"),
+        ),
+    ] = None,
+    cores: Annotated[
+        int | None,
+        typer.Option(
+            help="Override the profile's core count." + _default("the profile's"),
+        ),
+    ] = None,
     vcpus: Annotated[
-        float | None, typer.Option(help="vCPUs (CPU quota in cores) per sandbox.")
+        float | None,
+        typer.Option(
+            help="vCPUs (CPU quota in cores) per sandbox." + _default("the profile's"),
+        ),
     ] = None,
     nic_vfs: Annotated[
-        int | None, typer.Option(help="VFs of the SR-IOV NIC (one per sandbox).")
+        int | None,
+        typer.Option(
+            help="VFs of the SR-IOV NIC (one per sandbox)." + _default("the profile's"),
+        ),
     ] = None,
     hugepages: Annotated[
         bool | None,
-        typer.Option("--hugepages/--no-hugepages", help="Guest memory on hugepages (SR-IOV)."),
+        typer.Option(
+            "--hugepages/--no-hugepages",
+            help="Guest memory on hugepages (SR-IOV)." + _default("the profile's"),
+        ),
     ] = None,
     background_flows: Annotated[
-        int | None, typer.Option(help="Flows of traffic received during the storm.")
+        int | None,
+        typer.Option(
+            help="Flows of traffic received during the storm." + _default("background_flows"),
+        ),
     ] = None,
-    flow_gbps: Annotated[float | None, typer.Option(help="Offered Gbps per flow.")] = None,
+    flow_gbps: Annotated[
+        float | None,
+        typer.Option(
+            help="Offered Gbps per flow." + _default("flow_gbps"),
+        ),
+    ] = None,
     background_path: Annotated[
-        str | None, typer.Option(help="Their data path (default: the CNI's).")
+        str | None,
+        typer.Option(
+            help="Their data path." + _default("the CNI's"),
+        ),
     ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
@@ -151,12 +310,21 @@ def simulate_cmd(
         Path | None,
         typer.Option(help="Apply a tuned config (bootstorm optimize --output); it overrides."),
     ] = None,
-    executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "simpy",
+    executor: Annotated[
+        ExecutorName | None,
+        typer.Option(
+            help="What runs the simulation: compiled (numba), simpy (the reference) or "
+            "python; all three give the same numbers."
+            + _default("compiled; simpy with --trace, the only one that records spans"),
+        ),
+    ] = None,
 ) -> None:
-    """Simulate one boot storm and print its makespan, stages, locks and CPU."""
+    """Simulate one boot storm and print its makespan, stages, locks and CPU.
+
+    The defaults are the default scenario's; options override a scenario file.
+    """
     from ._api import simulate
     from ._render import print_identification, result_tables
-    from .calibration import caveats
     from .calibration.identify import identification_of, whatif_cautions
     from .models import load_profile
 
@@ -185,17 +353,24 @@ def simulate_cmd(
     )
     if config is not None:
         scenario = scenario.replace(config=config)
+    if executor is None:
+        # As every other command: the compiled executor, unless spans are asked for.
+        executor = "simpy" if trace is not None else "compiled"
     result = simulate(scenario, record=trace is not None, executor=executor)
     if trace is not None:
         from .simulator.trace_export import write_chrome_trace
 
         assert result.recording is not None
         write_chrome_trace(result.recording, trace, title=f"{scenario.sandboxes} x {scenario.cni}")
+    from ._cli_dataplane import background_summary
+
     background = background_summary(scenario)
     if as_json:
         payload = {"scenario": scenario.model_dump(mode="json"), **result.to_dict()}
         payload["startup_s"] = {k: payload["startup_s"][k] for k in ("mean", "p50", "p99", "max")}
-        payload["caveats"] = [m.to_dict() for m in caveats(scenario)]
+        from ._render import caveats_for
+
+        payload["caveats"] = [m.to_dict() for m in caveats_for(scenario, result)[0]]
         payload["unidentified"] = [
             c.to_dict() for c in whatif_cautions(scenario, base=result, executor=executor)
         ]
@@ -204,16 +379,16 @@ def simulate_cmd(
             payload["background"] = background
         sys.stdout.write(json.dumps(payload) + "\n")
         return
-    console.print(result_tables(scenario, result))
-    print_identification(console, scenario, result=result)
+    _console().print(result_tables(scenario, result))
+    print_identification(_console(), scenario, result=result)
     if background is not None:
-        console.print(
+        _console().print(
             f"background traffic on {background['path']}: {background['delivered_gbps']:.1f} Gbps "
             f"delivered, {background['cores_taken']:.2f} cores taken from the storm "
             f"({background['softirq_cores']:.2f} by IRQs and softirqs)"
         )
     if trace is not None:
-        console.print(f"trace written to [bold]{trace}[/] — open it in https://ui.perfetto.dev")
+        _console().print(f"trace written to [bold]{trace}[/] — open it in https://ui.perfetto.dev")
 
 
 @app.command()
@@ -222,9 +397,10 @@ def demo(
         int, typer.Option(min=1, max=MAX_DEMO_SANDBOXES, help="Sandboxes in the storm.")
     ] = 400,
     trials: Annotated[
-        # A quick look: 40 trials take seconds; a real search is `bootstorm optimize`.
+        # A quick look: 50 trials (bootstorm._cli_demo.DEMO_TRIALS, the S0-9
+        # reference search) take seconds; a real search is `bootstorm optimize`.
         int, typer.Option(min=1, max=MAX_DEMO_TRIALS, help="Trials of the limit search.")
-    ] = 40,
+    ] = 50,
     output_dir: Annotated[Path, typer.Option(help="Where tuned.yaml and report.html go.")] = Path(
         "."
     ),
@@ -234,7 +410,7 @@ def demo(
     small search for per-stage limits; writes tuned.yaml and report.html."""
     from ._cli_demo import run_demo
 
-    run_demo(console, sandboxes=sandboxes, trials=trials, output_dir=output_dir, report=report)
+    run_demo(_console(), sandboxes=sandboxes, trials=trials, output_dir=output_dir, report=report)
 
 
 @app.command()
@@ -247,8 +423,19 @@ def calibrate(
     ] = False,
     output: Annotated[Path | None, typer.Option(help="Write the fitted profile here.")] = None,
     check_only: Annotated[
-        bool, typer.Option("--check", help="Only print the error table of the current profile.")
+        bool,
+        typer.Option(
+            "--check",
+            help="Check the built-in profile against every row of its paper on unseen seeds: "
+            "kind, mean, seed spread, pass/miss; exit 1 on a miss not known.",
+        ),
     ] = False,
+    seeds: Annotated[
+        str,
+        typer.Option(
+            help="With --check: seeds to average over, e.g. 1001-1010 (none used by the fit)."
+        ),
+    ] = "1001-1010",
     max_evaluations: Annotated[
         int,
         typer.Option(min=1, max=MAX_FIT_EVALUATIONS, help="Budget of objective evaluations."),
@@ -315,7 +502,8 @@ def calibrate(
     ] = False,
     vm: Annotated[bool, typer.Option(help="With --plan: QEMU microVMs in StartVM.")] = True,
     as_json: Annotated[
-        bool, typer.Option("--json", help="With --trace: one JSON object instead of tables.")
+        bool,
+        typer.Option("--json", help="With --trace or --check: one JSON object instead of tables."),
     ] = False,
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
     runtime: Annotated[RuntimeName, RUNTIME_OPTION] = "cni",
@@ -360,18 +548,21 @@ def calibrate(
         )
         return
     from ._render import fit_spread, target_table
-    from .calibration import TARGET_SETS, check_targets
-    from .models import load_profile
+    from .calibration import TARGET_SETS
 
     if targets not in TARGET_SETS:
         known = ", ".join(TARGET_SETS)
         raise ConfigError(f"targets: unknown target set {targets!r}; known: {known}")
     target_set = TARGET_SETS[targets]
     if check_only:
-        checks = check_targets(target_set.rows, load_profile(targets), executor=executor)
-        console.print(target_table(f"{targets} against its fit rows", checks))
-        return
-    with console.status(f"fitting {targets} …") as status:
+        from ._cli_calibrate import calibrate_check
+
+        raise typer.Exit(
+            calibrate_check(
+                targets, seeds=seeds, executor=executor, console=_console(), as_json=as_json
+            )
+        )
+    with _console().status(f"fitting {targets} …") as status:
         report = target_set.fit(
             max_evaluations=max_evaluations,
             executor=executor,
@@ -379,8 +570,10 @@ def calibrate(
                 f"fitting {targets} … evaluation {n}, cost {cost:.4g}"
             ),
         )
-    console.print(target_table(f"{targets} fit ({report.evaluations} evaluations)", report.checks))
-    console.print(fit_spread(report))
+    _console().print(
+        target_table(f"{targets} fit ({report.evaluations} evaluations)", report.checks)
+    )
+    _console().print(fit_spread(report))
     text = report.profile.to_yaml()
     destinations = [output] if output is not None else []
     if write:
@@ -389,15 +582,12 @@ def calibrate(
         )
     for dest in destinations:
         write_atomically(dest, text)
-        console.print(f"profile written to [bold]{dest}[/]")
+        _console().print(f"profile written to [bold]{dest}[/]")
     for miss in report.misses:
         how = "fitted" if miss.target.weight > 0 else "not fitted (see its comment in calibration/)"
-        console.print(f"[yellow]outside ±5%: {miss.target.id} {miss.target.label} ({how})[/]")
+        _console().print(f"[yellow]outside ±5%: {miss.target.id} {miss.target.label} ({how})[/]")
     if not report.all_within:
         raise typer.Exit(1)
-
-
-app.command("dataplane")(dataplane_cmd)
 
 
 @app.command()
@@ -406,7 +596,8 @@ def report(
         str | None,
         typer.Argument(
             help="A scenario YAML (simulated), a trace (.jsonl[.gz], measured or simulated), "
-            "or a study: its journal file (study.log, optimize's default) or an Optuna "
+            "or a study: its journal file (optimize's default: "
+            "~/.local/state/bootstorm/studies.log, with --study-name) or an Optuna "
             "storage URL (sqlite:///study.db, postgresql://...). "
             "Default: the scenario the options describe."
         ),
@@ -424,6 +615,7 @@ def report(
     """Write one self-contained HTML report (opens offline): timeline, stage
     breakdown, locks, CPU; for a study, its history and Pareto front."""
     from ._api import simulate
+    from ._render import caveats_for
     from .calibration import caveats
     from .calibration.identify import whatif_cautions
     from .report import write_report
@@ -438,8 +630,17 @@ def report(
 
         if "://" not in source and not Path(source).is_file():
             raise ConfigError(f"source: no study journal at {source!r}")
+        storage = open_storage(source)
+        if study_name is None:
+            names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+            if len(names) > 1:
+                shown = ", ".join(sorted(names)[:10]) + (" ..." if len(names) > 10 else "")
+                raise ConfigError(
+                    f"study_name: {source} holds {len(names)} studies; name one with "
+                    f"--study-name ({shown})"
+                )
         try:
-            study = optuna.load_study(study_name=study_name, storage=open_storage(source))
+            study = optuna.load_study(study_name=study_name, storage=storage)
         except (KeyError, ValueError) as exc:
             raise ConfigError(
                 f"study: cannot load {study_name or '(the only study)'} from {source}: {exc}"
@@ -454,7 +655,8 @@ def report(
             "caveats": caveats(searched) if searched is not None else (),
         }
     elif source is not None and source.endswith((".jsonl", ".jsonl.gz")):
-        from .traces import read_trace, to_recording
+        from .traces import read_trace
+        from .validation.recording import to_recording
 
         trace = read_trace(Path(source))
         h = trace.header
@@ -475,11 +677,11 @@ def report(
         kw = {
             "recording": result.recording,
             "result": result,
-            "caveats": caveats(scenario),
+            "caveats": caveats_for(scenario, result)[0],
             "unidentified": whatif_cautions(scenario, base=result),
         }
     write_report(output, title=title, **kw)
-    console.print(f"report written to [bold]{output}[/] (self-contained; open it in a browser)")
+    _console().print(f"report written to [bold]{output}[/] (self-contained; open it in a browser)")
 
 
 @app.command()
@@ -691,7 +893,7 @@ def tune(
         trace_dir=trace_dir,
         report=report,
         vm=vm,
-        console=console,
+        console=_console(),
         runtime=runtime,
     )
 
@@ -702,18 +904,14 @@ def profiles() -> None:
     from .models import available_profiles
 
     for name in available_profiles():
-        console.print(name)
-
-
-app.command("optimize")(optimize_cmd)
-app.command("sweep")(sweep_cmd)
+        _console().print(name)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning bad input into one line and exit 2."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     command = typer.main.get_command(app)
-    from .simulator import ProgramError
+    from .simulator import DeadlockError, ProgramError
     from .traces import TraceFormatError
 
     try:
@@ -723,6 +921,11 @@ def main(argv: list[str] | None = None) -> None:
         for line in str(exc).splitlines():
             sys.stderr.write(f"error: {line}\n")
         raise SystemExit(2) from None
+    except DeadlockError as exc:
+        # Sandboxes left waiting forever: a config whose limits and pools cannot
+        # all be met, or a model bug. Say which sandboxes, in one line, exit 1.
+        sys.stderr.write(f"error: the simulated storm deadlocked: {exc}\n")
+        raise SystemExit(1) from None
     except MemoryError:
         # The storm was sized before it was built (compile_scenario); this is
         # what the estimate did not see (another process took the memory).

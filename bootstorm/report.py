@@ -35,7 +35,9 @@ __all__ = [
     "breakdown_figure",
     "cpu_figure",
     "dataplane_figure",
+    "limit_wait_row",
     "lock_figure",
+    "lock_table_html",
     "report_html",
     "stage_comparison_figure",
     "study_figures",
@@ -105,16 +107,24 @@ def timeline_figure(recording: Recording, *, max_rows: int = MAX_TIMELINE_ROWS) 
 def _stage_table(
     recording: Recording, result: Result | None
 ) -> list[tuple[str, float, float | None, float | None]]:
-    """(stage, mean s, share of mean, share of the p99 tail)."""
+    """(stage, mean s, share of mean, share of the p99 tail); with per-stage
+    limits, the time spent waiting for admission is a row of its own, so the
+    shares add up to the whole startup."""
     if result is not None:
-        return [(name, st.mean_s, st.mean_share, st.p99_share) for name, st in result.steps.items()]
+        rows: list[tuple[str, float, float | None, float | None]] = [
+            (name, st.mean_s, st.mean_share, st.p99_share) for name, st in result.steps.items()
+        ]
+        waiting = limit_wait_row(result)
+        if waiting is not None:
+            rows.append(waiting)
+        return rows
     frame = recording.stage_frame()
     per = frame.pivot_table(index="sandbox", columns="stage", values="duration_s", aggfunc="sum")
     per = per.fillna(0.0)
     ends = frame.groupby("sandbox")["end_s"].max()
     latency = ends.to_numpy()
     tail = latency >= np.percentile(latency, 99.0)
-    rows: list[tuple[str, float, float | None, float | None]] = []
+    rows = []
     for stage in dict.fromkeys(frame["stage"]):
         times = per[stage].reindex(ends.index).to_numpy()
         rows.append(
@@ -128,10 +138,29 @@ def _stage_table(
     return rows
 
 
+#: The label of the time a sandbox spends in no stage: at a per-stage limit.
+LIMIT_WAIT_LABEL = "waiting at stage limits"
+
+
+def limit_wait_row(result: Result) -> tuple[str, float, float | None, float | None] | None:
+    """The startup spent waiting for admission to a limited stage, as a stage
+    row (label, mean s, share of mean, share of the p99 tail); ``None``
+    without limits. Stages run back to back, so what their shares leave of
+    the startup is the wait at the gates between them."""
+    if not result.gates:
+        return None
+    shared = [st for st in result.steps.values() if st.on_path and st.mean_share is not None]
+    mean_s = sum(g.wait_s for g in result.gates.values()) / max(result.n_sandboxes, 1)
+    mean_share = max(0.0, 1.0 - sum(st.mean_share or 0.0 for st in shared))
+    p99_share = max(0.0, 1.0 - sum(st.p99_share or 0.0 for st in shared))
+    return (LIMIT_WAIT_LABEL, mean_s, mean_share, p99_share)
+
+
 def breakdown_figure(recording: Recording, result: Result | None = None) -> Any:
     go = _go()
     rows = _stage_table(recording, result)
     on_path = set() if result is None else {n for n, st in result.steps.items() if st.on_path}
+    on_path.add(LIMIT_WAIT_LABEL)
     names = [r[0] if result is None or r[0] in on_path else f"{r[0]} (background)" for r in rows]
     fig = go.Figure(
         [
@@ -149,6 +178,7 @@ def breakdown_figure(recording: Recording, result: Result | None = None) -> Any:
     )
     fig.update_layout(
         title="Stage breakdown: mean time, share of the mean and of the p99 tail's startup",
+        xaxis_title="stage (and the waits at stage limits)" if result and result.gates else "stage",
         yaxis_title="mean time in the stage, s",
         showlegend=False,
     )
@@ -174,6 +204,7 @@ def stage_comparison_figure(results: Mapping[str, Result]) -> Any:
     fig.update_layout(
         barmode="stack",
         title="Mean startup by stage",
+        xaxis_title="what-if",
         yaxis_title="mean time per sandbox, s",
     )
     return fig
@@ -208,13 +239,19 @@ def dataplane_figure(frames: Mapping[str, Any]) -> Any:
     return fig
 
 
-def lock_figure(recording: Recording, result: Result | None = None) -> Any:
-    go = _go()
+_TABLE_ROW_PX = 28
+
+
+def _lock_rows(
+    recording: Recording, result: Result | None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """(header, rows) of the lock statistics: a simulated storm's from its
+    result, a measured one's (kernel waits only) from its recording."""
     rows: list[tuple[Any, ...]]
     if result is not None:
         from ._render import lock_rows
 
-        rows = [tuple(row[:7]) for row in lock_rows(result)]
+        rows = [tuple(row) for row in lock_rows(result)]
         header = [
             "lock",
             "kind",
@@ -223,6 +260,7 @@ def lock_figure(recording: Recording, result: Result | None = None) -> Any:
             "wait s (sum)",
             "contended wall s",
             "hold s",
+            "spin core-s",
         ]
     else:
         # A measured storm: the kernel reports waits (contention), not holds.
@@ -234,17 +272,47 @@ def lock_figure(recording: Recording, result: Result | None = None) -> Any:
         ]
         rows.sort(key=lambda r: -r[2])
         header = ["lock", "waits", "wait s (sum)", "longest wait s"]
+    return header, rows
+
+
+def _cell(v: Any) -> str:
+    return f"{v:,.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def lock_figure(recording: Recording, result: Result | None = None) -> Any:
+    """The lock statistics as a Plotly table (for notebooks; the report has an HTML table)."""
+    go = _go()
+    header, rows = _lock_rows(recording, result)
     columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [[] for _ in header]
-    cells = [
+    cells = [[_cell(v) for v in col] for col in columns]
+    fig = go.Figure(
         [
-            f"{v:,.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else v
-            for v in col
+            go.Table(
+                header={"values": header, "height": _TABLE_ROW_PX * 2},
+                cells={"values": cells, "height": _TABLE_ROW_PX},
+            )
         ]
-        for col in columns
-    ]
-    fig = go.Figure([go.Table(header={"values": header}, cells={"values": cells})])
-    fig.update_layout(title="Locks", height=120 + 30 * max(len(rows), 1))
+    )
+    # Plotly's default margins (100 px above, 80 below) would leave a
+    # 30-px-per-row box no room for the rows: the figure is sized to them.
+    fig.update_layout(
+        title="Locks",
+        margin={"t": 40, "b": 10, "l": 10, "r": 10},
+        height=40 + 10 + _TABLE_ROW_PX * (2 + max(len(rows), 1)) + 20,
+    )
     return fig
+
+
+def lock_table_html(recording: Recording, result: Result | None = None) -> str:
+    """The lock statistics as an HTML table: every row shows, whatever the page's size."""
+    header, rows = _lock_rows(recording, result)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>" for row in rows
+    )
+    if not rows:
+        body = f"<tr><td colspan='{len(header)}'>no lock was taken</td></tr>"
+    return f"<table class='data locks'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def cpu_figure(recording: Recording) -> Any:
@@ -286,6 +354,37 @@ def study_figures(study: Any) -> list[Any]:
     return [fig for _, fig in _study_sections(study)]
 
 
+#: The unit of each objective ``bootstorm optimize`` minimises (its metric names).
+METRIC_UNITS = {"makespan": "s", "mean": "s", "p99": "s", "memory": "MiB"}
+#: Trials past this quantile of an objective are off the chart (their count
+#: is in the title): one trial with a limit of 1 takes 40 times the best,
+#: and drawn to scale it flattens every other point onto the axis.
+_SHOWN_QUANTILE = 0.9
+
+
+def _with_unit(name: str) -> str:
+    unit = METRIC_UNITS.get(name)
+    return f"{name}, {unit}" if unit else name
+
+
+def _shown_range(values: Sequence[float]) -> tuple[tuple[float, float], int]:
+    """The axis range that shows the good part of ``values`` (from the best
+    to a little past the 90th percentile), and how many values lie beyond it."""
+    data = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
+    if data.size == 0:
+        return (0.0, 1.0), 0
+    low, high = float(data.min()), float(np.quantile(data, _SHOWN_QUANTILE))
+    pad = 0.05 * (high - low) if high > low else 0.05 * max(abs(high), 1.0)
+    upper = high + pad
+    return (low - pad, upper), int((data > upper).sum())
+
+
+def _off_chart(title: str, hidden: int) -> str:
+    if not hidden:
+        return title
+    return f"{title} ({hidden} trial{'s' if hidden > 1 else ''} off the chart, above)"
+
+
 def _study_sections(study: Any) -> list[tuple[str, Any]]:
     import optuna.visualization as vis
 
@@ -294,22 +393,43 @@ def _study_sections(study: Any) -> list[tuple[str, Any]]:
     if not complete:
         return sections
     names = study.metric_names or [f"objective {k}" for k in range(len(study.directions))]
+    labels = [_with_unit(n) for n in names]
     multi = len(names) > 1
     if multi:
-        sections.append(("Pareto front", vis.plot_pareto_front(study, target_names=names)))
-        for k, name in enumerate(names):
-            history = vis.plot_optimization_history(
-                study, target=functools.partial(_value, k=k), target_name=name
-            )
-            sections.append((f"History: {name}", history))
-    else:
-        sections.append((f"History: {names[0]}", vis.plot_optimization_history(study)))
+        front = vis.plot_pareto_front(study, target_names=labels)
+        (x_range, x_hidden), (y_range, y_hidden) = (
+            _shown_range([t.values[k] for t in complete]) for k in (0, 1)
+        )
+        front.update_layout(
+            title=_off_chart("Pareto front", max(x_hidden, y_hidden)),
+            xaxis={"title": {"text": labels[0]}, "range": list(x_range)},
+            yaxis={"title": {"text": labels[1]}, "range": list(y_range)},
+        )
+        sections.append(("Pareto front", front))
+    for k, name in enumerate(names):
+        # One objective: Optuna's own target, which draws the best-so-far line too.
+        history = vis.plot_optimization_history(
+            study,
+            target=functools.partial(_value, k=k) if multi else None,
+            target_name=labels[k],
+        )
+        y_range, hidden = _shown_range([t.values[k] for t in complete])
+        history.update_layout(
+            title=_off_chart(f"Optimization history: {name}", hidden),
+            xaxis={"title": {"text": "trial number"}},
+            yaxis={"title": {"text": labels[k]}, "range": list(y_range)},
+        )
+        sections.append((f"History: {name}", history))
     if len(complete) >= 5 and len(complete[0].params) >= 2:
         target = functools.partial(_value, k=0) if multi else None
         # Too little variation to rank the parameters: leave the figure out.
         with contextlib.suppress(RuntimeError, ValueError), warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # Optuna's note on the target's sign
             importances = vis.plot_param_importances(study, target=target, target_name=names[0])
+            importances.update_layout(
+                xaxis={"title": {"text": f"share of the variance in {labels[0]}"}},
+                yaxis={"title": {"text": "searched parameter"}},
+            )
             sections.append((f"Parameter importances for {names[0]}", importances))
     return sections
 
@@ -345,6 +465,11 @@ h1 { font-size: 1.6em; } h2 { font-size: 1.2em; margin-top: 2em; }
 table.facts { border-collapse: collapse; }
 table.facts th { text-align: left; padding: 4px 16px 4px 0; font-weight: 600; }
 table.facts td { text-align: right; padding: 4px 0; font-variant-numeric: tabular-nums; }
+table.data { border-collapse: collapse; margin: 0.5em 0; }
+table.data th { text-align: right; padding: 4px 10px; border-bottom: 2px solid #888; }
+table.data td { text-align: right; padding: 3px 10px; border-bottom: 1px solid #ddd;
+  font-variant-numeric: tabular-nums; }
+table.data th:first-child, table.data td:first-child { text-align: left; }
 div.caution { border-left: 4px solid #d9a400; padding: 0 1em; background: #fff8e1; }
 footer { margin-top: 3em; color: #777; font-size: 0.85em; }
 """
@@ -439,15 +564,22 @@ def report_html(
         sections += [
             ("Timeline", timeline_figure(recording)),
             ("Stage breakdown", breakdown_figure(recording, result)),
-            ("Locks", lock_figure(recording, result)),
+            ("Locks", lock_table_html(recording, result)),
         ]
         if recording.cpu_samples:  # a measured storm has no CPU timeline
             sections.append(("CPU", cpu_figure(recording)))
     if study is not None:
         sections += _study_sections(study)
     parts = []
-    for k, (heading, fig) in enumerate(sections):
-        div = fig.to_html(full_html=False, include_plotlyjs=(k == 0), default_width="100%")
+    plotly_js_included = False
+    for heading, fig in sections:
+        if isinstance(fig, str):  # an HTML table
+            div = fig
+        else:
+            div = fig.to_html(
+                full_html=False, include_plotlyjs=not plotly_js_included, default_width="100%"
+            )
+            plotly_js_included = True
         parts.append(f"<h2>{html.escape(heading)}</h2>\n{div}")
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"

@@ -16,7 +16,10 @@ from .paper000 import FREE_PARAMETERS, fit_paper_000, solve_single
 from .paper001 import FREE_PARAMETERS_001, PAPER_001_FIT, TABLE_1, fit_paper_001
 from .paper002 import FREE_PARAMETERS_002, PAPER_002_FIT, fit_paper_002
 from .paper004 import FREE_PARAMETERS_004, PAPER_004_FIT, fit_paper_004
+from .rows import PAPER_ROWS, PaperRow, RowKind, checks_rows, paper_row
 from .targets import (
+    CHECK_SEEDS,
+    FIT_SEEDS,
     FIT_TOLERANCE,
     PAPER_000_FIT,
     PREDICT_TOLERANCE,
@@ -24,6 +27,7 @@ from .targets import (
     PaperTarget,
     TargetCheck,
     check_targets,
+    check_targets_over,
     makespan,
     rtnl_acquisitions,
     rtnl_contended_wall,
@@ -31,6 +35,8 @@ from .targets import (
 )
 
 __all__ = [
+    "CHECK_SEEDS",
+    "FIT_SEEDS",
     "FIT_TOLERANCE",
     "FREE_PARAMETERS",
     "FREE_PARAMETERS_001",
@@ -41,6 +47,7 @@ __all__ = [
     "PAPER_001_FIT",
     "PAPER_002_FIT",
     "PAPER_004_FIT",
+    "PAPER_ROWS",
     "PREDICT_TOLERANCE",
     "TABLE_1",
     "TARGET_SETS",
@@ -48,20 +55,25 @@ __all__ = [
     "FreeParameter",
     "KnownMiss",
     "Metric",
+    "PaperRow",
     "PaperTarget",
     "ParameterSpread",
+    "RowKind",
     "TargetCheck",
     "TargetSet",
     "caveat_rows",
     "caveats",
     "caveats_frame",
     "check_targets",
+    "check_targets_over",
+    "checks_rows",
     "fit_paper_000",
     "fit_paper_001",
     "fit_paper_002",
     "fit_paper_004",
     "known_miss",
     "makespan",
+    "paper_row",
     "parameter_spread",
     "rtnl_acquisitions",
     "rtnl_contended_wall",

@@ -2,9 +2,11 @@
 
 The fit is weighted least squares on the relative errors (SciPy's
 trust-region reflective method on log-costs, so that costs stay positive and
-steps are relative). The objective is a simulation with a fixed seed —
-common random numbers — so it is deterministic, but piecewise smooth: the
-finite-difference step is a few percent, not 1e-8.
+steps are relative). The objective is the mean of a simulation over a fixed
+set of seeds — common random numbers: every evaluation sees the same draws —
+so it is deterministic, but piecewise smooth: the finite-difference step is
+a few percent, not 1e-8. Fitting the mean over several seeds, not one seed's
+draws, is what lets a fit row hold on seeds the fit never saw.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from .._params import Check, Interval, Rules, validate
 from ..models import Profile
-from ..simulator import Result
-from .targets import PaperTarget, TargetCheck, check_targets
+from .targets import PaperTarget, TargetCheck, check_targets_over
 
 __all__ = [
     "FitReport",
@@ -50,12 +52,19 @@ class FreeParameter:
     tied: tuple[str, ...] = ()
     """Other paths that take the same value (macvtap follows ipvtap)."""
 
+    __rules__: ClassVar[Rules] = Rules(
+        low=Interval(float, 0, closed="right"),
+        checks=(
+            Check(
+                "start",
+                lambda p: p.low <= p.start <= p.high,
+                lambda p: f"must be within low={p.low}..high={p.high}",
+            ),
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if not 0.0 < self.low <= self.start <= self.high:
-            raise ValueError(
-                "`0 < low <= start <= high` must hold, "
-                f"but got ({self.low=}, {self.start=}, {self.high=})"
-            )
+        validate(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -246,17 +255,20 @@ def least_squares_fit(
     *,
     source_for: Callable[[list[str]], str],
     seed: int = 0,
+    seeds: Sequence[int] | None = None,
     executor: str = "compiled",
     max_evaluations: int = 200,
     on_evaluation: Callable[[int, float], None] | None = None,
 ) -> LeastSquaresFit:
     """Fit ``params`` of ``base`` to the *fit* targets with a positive weight.
 
+    The objective is each row's mean over ``seeds`` (default: ``seed`` alone).
     Returns the fitted profile (sources from ``source_for(target ids)``), the
     number of evaluations, the final cost and how well each parameter is
     pinned down (from the solver's last Jacobian).
     """
     used = [t for t in targets if t.role == "fit" and t.weight > 0.0]
+    seeds = tuple(seeds) if seeds is not None else (seed,)
     if not used:
         raise ValueError("no fit targets with a positive weight")
     lo = np.log([p.low for p in params])
@@ -270,9 +282,8 @@ def least_squares_fit(
         nonlocal calls
         calls += 1
         prof = _apply(base, params, np.exp(x), "fit (in progress)")
-        cache: dict[str, Result] = {}
         model = np.array(
-            [c.model for c in check_targets(used, prof, seed=seed, cache=cache, executor=executor)]
+            [c.model for c in check_targets_over(used, prof, seeds=seeds, executor=executor)]
         )
         r: np.ndarray = weights * (model - values) / values
         if on_evaluation is not None:

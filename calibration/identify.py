@@ -43,7 +43,7 @@ from ..models import (
     compile_scenario,
     load_profile,
 )
-from ..simulator import Result, run_with
+from ..simulator import Result, StartupSummary, run_with, summarise_concurrently, summarise_with
 from .targets import PaperTarget, check_targets
 
 __all__ = [
@@ -307,6 +307,18 @@ def _run(scenario: Scenario, profile: Profile, seed: int | None, executor: str) 
     return run_with(compile_scenario(scenario, seed=seed, profile=profile), executor)
 
 
+def _summaries(
+    storms: Sequence[tuple[Scenario, Profile]], seed: int | None, executor: str
+) -> list[StartupSummary]:
+    """Each storm's makespan and startup figures. On the compiled executor the
+    loops run on every core while this thread compiles the next storm: a
+    caution's dozens of storms take a fraction of their time one by one."""
+    programs = (compile_scenario(s, seed=seed, profile=p) for s, p in storms)
+    if executor == "compiled":
+        return list(summarise_concurrently(programs))
+    return [summarise_with(program, executor) for program in programs]
+
+
 def _rel(new: float, base: float) -> float:
     return (new - base) / base if base else 0.0
 
@@ -333,10 +345,15 @@ def sensitivities(
     left out."""
     prof = _resolve(scenario, profile)
     ident = identification_of(prof)
-    ref = base if base is not None else _run(scenario, prof, seed, executor)
+    ends = [_ends(prof, direction) for direction in ident.unseen]
+    storms = [(scenario, end) for pair in ends for end in pair]
+    if base is None:
+        storms.append((scenario, prof))
+    ran = _summaries(storms, seed, executor)
+    ref: Result | StartupSummary = base if base is not None else ran[-1]
     out = []
-    for direction in ident.unseen:
-        moved = [_run(scenario, end, seed, executor) for end in _ends(prof, direction)]
+    for i, direction in enumerate(ident.unseen):
+        moved = ran[2 * i : 2 * i + 2]
         m = tuple(_rel(r.makespan_s, ref.makespan_s) for r in moved)
         a = tuple(_rel(r.startup.mean, ref.startup.mean) for r in moved)
         if max(abs(x) for x in (*m, *a)) < 1e-9:
@@ -397,19 +414,23 @@ def decision_cautions(
     """For each candidate, the unseen directions of ``profile`` at whose ends
     its makespan gain over ``baseline`` changes sign."""
     ident = identification_of(profile)
+    profiles = [profile] + [end for d in ident.unseen for end in _ends(profile, d)]
+    names = list(candidates)
+    storms = [(s, prof) for prof in profiles for s in (baseline, *candidates.values())]
+    makespans = [r.makespan_s for r in _summaries(storms, seed, executor)]
+    per_profile = len(names) + 1
 
-    def gains(prof: Profile) -> dict[str, float]:
-        ref = _run(baseline, prof, seed, executor).makespan_s
-        return {
-            n: _rel(_run(s, prof, seed, executor).makespan_s, ref) for n, s in candidates.items()
-        }
+    def gains(k: int) -> dict[str, float]:
+        """The candidates' gains under ``profiles[k]``."""
+        ref, *theirs = makespans[k * per_profile : (k + 1) * per_profile]
+        return {n: _rel(m, ref) for n, m in zip(names, theirs, strict=True)}
 
-    nominal = gains(profile)
+    nominal = gains(0)
     out: list[DecisionCaution] = []
-    for direction in ident.unseen:
+    for d, direction in enumerate(ident.unseen):
         flagged: set[str] = set()
-        for end in _ends(profile, direction):
-            moved = gains(end)
+        for e in (0, 1):
+            moved = gains(1 + 2 * d + e)
             for name, gain in nominal.items():
                 if name not in flagged and (gain < 0.0) != (moved[name] < 0.0):
                     flagged.add(name)

@@ -23,10 +23,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
+from .._params import Depends, Interval, OneOf, Rules, validate
 from ..models import Profile, Scenario, TestbedCostTable, TunedConfig, compile_scenario
 from ..models.testbed import TESTBED_CNIS, TESTBED_STAGES
 from ..simulator import Result, run_with
@@ -78,15 +79,19 @@ class PlanStorm:
     limits: Mapping[str, int] = field(default_factory=dict)
     why: str = ""
 
-    def __post_init__(self) -> None:
-        if self.sandboxes < 2:
-            raise ValueError(f"sandboxes: a plan storm needs at least 2, but got {self.sandboxes}")
-        if (self.runtime, self.peer) not in _VARIANT:
-            peers = sorted({p for r, p in _VARIANT if r == self.runtime})
-            raise ValueError(
-                f"peer: the {self.runtime} runtime's are {', '.join(peers) or 'none'}, "
-                f"but got {self.peer!r}"
+    __rules__: ClassVar[Rules] = Rules(
+        sandboxes=Interval(int, 2),
+        runtime=OneOf(tuple(sorted({r for r, _ in _VARIANT}))),
+        peer=Depends(
+            lambda s: OneOf(
+                tuple(sorted(p for r, p in _VARIANT if r == s.runtime)),
+                what=f"the peers of the {s.runtime} runtime",
             )
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
         object.__setattr__(self, "pools", dict(self.pools))
         object.__setattr__(self, "limits", dict(self.limits))
 

@@ -1,4 +1,9 @@
-"""One error type for bad configuration, with one readable line per problem."""
+"""One error type for bad configuration, with one readable line per problem.
+
+:class:`ConfigError` and the message format are defined in the leaf
+:mod:`bootstorm._params` (every layer may raise them); they are re-exported
+here, where ``from bootstorm.models import ConfigError`` has always found them.
+"""
 
 from __future__ import annotations
 
@@ -7,72 +12,15 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, cast
 
+from .._params import ConfigError, format_validation_error
+from .._params import short_repr as _short_repr
+
 # YAML and pydantic load on first use: this module is imported for
 # ConfigError alone by every command, `bootstorm --help` included.
 if TYPE_CHECKING:
-    from pydantic import BaseModel, ValidationError
+    from pydantic import BaseModel
 
 __all__ = ["ConfigError", "format_validation_error", "load_yaml_model", "load_yaml_model_shared"]
-
-
-class ConfigError(ValueError):
-    """A scenario, profile or config is malformed; the message names field and value."""
-
-
-def format_validation_error(err: ValidationError, *, prefix: str = "") -> str:
-    """Pydantic's errors as ``field: problem (got value)``, one per line (the
-    first :data:`_MAX_PROBLEMS_SHOWN`, then how many more)."""
-    problems = err.errors()
-    lines = []
-    for e in problems[:_MAX_PROBLEMS_SHOWN]:
-        loc = ".".join(_short_key(p) for p in e["loc"]) or "(top level)"
-        msg = " ".join(e["msg"].split("\n"))  # a validator's message: one line too
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field"
-        got = e.get("input")
-        shown = "" if isinstance(got, dict) else f" (got {_short_repr(got)})"
-        lines.append(f"{prefix}{loc}: {msg}{shown}")
-    if len(problems) > _MAX_PROBLEMS_SHOWN:
-        lines.append(f"{prefix}… and {len(problems) - _MAX_PROBLEMS_SHOWN} more problems")
-    return "\n".join(lines)
-
-
-_MAX_PROBLEMS_SHOWN = 10
-"""A file with thousands of bad values gets the first ten, not a screenful each."""
-
-
-def _short_key(part: object) -> str:
-    """A path part (a field, an index, a map's key), shortened like a value."""
-    text = str(part)
-    if len(text) <= _MAX_SHOWN_CHARS and text.isprintable():
-        return text
-    return _short_repr(text)  # quoted: a newline in a key must not break the line
-
-
-_MAX_SHOWN_CHARS = 80  # one readable line; a whole object (a Profile, say) is not
-_CHEAP_REPR_BITS = 4096  # ~1 233 digits: well inside Python's 4 300-digit str() limit
-_LOG10_2 = 0.30102999566398120
-
-
-def _short_repr(value: object) -> str:
-    """``repr(value)``, or its type and the start of it when that is too long."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        # None of ours is this long (77 digits). repr() of an int of over 4 300
-        # digits raises, and a shorter one is quadratic to print: the count of
-        # digits (from the bits, within one) and, where cheap, the first ones.
-        sign = "-" if value < 0 else ""
-        if value.bit_length() <= _CHEAP_REPR_BITS:
-            digits = str(abs(value))
-            return f"a {len(digits)}-digit int: {sign}{digits[:20]}…"
-        about = int(value.bit_length() * _LOG10_2) + 1
-        return f"{'a negative' if sign else 'an'} int of about {about} digits"
-    try:
-        text = repr(value)
-    except Exception:  # the error being shown must not become another
-        return f"a {type(value).__name__}"
-    if len(text) <= _MAX_SHOWN_CHARS:
-        return text
-    return f"a {type(value).__name__}: {text[: _MAX_SHOWN_CHARS - 20]}…"
 
 
 M = TypeVar("M", bound="BaseModel")

@@ -23,6 +23,7 @@ StartVM); see ``RTNL_OPS``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from ..simulator import (
     Cpu,
@@ -47,8 +48,10 @@ __all__ = [
     "RTNL_OPS",
     "STAGES",
     "VMM_TASKS",
+    "VPORT_SHARING",
     "RtnlOps",
     "SharedVport",
+    "VportSharing",
     "boot_steps",
     "cgroup_steps",
     "cni_stages",
@@ -165,10 +168,23 @@ RTNL_OPS["macvtap"] = {
     st: _with_device(o, "ipvtap", "macvtap") for st, o in RTNL_OPS["ipvtap"].items()
 }
 
-# How the CNI maps pods to vPorts (seed 000 §3.1, Fig. 4).
-_DIRECT = frozenset({"veth", "vhost-user", "ebpf"})  # one vPort per pod
-_PER_TENANT = frozenset({"ipvlan", "macvlan", "ipvtap", "macvtap"})  # one per tenant
-_SHARED = frozenset({"tc-routing"})  # one for all tenants
+#: How a networked software CNI maps pods to vPorts (seed 000 §3.1, Fig. 4):
+#: one per pod (``direct``), one per tenant (single-tenant sharing) or one for
+#: the node (multi-tenant sharing).
+VportSharing = Literal["direct", "per-tenant", "node"]
+VPORT_SHARING: dict[str, VportSharing] = {
+    "veth": "direct",
+    "vhost-user": "direct",
+    "ebpf": "direct",
+    "ipvlan": "per-tenant",
+    "macvlan": "per-tenant",
+    "ipvtap": "per-tenant",
+    "macvtap": "per-tenant",
+    "tc-routing": "node",
+}
+_DIRECT = frozenset(c for c, m in VPORT_SHARING.items() if m == "direct")
+_PER_TENANT = frozenset(c for c, m in VPORT_SHARING.items() if m == "per-tenant")
+_SHARED = frozenset(c for c, m in VPORT_SHARING.items() if m == "node")
 
 # The device a CNI pools besides netns and vPort (seed 000 §5.1, Fig. 14).
 _PRIMARY_DEVICE = {

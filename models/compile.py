@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from ..simulator import (
-    CyclicPlans,
     GateSpec,
-    LockSpec,
     MachineSpec,
     MemoryEstimate,
     PoolSpec,
@@ -23,27 +19,12 @@ from ..simulator import (
     size_program,
 )
 from ._errors import ConfigError
-from .cni import SharedVport, cni_stages, lock_specs, pool_kinds, sandbox_plan, vport_creators
 from .dataplane import Traffic, path_for_cni
-from .profile import CostTable, Profile, load_profile
+from .families import cni_family
+from .profile import Profile, load_profile
 from .scenario import Scenario
 from .softirq import DataplaneResult, solve_on_profile
-from .sriov import (
-    SRIOV_STAGES,
-    SRIOV_VARIANTS,
-    SriovVariant,
-    sriov_lock_specs,
-    sriov_plan,
-    sriov_profile_costs,
-)
-from .testbed import (
-    TESTBED_CNIS,
-    TESTBED_POOL_KINDS,
-    TESTBED_STAGES,
-    testbed_costs,
-    testbed_lock_specs,
-    testbed_plan,
-)
+from .testbed import TESTBED_POOL_KINDS
 
 __all__ = [
     "MEMORY_MARGIN",
@@ -85,52 +66,23 @@ def _check_names(field: str, given: dict[str, int], allowed: tuple[str, ...], wh
 
 def scenario_stages(cni: str) -> tuple[str, ...]:
     """The stages a sandbox of ``cni`` passes through (where limits may apply)."""
-    if cni in TESTBED_CNIS:
-        return TESTBED_STAGES
-    variant = SRIOV_VARIANTS.get(cni)
-    if variant is None:
-        return cni_stages(cni)
-    stages = SRIOV_STAGES
-    if variant.skip_image:
-        stages = tuple(s for s in stages if s != "dma-image")
-    if variant.async_vf:
-        stages = tuple(s for s in stages if s != "vf-driver")  # a branch: no admission
-    return stages
+    return cni_family(cni).stages(cni)
 
 
 def scenario_pool_kinds(cni: str) -> tuple[str, ...]:
     """The device kinds a sandbox of ``cni`` can take from a pool."""
-    if cni in TESTBED_CNIS:
-        return TESTBED_CNIS[cni].pool_kinds
-    if cni in SRIOV_VARIANTS:
-        return ()  # VFs are made once at boot; nothing to pool per sandbox
-    return pool_kinds(cni)
+    return cni_family(cni).pool_kinds(cni)
 
 
 def full_pools(cni: str, *, sandboxes: int, tenants: int) -> dict[str, int]:
     """Pools that hold every device a storm of ``cni`` makes (seed 000 §5.1):
     one of each kind per sandbox, vPorts as the CNI shares them."""
-    full = {kind: sandboxes for kind in scenario_pool_kinds(cni)}
+    family = cni_family(cni)
+    full = {kind: sandboxes for kind in family.pool_kinds(cni)}
     if "vport" in full:
-        shared = vport_creators(cni, tenants)
+        shared = family.vport_creators(cni, tenants)
         full["vport"] = shared if shared else sandboxes  # direct mode: one per pod
     return full
-
-
-def _sriov_plans(scenario: Scenario, prof: Profile, variant: SriovVariant) -> list[Any]:
-    sriov = sriov_profile_costs(prof)
-    vfs = scenario.nic_vfs or sriov.nic_vfs
-    if scenario.sandboxes > vfs:
-        raise ConfigError(
-            f"sandboxes: each SR-IOV sandbox needs its own VF, but the NIC of profile "
-            f"{prof.name!r} has {vfs} (got sandboxes={scenario.sandboxes}; set nic_vfs "
-            "to model a larger NIC, e.g. 1024 for seed 001's CX-7 or IPU)"
-        )
-    hugepages = sriov.hugepages if scenario.hugepages is None else scenario.hugepages
-    return [
-        sriov_plan(scenario, prof.boot_costs(), sriov, variant, vf=i, hugepages=hugepages)
-        for i in range(scenario.sandboxes)
-    ]
 
 
 def background_traffic(scenario: Scenario, profile: Profile) -> DataplaneResult | None:
@@ -223,16 +175,16 @@ def check_memory(
 
 def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
     cni = scenario.cni
-    variant = SRIOV_VARIANTS.get(cni)
-    _check_names("pools", scenario.pools, scenario_pool_kinds(cni), "pool kind")
+    family = cni_family(cni)
+    _check_names("pools", scenario.pools, family.pool_kinds(cni), "pool kind")
     # Memory of a pooled device: the profile's, or nothing known (a testbed host).
     pool_memory = (
         prof.costs.pool_device_mib
         if prof.costs is not None
         else dict.fromkeys(TESTBED_POOL_KINDS, 0.0)
     )
-    _check_names("limits", scenario.limits, scenario_stages(cni), "stage")
-    _check_names("rtnl_priority", scenario.rtnl_priority, scenario_stages(cni), "stage")
+    _check_names("limits", scenario.limits, family.stages(cni), "stage")
+    _check_names("rtnl_priority", scenario.rtnl_priority, family.stages(cni), "stage")
     for kind in scenario.pools:
         if kind not in pool_memory:
             raise ConfigError(
@@ -240,23 +192,8 @@ def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
             )
     _, service = service_streams(scenario.seed if seed is None else seed)
 
-    locks: list[LockSpec]
-    plans: Sequence[Any]
-    signals: list[GateSpec] = []
-    tickets: list[PoolSpec] = []
-    if cni in TESTBED_CNIS:
-        tb = testbed_costs(prof)
-        plan = testbed_plan(scenario, tb, variant=TESTBED_CNIS[cni])
-        plans = CyclicPlans([plan], sandboxes=scenario.sandboxes)
-        locks = testbed_lock_specs()
-    elif variant is not None:
-        locks = lock_specs(prof.boot_costs(), scenario.rtnl_priority)
-        plans = _sriov_plans(scenario, prof, variant)
-        locks += sriov_lock_specs(variant, scenario.sandboxes)
-    else:
-        costs = prof.boot_costs()
-        locks = lock_specs(costs, scenario.rtnl_priority)
-        plans, signals, tickets = _software_plans(scenario, costs)
+    locks = family.locks(scenario, prof)
+    built = family.plans(scenario, prof)
 
     host = prof.host
     cores = scenario.cores or host.cores
@@ -280,15 +217,16 @@ def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
         background_jobs=scenario.background_load,
     )
     return compile_program(
-        plans,
+        built.plans,
         machine=machine,
         locks=locks,
-        gates=[GateSpec(name=s, permits=k) for s, k in scenario.limits.items()] + signals,
+        gates=[GateSpec(name=s, permits=k) for s, k in scenario.limits.items()]
+        + list(built.signals),
         pools=[
             PoolSpec(name=k, capacity=n, memory_mib_per_device=pool_memory[k])
             for k, n in scenario.pools.items()
         ]
-        + tickets,
+        + list(built.tickets),
         arrival_s=scenario.arrival_s,
         service_cv=prof.service_cv,
         service_family=prof.service_family or "lognormal",
@@ -306,31 +244,6 @@ def estimate_memory(
     (:class:`~bootstorm.simulator.ProgramTooLargeError`)."""
     prof = profile if profile is not None else load_profile(scenario.profile)
     return size_program(lambda: _compile(scenario, seed, prof))
-
-
-def _software_plans(
-    scenario: Scenario, costs: CostTable
-) -> tuple[CyclicPlans, list[GateSpec], list[PoolSpec]]:
-    """The plans of a seed-000 CNI's sandboxes, and the signal gates and
-    ticket pools of its shared vPorts (see :class:`SharedVport`).
-
-    Sandbox i belongs to tenant i % tenants; a single-tenant sharing CNI has
-    one vPort per tenant, tc-routing one for the node.
-    """
-    n = scenario.sandboxes
-    n_shared = min(vport_creators(scenario.cni, scenario.tenants), n)
-    if n_shared == 0:  # direct mode: every sandbox its own vPort
-        return CyclicPlans([sandbox_plan(scenario, costs)], sandboxes=n), [], []
-    shared = [
-        SharedVport(name=f"vport/{t}", index=t, sandboxes=len(range(t, n, n_shared)))
-        for t in range(n_shared)
-    ]
-    plans = [sandbox_plan(scenario, costs, shared_vport=v) for v in shared]
-    signals = [GateSpec(name=v.name, permits=0, signal=True) for v in shared]
-    tickets = [
-        PoolSpec(name=v.name, capacity=1, memory_mib_per_device=0.0, ticket=True) for v in shared
-    ]
-    return CyclicPlans(plans, sandboxes=n), signals, tickets
 
 
 class ProgramCache:

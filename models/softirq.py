@@ -63,11 +63,13 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from .._params import Interval, Rules, validate
 from ._errors import ConfigError
 from .dataplane import (
     ETHERNET_OVERHEAD_BYTES,
@@ -101,6 +103,9 @@ _F64 = npt.NDArray[np.float64]
 _EPS = 1e-12
 
 
+_NON_NEGATIVE = Interval(float, 0.0)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FlowCosts:
     """One flow's work per Gbit of payload, by the core it runs on and by kind.
@@ -126,11 +131,10 @@ class FlowCosts:
     messages: float
     wire_gbit: float
 
+    __rules__: ClassVar[Rules]  # every field a finite number >= 0 (below the class)
+
     def __post_init__(self) -> None:
-        for name in self.__slots__:
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0.0):
-                raise ValueError(f"`{name} >= 0` must hold, but got {name}={value!r}")
+        validate(self)
 
     @property
     def core_s_per_gbit(self) -> float:
@@ -144,6 +148,9 @@ class FlowCosts:
             + self.tx_user
             + self.kthread_system
         )
+
+
+FlowCosts.__rules__ = Rules(**{f.name: _NON_NEGATIVE for f in fields(FlowCosts)})
 
 
 def _stage_cost(costs: DataplaneCostTable, name: str) -> tuple[float, float]:
@@ -270,13 +277,10 @@ class DataplaneResult:
     messages_per_s: float
     wakeups_per_s: float
 
+    __rules__: ClassVar[Rules]  # every number a finite one >= 0 (below the class)
+
     def __post_init__(self) -> None:
-        for name in self.__slots__:
-            if name == "traffic":
-                continue
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0.0):
-                raise ValueError(f"`{name} >= 0` must hold, but got {name}={value!r}")
+        validate(self)
 
     @property
     def cpu_total_cores(self) -> float:
@@ -299,6 +303,11 @@ class DataplaneResult:
                 out[name] = getattr(self, name)
         out["cpu_total_cores"] = self.cpu_total_cores
         return out
+
+
+DataplaneResult.__rules__ = Rules(
+    **{f.name: _NON_NEGATIVE for f in fields(DataplaneResult) if f.name != "traffic"}
+)
 
 
 def _placement(

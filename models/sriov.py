@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
+from .._params import Check, Interval, Rules, validate
 from ..simulator import Async, Cpu, Hold, LockKind, LockSpec, Sleep, Stage, Step, Zero
 from ._errors import ConfigError
 from .cni import (
@@ -121,11 +122,19 @@ class SriovVariant:
     lazy_zero: bool
     prezeroed: float = 0.0
 
+    __rules__: ClassVar[Rules] = Rules(
+        prezeroed=Interval(float, 0.0, 1.0),
+        checks=(
+            Check(
+                "prezeroed",
+                lambda v: not (v.prezeroed and v.lazy_zero),
+                "must be 0 with lazy_zero (pre-zeroing is a baseline for eager zeroing)",
+            ),
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if not 0.0 <= self.prezeroed <= 1.0:
-            raise ValueError(f"`0 <= prezeroed <= 1` must hold, but got {self.prezeroed=}")
-        if self.prezeroed and self.lazy_zero:
-            raise ValueError(f"{self.name}: pre-zeroing is a baseline for eager zeroing")
+        validate(self)
 
 
 _VANILLA = SriovVariant(

@@ -16,13 +16,25 @@ taken for a number (YAML's ``true`` is not 1 sandbox).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from ..traces._config import (
+    MAX_CONFIG_STAGES,
+    MAX_LEASE_TTL_S,
+    MAX_LIMIT,
+    MAX_POOL_SIZE,
+    MAX_RTNL_PRIORITY,
+    MIN_LEASE_TTL_S,
+    STAGE_NAME_PATTERN,
+    TUNED_CONFIG_SCHEMA_VERSION,
+    AppliedConfig,
+    ConfigOrigin,
+    NotBool,
+)
 from ._errors import ConfigError, format_validation_error, load_yaml_model
 
 __all__ = [
@@ -34,113 +46,20 @@ __all__ = [
     "MIN_LEASE_TTL_S",
     "STAGE_NAME_PATTERN",
     "TUNED_CONFIG_SCHEMA_VERSION",
+    "AppliedConfig",
     "ConfigOrigin",
+    "NotBool",
     "TunedConfig",
 ]
 
-TUNED_CONFIG_SCHEMA_VERSION: Literal[1] = 1
 
-#: A stage or device-kind name: the simulator's (``StartVM``, ``dma-ram``,
-#: ``netns-veth``) and the testbed's all fit; the agent takes the same names
-#: in its URLs, so a config key it could never be asked for is refused here.
-STAGE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
-#: Most entries in ``limits``, ``pools`` or ``rtnl_priority``. A sandbox passes
-#: 5 or 6 stages and can take a handful of device kinds; 256 is room for any
-#: pipeline and bounds what one ``PUT /config`` makes the agent track.
-MAX_CONFIG_STAGES = 256
-#: Largest stage limit (sandboxes). A limit at or above a storm's sandbox count
-#: is no limit at all; the seeds' storms are hundreds of sandboxes per node, so
-#: 100 000 is far past any real one while an accidental 10**9 is refused.
-MAX_LIMIT = 100_000
-#: Largest pool (devices of one kind). Each pooled device is a real netns, link
-#: or tap the agent creates and holds memory for; 100 000 is past any storm one
-#: node hosts, and the agent's device names count to 1 000 000 before wrapping.
-MAX_POOL_SIZE = 100_000
-#: RTNL priorities only order stages (lower first): ±10 000 orders any pipeline.
-MAX_RTNL_PRIORITY = 10_000
-#: Shortest lease TTL (s). A lease must outlive the grant's trip to its holder
-#: and a scheduler tick, or a limit-1 stage hands every waiter a permit that has
-#: already expired (a TTL of 1e-9 s granted 5 of 5 at once); 0.1 s is the
-#: floor that still lets a test watch a lease expire quickly.
-MIN_LEASE_TTL_S = 0.1
-#: Longest lease TTL (s): the worst wait for the permit of a client that died.
-#: An hour is longer than any storm's stage; 1e308 meant "never given back".
-MAX_LEASE_TTL_S = 3600.0
-#: Longest free-text field (a study name, a storage URL).
-_MAX_TEXT_CHARS = 1024
+# The fields and their rules are defined once, in the bottom layer (a trace
+# header records the config a storm ran under): see traces/_config.py.
 
 
-def _not_bool(value: Any) -> Any:
-    # bool is an int subclass, and pydantic's lax int and float take it: refuse
-    # it before either sees it, so ``limits: {X: true}`` (or a scenario's
-    # ``sandboxes: true``) is an error, not 1.
-    if isinstance(value, bool):
-        raise ValueError("a boolean is not a number")
-    return value
-
-
-NotBool = BeforeValidator(_not_bool)
-StageName = Annotated[str, Field(pattern=STAGE_NAME_PATTERN)]
-Text = Annotated[str, Field(max_length=_MAX_TEXT_CHARS)]
-# Strict ints: YAML and JSON give ints as ints, so a string, float or bool in
-# an int field is a mistake to name, not a value to coerce.
-Limit = Annotated[int, Field(strict=True, ge=1, le=MAX_LIMIT)]
-PoolSize = Annotated[int, Field(strict=True, ge=0, le=MAX_POOL_SIZE)]
-Priority = Annotated[int, Field(strict=True, ge=-MAX_RTNL_PRIORITY, le=MAX_RTNL_PRIORITY)]
-# Floats stay lax but for bools: PyYAML (YAML 1.1) reads ``1e-3`` (no point) as
-# the string "1e-3", and a JSON body goes through the same YAML reader.
-LeaseSeconds = Annotated[
-    float, NotBool, Field(ge=MIN_LEASE_TTL_S, le=MAX_LEASE_TTL_S, allow_inf_nan=False)
-]
-Predicted = Annotated[float, NotBool, Field(allow_inf_nan=False)]
-#: Sandboxes of a storm a search was run for: any storm a scenario may
-#: describe (a million-sandbox what-if is tuned too; its limits stay bounded).
-Sandboxes = Annotated[int, Field(strict=True, ge=1, le=1_000_000_000)]
-#: Optuna trial numbers: far more than any study runs.
-TrialNumber = Annotated[int, Field(strict=True, ge=0, le=1_000_000_000)]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ConfigOrigin(_Frozen):
-    """Where a tuned config came from, so a reader can reproduce it."""
-
-    profile: Text
-    cni: Text
-    sandboxes: Sandboxes
-    study_name: Text | None = None
-    storage: Text | None = None
-    trial_number: TrialNumber | None = None
-    sampler: Text | None = None
-    #: What the model predicted for the tuned storm (``makespan_s``, ``p99_s``, ...).
-    predicted: Annotated[dict[Text, Predicted], Field(max_length=MAX_CONFIG_STAGES)] = Field(
-        default_factory=dict
-    )
-    created_at: datetime | None = None
-
-
-class _TunedConfigRules(_Frozen):
-    """TunedConfig's fields and rules, with pydantic's own ``__init__`` (see
-    :meth:`TunedConfig.problems`)."""
-
-    schema_version: Literal[1] = 1  # TUNED_CONFIG_SCHEMA_VERSION
-    kind: Literal["bootstorm/tuned-config"] = "bootstorm/tuned-config"
-    limits: Annotated[dict[StageName, Limit], Field(max_length=MAX_CONFIG_STAGES)] = Field(
-        default_factory=dict
-    )
-    pools: Annotated[dict[StageName, PoolSize], Field(max_length=MAX_CONFIG_STAGES)] = Field(
-        default_factory=dict
-    )
-    rtnl_priority: Annotated[dict[StageName, Priority], Field(max_length=MAX_CONFIG_STAGES)] = (
-        Field(default_factory=dict)
-    )
-    lease_ttl_s: LeaseSeconds = 30.0
-    origin: ConfigOrigin | None = None
-
-
-class TunedConfig(_TunedConfigRules):
+# mypy sees bootstorm.traces as untyped (the packages are mapped by setup.cfg's
+# package_dir, which mypy does not follow), hence the ignore.
+class TunedConfig(AppliedConfig):  # type: ignore[misc]
     """Settings for one node, validated on both ends (optimizer and agent).
 
     Parameters
@@ -172,7 +91,7 @@ class TunedConfig(_TunedConfigRules):
         problem), or None: for a caller that formats each problem itself, as the
         node agent does to quote a remote client's keys."""
         try:
-            _TunedConfigRules.model_validate(data)
+            AppliedConfig.model_validate(data)
         except ValidationError as exc:
             return exc
         return None

@@ -9,13 +9,14 @@ its mean or by its worst value.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal, get_args
 
 import numpy as np
 
+from .._params import Distinct, Each, Interval, OneOf, Rules, validate
 from ..models import (
-    ConfigError,
     Profile,
     ProgramCache,
     Scenario,
@@ -23,7 +24,7 @@ from ..models import (
     compile_scenario,
     load_profile,
 )
-from ..simulator import ExecutorName, Result, run_with, summarise_with
+from ..simulator import ExecutorName, Program, Result, StartupSummary, run_with, summarise_with
 from ..simulator.executors import check_executor
 from ._objectives import Metrics
 
@@ -59,21 +60,18 @@ class Evaluator:
     # One compiled program per storm, re-used by every config (see ProgramCache).
     _programs: ProgramCache = field(init=False, compare=False, repr=False)
 
+    __rules__: ClassVar[Rules] = Rules(
+        seeds=(Distinct(), Each(Interval(int, 0))),
+        sizes=(Distinct(), Each(Interval(int, 1))),
+        robust=OneOf(get_args(Robust)),
+    )
+
     def __post_init__(self) -> None:
         if not self.seeds:
             object.__setattr__(self, "seeds", (self.base.seed,))
         if not self.sizes:
             object.__setattr__(self, "sizes", (self.base.sandboxes,))
-        for name in ("seeds", "sizes"):
-            values = getattr(self, name)
-            if len(set(values)) != len(values):
-                raise ConfigError(f"{name}: each value once, but got {list(values)}")
-        if any(s < 0 for s in self.seeds):
-            raise ConfigError(f"seeds: must be >= 0, but got {list(self.seeds)}")
-        if any(n < 1 for n in self.sizes):
-            raise ConfigError(f"sizes: must be >= 1, but got {list(self.sizes)}")
-        if self.robust not in ("mean", "worst"):
-            raise ConfigError(f"robust: expected 'mean' or 'worst', but got {self.robust!r}")
+        validate(self)
         check_executor(self.executor)
         if self.profile is None:
             # Loaded once: a search evaluates hundreds of configs.
@@ -94,17 +92,23 @@ class Evaluator:
     def evaluate(self, config: TunedConfig | None) -> Metrics:
         """The aggregated metrics of ``config`` (``None``: the base scenario as it is)."""
         # Only the startup figures: the compiled executor skips building a whole Result.
-        results = [
-            summarise_with(
-                self._programs.compile(storm if config is None else storm.replace(config=config)),
-                self.executor,
-            )
+        return self.aggregate(
+            [summarise_with(program, self.executor) for program in self.programs(config)]
+        )
+
+    def programs(self, config: TunedConfig | None) -> list[Program]:
+        """The compiled storms ``config`` is tried on, in :attr:`storms`' order."""
+        return [
+            self._programs.compile(storm if config is None else storm.replace(config=config))
             for storm in self.storms
         ]
+
+    def aggregate(self, summaries: Sequence[StartupSummary]) -> Metrics:
+        """The metrics of one config from its storms' summaries (:meth:`programs`' order)."""
         agg = np.max if self.robust == "worst" else np.mean
         return Metrics(
-            makespan_s=float(agg([r.makespan_s for r in results])),
-            mean_s=float(agg([r.startup.mean for r in results])),
-            p99_s=float(agg([r.startup.p99 for r in results])),
-            memory_mib=float(agg([r.pool_memory_mib for r in results])),
+            makespan_s=float(agg([r.makespan_s for r in summaries])),
+            mean_s=float(agg([r.startup.mean for r in summaries])),
+            p99_s=float(agg([r.startup.p99 for r in summaries])),
+            memory_mib=float(agg([r.pool_memory_mib for r in summaries])),
         )

@@ -6,11 +6,11 @@ Optuna's convention: one value per constraint, feasible when ``<= 0``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
+from .._params import Interval, Maybe, Rules, validate
 from ..models import ConfigError
 
 __all__ = [
@@ -80,11 +80,13 @@ class Constraints:
     memory_budget_mib: float | None = None
     p99_slo_s: float | None = None
 
+    __rules__: ClassVar[Rules] = Rules(
+        memory_budget_mib=Maybe(Interval(float, 0, closed="neither", unit="MiB")),
+        p99_slo_s=Maybe(Interval(float, 0, closed="neither", unit="s")),
+    )
+
     def __post_init__(self) -> None:
-        for name in ("memory_budget_mib", "p99_slo_s"):
-            value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"{name}: must be a positive number, but got {value!r}")
+        validate(self)
 
     @property
     def active(self) -> bool:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+from .._params import Check, Depends, Interval, Keys, OneOf, Rules, Satisfies, Values, validate
 from ..models import ConfigError, Profile, TunedConfig, scenario_pool_kinds, scenario_stages
 from ..models.tuned import MAX_LIMIT, MAX_POOL_SIZE
 
@@ -43,15 +45,17 @@ class IntRange:
     high: int
     log: bool = True
 
+    __rules__: ClassVar[Rules] = Rules(
+        low=Interval(int, 0),
+        high=Interval(int, 0),
+        checks=(
+            Check("high", lambda r: r.low <= r.high, lambda r: f"must be >= low={r.low}"),
+            Check("low", lambda r: not r.log or r.low >= 1, "must be >= 1 on a log scale (log)"),
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if not self.low <= self.high:
-            raise ConfigError(
-                f"`low <= high` must hold, but got (low={self.low}, high={self.high})"
-            )
-        if self.log and self.low < 1:
-            raise ConfigError(f"a log range needs `low >= 1`, but got (low={self.low})")
-        if self.low < 0:
-            raise ConfigError(f"`low >= 0` must hold, but got (low={self.low})")
+        validate(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,30 +80,40 @@ class SearchSpace:
     pools: Mapping[str, IntRange] = field(default_factory=dict)
     pool_device_mib: Mapping[str, float] = field(default_factory=dict)
 
+    __rules__: ClassVar[Rules] = Rules(
+        limits=(
+            Depends(
+                lambda s: Keys(OneOf(scenario_stages(s.cni), what=f"the stages of cni {s.cni!r}"))
+            ),
+            Values(Satisfies(lambda r: r.low >= 1, "must have low >= 1 (a limit is at least 1)")),
+        ),
+        pools=(
+            Depends(
+                lambda s: Keys(
+                    OneOf(scenario_pool_kinds(s.cni), what=f"the device kinds of cni {s.cni!r}")
+                )
+            ),
+            Depends(
+                lambda s: Keys(
+                    OneOf(
+                        tuple(s.pool_device_mib),
+                        what="the kinds with a memory cost per device (pool_device_mib)",
+                    )
+                )
+            ),
+            Values(Satisfies(lambda r: not r.log, "must not be log (a pool range includes 0)")),
+        ),
+        checks=(
+            Check(
+                "limits",
+                lambda s: bool(s.limits or s.pools),
+                "must not be empty with no pools (give a stage limit or a pool to search)",
+            ),
+        ),
+    )
+
     def __post_init__(self) -> None:
-        stages = scenario_stages(self.cni)
-        for name in self.limits:
-            if name not in stages:
-                raise ConfigError(
-                    f"limits: unknown stage {name!r} for cni={self.cni!r}; "
-                    f"its stages are {', '.join(stages)}"
-                )
-        kinds = scenario_pool_kinds(self.cni)
-        for kind, rng in self.pools.items():
-            if kind not in kinds:
-                raise ConfigError(
-                    f"pools: unknown device kind {kind!r} for cni={self.cni!r}; "
-                    f"its kinds are {', '.join(kinds) if kinds else 'none'}"
-                )
-            if kind not in self.pool_device_mib:
-                raise ConfigError(f"pools: no memory cost per device for {kind!r}")
-            if rng.log:
-                raise ConfigError(f"pools.{kind}: a pool range includes 0, use log=False")
-        for name, rng in self.limits.items():
-            if rng.low < 1:
-                raise ConfigError(f"limits.{name}: a limit is at least 1, but got (low={rng.low})")
-        if not self.limits and not self.pools:
-            raise ConfigError("search space: give at least one stage limit or pool to search")
+        validate(self)
         # Own copies, so that changing the caller's dicts cannot change a frozen space
         # (plain dicts, not read-only views: a space is pickled to worker processes).
         object.__setattr__(self, "limits", dict(self.limits))

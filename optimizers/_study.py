@@ -36,10 +36,10 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import optuna
 from optuna.storages import BaseStorage
@@ -47,8 +47,9 @@ from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.study import Study
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from .._params import Check, Interval, Rules, validate
 from ..models import ConfigError, ConfigOrigin, Scenario, TunedConfig, load_profile
-from ..simulator import ExecutorName
+from ..simulator import ExecutorName, KernelCall
 from ._evaluate import Evaluator, Robust
 from ._objectives import Constraints, Metrics, check_objectives
 from ._samplers import make_sampler
@@ -70,6 +71,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Callback = Callable[[Study, FrozenTrial], None]
+_T = TypeVar("_T")
 
 _SPEC_ATTR = "bootstorm:search"
 _SURPLUS_ATTR = "bootstorm:surplus"
@@ -138,14 +140,21 @@ class StudySpec:
     heartbeat_interval_s: int = 10
     executor: ExecutorName = "compiled"
 
+    __rules__: ClassVar[Rules] = Rules(
+        trials=Interval(int, 1),
+        heartbeat_interval_s=Interval(int, 1, unit="s"),
+        checks=(
+            Check(
+                "space",
+                lambda s: s.space is None or s.space.cni == s.scenario.cni,
+                lambda s: f"must be built for the scenario's cni={s.scenario.cni!r}",
+            ),
+        ),
+    )
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "objectives", check_objectives(self.objectives))
-        if self.trials < 1:
-            raise ConfigError(f"trials: must be at least 1, but got {self.trials}")
-        if self.heartbeat_interval_s < 1:
-            raise ConfigError(
-                f"heartbeat_interval_s: must be at least 1, but got {self.heartbeat_interval_s}"
-            )
+        validate(self)
         if self.space is None:
             object.__setattr__(
                 self,
@@ -155,11 +164,6 @@ class StudySpec:
                     sandboxes=max((*self.sizes, self.scenario.sandboxes)),
                     profile=load_profile(self.scenario.profile),
                 ),
-            )
-        elif self.space.cni != self.scenario.cni:
-            raise ConfigError(
-                f"space: built for cni={self.space.cni!r}, but the scenario has "
-                f"cni={self.scenario.cni!r}"
             )
         if self.study_name is None:
             object.__setattr__(self, "study_name", self._default_name())
@@ -306,13 +310,17 @@ def run_worker(
     worker: int = 0,
     callbacks: Sequence[Callback] = (),
     study: Study | None = None,
+    overlap: bool = True,
 ) -> Study:
     """Run trials of ``spec``'s study until it holds exactly ``spec.trials`` completed ones.
 
     Any number of workers may run it at once, in this process's ``--jobs``
     or anywhere else. ``worker`` names this one among them (0: the first);
     ``study``: an already opened study of ``spec`` (needed for an in-memory one).
-    ``callbacks`` run after each trial this worker completes.
+    ``callbacks`` run after each trial this worker completes. ``overlap``:
+    simulate a trial on a thread while the sampler chooses the next point
+    (the default); ``False`` simulates each trial on this thread before the
+    next is chosen (a debugger's view; the benchmarks' anchor).
     """
     assert spec.space is not None
     space, constraints, objectives = spec.space, spec.constraints, spec.objectives
@@ -329,7 +337,7 @@ def run_worker(
         """Wait for ``running``'s simulation, tell the study, run the callbacks."""
         with running.heartbeat:
             try:
-                metrics = running.metrics.result()
+                metrics = running.read()
                 trial = running.trial
                 trial.set_user_attr("metrics", metrics.as_dict())
                 for name, excess in constraints.named_values(metrics).items():
@@ -361,7 +369,12 @@ def run_worker(
     # told before the next simulation starts), so a seeded worker is
     # reproducible, as with no overlap.
     running: _Running | None = None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bootstorm-trial") as pool:
+    pool: Executor = (
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="bootstorm-trial")
+        if overlap
+        else _ThisThread()
+    )
+    with pool:
         try:
             while True:
                 _fail_abandoned(study)
@@ -402,17 +415,16 @@ def run_worker(
                         study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
                         heartbeat.close()
                         raise
-                running = _Running(
-                    trial=trial,
-                    heartbeat=heartbeat,
-                    metrics=pool.submit(evaluator.evaluate, config),
-                )
+                running = _start(evaluator, config, pool, trial=trial, heartbeat=heartbeat)
+                if not overlap:
+                    previous, running = running, None
+                    finish(previous)
             if running is not None:
                 previous, running = running, None
                 finish(previous)
         except BaseException:
             if running is not None:  # not left RUNNING for the next worker to time out
-                running.metrics.cancel()
+                running.simulation.cancel()
                 study.tell(running.trial, state=TrialState.FAIL, skip_if_finished=True)
                 running.heartbeat.close()
             raise
@@ -425,7 +437,59 @@ class _Running:
 
     trial: Trial
     heartbeat: contextlib.ExitStack
-    metrics: Future[Metrics]
+    simulation: Future[Any]
+    read: Callable[[], Metrics]
+    """Wait for the simulation; its metrics (on the caller's thread)."""
+
+
+def _start(
+    evaluator: Evaluator,
+    config: TunedConfig,
+    pool: Executor,
+    *,
+    trial: Trial,
+    heartbeat: contextlib.ExitStack,
+) -> _Running:
+    """Start simulating ``config`` on ``pool``.
+
+    On the compiled executor only the loop itself goes to the pool's thread:
+    it lets go of the GIL, while compiling the storms and summarising them
+    need it and stay on this thread. And this thread waits until the pool's
+    thread has started: else that one, wanting the GIL to call the loop,
+    would queue behind the sampler's Python for up to a switch interval
+    (5 ms, longer than the loop) and the two would not overlap at all.
+    """
+    if evaluator.executor != "compiled":
+        whole = pool.submit(evaluator.evaluate, config)
+        return _Running(trial=trial, heartbeat=heartbeat, simulation=whole, read=whole.result)
+    calls = [KernelCall(p) for p in evaluator.programs(config)]
+    started = threading.Event()
+
+    def run() -> None:
+        started.set()
+        for call in calls:
+            call.run()
+
+    simulation = pool.submit(run)
+    started.wait()
+
+    def read() -> Metrics:
+        simulation.result()
+        return evaluator.aggregate([call.summary() for call in calls])
+
+    return _Running(trial=trial, heartbeat=heartbeat, simulation=simulation, read=read)
+
+
+class _ThisThread(Executor):
+    """An executor that runs each call at once, on the caller's thread."""
+
+    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]:
+        future: Future[_T] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # handed to whoever reads the future, as a thread would
+            future.set_exception(e)
+        return future
 
 
 class _Busy:

@@ -15,8 +15,9 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from .._params import Each, OneOf, Rules, validate
 from ..models import CNI_NAMES, ConfigError, Scenario, full_pools, scenario_pool_kinds
 from ..simulator.executors import check_executor
 from ._evaluate import run_scenario
@@ -65,10 +66,10 @@ class SweepGrid:
     pools: tuple[str, ...] = ()
     seeds: tuple[int, ...] = ()
 
+    __rules__: ClassVar[Rules] = Rules(cnis=Each(OneOf(CNI_NAMES)))
+
     def __post_init__(self) -> None:
-        for cni in self.cnis:
-            if cni not in CNI_NAMES:
-                raise ConfigError(f"cni: unknown CNI {cni!r}; known: {', '.join(CNI_NAMES)}")
+        validate(self)
         self.points()  # every point is validated before any is run
 
     def points(self) -> list[tuple[Scenario, str]]:

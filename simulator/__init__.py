@@ -3,6 +3,11 @@
 It knows nothing about networks: a :class:`Program` of ops per sandbox runs on
 processor-sharing cores, sleeping locks, spinlocks, reader-writer locks,
 admission gates and device pools, and gives a frozen :class:`Result`.
+
+Two executors run a program: the SimPy reference (:class:`SimPyExecutor`)
+and the compiled loop (:class:`FastExecutor`, whose source also runs
+interpreted). :mod:`.reference_problems` holds programs with known answers
+and :mod:`.testing` the contract every executor passes.
 """
 
 # Names load on first use (PEP 562): `import bootstorm.simulator` stays cheap for
@@ -37,8 +42,10 @@ if TYPE_CHECKING:
     )
     from .fast import (
         FastExecutor,
+        KernelCall,
         StartupSummary,
         run_program_fast,
+        summarise_concurrently,
     )
     from .program import (
         GateSpec,
@@ -98,6 +105,7 @@ __all__ = [
     "GateSpec",
     "GateStats",
     "Hold",
+    "KernelCall",
     "LockKind",
     "LockSpec",
     "LockStats",
@@ -133,6 +141,7 @@ __all__ = [
     "run_program_fast",
     "run_with",
     "size_program",
+    "summarise_concurrently",
     "summarise_with",
     "write_chrome_trace",
 ]
@@ -153,6 +162,8 @@ _SOURCES: dict[str, str] = {
     "run_with": ".executors",
     "summarise_with": ".executors",
     "FastExecutor": ".fast",
+    "KernelCall": ".fast",
+    "summarise_concurrently": ".fast",
     "StartupSummary": ".fast",
     "run_program_fast": ".fast",
     "GateSpec": ".program",

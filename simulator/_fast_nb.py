@@ -1,10 +1,17 @@
-"""The fast executor's loop compiled with numba (``FastExecutor(jit=True)``, "compiled").
+"""The compiled executor's loop (``FastExecutor``: "compiled" with numba, "python" interpreted).
 
-The same algorithm as :mod:`.fast` over flat NumPy arrays: the same events
-in the same order and the same float operations in the same order, with
-other data structures where they pop the same order faster.
-:func:`run_kernel` returns raw counters; :mod:`.fast` assembles the
-:class:`Result`. No ``fastmath``: the floats must round as the reference's do.
+The reference's algorithm (:mod:`.executor`, :mod:`.cpu`, :mod:`.locks`)
+over flat NumPy arrays: the same events in the same order and the same
+float operations in the same order, with other data structures where they
+pop the same order faster. :func:`run_kernel` returns raw counters;
+:mod:`.fast` has :func:`._build.build_result` assemble the :class:`Result`.
+No ``fastmath``: the floats must round as the reference's do. The op and
+lock codes are :class:`.program.OpKind`'s and :class:`.program.LockKind`'s.
+
+The same source runs interpreted (``FastExecutor(jit=False)``, executor
+"python"): :func:`.fast.kernel_module` executes this file a second time
+with the decorators turned off, so a breakpoint here stops in the loop that
+the compiled executor runs, on the same arrays.
 
 Design
 ------
@@ -63,21 +70,64 @@ fewer of them.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
-from numba import njit  # type: ignore[import-not-found,unused-ignore]
-from numba.core import cgutils  # type: ignore[import-not-found,unused-ignore]
-from numba.extending import intrinsic  # type: ignore[import-not-found,unused-ignore]
 
-_CPU, _SLEEP, _ACQUIRE, _ACQUIRE_SHARED, _RELEASE, _ZERO = 0, 1, 2, 3, 4, 5
-_STAGE_BEGIN, _STAGE_END, _GATE_ENTER, _GATE_EXIT, _POOL_TRY, _JUMP = 6, 7, 8, 9, 10, 11
-_SPAWN, _GUEST_CPU = 12, 13
-_WORK, _SPIN, _ZEROING = 0, 1, 2
+from ._build import SPIN as _SPIN
+from ._build import WORK as _WORK
+from ._build import ZEROING as _ZEROING
+from .program import LockKind, OpKind
+
+# This file runs two ways. Imported as itself, it is numba's: every function
+# below is compiled. :func:`.fast.kernel_module` also executes it a second
+# time under the name below, where the decorators hand back the plain
+# functions: the same source interpreted (executor "python"), for pdb and
+# coverage, without numba.
+INTERPRETED_NAME = "bootstorm.simulator._fast_nb_interpreted"
+INTERPRETED = __name__ == INTERPRETED_NAME
+
+# The codes the loop compares, read from the enums the programs are written
+# with (numba freezes them into the compiled code; see :func:`compiled_codes`).
+_CPU, _SLEEP = int(OpKind.CPU), int(OpKind.SLEEP)
+_ACQUIRE, _ACQUIRE_SHARED, _RELEASE = (
+    int(OpKind.ACQUIRE),
+    int(OpKind.ACQUIRE_SHARED),
+    int(OpKind.RELEASE),
+)
+_ZERO, _STAGE_BEGIN, _STAGE_END = int(OpKind.ZERO), int(OpKind.STAGE_BEGIN), int(OpKind.STAGE_END)
+_GATE_ENTER, _GATE_EXIT = int(OpKind.GATE_ENTER), int(OpKind.GATE_EXIT)
+_POOL_TRY, _JUMP = int(OpKind.POOL_TRY), int(OpKind.JUMP)
+_SPAWN, _GUEST_CPU = int(OpKind.SPAWN), int(OpKind.GUEST_CPU)
+_MUTEX, _SPINLOCK, _RW = int(LockKind.MUTEX), int(LockKind.SPIN), int(LockKind.RW)
+OP_CODES: dict[OpKind, int] = {
+    OpKind.CPU: _CPU,
+    OpKind.SLEEP: _SLEEP,
+    OpKind.ACQUIRE: _ACQUIRE,
+    OpKind.ACQUIRE_SHARED: _ACQUIRE_SHARED,
+    OpKind.RELEASE: _RELEASE,
+    OpKind.ZERO: _ZERO,
+    OpKind.STAGE_BEGIN: _STAGE_BEGIN,
+    OpKind.STAGE_END: _STAGE_END,
+    OpKind.GATE_ENTER: _GATE_ENTER,
+    OpKind.GATE_EXIT: _GATE_EXIT,
+    OpKind.POOL_TRY: _POOL_TRY,
+    OpKind.JUMP: _JUMP,
+    OpKind.SPAWN: _SPAWN,
+    OpKind.GUEST_CPU: _GUEST_CPU,
+}
+"""The code the loop reads for each op kind (each is ``int(kind)``)."""
+LOCK_CODES: dict[LockKind, int] = {
+    LockKind.MUTEX: _MUTEX,
+    LockKind.SPIN: _SPINLOCK,
+    LockKind.RW: _RW,
+}
+"""The code the loop reads for each lock kind."""
+
 # Events are (time, priority << 50 | seq, x << 3 | what).
 _URGENT_KEY, _NORMAL_KEY = 0, 1 << 50
 _START, _ARRIVE, _RESUME, _TIMER, _WAKE = 0, 1, 2, 3, 4
-_MUTEX, _SPINLOCK, _RW = 0, 1, 2
 _REL_EPS = 1e-12
 
 # Rows of the heap table: the event queue and the CPU's four job heaps.
@@ -91,39 +141,99 @@ _NOW, _S, _SP, _Z, _G, _LAST, _SH, _PSH, _ZSP, _GSH, _TIMER_AT, _TIMER_T = range
 # the next of the arrivals in time order.
 _EID, _CSEQ, _SPINNING, _PSPINNING, _TIMER_KEY, _STALE, _F_HEAD, _F_LEN, _A_HEAD = range(9)
 
-# Compiled once per machine (``cache``); no ``fastmath``. Division by zero
-# follows NumPy (no Python exception paths): an exit path that raises keeps
-# numba from pruning the reference counting of every array in a function,
-# which costs more than the rest of the loop.
-_jit = njit(cache=True, error_model="numpy")
-_inline = njit(cache=True, error_model="numpy", inline="always")
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-@intrinsic  # type: ignore[misc,unused-ignore]
-def _borrow(typingctx: Any, arr: Any) -> Any:
-    """A view of ``arr`` without its reference count (a null meminfo).
+class _Decorator(Protocol):
+    def __call__(self, func: _F, /) -> _F: ...
 
-    Numba increfs and decrefs (atomically) every array a compiled function
-    receives, and LLVM's code motion defeats the pass that prunes the pairs:
-    left alone, that costs more than the simulation. Views without a meminfo
-    make those calls no-ops. The caller must keep ``arr`` alive while its
-    view is used: :func:`run_kernel` allocates, :func:`_simulate` borrows.
-    """
 
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        src = context.make_array(sig.args[0])(context, builder, value=args[0])
-        out = context.make_array(sig.return_type)(context, builder)
-        null: Any = cgutils.get_null_value
-        out.meminfo = null(out.meminfo.type)
-        out.parent = null(out.parent.type)
-        out.nitems = src.nitems
-        out.itemsize = src.itemsize
-        out.data = src.data
-        out.shape = src.shape
-        out.strides = src.strides
-        return out._getvalue()
+_jit: _Decorator
+_inline: _Decorator
+_entry: _Decorator
+_borrow: Any
 
-    return arr(arr), codegen
+if INTERPRETED:
+
+    def _plain(func: _F) -> _F:
+        return func
+
+    _jit = _inline = _entry = _plain
+
+    def _borrow(arr: Any) -> Any:
+        """The array itself: the interpreter counts references as it always does."""
+        return arr
+
+else:
+    from numba import njit  # type: ignore[import-not-found,unused-ignore]
+    from numba.core import cgutils  # type: ignore[import-not-found,unused-ignore]
+    from numba.extending import intrinsic  # type: ignore[import-not-found,unused-ignore]
+
+    # Compiled once per machine (``cache``); no ``fastmath``. Division by zero
+    # follows NumPy (no Python exception paths): an exit path that raises keeps
+    # numba from pruning the reference counting of every array in a function,
+    # which costs more than the rest of the loop.
+    _jit = cast(_Decorator, njit(cache=True, error_model="numpy"))
+    _inline = cast(_Decorator, njit(cache=True, error_model="numpy", inline="always"))
+    # The entry point lets go of the GIL: the loop touches no Python object, so
+    # a search simulates one trial on a thread while its sampler, in Python,
+    # chooses the next point (optimizers/_study.py), and threads run storms
+    # side by side.
+    _entry = cast(_Decorator, njit(cache=True, error_model="numpy", nogil=True))
+
+    def _borrow_codegen(typingctx: Any, arr: Any) -> Any:
+        """A view of ``arr`` without its reference count (a null meminfo).
+
+        Numba increfs and decrefs (atomically) every array a compiled function
+        receives, and LLVM's code motion defeats the pass that prunes the pairs:
+        left alone, that costs more than the simulation. Views without a meminfo
+        make those calls no-ops. The caller must keep ``arr`` alive while its
+        view is used: :func:`run_kernel` allocates, :func:`_simulate` borrows.
+        """
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            src = context.make_array(sig.args[0])(context, builder, value=args[0])
+            out = context.make_array(sig.return_type)(context, builder)
+            null: Any = cgutils.get_null_value
+            out.meminfo = null(out.meminfo.type)
+            out.parent = null(out.parent.type)
+            out.nitems = src.nitems
+            out.itemsize = src.itemsize
+            out.data = src.data
+            out.shape = src.shape
+            out.strides = src.strides
+            return out._getvalue()
+
+        return arr(arr), codegen
+
+    _borrow = intrinsic(_borrow_codegen)
+
+
+@_jit
+def compiled_codes() -> Any:
+    """The op and lock codes as this build of the loop reads them (in
+    :data:`OP_CODES` then :data:`LOCK_CODES` order). numba's cache keeps the
+    values a function was compiled with even when :mod:`.program` changes
+    them, so :func:`.fast.kernel_module` compares these with the enums."""
+    return (
+        _CPU,
+        _SLEEP,
+        _ACQUIRE,
+        _ACQUIRE_SHARED,
+        _RELEASE,
+        _ZERO,
+        _STAGE_BEGIN,
+        _STAGE_END,
+        _GATE_ENTER,
+        _GATE_EXIT,
+        _POOL_TRY,
+        _JUMP,
+        _SPAWN,
+        _GUEST_CPU,
+        _MUTEX,
+        _SPINLOCK,
+        _RW,
+    )
 
 
 # -- heaps over arrays ---------------------------------------------------------------------
@@ -847,7 +957,7 @@ def _simulate(
     return n_dur, zeroed, popped + ci[_STALE]
 
 
-@_jit
+@_entry
 def run_kernel(
     kinds: Any,
     args: Any,

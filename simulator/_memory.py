@@ -134,20 +134,21 @@ def available_memory_bytes() -> int | None:
     return min(found) if found else None
 
 
-# What the plain-Python executors hold per op while they run (the ops as
-# Python objects and, for SimPy, its events and processes): measured at 5 000
-# and 20 000 sandboxes of the 400 storm (7.4 and 6.4 KiB a sandbox of 97
-# ops), with a margin. The compiled executor's share is in MemoryEstimate.
-_RUN_BYTES_PER_OP = {"simpy": 88, "python": 80}
+# What the SimPy executor holds per op while it runs (the ops as Python
+# objects, its events and processes): measured at 5 000 and 20 000
+# sandboxes of the 400 storm (7.4 and 6.4 KiB a sandbox of 97 ops), with a
+# margin. The compiled executor's share (interpreted or not: the same
+# arrays) is in MemoryEstimate.
+_RUN_BYTES_PER_OP = {"simpy": 88}
 
 
 def check_run_fits(
     *, sandboxes: int, ops: int, executor: str, available_bytes: int | None = None
 ) -> None:
     """Raise :class:`ProgramTooLargeError` (one line) if running a compiled
-    program of ``ops`` ops on the plain-Python ``executor`` (``simpy`` or
-    ``python``) would exceed the memory available; the compiled one passes
-    (its share was checked when the program was built)."""
+    program of ``ops`` ops on the SimPy ``executor`` would exceed the memory
+    available; the compiled one passes, interpreted or not (its share was
+    checked when the program was built)."""
     per_op = _RUN_BYTES_PER_OP.get(executor)
     if per_op is None:
         return

@@ -74,6 +74,11 @@ def _finish_due(
 class TimerEnvironment(simpy.Environment):
     """A SimPy environment with one timer slot beside its event heap.
 
+    The one place that touches SimPy's internals (``_now``, ``_queue``,
+    ``_eid``, ``Event._ok``/``_value``/``_defused``): SimPy is pinned to the
+    4.1 series, and ``tests/simulator/test_timer_environment.py`` checks that
+    what this class relies on is still there and still behaves.
+
     Every change that brings the CPU's next completion forward supersedes its
     timer. As SimPy timeouts, half of a storm's events were the CPU's timers
     (18 225 of 35 286 for 400 ipvtap sandboxes), 6 387 of them superseded,
@@ -96,6 +101,11 @@ class TimerEnvironment(simpy.Environment):
         self._timer_at = self._now + delay  # the sum a Timeout's schedule makes
         self._timer_eid = next(self._eid)
         self._timer_fire = fire
+
+    def events_numbered(self) -> int:
+        """How many events SimPy has numbered so far (timers included): the
+        run's event count. It takes a number itself, so read it once, at the end."""
+        return next(self._eid)
 
     def peek(self) -> float:
         head = self._queue[0][0] if self._queue else math.inf
@@ -216,7 +226,7 @@ class ProcessorSharingCPU:
         return self._spinning + self._pinned_spinning
 
     def _advance(self) -> None:
-        now = self.env._now
+        now = self.env.now
         dt = now - self._last
         if dt > 0.0:
             self._share_clock += self._share * dt

@@ -2,7 +2,9 @@
 
 It is the readable one: every op is a few lines below, resources are the
 classes of :mod:`.cpu` and :mod:`.locks`, and with ``record=True`` it keeps
-every span. A compiled executor must give the same :class:`Result`.
+every span. A compiled executor must give the same :class:`Result`
+(:class:`.testing.ExecutorContract`); both hand their counters to
+:func:`._build.build_result`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from typing import Any
 import numpy as np
 import simpy
 
+from ._build import SPIN as _SPIN
+from ._build import WORK as _WORK
+from ._build import ZEROING as _ZEROING
+from ._build import RunCounts, build_result, lock_priority_table
 from ._errors import DeadlockError
 from .cpu import ProcessorSharingCPU, TimerEnvironment
 from .locks import Gate, Mutex, RWLock, SpinLock
@@ -35,21 +41,9 @@ from .program import (  # plain ints of OpKind, as the loops compare them
     Program,
 )
 from .recorder import Recorder, Recording
-from .result import (
-    REASONS,
-    CpuStats,
-    GateStats,
-    LockStats,
-    PoolStats,
-    Result,
-    StageStats,
-    StartupStats,
-)
+from .result import Result
 
 __all__ = ["DeadlockError", "SimPyExecutor", "run_program"]
-
-
-_WORK, _SPIN, _ZEROING = 0, 1, 2
 
 
 class SimPyExecutor:
@@ -99,14 +93,11 @@ class _Run:
             for stage in range(n_stages + 1)
         ]
         self.locks: list[Any] = []
+        priority = lock_priority_table(program).tolist()
         for i, spec in enumerate(program.locks):
-            priority = None
-            if spec.stage_priority:
-                prio = dict(spec.stage_priority)  # names checked by Program.validate
-                priority = [prio.get(name, 0) for name in program.stage_names] + [0]
             kw: dict[str, Any] = dict(
                 index=i,
-                priority_by_stage=priority,
+                priority_by_stage=priority[i],
                 cpu=self.cpu,
                 spin_account=[self._spin_accumulator(st, i) for st in range(n_stages + 1)],
                 spans=self.rec.lock_span if self.rec is not None else None,
@@ -185,11 +176,11 @@ class _Run:
                 if is_spin[args[pc]]:
                     spin_depth -= 1
             elif kind == _STAGE_BEGIN:
-                stage_stack.append((stage, env._now))
+                stage_stack.append((stage, env.now))
                 stage = args[pc]
             elif kind == _STAGE_END:
                 outer, began = stage_stack.pop()
-                duration = env._now - began
+                duration = env.now - began
                 self.stage_durations[stage].append(duration)
                 self.stage_time[self.task_owner[i], stage] += duration
                 if rec is not None:
@@ -239,140 +230,36 @@ class _Run:
         for i, arrival in enumerate(p.arrival_s.tolist()):
             env.process(self._sandbox(i, arrival))
         env.run()
-        stuck = np.flatnonzero(np.isnan(np.concatenate([self.finish, self.branch_finish])))
-        if stuck.size:
-            # Nothing left to happen, yet some sandboxes wait: a deadlock.
-            raise DeadlockError(
-                f"deadlock: {stuck.size} tasks never finished (first: {stuck[:5].tolist()}; "
-                f"tasks from {self.n} on are branches)"
-            )
-        return self._result()
-
-    def _result(self) -> Result:
-        p = self.p
-        arrival = p.arrival_s.copy()
-        finish = self.finish
-        makespan = float(finish.max() - arrival.min())
-        latencies = finish - arrival
-        stages = {}
-        for s, name in enumerate(p.stage_names):
-            d = np.asarray(self.stage_durations[s])
-            stages[name] = StageStats(
-                mean_s=float(d.mean()) if d.size else 0.0,
-                p99_s=float(np.percentile(d, 99.0)) if d.size else 0.0,
-                total_s=float(d.sum()),
-            )
-        locks = {}
-        for i, (spec, lock) in enumerate(zip(p.locks, self.locks, strict=True)):
-            c = lock.stats
-            locks[spec.name] = LockStats(
-                kind=spec.kind.name.lower(),
-                acquisitions=c.acquisitions,
-                contended=c.contended,
-                wait_s=c.wait_s,
-                contended_wall_s=c.contended_wall_s,
-                hold_s=c.hold_s,
-                max_waiters=c.max_waiters,
-                spin_core_s=self.lock_spin[i],
-                acquisitions_by_stage={
-                    name: count
-                    for name, count in zip(
-                        [*p.stage_names, "-"], lock.acquisitions_by_stage, strict=True
-                    )
-                    if count
-                },
-            )
-        gates = {
-            spec.name: GateStats(
-                permits=spec.permits,
-                entries=g.stats.acquisitions,
-                waited=g.stats.contended,
-                wait_s=g.stats.wait_s,
-                contended_wall_s=g.stats.contended_wall_s,
-            )
-            for spec, g in zip(p.gates, self.gates, strict=True)
-            if not spec.signal  # events between sandboxes, not admission
-        }
-        pools = {
-            spec.name: PoolStats(
-                capacity=spec.capacity, taken=spec.capacity - left, memory_mib=spec.memory_mib
-            )
-            for spec, left in zip(p.pools, self.pool_left, strict=True)
-            if not spec.ticket  # a right to do something once, not devices
-        }
-        names = [*p.stage_names, "-"]
-        by_stage = {
-            names[s]: dict(zip(REASONS, acc, strict=True))
-            for s, acc in enumerate(self.cpu_acc)
-            if any(acc)
-        }
-        work, spin, zero = (sum(acc[r] for acc in self.cpu_acc) for r in range(3))
-        busy = work + spin + zero
-        cores = p.machine.cores
-        cpu = CpuStats(
-            cores=cores,
-            busy_core_s=busy,
-            work_core_s=work,
-            spin_core_s=spin,
-            zero_core_s=zero,
-            utilisation=busy / (cores * makespan) if makespan > 0 else 0.0,
-            by_stage=by_stage,
+        counters = [lock.stats for lock in self.locks] + [g.stats for g in self.gates]
+        counts = RunCounts(
+            finish=np.concatenate([self.finish, self.branch_finish]),
+            cpu_acc=[core_s for acc in self.cpu_acc for core_s in acc],
+            lock_spin=self.lock_spin,
+            counts=[[c.acquisitions, c.contended, c.waiters, c.max_waiters] for c in counters],
+            sums=[[c.wait_s, c.hold_s, c.contended_wall_s] for c in counters],
+            acquisitions_by_stage=[lock.acquisitions_by_stage for lock in self.locks],
+            pool_left=self.pool_left,
+            durations=[np.asarray(d) for d in self.stage_durations],
+            stage_time=self.stage_time,
             zeroed_bytes=self.zeroed_bytes,
+            events=env.events_numbered(),
         )
-        stage_time = {name: self.stage_time[:, s] for s, name in enumerate(p.stage_names)}
-        branch_stages = frozenset(p.branch_names)
-        branch_finish: dict[str, np.ndarray] = {}
-        kinds = p.branch_kind.tolist()
-        parents = p.branch_parent.tolist()
-        for b, done in enumerate(self.branch_finish.tolist()):
-            name = p.branch_names[kinds[b]]
-            col = branch_finish.setdefault(name, np.full(p.n_sandboxes, np.nan))
-            col[parents[b]] = np.fmax(col[parents[b]], done)
-        branches = {}
-        for name, done in branch_finish.items():
-            have = ~np.isnan(done)
-            branches[name] = StartupStats.of(done[have] - arrival[have])
-        ready = None
-        if p.ready_branches:
-            ready_at = finish.copy()
-            for name in p.ready_branches:
-                ready_at = np.fmax(ready_at, branch_finish[name])
-            ready = StartupStats.of(ready_at - arrival)
-        recording = None
-        if self.rec is not None:
-            r = self.rec
-            recording = Recording(
-                n_sandboxes=p.n_sandboxes,
-                stage_names=p.stage_names,
-                lock_names=tuple(lk.name for lk in p.locks),
-                gate_names=tuple(g.name for g in p.gates),
-                cores=cores,
-                stage_spans=tuple(r.stage_spans),
-                lock_spans=tuple(r.lock_spans),
-                gate_spans=tuple(r.gate_spans),
-                cpu_samples=tuple(r.cpu_samples),
-                branch_parent=tuple(p.branch_parent.tolist()),
-                signal_gates=frozenset(i for i, g in enumerate(p.gates) if g.signal),
-            )
-        # SimPy numbers every scheduled event; the next number is the count.
-        events = next(self.env._eid) if hasattr(self.env, "_eid") else -1
-        return Result(
+        return build_result(p, counts, recording=self._recording())
+
+    def _recording(self) -> Recording | None:
+        if self.rec is None:
+            return None
+        p, r = self.p, self.rec
+        return Recording(
             n_sandboxes=p.n_sandboxes,
-            makespan_s=makespan,
-            startup=StartupStats.of(latencies),
-            stages=stages,
-            locks=locks,
-            gates=gates,
-            pools=pools,
-            cpu=cpu,
-            pool_memory_mib=p.pool_memory_mib,
-            events=events,
-            arrival_s=arrival,
-            finish_s=finish,
-            steps=Result.step_stats(stage_time, latencies, branch_stages),
-            ready=ready,
-            branches=branches,
-            stage_time_s=stage_time,
-            branch_finish_s=branch_finish,
-            recording=recording,
+            stage_names=p.stage_names,
+            lock_names=tuple(lk.name for lk in p.locks),
+            gate_names=tuple(g.name for g in p.gates),
+            cores=p.machine.cores,
+            stage_spans=tuple(r.stage_spans),
+            lock_spans=tuple(r.lock_spans),
+            gate_spans=tuple(r.gate_spans),
+            cpu_samples=tuple(r.cpu_samples),
+            branch_parent=tuple(p.branch_parent.tolist()),
+            signal_gates=frozenset(i for i, g in enumerate(p.gates) if g.signal),
         )

@@ -1,23 +1,27 @@
 """Choosing an executor by name: the SimPy reference or the compiled loop.
 
-Both run the same :class:`~.program.Program` and return the same
-:class:`~.result.Result` (checked by ``tests/simulator/test_fast_equivalence.py``):
+Two executors, three names; all run the same :class:`~.program.Program` and
+return the same :class:`~.result.Result` (each passes
+:class:`~.testing.ExecutorContract`, and ``tests/simulator/test_fast_equivalence.py``
+compares them on generated programs):
 
 ``simpy``
     :class:`~.executor.SimPyExecutor`, the reference: readable, extensible,
     and the only one that records spans (``record=True``).
 ``compiled``
-    :class:`~.fast.FastExecutor` with ``jit=True``: the reference's algorithm
-    compiled by numba; what search, sweeps and calibration use by default.
+    :class:`~.fast.FastExecutor`: the reference's algorithm compiled by
+    numba; what search, sweeps and calibration use by default.
 ``python``
-    :class:`~.fast.FastExecutor` without numba: the same loop in plain Python,
-    the compiled one's readable twin (and a check on it).
+    ``FastExecutor(jit=False)``: the compiled executor's own source run by
+    the interpreter, for pdb and coverage (its result is the compiled one's
+    to the bit; slow, about 100x the compiled loop).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from .._params import OneOf, format_problem
 from ._memory import check_run_fits
 from ._names import EXECUTOR_NAMES, ExecutorName
 from .program import ProgramError
@@ -47,12 +51,13 @@ class Executor(Protocol):
 def check_executor(name: str, *, record: bool = False) -> ExecutorName:
     """``name`` if it names an executor that can do what is asked, else a
     :class:`ProgramError` that shows the value."""
-    if name not in EXECUTOR_NAMES:
-        raise ProgramError(
-            f"executor: expected one of {', '.join(EXECUTOR_NAMES)}, but got {name!r}"
-        )
+    known = OneOf(EXECUTOR_NAMES)
+    if not known.holds(name):
+        raise ProgramError(format_problem("executor", known.text(), name))
     if record and name != "simpy":
-        raise ProgramError(f"executor: only 'simpy' records spans (record=True), but got {name!r}")
+        raise ProgramError(
+            format_problem("executor", "must be 'simpy' to record spans (record=True)", name)
+        )
     return name  # type: ignore[return-value]
 
 

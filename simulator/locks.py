@@ -9,8 +9,7 @@ Grant order is a policy: each waiter carries a key ``(priority, seq)``; the
 priority comes from the waiter's current stage (``stage_priority``), ``seq``
 is arrival order, so equal priorities are served FIFO.
 
-The hot paths read the clock as ``env._now``: SimPy's ``now`` is a property,
-a function call on every lock operation.
+Only SimPy's public API is used here (its internals are :class:`.cpu.TimerEnvironment`'s).
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ class _QueuedLock:
         env: simpy.Environment,
         *,
         index: int,
-        priority_by_stage: Sequence[int] | None,
+        priority_by_stage: Sequence[int],
         cpu: ProcessorSharingCPU,
         spin_account: Sequence[Callable[[float], None]],
         spans: SpanSink | None,
@@ -66,21 +65,20 @@ class _QueuedLock:
         self.acquisitions_by_stage = [0] * len(spin_account)
 
     def _enqueue(self, owner: int, stage: int, shared: bool = False) -> _Waiter:
-        now = self.env._now
+        now = self.env.now
         waiter = _Waiter(simpy.Event(self.env), owner, stage, now, shared)
-        prio = self._priority[stage] if self._priority is not None else 0
         self._seq += 1
-        heapq.heappush(self._queue, (prio, self._seq, waiter))
+        heapq.heappush(self._queue, (self._priority[stage], self._seq, waiter))
         self.stats.enqueue(now)
         return waiter
 
     def _take(self, owner: int, stage: int) -> None:
         self.stats.acquisitions += 1
         self.acquisitions_by_stage[stage] += 1
-        self._held_since[owner] = (self.env._now, stage)
+        self._held_since[owner] = (self.env.now, stage)
 
     def _grant(self, waiter: _Waiter) -> None:
-        now = self.env._now
+        now = self.env.now
         if waiter.spin is not None:
             self._cpu.stop_spin(waiter.spin)
         self.stats.dequeue(now, now - waiter.since)
@@ -90,7 +88,7 @@ class _QueuedLock:
         waiter.event.succeed()
 
     def _drop(self, owner: int) -> None:
-        now = self.env._now
+        now = self.env.now
         since, stage = self._held_since.pop(owner)
         self.stats.hold_s += now - since
         if self._spans is not None:

@@ -15,10 +15,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from .._params import Check, Interval, NonEmpty, Rules
 from ._errors import ProgramError
 
 __all__ = [
@@ -30,7 +32,23 @@ __all__ = [
     "PoolSpec",
     "Program",
     "ProgramError",
+    "check_rules",
 ]
+
+
+def check_rules(obj: object) -> None:
+    """:class:`ProgramError` naming the first of ``type(obj).__rules__`` that
+    ``obj`` breaks, in :mod:`bootstorm._params`' one format (``field: rule (got
+    value)``); a ProgramError, so that ``except ProgramError`` sees every
+    refusal of the simulator's inputs."""
+    problem = type(obj).__rules__.problem(obj)  # type: ignore[attr-defined]
+    if problem is not None:
+        raise ProgramError(problem)
+
+
+_NONNEGATIVE = Interval(float, 0)
+"""A finite amount, 0 or more (seconds, MiB)."""
+_POSITIVE = Interval(float, 0, closed="right")
 
 
 class OpKind(enum.IntEnum):
@@ -117,22 +135,32 @@ class LockSpec:
     spin_s: float = 0.0
     wake_s: float = 0.0
 
+    __rules__: ClassVar[Rules] = Rules(
+        name=NonEmpty(),
+        spin_s=_NONNEGATIVE,
+        wake_s=_NONNEGATIVE,
+        checks=(
+            Check(
+                "wake_s",
+                lambda lock: not lock.wake_s or lock.kind is LockKind.MUTEX,
+                lambda lock: (
+                    "must be 0 unless kind is MUTEX: only a mutex hands over through a "
+                    f"wake-up (lock {lock.name!r} is {lock.kind.name})"
+                ),
+            ),
+            Check(
+                "spin_s",
+                lambda lock: not lock.spin_s or lock.kind is LockKind.MUTEX,
+                lambda lock: (
+                    "must be 0 unless kind is MUTEX: only a mutex spins before sleeping "
+                    f"(lock {lock.name!r} is {lock.kind.name})"
+                ),
+            ),
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ProgramError(f"`LockSpec.name` must be non-empty, but got {self.name=}")
-        if not (self.spin_s >= 0.0):
-            raise ProgramError(f"`spin_s >= 0` must hold, but got {self.name=} {self.spin_s=}")
-        if not (self.wake_s >= 0.0):
-            raise ProgramError(f"`wake_s >= 0` must hold, but got {self.name=} {self.wake_s=}")
-        if self.wake_s and self.kind is not LockKind.MUTEX:
-            raise ProgramError(
-                "only a mutex hands over through a wake-up, "
-                f"but got {self.name=} kind={self.kind.name}"
-            )
-        if self.spin_s and self.kind is not LockKind.MUTEX:
-            raise ProgramError(
-                f"only a mutex spins before sleeping, but got {self.name=} kind={self.kind.name}"
-            )
+        check_rules(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -149,12 +177,19 @@ class GateSpec:
     permits: int
     signal: bool = False
 
+    __rules__: ClassVar[Rules] = Rules(
+        permits=Interval(int, 0),
+        checks=(
+            Check(
+                "permits",
+                lambda gate: gate.signal or gate.permits >= 1,
+                lambda gate: f"must be >= 1 for an admission gate (gate {gate.name!r})",
+            ),
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if self.permits < (0 if self.signal else 1):
-            bound = 0 if self.signal else 1
-            raise ProgramError(
-                f"`permits >= {bound}` must hold, but got {self.name=} {self.permits=}"
-            )
+        check_rules(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,14 +206,13 @@ class PoolSpec:
     memory_mib_per_device: float
     ticket: bool = False
 
+    __rules__: ClassVar[Rules] = Rules(
+        capacity=Interval(int, 0),
+        memory_mib_per_device=_NONNEGATIVE,
+    )
+
     def __post_init__(self) -> None:
-        if self.capacity < 0:
-            raise ProgramError(f"`capacity >= 0` must hold, but got {self.name=} {self.capacity=}")
-        if not (self.memory_mib_per_device >= 0.0):
-            raise ProgramError(
-                f"`memory_mib_per_device >= 0` must hold, "
-                f"but got {self.name=} {self.memory_mib_per_device=}"
-            )
+        check_rules(self)
 
     @property
     def memory_mib(self) -> float:
@@ -207,27 +241,24 @@ class MachineSpec:
     background_jobs: float = 0.0
     """Other work on the node: always-runnable tasks that share the cores."""
 
+    __rules__: ClassVar[Rules] = Rules(
+        cores=Interval(int, 1),
+        zero_bytes_per_core_s=_POSITIVE,
+        memory_bandwidth_bytes_s=_POSITIVE,
+        guest_cpu_quota=_POSITIVE,
+        reserved_cores=_NONNEGATIVE,
+        background_jobs=_NONNEGATIVE,
+        checks=(
+            Check(
+                "reserved_cores",
+                lambda m: m.reserved_cores < m.cores,
+                lambda m: f"must be < cores={m.cores}",
+            ),
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if self.cores < 1:
-            raise ProgramError(f"`cores >= 1` must hold, but got {self.cores=}")
-        if not (0.0 <= self.reserved_cores < self.cores):
-            raise ProgramError(
-                "`0 <= reserved_cores < cores` must hold, "
-                f"but got ({self.reserved_cores=}, {self.cores=})"
-            )
-        if not (self.zero_bytes_per_core_s > 0.0):
-            raise ProgramError(
-                f"`zero_bytes_per_core_s > 0` must hold, but got {self.zero_bytes_per_core_s=}"
-            )
-        if not (self.memory_bandwidth_bytes_s > 0.0):
-            raise ProgramError(
-                "`memory_bandwidth_bytes_s > 0` must hold, "
-                f"but got {self.memory_bandwidth_bytes_s=}"
-            )
-        if not (self.background_jobs >= 0.0 and np.isfinite(self.background_jobs)):
-            raise ProgramError(f"`background_jobs >= 0` must hold, but got {self.background_jobs=}")
-        if not (self.guest_cpu_quota > 0.0 and np.isfinite(self.guest_cpu_quota)):
-            raise ProgramError(f"`guest_cpu_quota > 0` must hold, but got {self.guest_cpu_quota=}")
+        check_rules(self)
 
 
 _F64 = npt.NDArray[np.float64]

@@ -17,15 +17,26 @@ drawing the service-time jitter from the generator it is given.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias, overload
+from typing import ClassVar, TypeAlias, overload
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .._params import Interval, NonEmpty, OneOf, Rules, format_problem
 from ._memory import MemoryEstimate, check_fits
-from .program import GateSpec, LockSpec, MachineSpec, OpKind, PoolSpec, Program, ProgramError
+from .program import (
+    GateSpec,
+    LockSpec,
+    MachineSpec,
+    OpKind,
+    PoolSpec,
+    Program,
+    ProgramError,
+    check_rules,
+)
 
 __all__ = [
     "SERVICE_FAMILIES",
@@ -51,9 +62,18 @@ __all__ = [
 SERVICE_FAMILIES: tuple[str, ...] = ("lognormal", "gamma")
 
 
-def _check_nonnegative(owner: str, name: str, value: float) -> None:
-    if not (value >= 0.0 and np.isfinite(value)):
-        raise ProgramError(f"`{owner}.{name} >= 0` must hold, but got {name}={value!r}")
+_NONNEGATIVE = Interval(float, 0)
+"""A finite amount, 0 or more: seconds of work or waiting, bytes."""
+_LARGEST = sys.float_info.max
+
+
+def _plain(*amounts: float) -> bool:
+    """Whether every amount is a float the rules take (finite, 0 or more; NaN
+    fails both comparisons). Models build thousands of steps per compile (one
+    set per tenant): this test is a fifth of the rules' cost, and the rules
+    still judge, and word the refusal of, anything else (an int, NumPy's
+    numbers, a bad value)."""
+    return all(type(x) is float and 0.0 <= x <= _LARGEST for x in amounts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +91,11 @@ class Cpu:
     growth_s: float = 0.0
     guest: bool = False
 
+    __rules__: ClassVar[Rules] = Rules(work_s=_NONNEGATIVE, growth_s=_NONNEGATIVE)
+
     def __post_init__(self) -> None:
-        _check_nonnegative("Cpu", "work_s", self.work_s)
-        _check_nonnegative("Cpu", "growth_s", self.growth_s)
+        if not _plain(self.work_s, self.growth_s):
+            check_rules(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +111,11 @@ class Sleep:
     label: str = ""
     growth_s: float = 0.0
 
+    __rules__: ClassVar[Rules] = Rules(duration_s=_NONNEGATIVE, growth_s=_NONNEGATIVE)
+
     def __post_init__(self) -> None:
-        _check_nonnegative("Sleep", "duration_s", self.duration_s)
-        _check_nonnegative("Sleep", "growth_s", self.growth_s)
+        if not _plain(self.duration_s, self.growth_s):
+            check_rules(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +125,11 @@ class Zero:
     n_bytes: float
     label: str = ""
 
+    __rules__: ClassVar[Rules] = Rules(n_bytes=_NONNEGATIVE)
+
     def __post_init__(self) -> None:
-        _check_nonnegative("Zero", "n_bytes", self.n_bytes)
+        if not _plain(self.n_bytes):
+            check_rules(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +164,10 @@ class Async:
     steps: tuple[Step, ...]
     ready: bool = False
 
+    __rules__: ClassVar[Rules] = Rules(kind=NonEmpty())
+
     def __post_init__(self) -> None:
-        if not self.kind:
-            raise ProgramError(f"`Async.kind` must be non-empty, but got {self.kind=}")
+        check_rules(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +188,10 @@ class Signal:
     gate: str
     count: int = 1
 
+    __rules__: ClassVar[Rules] = Rules(count=Interval(int, 0))
+
     def __post_init__(self) -> None:
-        if self.count < 0:
-            raise ProgramError(f"`Signal.count >= 0` must hold, but got {self.count=}")
+        check_rules(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,9 +210,10 @@ class Once:
     waiters: int
     after: tuple[Step, ...] = ()
 
+    __rules__: ClassVar[Rules] = Rules(waiters=Interval(int, 0))
+
     def __post_init__(self) -> None:
-        if self.waiters < 0:
-            raise ProgramError(f"`Once.waiters >= 0` must hold, but got {self.waiters=}")
+        check_rules(self)
 
 
 Step: TypeAlias = Cpu | Sleep | Zero | Hold | Pooled | Async | Wait | Signal | Once
@@ -337,10 +367,12 @@ class CyclicPlans(Sequence[SandboxPlan]):
     __slots__ = ("plans", "sandboxes")
 
     def __init__(self, plans: Sequence[SandboxPlan], *, sandboxes: int) -> None:
-        if not plans:
-            raise ProgramError("`CyclicPlans` needs at least one plan")
-        if sandboxes < 0:
-            raise ProgramError(f"`sandboxes >= 0` must hold, but got {sandboxes=}")
+        for name, value, rule in (
+            ("plans", plans, NonEmpty()),
+            ("sandboxes", sandboxes, Interval(int, 0)),
+        ):
+            if not rule.holds(value):
+                raise ProgramError(format_problem(name, rule.text(), value))
         self.plans = tuple(plans)
         self.sandboxes = sandboxes
 
@@ -391,11 +423,12 @@ def compile_program(
     n = len(plans)
     if n < 1:
         raise ProgramError(f"a program needs at least one sandbox, but got {n=}")
-    _check_nonnegative("compile_program", "service_cv", service_cv)
-    if service_family not in SERVICE_FAMILIES:
-        raise ProgramError(
-            f"`service_family` must be one of {SERVICE_FAMILIES}, but got {service_family!r}"
-        )
+    for name, value, rule in (
+        ("service_cv", service_cv, _NONNEGATIVE),
+        ("service_family", service_family, OneOf(SERVICE_FAMILIES)),
+    ):
+        if not rule.holds(value):
+            raise ProgramError(format_problem(name, rule.text(), value))
     if service_cv > 0.0 and rng is None:
         raise ProgramError("`rng` is required when `service_cv > 0`")
     if arrival_s is not None and len(arrival_s) != n:

@@ -68,9 +68,9 @@ from bootstorm.traces import (
     TraceFormatError,
     TraceHeader,
     read_trace,
-    to_recording,
     write_trace,
 )
+from bootstorm.validation.recording import to_recording
 
 EXAMPLE_LIMIT_S = 60.0
 """No example may take longer: far past the slowest (a 24-sandbox storm and

@@ -1,11 +1,12 @@
-"""bootstorm.traces — the trace schema, its JSON Lines files, exports and kernel collector.
+"""bootstorm.traces — the trace schema, its JSON Lines files and the kernel collector.
 
 One versioned schema holds a boot storm, measured on a testbed or simulated:
 a :class:`TraceHeader` then typed records (stage spans, lock spans, softirq
 spans, admission waits, arrivals). :func:`read_trace` refuses a malformed
 file naming line and field; :func:`write_trace` writes whole files or none.
-:func:`chrome_trace` opens a measured and a simulated storm side by side in
-ui.perfetto.dev.
+This is the bottom layer: it imports nothing else of bootstorm. A trace's
+bridge to the simulator's recording and the side-by-side Chrome export
+(measured and simulated) are :mod:`bootstorm.validation.recording`.
 """
 
 # Names load on first use (PEP 562): importing the package, or one light name
@@ -19,12 +20,6 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._errors import (
         TraceFormatError,
-    )
-    from .export import (
-        chrome_trace,
-        from_recording,
-        to_recording,
-        write_chrome_trace,
     )
     from .schema import (
         TRACE_SCHEMA_VERSION,
@@ -61,19 +56,11 @@ __all__ = [
     "Trace",
     "TraceFormatError",
     "TraceHeader",
-    "chrome_trace",
-    "from_recording",
     "read_trace",
-    "to_recording",
-    "write_chrome_trace",
     "write_trace",
 ]
 
 _SOURCES: dict[str, str] = {
-    "chrome_trace": ".export",
-    "from_recording": ".export",
-    "to_recording": ".export",
-    "write_chrome_trace": ".export",
     "TRACE_SCHEMA_VERSION": ".schema",
     "AdmitSpan": ".schema",
     "Arrival": ".schema",

@@ -22,9 +22,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bootstorm.models.tuned import TunedConfig
+from ._config import AppliedConfig
 
 __all__ = [
     "MAX_ABS_SECONDS",
@@ -162,8 +162,9 @@ class TraceHeader(_Frozen):
     origin_s: Seconds = 0.0
     stages: tuple[Name, ...] = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
     host: HostFacts | None = None
-    #: The tuned settings in force (stage limits, pools), or none.
-    config: TunedConfig | None = None
+    #: The tuned settings in force (stage limits, pools), or none: a
+    #: :class:`~bootstorm.models.TunedConfig` is one.
+    config: AppliedConfig | None = None
     scenario: ScenarioFacts
     kernel_trace: KernelTraceFacts | None = None
     #: Core-seconds the host's CPUs were busy from ``origin_s`` until the last
@@ -175,6 +176,16 @@ class TraceHeader(_Frozen):
     created_at: datetime | None = None
     #: Free-text facts a reader must know (fallbacks taken, sampling done).
     notes: tuple[str, ...] = ()
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _as_applied(cls, value: object) -> object:
+        # A TunedConfig (the models' subclass, its rules the same) is kept as
+        # the AppliedConfig it is, so that a header compares equal to itself
+        # read back from its file.
+        if isinstance(value, AppliedConfig) and type(value) is not AppliedConfig:
+            return AppliedConfig.model_validate(value.model_dump())
+        return value
 
 
 class StageSpan(_Span):

@@ -8,6 +8,8 @@ leftovers after a killed run. Linux interface names are at most 15 bytes
 
 from __future__ import annotations
 
+from ..traces._names import TRACEFS_INSTANCE_PREFIX
+
 __all__ = [
     "AGENT_POOL_LINK_PREFIX",
     "AGENT_POOL_NETNS_PREFIX",
@@ -29,8 +31,9 @@ AGENT_POOL_NETNS_PREFIX = "bstpool-"
 AGENT_POOL_LINK_PREFIX = "bsp"
 #: The cgroup-v2 directory under which the testbed makes one cgroup per sandbox.
 CGROUP_PARENT = "bootstorm-testbed"
-#: tracefs instances of the kernel collector: ``instances/bootstorm-<pid>``.
-TRACEFS_INSTANCE_PREFIX = "bootstorm-"
+# TRACEFS_INSTANCE_PREFIX (tracefs instances of the kernel collector,
+# ``instances/bootstorm-<pid>``) is defined by the collector's layer, below
+# this one, and re-exported here with the other prefixes.
 
 
 def owned_netns(name: str) -> bool:

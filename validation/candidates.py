@@ -29,10 +29,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
+from .._params import Matches, NonEmpty, Rules, validate
 from ..models import ConfigError, Profile, Scenario, TunedConfig
 from ..traces import Trace
 
@@ -76,12 +77,16 @@ class Candidate:
     name: str
     config: TunedConfig | None = None
 
+    __rules__: ClassVar[Rules] = Rules(
+        name=Matches(
+            NAME_PATTERN,
+            "letters, digits, '.', '_' or '-' starting with a letter or digit "
+            "(it names trace files)",
+        )
+    )
+
     def __post_init__(self) -> None:
-        if not NAME_PATTERN.fullmatch(self.name):
-            raise ConfigError(
-                "name: expected letters, digits, '.', '_' or '-' (it names trace files), "
-                f"starting with a letter or digit, but got {self.name!r}"
-            )
+        validate(self)
 
     @property
     def pools(self) -> dict[str, int]:
@@ -188,9 +193,10 @@ class CandidateComparison:
     repeats: int
     sandboxes: int
 
+    __rules__: ClassVar[Rules] = Rules(rows=NonEmpty())
+
     def __post_init__(self) -> None:
-        if not self.rows:
-            raise ValueError("rows: a comparison needs at least one candidate")
+        validate(self)
 
     @property
     def spearman_makespan(self) -> float:

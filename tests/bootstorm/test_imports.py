@@ -45,6 +45,40 @@ except SystemExit:
     assert _loaded_after(code) == set()
 
 
+def test_help_loads_neither_rich_nor_the_commands_modules() -> None:
+    """``bootstorm --help`` took 0.5 s: typer's rich help (rich.markdown,
+    rich.traceback) and every command's module (the agent's aiohttp, the
+    testbed, the search) loaded to list their names."""
+    probe = """
+import json, sys
+from bootstorm.cli import main
+try:
+    main(["--help"])
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(("rich", "bootstorm._cli_")))))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "optimize" in out.stdout and "testbed" in out.stdout  # still listed
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize(
+    "command", ["optimize", "sweep", "dataplane", "testbed", "agent", "config"]
+)
+def test_each_lazy_command_still_answers_its_help(command: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", "from bootstorm.cli import main; main()", command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"Usage: bootstorm {command}" in out.stdout
+
+
 def test_a_compiled_simulation_loads_neither_simpy_nor_the_search() -> None:
     """(numba itself loads SciPy's base package when it is installed, not its optimiser.)"""
     code = """

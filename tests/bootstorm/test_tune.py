@@ -17,7 +17,8 @@ from bootstorm.calibration import trace_fit
 from bootstorm.models import ConfigError, Profile, Scenario, TunedConfig, compile_scenario
 from bootstorm.models.testbed import TESTBED_CNIS
 from bootstorm.simulator import run_with
-from bootstorm.traces import HostFacts, Trace, from_recording
+from bootstorm.traces import HostFacts, Trace
+from bootstorm.validation.recording import from_recording
 
 
 def node(**values: float) -> Profile:

@@ -19,7 +19,8 @@ from bootstorm.calibration.plan import PlanStorm, calibration_plan, candidate_st
 from bootstorm.models import ConfigError, Profile, Scenario, compile_scenario
 from bootstorm.models import testbed as tb
 from bootstorm.simulator import Async, Cpu, Hold, Pooled, Sleep, Step, run_with
-from bootstorm.traces import HostFacts, Trace, from_recording
+from bootstorm.traces import HostFacts, Trace
+from bootstorm.validation.recording import from_recording
 
 CNI = "testbed-cni-bridge"
 
@@ -128,7 +129,10 @@ def test_the_cni_plan_has_no_peer_storms_and_its_own_pools() -> None:
     assert {k for s in storms for k in s.pools} == {"netns", "netns-veth"}
     with pytest.raises(ValueError, match=r"pool_kinds: unknown kind 'veth'.*cni runtime"):
         candidate_storms(sandboxes=40, runtime="cni", pool_kinds=["veth"])
-    with pytest.raises(ValueError, match=r"peer: the cni runtime's are in-netns"):
+    with pytest.raises(
+        ValueError,
+        match=r"^peer: must be one of the peers of the cni runtime: in-netns \(got 'moved'\)$",
+    ):
         PlanStorm(sandboxes=40, runtime="cni", peer="moved")
     plan = calibration_plan(sandboxes=50, runtime="cni")
     assert plan.storms[0].name == "cni-50" and plan.unseen_after == ()

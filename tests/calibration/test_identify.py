@@ -34,7 +34,8 @@ from bootstorm.models import (
     load_profile,
 )
 from bootstorm.simulator import run_with
-from bootstorm.traces import HostFacts, Trace, from_recording
+from bootstorm.traces import HostFacts, Trace
+from bootstorm.validation.recording import from_recording
 
 EXECUTOR = "compiled"
 

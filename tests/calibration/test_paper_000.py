@@ -1,28 +1,30 @@
 """Seed 000's published figures against the calibrated ``paper-000`` model.
 
-*fit* rows were used by ``bootstorm calibrate --targets paper-000`` and must
-hold within ±5%. *predict* rows were never fitted and must hold within ±15%
-for a number, or in direction and order for a trend (PAPER-TARGETS.md).
-Rows whose magnitude needs a cost no independent source gives are moved to
-*fit* here, with the reason beside them.
+The rows that are one number (the fit rows S0-1 to S0-4, S0-5's eBPF part,
+S0-6, S0-11's veth figure) are judged on their mean over the ten check seeds
+1001-1010, which the fit (seeds 0-4, common random numbers) never used: the
+rows ``bootstorm calibrate --check`` prints (``bootstorm.calibration.check``).
+*fit* rows must hold within ±5%; *predict* rows within ±15% for a number, or
+in direction and order for a trend (PAPER-TARGETS.md). Each test names the
+rows it checks and so their kind (``checks_rows``); a row whose magnitude
+needs a cost no independent source gives is labelled *fit*, with the reason,
+in ``bootstorm.calibration.rows``. A miss is a strict xfail with
+``raises=AssertionError`` whose reason comes from ``KNOWN_MISSES``.
 """
 
 from __future__ import annotations
 
 from functools import cache
 
+import numpy as np
 import pytest
 
 from bootstorm import Scenario, simulate
-from bootstorm.calibration import (
-    FIT_TOLERANCE,
-    PAPER_000_FIT,
-    PREDICT_TOLERANCE,
-    check_targets,
-    known_miss,
-)
-from bootstorm.models import STAGES, load_profile
-from bootstorm.simulator import Result
+from bootstorm.calibration import CHECK_SEEDS, PREDICT_TOLERANCE, known_miss
+from bootstorm.calibration.check import RowCheck, check_profile, rows_for
+from bootstorm.calibration.rows import checks_rows
+from bootstorm.models import STAGES, compile_scenario
+from bootstorm.simulator import Result, run_with
 
 pytestmark = pytest.mark.slow
 
@@ -41,48 +43,94 @@ def _cached(cni: str, changes: tuple[tuple[str, object], ...]) -> Result:
     return simulate(Scenario(cni=cni, sandboxes=400, profile="paper-000", **kw))  # type: ignore[arg-type]
 
 
-# --- fit rows (±5%) -----------------------------------------------------------
+@cache
+def _at_seed(cni: str, seed: int) -> Result:
+    scenario = Scenario(cni=cni, sandboxes=400, profile="paper-000")  # type: ignore[arg-type]
+    return run_with(compile_scenario(scenario, seed=seed), "compiled")
 
 
-def _fit_rows() -> list[object]:
-    rows: list[object] = []
-    for t in PAPER_000_FIT:
-        if t.label == "no-network RTNL contention":
-            mark = pytest.mark.xfail(strict=True, reason=known_miss("S0-3/no-network").reason)
-            rows.append(pytest.param(t, marks=mark, id=f"{t.id}:{t.label}"))
-        else:
-            rows.append(pytest.param(t, id=f"{t.id}:{t.label}"))
-    return rows
+# --- the rows that are one number, on the mean of ten unseen seeds ---------------
 
 
-@pytest.mark.parametrize("target", _fit_rows())
-def test_fit_rows_within_5_percent(target: object) -> None:
-    (check,) = check_targets([target])  # type: ignore[list-item]
-    assert check.target.tolerance_rel == FIT_TOLERANCE
+@cache
+def _checks() -> dict[str, RowCheck]:
+    return {f"{c.row.key}:{c.row.label}": c for c in check_profile("paper-000", seeds=CHECK_SEEDS)}
+
+
+#: Checks that miss on the mean of seeds 1001-1010, with the registry entry.
+_EXPECTED_MISS: dict[str, str] = {
+    "S0-3/no-network:no-network RTNL contention": "S0-3/no-network",
+    "S0-5/gap:ipvtap ahead of the second best": "S0-5/gap",
+    "S0-11/veth:2 QoS rules per vPort, veth": "S0-11/veth",
+}
+_KEYS = tuple(f"{r.key}:{r.label}" for r in rows_for("paper-000"))
+
+
+def _param(key: str) -> object:
+    if key in _EXPECTED_MISS:
+        reason = known_miss(_EXPECTED_MISS[key]).reason
+        mark = pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
+        return pytest.param(key, marks=mark, id=key)
+    return pytest.param(key, id=key)
+
+
+def test_expected_misses_are_checks() -> None:
+    assert set(_EXPECTED_MISS) <= set(_KEYS)
+
+
+@pytest.mark.parametrize("key", [_param(k) for k in _KEYS])
+@checks_rows(
+    "S0-1",
+    "S0-2",
+    "S0-3/contention",
+    "S0-3/no-network",
+    "S0-3/acquisitions",
+    "S0-4",
+    "S0-5/ebpf",
+    "S0-5/gap",
+    "S0-6/cut",
+    "S0-6/near-none",
+    "S0-11/veth",
+)
+def test_row_on_the_mean_of_ten_unseen_seeds(key: str) -> None:
+    check = _checks()[key]
+    if not check.testable:
+        pytest.skip(
+            f"untestable at 400 sandboxes and {len(check.per_seed)} seeds: the mean's "
+            f"standard error ({check.se_rel:.1%}) exceeds the tolerance "
+            f"(±{check.row.tolerance_rel:.0%})"
+        )
     assert check.within, (
-        f"{check.target.label}: paper {check.target.value}, model {check.model:.4g}"
+        f"{key}: paper {check.row.value}, mean {check.mean:.4g} "
+        f"(seeds {check.spread[0]:.4g}…{check.spread[1]:.4g}), error {check.rel_error:+.1%}"
     )
 
 
+@checks_rows("S0-4")
 def test_s0_4_ipvtap_share_is_above_59_percent() -> None:
-    lock = _storm("ipvtap").locks["rtnl"]
-    share = (
-        lock.acquisitions_by_stage["AttachIf"] + lock.acquisitions_by_stage["StartVM"]
-    ) / lock.acquisitions
-    assert share > 0.59
+    for seed in CHECK_SEEDS[:3]:
+        lock = _at_seed("ipvtap", seed).locks["rtnl"]
+        share = (
+            lock.acquisitions_by_stage["AttachIf"] + lock.acquisitions_by_stage["StartVM"]
+        ) / lock.acquisitions
+        assert share > 0.59, seed
 
 
+@checks_rows("S0-7")
 def test_s0_7_pool_memory_for_400_vports_and_400x400_ipvtaps() -> None:
-    """S0-7 (fit): 400 vPorts each with 400 ipvtaps cost about 50 GB."""
-    costs = load_profile("paper-000").costs.pool_device_mib
-    total_bytes = (400 * costs["vport"] + 400 * 400 * costs["ipvtap"]) * 2**20
-    assert total_bytes == pytest.approx(50e9, rel=FIT_TOLERANCE)
+    """S0-7 (fit: costs.pool_device_mib was set from it): a storm of 400
+    tenants with 400 pooled vPorts and 400 x 400 pooled ipvtaps reports about
+    50 GB of pool memory. It goes through the scenario's compilation (per-kind
+    pools, the profile's per-device memory), not the profile's numbers alone."""
+    result = _storm("ipvtap", tenants=400, pools={"vport": 400, "ipvtap": 400 * 400})
+    assert result.pool_memory_mib * 2**20 == pytest.approx(50e9, rel=0.05)
 
 
 # --- predict rows -------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=known_miss("S0-5/order").reason)
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=known_miss("S0-5/order").reason)
+@checks_rows("S0-5/order", "S0-5/slower-than-none")
 def test_s0_5_ipvtap_and_macvtap_best_of_the_kernel_datapath_cnis() -> None:
     """S0-5 (predict): every CNI is slower than no-network; ipvtap ≈ macvtap are
     the best. vhost-user is left out of the order: its OVS-DPDK port setup cost
@@ -95,26 +143,7 @@ def test_s0_5_ipvtap_and_macvtap_best_of_the_kernel_datapath_cnis() -> None:
         assert spans["ipvtap"] < spans[cni], (cni, spans)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=known_miss("S0-5/gap").reason,
-)
-def test_s0_5_ipvtap_11_5_percent_ahead_of_the_second_best() -> None:
-    """S0-5 (predict): ipvtap's makespan 11.5% shorter than the second best."""
-    spans = {c: _storm(c).makespan_s for c in CNIS if c not in ("vhost-user",)}
-    second = min(m for c, m in spans.items() if c not in ("ipvtap", "macvtap"))
-    gain = 1.0 - spans["ipvtap"] / second
-    assert gain == pytest.approx(0.115, rel=PREDICT_TOLERANCE), (gain, spans)
-
-
-def test_s0_5_ebpf_is_about_18x_no_network() -> None:
-    """S0-5's eBPF part is a *fit* row: the per-pod recompile and verify cost
-    (costs.bpf_verify_hold_s) has no independent source, so it was set from
-    this figure; the test holds it at ±5%."""
-    ratio = _storm("ebpf").makespan_s / _storm("no-network").makespan_s
-    assert ratio == pytest.approx(18.0, rel=FIT_TOLERANCE)
-
-
+@checks_rows("S0-11/sharing")
 def test_s0_11_qos_barely_touches_sharing_mode_cnis() -> None:
     """S0-11 (predict): 2 QoS rules per vPort cost the sharing-mode CNIs (one
     vPort per tenant), tc-routing (one vPort) and vhost-user (QoS in DPDK,
@@ -124,10 +153,11 @@ def test_s0_11_qos_barely_touches_sharing_mode_cnis() -> None:
         assert rise < 0.04, (cni, rise)
 
 
+@checks_rows("S0-11/veth-direction")
 def test_s0_11_qos_on_veth_grows_the_storm() -> None:
     """S0-11, veth (predict), the direction: each pod's vPort carries its own
     rules, and every database change makes vswitchd re-send all of them
-    (``benchmarks/bench_ovs_qos.py``), so QoS costs veth more than any
+    (``experiments/bench_ovs_qos.py``), so QoS costs veth more than any
     sharing-mode CNI."""
     rise = {
         cni: _storm(cni, qos_rules=2).makespan_s / _storm(cni).makespan_s - 1.0
@@ -136,20 +166,10 @@ def test_s0_11_qos_on_veth_grows_the_storm() -> None:
     assert rise["veth"] > 0.05 and rise["veth"] == max(rise.values()), rise
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=known_miss("S0-11/veth").reason,
-)
-def test_s0_11_qos_on_veth_is_48_percent() -> None:
-    """S0-11, veth (predict since the OVS costs were measured; before, the
-    cost per rule was solved for this figure)."""
-    rise = _storm("veth", qos_rules=2).makespan_s / _storm("veth").makespan_s - 1.0
-    assert rise == pytest.approx(0.484, rel=PREDICT_TOLERANCE), rise
-
-
 TENANTS = (1, 50, 100, 200)
 
 
+@checks_rows("S0-13/no-qos")
 def test_s0_13_tenants_change_nothing_without_qos() -> None:
     """S0-13 (predict): 400 sandboxes spread evenly over 1 to 200 tenants
     change ipvlan's and ipvtap's storm by less than 4% (the bound S0-12's
@@ -163,8 +183,10 @@ def test_s0_13_tenants_change_nothing_without_qos() -> None:
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason=known_miss("S0-13/qos-tenants").reason,
 )
+@checks_rows("S0-13/qos-tenants")
 def test_s0_13_with_qos_tenants_grow_the_storm_past_tc_routing() -> None:
     """S0-13 (predict): with QoS, more tenants (one vPort each, with rules)
     grow ipvlan's and ipvtap's storm, past tc-routing's near 200 tenants."""
@@ -177,9 +199,10 @@ def test_s0_13_with_qos_tenants_grow_the_storm_past_tc_routing() -> None:
         ), (cni, spans, tc_routing)
 
 
+@checks_rows("S0-12/many-rules")
 def test_s0_12_security_group_rules_grow_the_storm_once_they_dominate() -> None:
     """S0-12, 50 and 100 rules — a *fit* in part: the costs are measured
-    (``benchmarks/bench_ovs_flows.py``: vswitchd 0.44 ms and the client 2.5 ms
+    (``experiments/bench_ovs_flows.py``: vswitchd 0.44 ms and the client 2.5 ms
     per ``ovs-ofctl add-flow``), but one call per rule, rather than a batch
     per pod, was chosen because seed 000 says these counts make the insertion
     dominate. 50 and 100 rules per pod make the storm longer, and AddCNI
@@ -191,7 +214,8 @@ def test_s0_12_security_group_rules_grow_the_storm_once_they_dominate() -> None:
         assert max(at100.stages, key=lambda s: at100.stages[s].mean_s) == "AddCNI"
 
 
-@pytest.mark.xfail(strict=True, reason=known_miss("S0-12/ten-rules").reason)
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=known_miss("S0-12/ten-rules").reason)
+@checks_rows("S0-12/ten-rules")
 def test_s0_12_ten_rules_change_nothing() -> None:
     """S0-12: 0 → 10 security-group rules per pod: no change (within ±4%).
 
@@ -205,21 +229,21 @@ def test_s0_12_ten_rules_change_nothing() -> None:
         assert abs(change) < 0.04, (cni, change)
 
 
-def test_s0_14_network_at_least_doubles_spinning() -> None:
-    """S0-14 (predict): spinlock spinning with network >= 2.05 x no-network, for every CNI."""
-    base = _storm("no-network").cpu.spin_core_s
-    assert base > 0.0
-    for cni in ("veth", "ipvlan", "ipvtap", "tc-routing", "vhost-user"):
-        assert _storm(cni).cpu.spin_core_s >= 2.05 * base, cni
-
-
-def test_s0_6_full_pooling_halves_ipvtap() -> None:
-    """S0-6 (predict): NetNS, vPort and ipvtap pools: 20.7 s → 10.5 s (−49%),
-    within 5% of no-network."""
-    pooled = _storm("ipvtap", pools={"netns": 400, "vport": 1, "ipvtap": 400}).makespan_s
-    cut = 1.0 - pooled / _storm("ipvtap").makespan_s
-    assert cut == pytest.approx(0.49, rel=PREDICT_TOLERANCE)
-    assert pooled == pytest.approx(_storm("no-network").makespan_s, rel=0.05 + PREDICT_TOLERANCE)
+@pytest.mark.parametrize(
+    "cni",
+    ["veth", "ipvlan", "ipvtap", "tc-routing", "vhost-user", pytest.param("ebpf", id="ebpf")],
+)
+@checks_rows("S0-14", "S0-14/ebpf")
+def test_s0_14_network_at_least_doubles_spinning(cni: str) -> None:
+    """S0-14 (predict): spinlock spinning with network >= 2.05 x no-network, for
+    every CNI, eBPF included. The no-network baseline is tiny (about 0.003
+    core-s) and swings by 2x between seeds, so one seed's ratio says little: the
+    ratio of the means over the ten check seeds is held, and the baseline must
+    be measurably above zero at every seed."""
+    base = [_at_seed("no-network", s).cpu.spin_core_s for s in CHECK_SEEDS]
+    assert min(base) > 0.0
+    spin = [_at_seed(cni, s).cpu.spin_core_s for s in CHECK_SEEDS]
+    assert float(np.mean(spin)) >= 2.05 * float(np.mean(base)), (cni, spin, base)
 
 
 # --- stage attribution (seed 000 §4.1.1 and §4.2, Fig. 6) ----------------------
@@ -237,6 +261,7 @@ def _stage_gains(slower: str, faster: str) -> dict[str, float]:
     return {st: _stage_s(slower, st) - _stage_s(faster, st) for st in STAGES}
 
 
+@checks_rows("S0-Fig6/ipvtap-addcni")
 def test_fig6_ipvtap_addcni_is_longer_than_veths() -> None:
     """§4.1.1: "its AddCNI time is much larger compared with that of veth":
     an ipvtap device costs more to make than a veth pair, which outweighs
@@ -244,7 +269,10 @@ def test_fig6_ipvtap_addcni_is_longer_than_veths() -> None:
     assert _stage_s("ipvtap", "AddCNI") > 1.5 * _stage_s("veth", "AddCNI")
 
 
-@pytest.mark.xfail(strict=True, reason=known_miss("S0-Fig6/ipvtap-cgroup").reason)
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason=known_miss("S0-Fig6/ipvtap-cgroup").reason
+)
+@checks_rows("S0-Fig6/ipvtap-cgroup")
 def test_fig6_ipvtap_gains_on_veth_mainly_in_cgroup() -> None:
     """§4.1.1: "the superior performance of ipvtap mainly comes from the
     reduction of Cgroup time" (Fig. 6b against 6e): of the stages, Cgroup
@@ -255,7 +283,10 @@ def test_fig6_ipvtap_gains_on_veth_mainly_in_cgroup() -> None:
     assert max(gains, key=gains.__getitem__) == "Cgroup", gains
 
 
-@pytest.mark.xfail(strict=True, reason=known_miss("S0-Fig6/ipvtap-cgroup").reason)
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason=known_miss("S0-Fig6/ipvtap-cgroup").reason
+)
+@checks_rows("S0-Fig6/ipvtap-cgroup")
 def test_fig6_ipvtap_shortens_cgroup_against_veth() -> None:
     """What does hold of the statement above: ipvtap's Cgroup is shorter than
     veth's, by at least a third of the mean startup's difference."""
@@ -264,7 +295,10 @@ def test_fig6_ipvtap_shortens_cgroup_against_veth() -> None:
     assert gains["Cgroup"] > mean_gain / 3.0 > 0.0, (gains, mean_gain)
 
 
-@pytest.mark.xfail(strict=True, reason=known_miss("S0-Fig6/ipvlan-cgroup").reason)
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason=known_miss("S0-Fig6/ipvlan-cgroup").reason
+)
+@checks_rows("S0-Fig6/ipvlan-cgroup")
 def test_fig6_ipvlan_grows_cgroup_the_most() -> None:
     """§4.2: "Compared with the no-network case in Fig. 6a, the use of ipvlan
     CNI in Fig. 6d greatly increases the Cgroup time and contributes the
@@ -275,14 +309,20 @@ def test_fig6_ipvlan_grows_cgroup_the_most() -> None:
     assert max(growth, key=growth.__getitem__) == "Cgroup", growth
 
 
+@checks_rows("S0-Fig6/ebpf-addcni")
 def test_fig6_ebpf_overhead_is_in_addcni() -> None:
     """§4.1.1: "poor startup performance of ebpf is caused by the enlarged
-    AddCNI time" (the per-pod recompile and verify). True by construction
-    (the catalog puts the recompile in AddCNI); it guards the catalog."""
-    times = {st: _stage_s("ebpf", st) for st in STAGES}
-    assert max(times, key=times.__getitem__) == "AddCNI", times
+    AddCNI time". Not that AddCNI is eBPF's longest stage (the catalog puts the
+    recompile there, so that is true by construction) but that the overhead
+    over no network is AddCNI's: the other stages, which wait behind the
+    verifier's hold and share the cores, together add less than a tenth of it."""
+    growth = {st: _stage_s("ebpf", st) - _stage_s("no-network", st) for st in STAGES}
+    total = _storm("ebpf").startup.mean - _storm("no-network").startup.mean
+    others = sum(g for st, g in growth.items() if st != "AddCNI")
+    assert total > 0.0 and others < 0.1 * total, (growth, total)
 
 
+@checks_rows("S0-Fig6/vhost-startvm")
 def test_fig6_vhost_user_startvm_grows_over_no_network() -> None:
     """§4.1.1: lock contention is "the underlying reason for the noticeable
     time increase in StartVM stage of vhostuser"."""

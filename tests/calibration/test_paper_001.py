@@ -1,10 +1,19 @@
 """The paper-001 profile against seed 001: its fit rows (S1-1 to S1-3, and the
 part of S1-4 moved to fit) and, never fitted, the predict rows S1-4 to S1-10.
 
-Tolerances are PAPER-TARGETS.md's: fit rows ±5%; a predicted number within
-±15% of it (relative); a trend in the right direction and order. A row the
-model misses is a strict xfail with the measured numbers, so the suite fails
-the day it starts to hold.
+Every number is judged on its mean over the ten check seeds 1001-1010, which
+the fit (seeds 0-4, common random numbers) never used
+(``bootstorm.calibration.check``: the same rows ``bootstorm calibrate --check``
+prints). Each test names the rows it checks and so their kind
+(``checks_rows``): *fit*, *predict*, *identity* (follows arithmetically from
+fitted rows, so it is no evidence: FastIOV's −65.7% against vanilla is
+1 − 1.391·4.0/16.2) or *mechanism*. Tolerances are PAPER-TARGETS.md's: fit
+rows ±5%; a predicted number within ±15% (a reduction near 100% on what it
+leaves); a trend in the right direction and order. A row whose standard error
+across the seeds exceeds its tolerance is untestable at this size (a skip that
+says so). A row the model misses is a strict xfail, ``raises=AssertionError``,
+with the measured numbers, so the suite fails the day it starts to hold and a
+crash is never taken for the expected miss.
 """
 
 from __future__ import annotations
@@ -14,15 +23,10 @@ from functools import cache
 import pytest
 
 from bootstorm import simulate
-from bootstorm.calibration import (
-    FIT_TOLERANCE,
-    PAPER_001_FIT,
-    PREDICT_TOLERANCE,
-    check_targets,
-    known_miss,
-)
+from bootstorm.calibration import CHECK_SEEDS, FIT_TOLERANCE, known_miss
+from bootstorm.calibration.check import RowCheck, check_profile, rows_for
+from bootstorm.calibration.rows import checks_rows
 from bootstorm.models import Scenario, load_profile
-from bootstorm.models.sriov import VF_RELATED_STAGES
 from bootstorm.simulator import Result
 
 PROFILE = load_profile("paper-001")
@@ -45,129 +49,105 @@ def reduction(new: float, old: float) -> float:
     return 1.0 - new / old
 
 
-def near(model: float, paper: float, tol: float = PREDICT_TOLERANCE) -> bool:
-    return abs(model - paper) <= tol * abs(paper)
+@cache
+def _checks() -> dict[str, RowCheck]:
+    checks = check_profile("paper-001", seeds=CHECK_SEEDS)
+    return {f"{c.row.key}:{c.row.label}": c for c in checks}
 
 
-def vf_related_s(r: Result) -> float:
-    """Table 1's VF-related time (steps 1, 3, 4, 5) on the startup path."""
-    return sum(r.steps[s].mean_s for s in VF_RELATED_STAGES if s in r.steps and r.steps[s].on_path)
-
-
-# -- fit rows ----------------------------------------------------------------------
-
-FIT_CHECKS = {f"{c.target.id}:{c.target.label}": c for c in check_targets(PAPER_001_FIT, PROFILE)}
-# The model's structure reaches these within ±22%, not ±5% (KNOWN_MISSES: S1-2/shares).
-_TABLE_1_MISSES = {
-    "S1-2:vanilla dma-ram share of average",
-    "S1-2:vanilla dma-ram share of p99",
-    "S1-2:vanilla virtiofs share of average",
-    "S1-2:vanilla virtiofs share of p99",
-    "S1-2:vanilla dma-image share of average",
-    "S1-2:vanilla dma-image share of p99",
-    "S1-2:vanilla vfio-devset share of average",
+#: Checks that miss on the mean of seeds 1001-1010 (``calibrate --check``), by
+#: ``key:label``, with the registry entry that says why.
+_EXPECTED_MISS: dict[str, str] = {
+    "S1-2/mean:vanilla dma-ram share of average": "S1-2/shares",
+    "S1-2/p99:vanilla dma-ram share of p99": "S1-2/shares",
+    "S1-2/mean:vanilla virtiofs share of average": "S1-2/shares",
+    "S1-2/p99:vanilla virtiofs share of p99": "S1-2/shares",
+    "S1-2/mean:vanilla dma-image share of average": "S1-2/shares",
+    "S1-2/mean:vanilla vfio-devset share of average": "S1-2/shares",
+    "S1-2/p99:vanilla vf-driver share of p99": "S1-2/shares",
+    "S1-4/vf-time:VF-related time left by FastIOV (paper: 3.9%)": "S1-4/vf-time",
+    "S1-4/p99:FastIOV over no-network, p99": "S1-4/p99",
+    "S1-5/eager-zero:fastiov-eager-zero vs vanilla, average": "S1-5/eager-zero",
+    "S1-7/at-10:FastIOV vs vanilla at 10, average": "S1-7/at-10",
+    "S1-10/makespan:FastIOV vs ipvtap, makespan": "S1-10/makespan",
 }
 
+#: The keys of every check, in ``check_profile`` order (no simulation at collection).
+_KEYS = tuple(f"{r.key}:{r.label}" for r in rows_for("paper-001"))
 
-@pytest.mark.parametrize(
-    "key",
-    [
-        pytest.param(
-            k,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=known_miss("S1-2/shares").reason,
-            ),
+
+def _param(key: str) -> object:
+    if key in _EXPECTED_MISS:
+        reason = known_miss(_EXPECTED_MISS[key]).reason
+        mark = pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
+        return pytest.param(key, marks=mark, id=key)
+    return pytest.param(key, id=key)
+
+
+@pytest.mark.parametrize("key", [_param(k) for k in _KEYS])
+@checks_rows(
+    "S1-1",
+    "S1-2/mean",
+    "S1-2/p99",
+    "S1-3",
+    "S1-4/fastiov-vs-none",
+    "S1-4/avg-vs-vanilla",
+    "S1-4/vanilla-vs-none",
+    "S1-4/p99-vs-vanilla",
+    "S1-4/vf-time",
+    "S1-4/p99",
+    "S1-4/vanilla-p99",
+    "S1-5/ablations",
+    "S1-5/eager-zero",
+    "S1-6",
+    "S1-7/at-10",
+    "S1-10/makespan",
+)
+def test_row_on_the_mean_of_ten_unseen_seeds(key: str) -> None:
+    check = _checks()[key]
+    if check.row.kind == "fit":
+        assert check.row.tolerance_rel in (FIT_TOLERANCE,) or check.row.at_least
+    if not check.testable:
+        pytest.skip(
+            f"untestable at 200 sandboxes and {len(check.per_seed)} seeds: the mean's "
+            f"standard error ({check.se_rel:.1%}) exceeds the tolerance "
+            f"(±{check.row.tolerance_rel:.0%})"
         )
-        if k in _TABLE_1_MISSES
-        else k
-        for k in FIT_CHECKS
-    ],
-)
-def test_fit_rows_within_5_percent(key: str) -> None:
-    check = FIT_CHECKS[key]
-    assert check.target.tolerance_rel == FIT_TOLERANCE
-    assert check.within, f"{key}: paper {check.target.value}, model {check.model:.4g}"
+    assert check.within, (
+        f"{key}: paper {check.row.value}, mean {check.mean:.4g} "
+        f"(seeds {check.spread[0]:.4g}…{check.spread[1]:.4g}), error {check.rel_error:+.1%}"
+    )
 
 
-@pytest.mark.xfail(strict=True, reason=known_miss("S1-2/shares").reason)
-def test_table_1_shares_within_15_percent() -> None:
-    """What the model reached for every Table 1 share (mean and p99) until
-    cgroup_mutex handed over as measured: the p99 tail's dma-image share fell
-    to -22%."""
-    for key, check in FIT_CHECKS.items():
-        if key.startswith("S1-2"):
-            assert abs(check.rel_error) <= 0.15, (key, check.model, check.target.value)
+def test_expected_misses_are_checks() -> None:
+    assert set(_EXPECTED_MISS) <= set(_KEYS)
 
 
+@checks_rows("S1-3")
 def test_s1_3_zeroing_is_over_93_percent_of_dma_mapping() -> None:
-    (check,) = [c for k, c in FIT_CHECKS.items() if k.startswith("S1-3")]
-    assert check.model > 0.93
+    (key,) = [k for k in _KEYS if k.startswith("S1-3")]
+    assert min(_checks()[key].per_seed) > 0.93
 
 
-# -- S1-4: FastIOV against vanilla and no-network ---------------------------------
+# -- S1-4: what the result exposes ----------------------------------------------------
 
 
-def test_s1_4_fastiov_against_vanilla() -> None:
-    vanilla, fast = run("sriov-vanilla"), run("fastiov")
-    assert near(reduction(fast.startup.mean, vanilla.startup.mean), 0.657)
-    assert near(reduction(fast.startup.p99, vanilla.startup.p99), 0.754)
-    assert near(reduction(vf_related_s(fast), vf_related_s(vanilla)), 0.961)
-
-
-def test_s1_4_vanilla_average_against_no_network() -> None:
-    vanilla, nonet = run("sriov-vanilla"), run("no-network")
-    assert near(vanilla.startup.mean / nonet.startup.mean - 1.0, 3.052)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason=known_miss("S1-4/p99").reason,
-)
-def test_s1_4_p99_against_no_network() -> None:
-    vanilla, fast, nonet = run("sriov-vanilla"), run("fastiov"), run("no-network")
-    assert near(fast.startup.p99 / nonet.startup.p99 - 1.0, 0.116)
-    assert near(vanilla.startup.p99 / nonet.startup.p99 - 1.0, 3.545)
-
-
+@checks_rows("S1-4/ready")
 def test_s1_4_first_network_use_stays_observable() -> None:
     """FastIOV's VF driver runs in the background: the sandbox is up before its
-    NIC is, and the result says when the NIC is ready."""
+    NIC is, and the result says when the NIC is ready (a mechanism: the catalog
+    puts the driver in a branch)."""
     fast = run("fastiov")
     assert fast.ready is not None and fast.ready.mean > fast.startup.mean
     assert "vf-driver" in fast.branches and not fast.steps["vf-driver"].on_path
 
 
-# -- S1-5: ablations --------------------------------------------------------------
+# -- S1-5: ablations, in order ----------------------------------------------------------
 
-ABLATIONS = {
-    "fastiov-no-lock": 0.218,
-    "fastiov-sync-vf": 0.403,
-    "fastiov-no-skip": 0.582,
-    "fastiov-eager-zero": 0.437,
-}
+ABLATIONS = ("fastiov-no-lock", "fastiov-sync-vf", "fastiov-no-skip", "fastiov-eager-zero")
 
 
-@pytest.mark.parametrize(
-    "cni",
-    [
-        pytest.param(
-            "fastiov-eager-zero",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=known_miss("S1-5/eager-zero").reason,
-            ),
-        ),
-        "fastiov-no-lock",
-        "fastiov-sync-vf",
-        "fastiov-no-skip",
-    ],
-)
-def test_s1_5_ablation_reductions(cni: str) -> None:
-    vanilla = run("sriov-vanilla")
-    assert near(reduction(run(cni).startup.mean, vanilla.startup.mean), ABLATIONS[cni])
-
-
+@checks_rows("S1-5/order")
 def test_s1_5_every_optimisation_contributes() -> None:
     vanilla, fast = run("sriov-vanilla"), run("fastiov")
     full = reduction(fast.startup.mean, vanilla.startup.mean)
@@ -178,17 +158,16 @@ def test_s1_5_every_optimisation_contributes() -> None:
     assert order[:2] == ["fastiov-no-lock", "fastiov-sync-vf"]
 
 
-# -- S1-6: pre-zeroing ------------------------------------------------------------
+# -- S1-6: pre-zeroing ------------------------------------------------------------------
 
 
-def test_s1_6_fastiov_against_prezeroing() -> None:
-    fast = run("fastiov")
+@checks_rows("S1-6")
+def test_s1_6_less_prezeroing_is_slower() -> None:
     pre = {p: run(f"prezero-{p}").startup.mean for p in (10, 50, 100)}
-    assert near(reduction(fast.startup.mean, pre[100]), 0.564)
     assert pre[10] > pre[50] > pre[100]
 
 
-# -- S1-7: concurrency ------------------------------------------------------------
+# -- S1-7: concurrency ------------------------------------------------------------------
 
 
 def _cut(n: int, **kw: object) -> float:
@@ -198,41 +177,39 @@ def _cut(n: int, **kw: object) -> float:
     )
 
 
+@checks_rows("S1-7/grows")
 def test_s1_7_reduction_grows_with_concurrency() -> None:
+    """The trend only: the cut at 200 is S1-4/avg-vs-vanilla's storm, an identity
+    of the fitted averages (65.65%), so it is no evidence and not asserted here."""
     cuts = [_cut(n) for n in (10, 50, 100, 200)]
     assert cuts == sorted(cuts)
-    assert near(cuts[-1], 0.656)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=known_miss("S1-7/at-10").reason,
-)
-def test_s1_7_reduction_at_10() -> None:
-    assert near(_cut(10), 0.467)
-
-
-# -- S1-8: memory per sandbox -----------------------------------------------------
+# -- S1-8: memory per sandbox -----------------------------------------------------------
 
 
 def _growth(cni: str) -> float:
     return run(cni, 50, 2048).startup.mean / run(cni, 50, 512).startup.mean - 1.0
 
 
+@checks_rows("S1-8/direction")
 def test_s1_8_fastiov_is_less_sensitive_to_memory() -> None:
     assert _growth("sriov-vanilla") > _growth("fastiov") >= 0.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=known_miss("S1-8/memory").reason,
-)
-def test_s1_8_numbers() -> None:
-    assert near(_growth("sriov-vanilla"), 0.605)
-    assert near(_growth("fastiov"), 0.215)
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=known_miss("S1-8/memory").reason)
+@checks_rows("S1-8/memory")
+def test_s1_8_vanilla_growth() -> None:
+    assert abs(_growth("sriov-vanilla") - 0.605) <= 0.15 * 0.605
 
 
-# -- S1-9: the node divided among N sandboxes --------------------------------------
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=known_miss("S1-8/memory").reason)
+@checks_rows("S1-8/memory")
+def test_s1_8_fastiov_growth() -> None:
+    assert abs(_growth("fastiov") - 0.215) <= 0.15 * 0.215
+
+
+# -- S1-9: the node divided among N sandboxes --------------------------------------------
 
 
 def _divided(n: int) -> float:
@@ -240,31 +217,30 @@ def _divided(n: int) -> float:
     return _cut(n, memory_mib=int(host.memory_gib * 1024 / n), vcpus=host.cores / n)
 
 
-def test_s1_9_reductions_at_200_and_10() -> None:
-    assert near(_divided(200), 0.657)
-    assert near(_divided(10), 0.795)
+@checks_rows("S1-9/at-200")
+def test_s1_9_reduction_at_200() -> None:
+    """Not an identity: at 200 the node's share is 1.3 GB and 0.56 vCPU per
+    sandbox, not the fitted storm's 512 MB and 0.5; but close to it."""
+    assert abs(_divided(200) - 0.657) <= 0.15 * 0.657
 
 
+@checks_rows("S1-9/at-10")
+def test_s1_9_reduction_at_10() -> None:
+    assert abs(_divided(10) - 0.795) <= 0.15 * 0.795
+
+
+@checks_rows("S1-9/rises")
 def test_s1_9_reduction_rises_as_sandboxes_fall() -> None:
     assert _divided(10) > _divided(200)
 
 
-# -- S1-10: against the ipvtap software CNI ---------------------------------------
+# -- S1-10: against the ipvtap software CNI ----------------------------------------------
 
 
+@checks_rows("S1-10/faster")
 def test_s1_10_fastiov_starts_faster_than_ipvtap() -> None:
     fast, ipvtap = run("fastiov"), run("ipvtap")
     assert fast.makespan_s < ipvtap.makespan_s and fast.startup.mean < ipvtap.startup.mean
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason=known_miss("S1-10/makespan").reason,
-)
-def test_s1_10_numbers() -> None:
-    fast, ipvtap = run("fastiov"), run("ipvtap")
-    assert near(reduction(fast.makespan_s, ipvtap.makespan_s), 0.413)
-    assert near(reduction(fast.startup.mean, ipvtap.startup.mean), 0.318)
 
 
 @pytest.mark.slow

@@ -66,6 +66,7 @@ def test_s2_2_pairs_get_unequal_throughput(path: str) -> None:
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason=known_miss("S2-2/spread").reason,
 )
 @pytest.mark.parametrize("path", ["bridge-intra", "ovs-intra"])
@@ -82,6 +83,7 @@ def _pinning_gain(path: str, placement: str) -> float:
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason=known_miss("S2-3/ovs-apart").reason,
 )
 def test_s2_3_ovs_pinned_apart_plus_21_percent() -> None:
@@ -90,6 +92,7 @@ def test_s2_3_ovs_pinned_apart_plus_21_percent() -> None:
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason=known_miss("S2-3/bridge-together").reason,
 )
 def test_s2_3_bridge_pinned_together_minus_13_percent() -> None:

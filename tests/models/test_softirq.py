@@ -292,9 +292,7 @@ def test_missing_stage_cost_is_named() -> None:
 def test_result_refuses_negative_numbers() -> None:
     good = solve_on_profile(P004, Traffic(path="native", draws=1))
     fields = {k: getattr(good, k) for k in DataplaneResult.__slots__}
-    with pytest.raises(
-        ValueError, match=r"`aggregate_gbps >= 0` must hold, but got aggregate_gbps=-1"
-    ):
+    with pytest.raises(ValueError, match=r"^aggregate_gbps: must be a finite number >= 0 \(got -1"):
         DataplaneResult(**{**fields, "aggregate_gbps": -1.0})
 
 
@@ -333,7 +331,7 @@ def test_reserved_cores_slow_processor_sharing_exactly() -> None:
 
 
 def test_machine_refuses_reserving_every_core() -> None:
-    with pytest.raises(ProgramError, match=r"reserved_cores < cores"):
+    with pytest.raises(ProgramError, match=r"^reserved_cores: must be < cores=2 \(got 2\.0\)$"):
         MachineSpec(cores=2, reserved_cores=2.0)
 
 

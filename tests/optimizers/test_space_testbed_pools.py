@@ -42,7 +42,7 @@ def test_the_default_space_on_a_testbed_profile_searches_every_testbed_kind() ->
 
 
 def test_netns_veth_is_not_a_kind_of_the_seed_cnis() -> None:
-    with pytest.raises(ConfigError, match=r"unknown device kind 'netns-veth' for cni='veth'"):
+    with pytest.raises(ConfigError, match=r"device kinds of cni 'veth': .* \(got 'netns-veth'\)"):
         SearchSpace(
             cni="veth",
             pools={"netns-veth": IntRange(low=0, high=4, log=False)},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -58,9 +59,9 @@ def test_robust_worst_is_at_least_the_mean() -> None:
 
 
 def test_bad_storms_name_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"seeds: each value once, but got \[1, 1\]"):
+    with pytest.raises(ConfigError, match=r"^seeds: must hold each value once \(got \(1, 1\)\)$"):
         Evaluator(base=SMALL, seeds=(1, 1))
-    with pytest.raises(ConfigError, match=r"robust: expected 'mean' or 'worst', but got 'max'"):
+    with pytest.raises(ConfigError, match=r"^robust: must be one of mean, worst \(got 'max'\)$"):
         Evaluator(base=SMALL, robust="max")  # type: ignore[arg-type]
 
 
@@ -159,16 +160,18 @@ def test_gp_without_torch_says_how_to_install_it() -> None:
     [
         ({"objectives": ("speed",)}, "objective: unknown objective 'speed'"),
         ({"objectives": ()}, "objective: give at least one"),
-        ({"trials": 0}, "trials: must be at least 1, but got 0"),
+        ({"trials": 0}, "trials: must be an integer >= 1 (got 0)"),
         ({"constraints": None}, None),
     ],
 )
 def test_bad_specs_name_field_and_value(changes: dict[str, object], message: str | None) -> None:
     if message is None:
-        with pytest.raises(ConfigError, match=r"memory_budget_mib: must be a positive number"):
+        with pytest.raises(
+            ConfigError, match=r"^memory_budget_mib: must be a finite number > 0 MiB"
+        ):
             Constraints(memory_budget_mib=-1.0)
         return
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         StudySpec(scenario=SMALL, **changes)  # type: ignore[arg-type]
 
 
@@ -228,5 +231,8 @@ def test_both_executors_evaluate_a_config_alike() -> None:
 
 
 def test_an_unknown_executor_is_refused_before_any_trial() -> None:
-    with pytest.raises(ProgramError, match="executor: expected one of compiled, simpy, python"):
+    with pytest.raises(
+        ProgramError,
+        match=re.escape("executor: must be one of compiled, simpy, python (got 'numba')"),
+    ):
         StudySpec(scenario=Scenario(sandboxes=10), executor="numba").evaluator()  # type: ignore[arg-type]

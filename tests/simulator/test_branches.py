@@ -162,5 +162,5 @@ def test_busy_cores_count_what_quotas_let_run() -> None:
 
 
 def test_quota_must_be_positive() -> None:
-    with pytest.raises(ProgramError, match="guest_cpu_quota > 0"):
+    with pytest.raises(ProgramError, match=r"^guest_cpu_quota: must be a finite number > 0 "):
         MachineSpec(cores=1, guest_cpu_quota=0.0)

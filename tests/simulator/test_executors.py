@@ -18,7 +18,7 @@ from bootstorm.simulator import (
     summarise_with,
 )
 
-ONLY_SIMPY = "executor: only 'simpy' records spans (record=True)"
+ONLY_SIMPY = "executor: must be 'simpy' to record spans (record=True)"
 
 
 def test_names_make_the_documented_executors() -> None:
@@ -32,9 +32,9 @@ def test_names_make_the_documented_executors() -> None:
 @pytest.mark.parametrize(
     ("name", "record", "message"),
     [
-        ("numba", False, "executor: expected one of compiled, simpy, python, but got 'numba'"),
-        ("compiled", True, f"{ONLY_SIMPY}, but got 'compiled'"),
-        ("python", True, f"{ONLY_SIMPY}, but got 'python'"),
+        ("numba", False, "executor: must be one of compiled, simpy, python (got 'numba')"),
+        ("compiled", True, f"{ONLY_SIMPY} (got 'compiled')"),
+        ("python", True, f"{ONLY_SIMPY} (got 'python')"),
     ],
 )
 def test_bad_choices_name_the_value(name: str, record: bool, message: str) -> None:
@@ -87,5 +87,5 @@ def test_simulate_takes_an_executor_and_records_only_on_simpy() -> None:
     fast = simulate(scenario, executor="compiled")
     assert fast.makespan_s == simulate(scenario).makespan_s
     assert simulate(scenario, record=True).recording is not None
-    with pytest.raises(ProgramError, match="only 'simpy' records"):
+    with pytest.raises(ProgramError, match="must be 'simpy' to record spans"):
         simulate(scenario, record=True, executor="compiled")

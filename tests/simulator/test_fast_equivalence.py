@@ -1,13 +1,13 @@
-"""The fast executor gives the reference executor's :class:`Result`.
+"""The compiled executor gives the reference executor's :class:`Result`.
 
 Both run the same programs: Hypothesis ones from the invariants' generator
 (every lock kind, spinning mutexes, gates, pools, zeroing, guest quotas), the
 same with mutexes handed over through a wake-up, on a node with background
 jobs and reserved cores, programs with branches, and the paper profiles'
-storms. The fast executor runs each twice: its plain-Python loop and, when
-numba is installed, its compiled loop. Every number of the result is
-compared to 1e-9 relative (counts exactly); only ``events`` differs, since
-SimPy also counts events nobody waits for.
+storms. The compiled executor runs each twice: compiled by numba
+("compiled") and its same source interpreted ("python"). Every number of
+the result is compared to 1e-9 relative (counts exactly); only ``events``
+differs, since SimPy also counts events nobody waits for.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ from bootstorm.simulator import (
     Sleep,
     Stage,
     compile_program,
+    make_executor,
     run_program,
+    summarise_with,
 )
-from bootstorm.simulator.fast import run_program_fast, summarise_fast
 
 REL = 1e-9
 
@@ -62,23 +63,20 @@ def _arrays_same(a: np.ndarray, b: np.ndarray, where: str) -> None:
     np.testing.assert_allclose(a, b, rtol=REL, atol=1e-12, equal_nan=True, err_msg=where)
 
 
-try:
-    import numba  # noqa: F401
-
-    JIT = [False, True]
-except ImportError:  # pragma: no cover - without the ``fast`` extra
-    JIT = [False]
+FAST = ("compiled", "python")
+"""The executors compared with the reference: the compiled loop and its source interpreted."""
 
 
 def assert_equivalent(program: Program) -> Result:
     """Run the executors on ``program`` and compare everything but ``events``
-    (the plain and the compiled fast loop count the same events: compare those)."""
+    (the compiled loop and its interpreted source count the same events: compare those)."""
     ref = run_program(program)
-    for jit in JIT:
-        fast = run_program_fast(program, jit=jit)
+    events = set()
+    for name in FAST:
+        fast = make_executor(name).run(program)
         _assert_same_result(ref, fast)
-        if jit:
-            assert fast.events == run_program_fast(program).events
+        events.add(fast.events)
+    assert len(events) == 1, events
     return ref
 
 
@@ -208,11 +206,11 @@ def test_deadlock_is_reported() -> None:
         machine=MachineSpec(cores=1),
         locks=(LockSpec(name="a"), LockSpec(name="b")),
     )
-    for jit in JIT:
+    for name in ("simpy", *FAST):
         with pytest.raises(DeadlockError, match="never finished"):
-            run_program_fast(program, jit=jit)
+            make_executor(name).run(program)
         with pytest.raises(DeadlockError, match="never finished"):
-            summarise_fast(program, jit=jit)
+            summarise_with(program, name)
 
 
 def test_program_without_locks_gates_or_pools() -> None:
@@ -227,8 +225,8 @@ def test_paper_storms_bit_for_bit(cni: str, profile: str) -> None:
     program = compile_scenario(Scenario(cni=cni, profile=profile, sandboxes=100))
     ref = run_program(program)
     summary = {k: v for k, v in ref.to_dict().items() if k != "events"}
-    for jit in JIT:
-        fast = run_program_fast(program, jit=jit)
+    for name in FAST:
+        fast = make_executor(name).run(program)
         assert {k: v for k, v in fast.to_dict().items() if k != "events"} == summary
         assert np.array_equal(fast.finish_s, ref.finish_s)
         for name, times in ref.stage_time_s.items():

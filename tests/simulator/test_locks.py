@@ -407,7 +407,7 @@ def test_an_unsignalled_wait_is_a_deadlock_and_signals_are_checked() -> None:
             locks=[],
             gates=[GateSpec(name="g", permits=1)],
         )
-    with pytest.raises(ProgramError, match="permits >= 0"):
+    with pytest.raises(ProgramError, match=r"^permits: must be an integer >= 0 \(got -1\)$"):
         GateSpec(name="ready", permits=-1, signal=True)
     with pytest.raises(ProgramError, match="Once needs a ticket pool, but 'ready' is a pool of"):
         compile_program(

@@ -234,8 +234,10 @@ def test_mmc_mean_wait_erlang_c(mmc: tuple[Result, F64, float, float, int]) -> N
 
 
 def test_mmc_littles_law(mmc: tuple[Result, F64, float, float, int]) -> None:
-    """L = λW on the M/M/4 run: exact over the whole run, within 2 % on an inner window."""
-    result, _, _, _, _ = mmc
+    """L = λW on the M/M/4 run: exact over the whole run, within 2 % on an inner
+    window; and L itself is theory's, λ·(C(c, a)/(cμ − λ) + 1/μ) (Erlang C), not
+    only consistent with the run's own W."""
+    result, _, lam, mu, c = mmc
     arrival, finish = result.arrival_s, result.finish_s
     sojourn = finish - arrival
     t_start, t_end = float(arrival.min()), float(finish.max())
@@ -246,6 +248,8 @@ def test_mmc_littles_law(mmc: tuple[Result, F64, float, float, int]) -> None:
     l_window = _time_average_in_system(arrival, finish, t0, t1)
     lam_window = int(inside.sum()) / (t1 - t0)
     assert l_window == pytest.approx(lam_window * float(sojourn[inside].mean()), rel=0.02)
+    l_theory = lam * (_erlang_c(c, lam / mu) / (c * mu - lam) + 1.0 / mu)
+    assert l_window == pytest.approx(l_theory, rel=0.05)
 
 
 # -- M/G/1 processor sharing -----------------------------------------------------------------

@@ -48,7 +48,9 @@ def test_each_family_has_mean_1_the_cv_and_its_own_skewness(family: str, skewnes
 
 def test_the_families_are_named_and_an_unknown_one_is_refused() -> None:
     assert SERVICE_FAMILIES == ("lognormal", "gamma")
-    with pytest.raises(ProgramError, match=r"`service_family` must be one of .* got 'weibull'"):
+    with pytest.raises(
+        ProgramError, match=r"^service_family: must be one of .* \(got 'weibull'\)$"
+    ):
         compile_program(
             [(Stage("s", (Cpu(1.0),)),)],
             machine=MachineSpec(cores=1),

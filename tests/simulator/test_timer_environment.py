@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 import simpy
 from hypothesis import given
 from hypothesis import strategies as st
 
+import bootstorm.simulator
 from bootstorm.simulator.cpu import TimerEnvironment
 
 # A script: at each step a process waits ``delay`` and then either sets the
@@ -83,3 +87,47 @@ def test_a_later_timer_replaces_the_pending_one_and_peek_sees_the_slot() -> None
     env.run()
     assert log == [1.0] and env.now == 5.0
     assert env.peek() == float("inf")
+
+
+# -- SimPy's internals: TimerEnvironment is the one place that uses them ---------------------
+
+SIMULATOR = Path(bootstorm.simulator.__file__).parent
+PRIVATE = re.compile(r"\.(_now|_eid|_ok|_defused)\b|env\._queue\b")
+
+
+def test_the_simpy_internals_the_timer_slot_relies_on_are_there() -> None:
+    """SimPy is pinned to the 4.1 series (setup.cfg); a release that moves these
+    fails here, not as a wrong result."""
+    major, minor = (int(x) for x in simpy.__version__.split(".")[:2])
+    assert (major, minor) == (4, 1), simpy.__version__
+    env = simpy.Environment()
+    assert env._now == 0.0 and env._queue == [] and isinstance(env._eid, itertools.count)
+    ev = env.event().succeed(1)
+    assert ev._ok is True and ev._value == 1 and not hasattr(ev, "_defused")
+    ev.defused = True
+    assert ev._defused is True
+
+
+def test_the_event_count_is_simpys_numbering() -> None:
+    """A process that waits twice: its start, two timeouts and its end: 4 events."""
+    env = TimerEnvironment()
+
+    def twice() -> Generator[simpy.Event, Any, None]:
+        yield env.timeout(1.0)
+        yield env.timeout(1.0)
+
+    env.process(twice())
+    env.run()
+    assert env.events_numbered() == 4
+
+
+def test_only_the_timer_environment_touches_simpys_internals() -> None:
+    """Locks, the executor and everything else use SimPy's public API."""
+    offenders = [
+        f"{path.name}:{n}"
+        for path in sorted(SIMULATOR.glob("*.py"))
+        if path.name != "cpu.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if PRIVATE.search(line)
+    ]
+    assert offenders == []

@@ -24,12 +24,10 @@ from bootstorm.traces import (
     Trace,
     TraceFormatError,
     TraceHeader,
-    chrome_trace,
-    from_recording,
     read_trace,
-    to_recording,
     write_trace,
 )
+from bootstorm.validation.recording import chrome_trace, from_recording, to_recording
 
 STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
 

@@ -32,6 +32,25 @@ def write_inventory(tmp_path: Path, nodes: list[tuple[str, str, str]]) -> Path:
     return path
 
 
+def _rows(out: str, node: str) -> str:
+    """The first line of ``node``'s row in a pushed config's table."""
+    return next(line for line in out.splitlines() if node in line)
+
+
+def _folded(out: str, node: str) -> str:
+    """``node``'s row with its folded lines joined, column by column."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if node in line)
+    block = [lines[start]]
+    for line in lines[start + 1 :]:
+        first = line.replace("│", "|").split("|")[1:2]
+        if not line.startswith("│") or (first and first[0].strip()):
+            break  # a border, or the next row's node
+        block.append(line)
+    columns = [[c.strip() for c in line.replace("│", "|").split("|")[1:-1]] for line in block]
+    return " ".join(" ".join(filter(None, col)) for col in zip(*columns, strict=True))
+
+
 def test_push_reaches_every_node_and_names_the_one_that_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -53,10 +72,11 @@ def test_push_reaches_every_node_and_names_the_one_that_refused(
         config_file.write_text(new.to_yaml())
         assert run(["config", "push", "--nodes", str(bad), str(config_file)]) == 1
         out = capsys.readouterr().out
-        row_a = next(line for line in out.splitlines() if "node-a" in line)
-        row_b = next(line for line in out.splitlines() if "node-b" in line)
+        row_a, row_b = _rows(out, "node-a"), _rows(out, "node-b")
         assert "applied" in row_a and "200" in row_a
-        assert "refused" in row_b and "401" in row_b and "wrong bearer token" in row_b
+        assert "refused" in row_b and "401" in row_b
+        # The reason folds over lines in 80 columns, but is never cut.
+        assert "wrong bearer token" in _folded(out, "node-b")
         assert a.get_config().lease_ttl_s == 7.0
         assert b.get_config().lease_ttl_s == 20.0  # unchanged
 

@@ -227,7 +227,7 @@ def test_a_cni_plumbed_netns_veth_carries_its_network_to_its_taker() -> None:
             }
 
     asyncio.run(scenario())
-    with pytest.raises(ValueError, match=r"cni: 'macvlan' is not a plugin the agent plumbs with"):
+    with pytest.raises(ValueError, match=r"^plugin: must be one of bridge, ptp \(got 'macvlan'\)$"):
         CniPoolSettings(plugin="macvlan", bin_dir=Path("/usr/lib/cni"))
 
 

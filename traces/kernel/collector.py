@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from .._names import TRACEFS_INSTANCE_PREFIX
 from ._parse import (
     Contention,
     KernelEvent,
@@ -79,12 +80,6 @@ _UMOUNT_FLAGS = 0  # no MNT_DETACH: a busy mount stays, and we say so
 
 class TracefsError(RuntimeError):
     """tracefs or the events needed are not available."""
-
-
-def _instance_prefix() -> str:
-    from bootstorm.validation._names import TRACEFS_INSTANCE_PREFIX
-
-    return str(TRACEFS_INSTANCE_PREFIX)
 
 
 def _is_mounted(path: Path) -> bool:
@@ -175,7 +170,7 @@ class KernelCollector:
         self.softirqs = softirqs
         self.buffer_size_kb = buffer_size_kb
         self.tracefs = tracefs
-        self.instance = tracefs / "instances" / f"{_instance_prefix()}{os.getpid()}"
+        self.instance = tracefs / "instances" / f"{TRACEFS_INSTANCE_PREFIX}{os.getpid()}"
         self._events = LOCK_EVENTS + (SOFTIRQ_EVENTS if softirqs else ())
         self.capture: KernelCapture | None = None
         self.record_tgid = False
@@ -277,7 +272,7 @@ def _release_mounts(tracefs: Path, *, own_pid: int | None = None) -> bool:
         ]
     except FileNotFoundError:
         return False
-    if not markers or list((tracefs / "instances").glob(f"{_instance_prefix()}*")):
+    if not markers or list((tracefs / "instances").glob(f"{TRACEFS_INSTANCE_PREFIX}*")):
         return False
     _umount(tracefs)
     for marker in markers:
@@ -314,7 +309,7 @@ def sweep_instances(tracefs: Path = TRACEFS) -> list[str]:
             except TracefsError:
                 return []
             mounted_here = True
-        prefix = _instance_prefix()
+        prefix = TRACEFS_INSTANCE_PREFIX
         for inst in sorted((tracefs / "instances").glob(f"{prefix}*")):
             pid = inst.name[len(prefix) :]
             if pid.isdigit() and not _pid_alive(int(pid)):

@@ -38,8 +38,9 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from ..._params import OneOf, Rules, validate
 from .._names import AGENT_POOL_LINK_PREFIX, owned_netns
 from ._pools import CniPlumbing, Device, NetlinkDevices
 from ._protocol import NETNS_VETH_PEER
@@ -60,12 +61,10 @@ class CniPoolSettings:
     plugin: str
     bin_dir: Path
 
+    __rules__: ClassVar[Rules] = Rules(plugin=OneOf(AGENT_CNI_PLUGINS))
+
     def __post_init__(self) -> None:
-        if self.plugin not in AGENT_CNI_PLUGINS:
-            raise ValueError(
-                f"cni: {self.plugin!r} is not a plugin the agent plumbs with "
-                f"(known: {', '.join(AGENT_CNI_PLUGINS)})"
-            )
+        validate(self)
 
 
 def agent_bridge(pool_id: int) -> str:

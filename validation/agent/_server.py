@@ -37,14 +37,15 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from ..._params import Check, Interval, Rules, validate
+from ..._params import short_repr as _short_repr
 from ...models import ConfigError, TunedConfig
-from ...models._errors import _short_repr
 from ...models._yaml import MAX_NUMBER_CHARS, YamlInputError, parse_yaml
 from ._cni_pool import CniDevices, CniPoolSettings, agent_network_name
 from ._leases import LeaseError, LeaseTable, ServerLease
@@ -72,6 +73,9 @@ R = TypeVar("R", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+_TLS_PAIR = "must be given with the other of tls_cert and tls_key (both or neither)"
+
+
 @dataclass(frozen=True, kw_only=True)
 class AgentSettings:
     """How one agent runs (the tuned settings arrive separately, as a TunedConfig)."""
@@ -93,23 +97,19 @@ class AgentSettings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
 
+    __rules__: ClassVar[Rules] = Rules(
+        read_timeout_s=Interval(float, MIN_READ_TIMEOUT_S, MAX_READ_TIMEOUT_S, unit="s"),
+        max_body_bytes=Interval(int, 1024, 16 * 1024 * 1024),
+        checks=(
+            Check("tls_key", lambda s: s.tls_cert is None or s.tls_key is not None, _TLS_PAIR),
+            Check("tls_cert", lambda s: s.tls_key is None or s.tls_cert is not None, _TLS_PAIR),
+        ),
+    )
+
     def __post_init__(self) -> None:
+        # The token's own check: its message must not show the secret.
         check_token(self.token.get_secret_value())
-        if not MIN_READ_TIMEOUT_S <= self.read_timeout_s <= MAX_READ_TIMEOUT_S:
-            raise ConfigError(
-                f"read_timeout_s: must be within {MIN_READ_TIMEOUT_S:g}..{MAX_READ_TIMEOUT_S:g} s "
-                f"(got {self.read_timeout_s!r})"
-            )
-        if not 1024 <= self.max_body_bytes <= 16 * 1024 * 1024:
-            raise ConfigError(
-                f"max_body_bytes: must be within 1024..{16 * 1024 * 1024} "
-                f"(got {self.max_body_bytes!r})"
-            )
-        if (self.tls_cert is None) != (self.tls_key is None):
-            given, missing = (
-                ("tls-cert", "tls-key") if self.tls_key is None else ("tls-key", "tls-cert")
-            )
-            raise ConfigError(f"{missing}: --{given} given without --{missing}")
+        validate(self)
 
 
 def is_loopback_host(host: str) -> bool:

@@ -45,8 +45,7 @@ from typing import Any
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from bootstorm.traces import ExecSpan, StageSpan
-
+from ...traces import ExecSpan, StageSpan
 from ._leftovers import CNI_STATE_DIR, SHIM_SCRIPT, RunNames, sweep_lock
 from ._netns import NETNS_RUN_DIR, create_netns_here
 from ._vm import BOOT_TIMEOUT_S, MARKER, VmRunner

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from bootstorm.traces import HostFacts
+from ...traces import HostFacts
 
 __all__ = ["CpuMeter", "busy_cores", "host_facts", "settle", "signals_deferred"]
 

@@ -415,7 +415,7 @@ def sweep_leftovers(*, keep: set[str] | None = None, lock: SweepLock | None = No
                 report.registry.append(entry.name)
         with contextlib.suppress(OSError):
             REGISTRY_DIR.rmdir()
-    from bootstorm.traces.kernel import sweep_instances
+    from ...traces.kernel import sweep_instances
 
     report.tracefs.extend(sweep_instances())
     if report.total:

@@ -29,8 +29,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
+from ..._params import Check, Each, Interval, NonEmpty, Rules, Satisfies, validate
 from ._errors import TestbedError
 
 __all__ = [
@@ -133,16 +134,20 @@ class ExecRecord:
     start_s: float
     end_s: float
 
+    __rules__: ClassVar[Rules] = Rules(
+        program=NonEmpty(),
+        pid=Interval(int, 0),
+        checks=(
+            Check(
+                "end_s",
+                lambda r: r.end_s >= r.start_s,
+                lambda r: f"must not be before start_s={r.start_s!r}",
+            ),
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if not self.program:
-            raise ValueError("program: must not be empty")
-        if self.pid < 0:
-            raise ValueError(f"pid: must be at least 0, but got {self.pid}")
-        if self.end_s < self.start_s:
-            raise ValueError(
-                f"end_s: must not be before start_s, but got start_s={self.start_s!r}, "
-                f"end_s={self.end_s!r}"
-            )
+        validate(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,6 +267,14 @@ def verify_result(result: CniResult, *, plugin: str, netns: str, ifname: str) ->
         )
 
 
+def _is_plugin_conf(text: object) -> bool:
+    try:
+        conf = json.loads(text) if isinstance(text, (str, bytes)) else None
+    except ValueError:
+        return False
+    return isinstance(conf, dict) and isinstance(conf.get("type"), str)
+
+
 @dataclass(frozen=True, kw_only=True)
 class CniNetwork:
     """A network configuration list: a name, a spec version, and its
@@ -272,15 +285,16 @@ class CniNetwork:
     cni_version: str = CNI_VERSION
     plugins: tuple[str, ...]
 
+    __rules__: ClassVar[Rules] = Rules(
+        name=NonEmpty(),
+        plugins=(
+            NonEmpty(),
+            Each(Satisfies(_is_plugin_conf, 'must be a plugin\'s JSON object with a "type"')),
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("name: must not be empty")
-        if not self.plugins:
-            raise ValueError("plugins: a network needs at least one plugin")
-        for k, text in enumerate(self.plugins):
-            conf = json.loads(text)
-            if not isinstance(conf, dict) or not isinstance(conf.get("type"), str):
-                raise ValueError(f"plugins.{k}.type: expected a plugin type, but got {text!r}")
+        validate(self)
 
     @property
     def types(self) -> tuple[str, ...]:

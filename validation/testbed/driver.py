@@ -56,7 +56,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from bootstorm.traces import (
+from ...traces import (
     AdmitSpan,
     Arrival,
     ExecSpan,
@@ -67,7 +67,6 @@ from bootstorm.traces import (
     Trace,
     TraceHeader,
 )
-
 from .._names import CGROUP_PARENT
 from ._cgroup import add_process, cgroup2_root, netprio_root, remove_tree, write_ifpriomap
 from ._cni_stages import (
@@ -677,7 +676,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
     """
     if os.geteuid() != 0:
         raise TestbedError("the testbed needs root (network namespaces, cgroups, tracefs)")
-    from bootstorm.traces.kernel import (
+    from ...traces.kernel import (
         KernelCollector,
         LockNamer,
         join_contention,

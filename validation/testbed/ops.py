@@ -38,24 +38,23 @@ import gc
 import itertools
 import json
 import logging
-import math
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 from pyroute2 import IPRoute
 
-from bootstorm.traces import HostFacts
-
+from ..._params import Depends, Each, Interval, NonEmpty, OneOf, Rules, Satisfies, validate
+from ...traces import HostFacts
 from .._names import CGROUP_PARENT
 from ._cgroup import CgroupError, add_process, cgroup2_root, remove_tree
 from ._errors import TestbedError
@@ -151,23 +150,13 @@ class OperationTiming:
     name: str
     samples_s: tuple[float, ...]
 
+    __rules__: ClassVar[Rules] = Rules(
+        name=OneOf(OPERATIONS),
+        samples_s=(NonEmpty(), Each(Interval(float, 0, closed="neither", unit="s"))),
+    )
+
     def __post_init__(self) -> None:
-        if self.name not in OPERATIONS:
-            raise ValueError(
-                f"name: unknown operation {self.name!r}; known: {', '.join(OPERATIONS)}"
-            )
-        if not self.samples_s:
-            raise ValueError(f"{self.name}.samples_s: expected at least one sample, but got none")
-        for i, x in enumerate(self.samples_s):
-            if isinstance(x, bool) or not isinstance(x, (int, float)):
-                raise ValueError(
-                    f"{self.name}.samples_s[{i}]: expected seconds (a number), but got {x!r}"
-                )
-            if not (math.isfinite(x) and x > 0):
-                raise ValueError(
-                    f"{self.name}.samples_s[{i}]: expected a positive finite duration in "
-                    f"seconds, but got {x!r}"
-                )
+        validate(self)
 
     def _percentile_s(self, q: float) -> float:
         return float(np.percentile(np.asarray(self.samples_s, dtype=float), q))
@@ -201,27 +190,31 @@ class OperationTimes:
     run: str | None = None
     notes: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        _integer(self.repeats, "repeats", minimum=1)
-        _integer(self.warmup, "warmup", minimum=0)
-        if self.vm_mode not in VM_MODES:
-            raise ValueError(
-                f"vm_mode: expected one of {', '.join(VM_MODES)}, but got {self.vm_mode!r}"
-            )
-        if self.created_at.tzinfo is None:
-            raise ValueError(
-                f"created_at: expected a time with its UTC offset, but got {self.created_at!r}"
-            )
-        seen: set[str] = set()
-        for t in self.timings:
-            if t.name in seen:
-                raise ValueError(f"timings: operation {t.name!r} appears twice")
-            seen.add(t.name)
-            if len(t.samples_s) != self.repeats:
-                raise ValueError(
-                    f"{t.name}.samples_s: expected {self.repeats} samples (repeats), "
-                    f"but got {len(t.samples_s)}"
+    __rules__: ClassVar[Rules] = Rules(
+        repeats=Interval(int, 1),
+        warmup=Interval(int, 0),
+        vm_mode=OneOf(VM_MODES),
+        created_at=Satisfies(lambda t: t.tzinfo is not None, "must be a time with its UTC offset"),
+        timings=(
+            Satisfies(
+                lambda ts: len({t.name for t in ts}) == len(ts),
+                "must time each operation once",
+                shown=lambda ts: f"{_repeated(t.name for t in ts)} twice",
+            ),
+            Depends(
+                lambda o: Each(
+                    Satisfies(
+                        lambda t: len(t.samples_s) == o.repeats,
+                        f"must hold repeats={o.repeats} samples",
+                        shown=lambda t: f"{t.name}.samples_s with {len(t.samples_s)}",
+                    )
                 )
+            ),
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
 
     def __getitem__(self, name: str) -> OperationTiming:
         for t in self.timings:
@@ -337,6 +330,15 @@ def _string(value: object, where: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{where}: expected a string, but got {_short(value)}")
     return value
+
+
+def _repeated(names: Iterable[str]) -> str:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return "none"
 
 
 def _integer(value: object, where: str, *, minimum: int) -> int:

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bootstorm.models.tuned import TunedConfig
-from bootstorm.traces import Trace
+from ...models.tuned import TunedConfig
+from ...traces import Trace
 
 __all__ = ["CNI_POOLS", "STAGES", "StormOptions", "StormResult"]
 

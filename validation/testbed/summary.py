@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bootstorm.traces import Trace
+from ...traces import Trace
 
 __all__ = ["LockSummary", "StormSummary", "summarize"]
 

@@ -1,4 +1,4 @@
-"""Compile a benchmark's small C program (the root benches that need exact timing)."""
+"""Compile an experiment's small C program (the root experiments that need exact timing)."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ kernel time, both from the same trace (the tracepoints' own cost falls on
 both); vswitchd's CPU per QoS port is about that kernel time, so the re-send
 is the kernel's work.
 
-Run: ``python benchmarks/bench_ovs_qos.py [--ports 10,50,100,200,300] [--strace] [--rtnl]``.
+Run: ``python experiments/bench_ovs_qos.py [--ports 10,50,100,200,300] [--strace] [--rtnl]``.
 """
 
 from __future__ import annotations

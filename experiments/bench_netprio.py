@@ -24,7 +24,7 @@ that and mounts and unmounts once more if needed, leaving net_prio unbound as
 it found it.
 
 Run (root, cgroup v1 net_prio, a C compiler):
-``python benchmarks/bench_netprio.py [--netdevs 0 500 1000 2000] [--cgroups 400] [--runs 3]``.
+``python experiments/bench_netprio.py [--netdevs 0 500 1000 2000] [--cgroups 400] [--runs 3]``.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ Needs root, ``ip``, and ``cc``. Creates only its two namespaces (their veth
 pair goes with them) and a temporary directory; removes them and ends the
 processes it started, by PID, even on failure.
 
-Run: ``python benchmarks/bench_udp_fragments.py [--runs 6] [--seconds 4]
+Run: ``python experiments/bench_udp_fragments.py [--runs 6] [--seconds 4]
 [--rate 40000] [--burst 16] [--reader busy|sleep]``.
 """
 

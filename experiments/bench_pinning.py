@@ -31,7 +31,7 @@ rounds); context switches and migrations per GB moved; the CPU's
 softirq / system / user / idle shares over the window (``/proc/stat``).
 
 Run (root; C compiler):
-``python benchmarks/bench_pinning.py [--pairs 2 12 ...] [--rounds 4] [--window-s 8]``.
+``python experiments/bench_pinning.py [--pairs 2 12 ...] [--rounds 4] [--window-s 8]``.
 """
 
 from __future__ import annotations

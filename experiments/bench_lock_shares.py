@@ -1,6 +1,6 @@
 """How much of each stage is waiting for a lock: the kernel trace against the model.
 
-Run ``python benchmarks/bench_lock_shares.py [--profile P] TRACE...`` (the
+Run ``python experiments/bench_lock_shares.py [--profile P] TRACE...`` (the
 defaults: the CNI runtime's held-out 150-sandbox baseline storms and the
 profile its calibration plan fitted).
 
@@ -18,7 +18,7 @@ A trace that kept only some of its lock spans (``--max-lock-spans``) kept
 every sandbox's RTNL and cgroup_mutex wait first; where even those were too
 many it kept every k-th in time, and its note gives the counts: their sums
 are scaled up by that ratio here (a trace of older code, which kept the
-earliest, is short of its tail: printed). Nothing is asserted: a benchmark.
+earliest, is short of its tail: printed). Nothing is asserted: a measurement.
 """
 
 from __future__ import annotations

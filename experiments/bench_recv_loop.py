@@ -18,7 +18,7 @@ The measurement is a small C program (compiled with ``cc`` when there is
 one). Without a compiler the same loop runs in Python, whose interpreter adds
 its own cost per call: an upper figure.
 
-Run: ``python benchmarks/bench_recv_loop.py [batches] [runs]``. Needs two CPUs
+Run: ``python experiments/bench_recv_loop.py [batches] [runs]``. Needs two CPUs
 for the cross-CPU figure (with one, both sides share it and it says so).
 Traffic stays on loopback.
 """

@@ -1,4 +1,7 @@
-"""Traces to and from the simulator's recording, and to Chrome trace-event JSON.
+"""Measured traces to and from the simulator's recording, and to Chrome trace-event JSON.
+
+Here, above both, because it joins the bottom layer (``traces``) to the
+simulator's recorder: ``traces`` depends on nothing of ours.
 
 A measured storm becomes a :class:`~bootstorm.simulator.recorder.Recording`
 (the simulator's recorder format) and goes through the simulator's own Chrome
@@ -22,11 +25,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bootstorm.simulator.recorder import Recording
-from bootstorm.simulator.trace_export import chrome_trace as recording_chrome_trace
-
-from .schema import AdmitSpan, LockSpan, ScenarioFacts, StageSpan, TraceHeader
-from .trace import Trace
+from ..simulator.recorder import Recording
+from ..simulator.trace_export import chrome_trace as recording_chrome_trace
+from ..traces.schema import AdmitSpan, LockSpan, ScenarioFacts, StageSpan, TraceHeader
+from ..traces.trace import Trace
 
 __all__ = ["chrome_trace", "from_recording", "to_recording", "write_chrome_trace"]
 

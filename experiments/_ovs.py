@@ -1,9 +1,9 @@
-"""A private Open vSwitch for the OVS benchmarks (``bench_ovs_flows.py``,
+"""A private Open vSwitch for the OVS experiments (``bench_ovs_flows.py``,
 ``bench_ovs_qos.py``): an ovsdb-server and an ovs-vswitchd of the
 distribution's (Debian 12: OVS 3.1.0; seed 000 used 3.1.2) inside a network
 namespace made for them (``bst-ovs``), with one userspace-datapath bridge
 (``bstbr0``; this machine has no openvswitch kernel module), and the meters
-the benchmarks read around each client call.
+the experiments read around each client call.
 
 Creates only its namespace and the caller's temporary directory's contents;
 ends the daemons it started, by PID, and deletes the namespace (and every

@@ -9,7 +9,7 @@ start, connect, negotiate, send, barrier) runs beside it.
 
 Method. A private ovsdb-server and ovs-vswitchd (the distribution's, Debian
 12 ships OVS 3.1.0; seed 000 used 3.1.2) run inside a network namespace this
-benchmark creates (``bst-ovs``), on a userspace-datapath bridge (``bstbr0``,
+experiment creates (``bst-ovs``), on a userspace-datapath bridge (``bstbr0``,
 no kernel module). For each of ``--pods`` pods it installs ``--rules``
 distinct flows (an ACL-like match: destination address, TCP port), either in
 one ``ovs-ofctl add-flows`` per pod (a batch) or one ``ovs-ofctl add-flow``
@@ -26,7 +26,7 @@ Needs root and ``openvswitch-switch`` (``ip``, ``ovsdb-server``,
 and a temporary directory; removes them and ends the daemons it started, by
 PID, even on failure.
 
-Run: ``python benchmarks/bench_ovs_flows.py [--pods 40] [--rules 10]``.
+Run: ``python experiments/bench_ovs_flows.py [--pods 40] [--rules 10]``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ EPYC KVM guest, Linux 6.18). Without a compiler the same method runs in
 Python, whose larger working set makes each switch dearer (about 1.8 us on
 the same machine): an upper figure.
 
-Run: ``python benchmarks/bench_context_switch.py [round_trips] [runs]``.
+Run: ``python experiments/bench_context_switch.py [round_trips] [runs]``.
 """
 
 from __future__ import annotations

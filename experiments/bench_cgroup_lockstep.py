@@ -29,7 +29,7 @@ beside the same storm in the model's kernel (FIFO, on this host's cores,
 the lone child's mkdir and the storm's attach as holds, 10 us between them).
 
 Run (root, cgroup v1 net_prio free, a C compiler):
-``python benchmarks/bench_cgroup_lockstep.py [--children 16 64 256] [--runs 5]``.
+``python experiments/bench_cgroup_lockstep.py [--children 16 64 256] [--runs 5]``.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ wake-up time the figures hardly depend on it). Last, an order-only toy
 (:func:`steal_then_handoff`): FIFO, except that the releaser keeps the lock
 with the chance ``q`` that gives the measured runs.
 
-Run (root; C compiler): ``python benchmarks/bench_rtnl_fairness.py [NxM ...] [runs]``.
+Run (root; C compiler): ``python experiments/bench_rtnl_fairness.py [NxM ...] [runs]``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,254 @@
+"""What every executor shares around its loop: the lock-priority table going
+in, and the deadlock check and the :class:`Result` coming out.
+
+An executor runs a :class:`~.program.Program` and counts; it hands its
+counters to :func:`build_result` as a :class:`RunCounts`, which checks that
+every task ended and builds the result the same way for all of them (the
+same float operations in the same order, so that two executors that counted
+the same get the same result to the bit). A new executor needs only its
+loop. Nothing here imports SimPy or numba.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ._errors import DeadlockError
+from .program import Program
+from .recorder import Recording
+from .result import (
+    REASONS,
+    CpuStats,
+    GateStats,
+    LockStats,
+    PoolStats,
+    Result,
+    StageStats,
+    StartupStats,
+)
+
+__all__ = [
+    "RunCounts",
+    "StartupSummary",
+    "build_result",
+    "check_finished",
+    "lock_priority_table",
+    "startup_summary",
+]
+
+WORK, SPIN, ZEROING = 0, 1, 2
+"""Why CPU was burnt: ``cpu_acc[3 * stage + reason]`` (the order of :data:`.result.REASONS`)."""
+
+
+def lock_priority_table(p: Program) -> npt.NDArray[np.int64]:
+    """``table[lock, stage]``: the grant priority of a waiter of ``stage``
+    (lower is served first; stages a lock's ``stage_priority`` omits get 0).
+    The last column is for tasks outside any stage: priority 0."""
+    n_stages = len(p.stage_names)
+    table = np.zeros((len(p.locks), n_stages + 1), dtype=np.int64)
+    for i, spec in enumerate(p.locks):
+        if spec.stage_priority:
+            given = dict(spec.stage_priority)  # names checked by Program.validate
+            table[i, :n_stages] = [given.get(name, 0) for name in p.stage_names]
+    return table
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCounts:
+    """What a loop counted, in plain containers.
+
+    ``finish``: per task (sandboxes, then branches), NaN if it never ended;
+    ``cpu_acc``: core-seconds per ``3 * stage + reason`` (stage ``n_stages``
+    is outside any stage); ``lock_spin``: core-seconds spun per lock;
+    ``counts``/``sums``: per lock then gate, a
+    :class:`._contention.ContentionCounter`'s ``acquisitions, contended,
+    waiters, max_waiters`` and ``wait_s, hold_s, contended_wall_s``;
+    ``acquisitions_by_stage``: per lock, per stage slot; ``pool_left``: per
+    pool; ``durations``: per stage, the durations in the order the stage
+    ended (the order the sums are made in); ``stage_time``: sandbox × stage.
+    """
+
+    finish: npt.NDArray[np.float64]
+    cpu_acc: list[float]
+    lock_spin: list[float]
+    counts: list[list[int]]
+    sums: list[list[float]]
+    acquisitions_by_stage: list[list[int]]
+    pool_left: list[int]
+    durations: list[npt.NDArray[np.float64]]
+    stage_time: npt.NDArray[np.float64]
+    zeroed_bytes: float
+    events: int
+
+
+def check_finished(p: Program, finish: npt.NDArray[np.float64]) -> None:
+    """A :class:`DeadlockError` if a task (sandbox or branch) never ended:
+    nothing was left to happen, yet some tasks were waiting."""
+    stuck = np.flatnonzero(np.isnan(finish))
+    if stuck.size:
+        raise DeadlockError(
+            f"deadlock: {stuck.size} tasks never finished (first: {stuck[:5].tolist()}; "
+            f"tasks from {p.n_sandboxes} on are branches)"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StartupSummary:
+    """The figures a search reads from a storm, without the rest of a :class:`Result`.
+
+    A search evaluates hundreds of storms and reads four numbers of each;
+    building the whole result (stage, lock and step statistics) cost the
+    compiled executor about a tenth of its run. The figures are computed as
+    :class:`Result`'s are, to the bit.
+    """
+
+    makespan_s: float
+    startup: StartupStats
+    pool_memory_mib: float
+
+    @classmethod
+    def of(cls, result: Result) -> StartupSummary:
+        return cls(
+            makespan_s=result.makespan_s,
+            startup=result.startup,
+            pool_memory_mib=result.pool_memory_mib,
+        )
+
+
+def startup_summary(p: Program, finish: npt.NDArray[np.float64]) -> StartupSummary:
+    """The summary of a run whose tasks ended at ``finish`` (checked first), as
+    :func:`build_result` computes those figures (the same operations in the same order)."""
+    check_finished(p, finish)
+    done = finish[: p.n_sandboxes]
+    arrival = p.arrival_s
+    return StartupSummary(
+        makespan_s=float(done.max() - arrival.min()),
+        startup=StartupStats.of(done - arrival),
+        pool_memory_mib=p.pool_memory_mib,
+    )
+
+
+def build_result(p: Program, raw: RunCounts, *, recording: Recording | None = None) -> Result:
+    """The :class:`Result` of a run that counted ``raw`` (a
+    :class:`DeadlockError` if a task never ended)."""
+    n = p.n_sandboxes
+    check_finished(p, raw.finish)
+    arrival = p.arrival_s.copy()
+    finish = raw.finish[:n].copy()
+    makespan = float(finish.max() - arrival.min())
+    latencies = finish - arrival
+    stages = {}
+    for name, d in zip(p.stage_names, raw.durations, strict=True):
+        stages[name] = StageStats(
+            mean_s=float(d.mean()) if d.size else 0.0,
+            p99_s=float(np.percentile(d, 99.0)) if d.size else 0.0,
+            total_s=float(d.sum()),
+        )
+    names = [*p.stage_names, "-"]
+    locks = {}
+    for i, spec in enumerate(p.locks):
+        acquisitions, contended, _, max_waiters = raw.counts[i]
+        wait_s, hold_s, contended_wall_s = raw.sums[i]
+        locks[spec.name] = LockStats(
+            kind=spec.kind.name.lower(),
+            acquisitions=acquisitions,
+            contended=contended,
+            wait_s=wait_s,
+            contended_wall_s=contended_wall_s,
+            hold_s=hold_s,
+            max_waiters=max_waiters,
+            spin_core_s=raw.lock_spin[i],
+            acquisitions_by_stage={
+                name: count
+                for name, count in zip(names, raw.acquisitions_by_stage[i], strict=True)
+                if count
+            },
+        )
+    gates = {}
+    for g, gate in enumerate(p.gates):
+        if gate.signal:
+            continue  # events between sandboxes, not admission
+        entries, waited, _, _ = raw.counts[len(p.locks) + g]
+        wait_s, _, contended_wall_s = raw.sums[len(p.locks) + g]
+        gates[gate.name] = GateStats(
+            permits=gate.permits,
+            entries=entries,
+            waited=waited,
+            wait_s=wait_s,
+            contended_wall_s=contended_wall_s,
+        )
+    pools = {
+        spec.name: PoolStats(
+            capacity=spec.capacity, taken=spec.capacity - left, memory_mib=spec.memory_mib
+        )
+        for spec, left in zip(p.pools, raw.pool_left, strict=True)
+        if not spec.ticket  # a right to do something once, not devices
+    }
+    cpu_acc = [raw.cpu_acc[3 * s : 3 * s + 3] for s in range(len(names))]
+    by_stage = {
+        names[s]: dict(zip(REASONS, acc, strict=True)) for s, acc in enumerate(cpu_acc) if any(acc)
+    }
+    work, spin, zero = (sum(acc[r] for acc in cpu_acc) for r in range(3))
+    busy = work + spin + zero
+    cores = p.machine.cores
+    cpu = CpuStats(
+        cores=cores,
+        busy_core_s=busy,
+        work_core_s=work,
+        spin_core_s=spin,
+        zero_core_s=zero,
+        utilisation=busy / (cores * makespan) if makespan > 0 else 0.0,
+        by_stage=by_stage,
+        zeroed_bytes=raw.zeroed_bytes,
+    )
+    stage_time = {name: raw.stage_time[:, s] for s, name in enumerate(p.stage_names)}
+    branch_finish = _branch_finish(p, raw.finish[n:])
+    branches = {}
+    for name, done in branch_finish.items():
+        have = ~np.isnan(done)
+        branches[name] = StartupStats.of(done[have] - arrival[have])
+    ready = None
+    if p.ready_branches:
+        ready_at = finish.copy()
+        for name in p.ready_branches:
+            ready_at = np.fmax(ready_at, branch_finish[name])
+        ready = StartupStats.of(ready_at - arrival)
+    return Result(
+        n_sandboxes=n,
+        makespan_s=makespan,
+        startup=StartupStats.of(latencies),
+        stages=stages,
+        locks=locks,
+        gates=gates,
+        pools=pools,
+        cpu=cpu,
+        pool_memory_mib=p.pool_memory_mib,
+        events=raw.events,
+        arrival_s=arrival,
+        finish_s=finish,
+        steps=Result.step_stats(stage_time, latencies, frozenset(p.branch_names)),
+        ready=ready,
+        branches=branches,
+        stage_time_s=stage_time,
+        branch_finish_s=branch_finish,
+        recording=recording,
+    )
+
+
+def _branch_finish(p: Program, done: npt.NDArray[np.float64]) -> dict[str, npt.NDArray[np.float64]]:
+    """Per branch kind (in order of first appearance), per sandbox: when its
+    last branch of that kind ended (NaN: it has none)."""
+    out: dict[str, npt.NDArray[np.float64]] = {}
+    if not done.size:
+        return out
+    kinds, first = np.unique(p.branch_kind, return_index=True)
+    for kind in kinds[np.argsort(first)].tolist():
+        mine = p.branch_kind == kind
+        col = np.full(p.n_sandboxes, np.nan)
+        # fmax is exact and order-free: the same maxima as one branch at a time.
+        np.fmax.at(col, p.branch_parent[mine], done[mine])
+        out[p.branch_names[kind]] = col
+    return out

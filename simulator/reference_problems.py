@@ -1,0 +1,408 @@
+"""Programs whose results are known: queueing theory and schedules worked by hand.
+
+Every executor must get these right, so they are shipped with the package
+(SALib's ``test_functions`` is the model): :class:`~.testing.ExecutorContract`
+runs them all on the executor under test, and a new executor gets the whole
+check for free. Each :class:`ReferenceProblem` carries its program, where its
+answer comes from, and :meth:`ReferenceProblem.check`, which raises
+:class:`AssertionError` naming the figure that is off.
+
+Exact problems (answers to the float, or to 1e-9 where the answer is a
+fraction that floats do not hold):
+
+- :func:`processor_sharing_schedules`: jobs on shared cores (egalitarian
+  processor sharing), worked by hand;
+- :func:`fig13_lock_order`: the lock-grant order of seed 000's Fig. 13, under
+  each grant policy.
+
+Statistical problems (seeded, so each is deterministic):
+
+- :func:`mm1`: one server (a mutex), Poisson arrivals, exponential service;
+  the mean wait is ρ/(μ−λ) (Kleinrock, *Queueing Systems I*, §3.2);
+- :func:`mmc`: ``c`` servers (a gate of ``c`` permits); the mean wait is
+  C(c, a)/(cμ−λ), Erlang C (Kleinrock §3.5);
+- :func:`mg1_processor_sharing`: one core shared by Poisson arrivals of any
+  service distribution; the mean response is E[S]/(1−ρ) (Kleinrock,
+  *Queueing Systems II*, ch. 4).
+
+A statistical answer is accepted when the estimate is within ``Z`` = 4 batch
+means standard errors of the theory (Law & Kelton, *Simulation Modeling and
+Analysis*, §9.5.3: 20 contiguous batches after a warm-up of 2 000 customers,
+which removes the empty start's bias), and the standard error is at most a few
+per cent of the theory, so the test cannot become vacuous.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from .program import GateSpec, LockSpec, MachineSpec, Program
+from .result import Result
+from .steps import Cpu, Hold, SandboxPlan, Sleep, Stage, compile_program
+
+__all__ = [
+    "SEED",
+    "ReferenceProblem",
+    "assert_near_theory",
+    "batch_means_se",
+    "erlang_c",
+    "exact_problems",
+    "fig13_lock_order",
+    "mg1_processor_sharing",
+    "mm1",
+    "mmc",
+    "processor_sharing_schedules",
+    "statistical_problems",
+]
+
+F64 = npt.NDArray[np.float64]
+
+SEED = 20_240_601
+"""The seed of the statistical problems' default draws."""
+N_BATCHES = 20
+Z = 4.0
+WARMUP = 2_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferenceProblem:
+    """A program and a check of an executor's result on it.
+
+    ``source`` says where the answer comes from; ``statistical``: the answer
+    holds within a sampling error (a run of tens of thousands of customers).
+    """
+
+    name: str
+    program: Program
+    source: str
+    statistical: bool = False
+    _check: Callable[[Result], None] = field(repr=False)
+
+    def check(self, result: Result) -> None:
+        """Raise :class:`AssertionError` if ``result`` is not this problem's answer."""
+        try:
+            self._check(result)
+        except AssertionError as exc:
+            raise AssertionError(f"{self.name}: {exc}") from None
+
+
+# -- statistics -----------------------------------------------------------------------------
+
+
+def batch_means_se(x: F64, n_batches: int = N_BATCHES) -> float:
+    """Standard error of ``x.mean()`` by non-overlapping batch means."""
+    m = len(x) // n_batches
+    means = x[: m * n_batches].reshape(n_batches, m).mean(axis=1)
+    return float(means.std(ddof=1) / math.sqrt(n_batches))
+
+
+def assert_near_theory(estimate: F64, theory: float, *, max_rel_se: float, what: str) -> None:
+    """``mean(estimate)`` is within ``Z`` batch-means standard errors of ``theory``,
+    and the standard error is at most ``max_rel_se`` of it."""
+    mean = float(estimate.mean())
+    se = batch_means_se(estimate)
+    assert se <= max_rel_se * theory, f"{what}: too few samples, se={se:.4g} for {theory:.4g}"
+    assert abs(mean - theory) <= Z * se, (
+        f"{what}: mean={mean:.5g}, theory={theory:.5g}, se={se:.3g}, z={(mean - theory) / se:.2f}"
+    )
+
+
+def erlang_c(c: int, a: float) -> float:
+    """Probability of waiting in M/M/c with offered load ``a = λ/μ < c`` (Erlang C)."""
+    top = a**c / math.factorial(c) * c / (c - a)
+    return top / (sum(a**k / math.factorial(k) for k in range(c)) + top)
+
+
+def _close(got: float, want: float, what: str, rel: float = 1e-9) -> None:
+    assert math.isclose(got, want, rel_tol=rel, abs_tol=1e-12), f"{what}: {got!r}, want {want!r}"
+
+
+def _streams(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
+    """Separate generators for inter-arrival and service times, from one seed."""
+    arrivals, services = np.random.default_rng(seed).spawn(2)
+    return arrivals, services
+
+
+def _poisson_arrivals(rng: np.random.Generator, lam: float, n: int) -> F64:
+    return np.cumsum(rng.exponential(1.0 / lam, size=n))
+
+
+# -- M/M/1, M/M/c, M/G/1-PS ----------------------------------------------------------------
+
+
+def mm1(
+    *, n: int = 40_000, arrival_rate: float = 0.7, service_rate: float = 1.0, seed: int = SEED
+) -> ReferenceProblem:
+    """M/M/1: every customer holds mutex ``server`` for an Exp(μ) sleep."""
+    lam, mu = arrival_rate, service_rate
+    rng_a, rng_s = _streams(seed)
+    arrivals = _poisson_arrivals(rng_a, lam, n)
+    service = rng_s.exponential(1.0 / mu, size=n)
+    plans = [(Stage("serve", (Hold("server", (Sleep(float(s)),)),)),) for s in service]
+    program = compile_program(
+        plans,
+        machine=MachineSpec(cores=1),
+        locks=[LockSpec(name="server")],
+        arrival_s=arrivals,
+        service_cv=0.0,
+    )
+
+    def check(result: Result) -> None:
+        sojourn = result.startup_latency_s
+        wait = sojourn - service
+        stats = result.locks["server"]
+        assert stats.acquisitions == n, f"acquisitions {stats.acquisitions}, want {n}"
+        _close(stats.wait_s, float(wait.sum()), "the lock's wait_s against the waits")
+        rho = lam / mu
+        assert_near_theory(wait, rho / (mu - lam), max_rel_se=0.05, what="mean wait")
+        assert_near_theory(
+            wait[WARMUP:], rho / (mu - lam), max_rel_se=0.05, what="mean wait after warm-up"
+        )
+        assert_near_theory(sojourn[WARMUP:], 1.0 / (mu - lam), max_rel_se=0.05, what="sojourn")
+
+    return ReferenceProblem(
+        name=f"M/M/1 rho={lam / mu:g}",
+        program=program,
+        source="Kleinrock, Queueing Systems I, §3.2: W_q = ρ/(μ−λ), W = 1/(μ−λ)",
+        statistical=True,
+        _check=check,
+    )
+
+
+def mmc(
+    *,
+    n: int = 40_000,
+    arrival_rate: float = 3.0,
+    service_rate: float = 1.0,
+    servers: int = 4,
+    seed: int = SEED + 1,
+) -> ReferenceProblem:
+    """M/M/c: a gate of ``servers`` permits guards a stage of one Exp(μ) sleep."""
+    lam, mu, c = arrival_rate, service_rate, servers
+    rng_a, rng_s = _streams(seed)
+    arrivals = _poisson_arrivals(rng_a, lam, n)
+    service = rng_s.exponential(1.0 / mu, size=n)
+    plans = [(Stage("serve", (Sleep(float(s)),), gate="servers"),) for s in service]
+    program = compile_program(
+        plans,
+        machine=MachineSpec(cores=1),
+        locks=[],
+        gates=[GateSpec(name="servers", permits=c)],
+        arrival_s=arrivals,
+    )
+
+    def check(result: Result) -> None:
+        sojourn = result.startup_latency_s
+        wait = sojourn - service
+        gate = result.gates["servers"]
+        assert gate.entries == n, f"gate entries {gate.entries}, want {n}"
+        _close(gate.wait_s, float(wait.sum()), "the gate's wait_s against the waits")
+        p_wait = erlang_c(c, lam / mu)
+        # Who queued: a wait shorter than 1 µs has probability ~1e-6 here; the
+        # threshold only absorbs the rounding of finish − arrival − service.
+        queued = (wait > 1e-6).astype(np.float64)
+        assert gate.waited == int(queued.sum()), f"waited {gate.waited}, want {queued.sum()}"
+        assert_near_theory(queued[WARMUP:], p_wait, max_rel_se=0.05, what="P(wait)")
+        w_q = p_wait / (c * mu - lam)
+        assert_near_theory(wait[WARMUP:], w_q, max_rel_se=0.08, what="mean wait")
+        assert_near_theory(sojourn[WARMUP:], w_q + 1.0 / mu, max_rel_se=0.05, what="sojourn")
+
+    return ReferenceProblem(
+        name=f"M/M/{c} rho={lam / (c * mu):g}",
+        program=program,
+        source="Kleinrock, Queueing Systems I, §3.5: W_q = C(c, λ/μ)/(cμ−λ) (Erlang C)",
+        statistical=True,
+        _check=check,
+    )
+
+
+def mg1_processor_sharing(
+    *,
+    distribution: str = "hyperexponential",
+    n: int = 30_000,
+    arrival_rate: float = 0.7,
+    seed: int = SEED + 2,
+) -> ReferenceProblem:
+    """M/G/1-PS: Poisson arrivals of CPU jobs of mean 1 core-s on one core;
+    ``distribution``: ``deterministic``, ``uniform`` or ``hyperexponential`` (SCV 4)."""
+    lam, mean_s = arrival_rate, 1.0
+    rng_a, rng_s = _streams(seed)
+    arrivals = _poisson_arrivals(rng_a, lam, n)
+    if distribution == "deterministic":
+        work = np.full(n, mean_s)
+        max_rel_se = 0.05
+    elif distribution == "uniform":
+        work = rng_s.uniform(0.5 * mean_s, 1.5 * mean_s, size=n)
+        max_rel_se = 0.05
+    elif distribution == "hyperexponential":
+        # Balanced means, squared CV 4 (Whitt 1982).
+        scv = 4.0
+        p1 = 0.5 * (1.0 + math.sqrt((scv - 1.0) / (scv + 1.0)))
+        rates = np.where(rng_s.random(n) < p1, 2.0 * p1 / mean_s, 2.0 * (1.0 - p1) / mean_s)
+        work = rng_s.exponential(1.0, size=n) / rates
+        max_rel_se = 0.08
+    else:
+        raise ValueError(
+            "distribution: expected deterministic, uniform or hyperexponential, "
+            f"but got {distribution!r}"
+        )
+    plans = [(Stage("job", (Cpu(float(w)),)),) for w in work]
+    program = compile_program(plans, machine=MachineSpec(cores=1), locks=[], arrival_s=arrivals)
+
+    def check(result: Result) -> None:
+        response = result.startup_latency_s
+        _close(result.cpu.work_core_s, float(work.sum()), "work core-s")
+        assert result.cpu.spin_core_s == 0.0, f"spin core-s {result.cpu.spin_core_s}"
+        rho = lam * mean_s
+        assert_near_theory(
+            response[WARMUP:], mean_s / (1.0 - rho), max_rel_se=max_rel_se, what="mean response"
+        )
+        assert_near_theory(
+            (response / work)[WARMUP:], 1.0 / (1.0 - rho), max_rel_se=max_rel_se, what="slowdown"
+        )
+
+    return ReferenceProblem(
+        name=f"M/G/1-PS {distribution}",
+        program=program,
+        source="Kleinrock, Queueing Systems II, ch. 4: E[T] = E[S]/(1−ρ) for any service law",
+        statistical=True,
+        _check=check,
+    )
+
+
+# -- exact schedules ------------------------------------------------------------------------
+
+
+def _cpu_jobs(*work_s: float) -> list[SandboxPlan]:
+    return [(Stage("job", (Cpu(w),)),) for w in work_s]
+
+
+def processor_sharing_schedules() -> list[ReferenceProblem]:
+    """Jobs on shared cores, each worked by hand (see each problem's ``source``)."""
+
+    def schedule(
+        name: str,
+        source: str,
+        work_s: Sequence[float],
+        cores: int,
+        finish_s: Sequence[float],
+        arrival_s: Sequence[float] | None = None,
+    ) -> ReferenceProblem:
+        program = compile_program(
+            _cpu_jobs(*work_s), machine=MachineSpec(cores=cores), locks=[], arrival_s=arrival_s
+        )
+
+        def check(result: Result) -> None:
+            for i, (got, want) in enumerate(zip(result.finish_s.tolist(), finish_s, strict=True)):
+                _close(got, want, f"job {i} finished", rel=1e-12)
+            _close(result.cpu.busy_core_s, float(sum(work_s)), "busy core-s", rel=1e-12)
+
+        return ReferenceProblem(name=name, program=program, source=source, _check=check)
+
+    return [
+        schedule(
+            "PS two jobs on one core",
+            "1 and 2 core-s from t=0 run at ½ until t=2 (the short one is done); "
+            "the long one's last core-s runs alone: t=3",
+            (1.0, 2.0),
+            1,
+            (2.0, 3.0),
+        ),
+        schedule(
+            "PS as many jobs as cores",
+            "N jobs on N cores never share: each ends after its own work",
+            (0.5, 1.0, 1.5, 2.0),
+            4,
+            (0.5, 1.0, 1.5, 2.0),
+        ),
+        schedule(
+            "PS three jobs on two cores",
+            "each gets ⅔ of a core: all end at 1/(⅔) = 1.5",
+            (1.0, 1.0, 1.0),
+            2,
+            (1.5, 1.5, 1.5),
+        ),
+        schedule(
+            "PS staggered arrival",
+            "2 core-s at t=0 runs alone for 1 s; with 1 core-s arriving at t=1 "
+            "both have 1 core-s left at ½: both end at t=3",
+            (2.0, 1.0),
+            1,
+            (3.0, 3.0),
+            arrival_s=(0.0, 1.0),
+        ),
+    ]
+
+
+def fig13_lock_order(policy: str) -> ReferenceProblem:
+    """Seed 000, Fig. 13: three sandboxes from t=0, two stages each.
+
+    s1: hold L1 for 3 s; s2: hold L2 { sleep 2 s; hold L1 for 1 s }.
+    ``policy``: which stage's L1 waiters are served first: ``s2`` (stage 2
+    first overlaps the pipeline: makespan 14 s), ``s1`` or ``fifo`` (both
+    16 s). The schedules are worked step by step in
+    ``tests/simulator/test_locks.py::test_fig13_granting_l1_to_stage2_first_shortens_the_storm``.
+    """
+    priority = {
+        "s2": (("s2", 0), ("s1", 1)),
+        "s1": (("s1", 0), ("s2", 1)),
+        "fifo": (),
+    }
+    if policy not in priority:
+        raise ValueError(f"policy: expected s2, s1 or fifo, but got {policy!r}")
+    plan = (
+        Stage("s1", (Hold("L1", (Sleep(3.0),)),)),
+        Stage("s2", (Hold("L2", (Sleep(2.0), Hold("L1", (Sleep(1.0),)))),)),
+    )
+    program = compile_program(
+        [plan] * 3,
+        machine=MachineSpec(cores=64),
+        locks=[LockSpec(name="L1", stage_priority=priority[policy]), LockSpec(name="L2")],
+    )
+    s2_first = policy == "s2"
+    finish = [7.0, 11.0, 14.0] if s2_first else [10.0, 13.0, 16.0]
+    # L2 is held from its grant to the end of s2; waits for L2: B [6, 7], C
+    # [10, 11] against B [6, 10], C [9, 13].
+    l2_hold, l2_wait = (11.0, 2.0) if s2_first else (13.0, 8.0)
+    grants = [0, 1, 0, 2, 1, 2] if s2_first else [0, 1, 2, 0, 1, 2]
+
+    def check(result: Result) -> None:
+        assert result.finish_s.tolist() == finish, f"finish {result.finish_s.tolist()}"
+        assert result.makespan_s == finish[-1], f"makespan {result.makespan_s}"
+        assert result.locks["L1"].hold_s == 12.0, f"L1 held {result.locks['L1'].hold_s}"
+        assert result.locks["L2"].hold_s == l2_hold, f"L2 held {result.locks['L2'].hold_s}"
+        assert result.locks["L2"].wait_s == l2_wait, f"L2 waited {result.locks['L2'].wait_s}"
+        if result.recording is not None:  # an executor that records: the grant order too
+            frame = result.recording.lock_frame()
+            holds = frame[(frame["lock"] == "L1") & (frame["what"] == "hold")]
+            order = holds.sort_values("begin_s")["sandbox"].tolist()
+            assert order == grants, f"L1 granted to {order}, want {grants}"
+
+    return ReferenceProblem(
+        name=f"Fig. 13 L1 {policy} first" if policy != "fifo" else "Fig. 13 L1 FIFO",
+        program=program,
+        source="seed 000, Fig. 13: lock-grant order decides pipeline overlap",
+        _check=check,
+    )
+
+
+def exact_problems() -> list[ReferenceProblem]:
+    """Every exact problem (small: milliseconds on any executor)."""
+    return [*processor_sharing_schedules(), *(fig13_lock_order(p) for p in ("s2", "s1", "fifo"))]
+
+
+def statistical_problems() -> list[ReferenceProblem]:
+    """Every statistical problem at its default size (tens of thousands of customers)."""
+    return [
+        mm1(),
+        mmc(),
+        *(
+            mg1_processor_sharing(distribution=d)
+            for d in ("deterministic", "uniform", "hyperexponential")
+        ),
+    ]

@@ -1,0 +1,177 @@
+"""The contract every executor must meet, as a pytest base class.
+
+``optuna.testing``'s sampler test case is the model: an executor's test
+module subclasses :class:`ExecutorContract` and says how to make the
+executor; pytest then runs every check below on it::
+
+    from bootstorm.simulator.testing import ExecutorContract
+
+    class TestMyExecutor(ExecutorContract):
+        def make_executor(self) -> Executor:
+            return MyExecutor()
+
+The checks: every :mod:`.reference_problems` problem gives its known answer
+(queueing theory, schedules worked by hand, the Fig. 13 lock order); on
+each, the result equals the SimPy reference's to the bit (all but the event
+count, which each executor counts its own way); a deadlock raises
+:class:`DeadlockError`; a run leaves its program as it was and runs the same
+twice. Needs pytest (the ``test`` extra).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from ._errors import DeadlockError
+from .executors import Executor
+from .program import GateSpec, LockKind, LockSpec, MachineSpec, Program
+from .reference_problems import (
+    ReferenceProblem,
+    exact_problems,
+    fig13_lock_order,
+    mg1_processor_sharing,
+    mm1,
+    mmc,
+)
+from .result import Result
+from .steps import Cpu, Hold, SandboxPlan, Sleep, Stage, Zero, compile_program
+
+__all__ = ["ExecutorContract", "assert_same_result"]
+
+
+def assert_same_result(reference: Result, result: Result) -> None:
+    """``result`` is ``reference`` to the bit: every figure but the event count,
+    the per-sandbox arrays and the per-stage, per-branch ones."""
+
+    def summary(r: Result) -> dict[str, object]:
+        return {k: v for k, v in r.to_dict().items() if k != "events"}
+
+    assert summary(result) == summary(reference)
+    assert np.array_equal(result.finish_s, reference.finish_s, equal_nan=True)
+    assert np.array_equal(result.arrival_s, reference.arrival_s)
+    for field in ("stage_time_s", "branch_finish_s"):
+        want, got = getattr(reference, field), getattr(result, field)
+        assert list(got) == list(want), field
+        for name in want:
+            assert np.array_equal(got[name], want[name], equal_nan=True), f"{field}[{name}]"
+
+
+@functools.cache
+def _statistical(name: str) -> ReferenceProblem:
+    """A statistical problem, built once per process: building 40 000 distinct
+    plans takes longer than most executors take to run them."""
+    if name == "M/M/1":
+        return mm1()
+    if name == "M/M/c":
+        return mmc()
+    return mg1_processor_sharing(distribution="hyperexponential")
+
+
+def _named(problems: list[ReferenceProblem]) -> list[object]:
+    return [pytest.param(p, id=p.name) for p in problems]
+
+
+def _mixed_storm() -> Program:
+    """Every kind of step at once, small: CPU, sleeps, zeroing, guest CPU,
+    locks with stage priority, a spinlock, a gated stage, branches."""
+    plan: SandboxPlan = (
+        Stage("boot", (Cpu(0.02), Zero(2e8), Hold("rtnl", (Cpu(0.01), Sleep(0.005))))),
+        Stage(
+            "net",
+            (Hold("rtnl", (Cpu(0.004),)), Hold("spin", (Cpu(0.001),)), Cpu(0.01, guest=True)),
+            gate="limit",
+        ),
+    )
+    return compile_program(
+        [plan] * 24,
+        machine=MachineSpec(cores=4, guest_cpu_quota=0.5),
+        locks=[
+            LockSpec(name="rtnl", stage_priority=(("net", 0), ("boot", 1)), spin_s=1e-4),
+            LockSpec(name="spin", kind=LockKind.SPIN),
+        ],
+        gates=[GateSpec(name="limit", permits=5)],
+        arrival_s=np.linspace(0.0, 0.05, 24),
+    )
+
+
+class ExecutorContract:
+    """Subclass as ``Test...`` and override :meth:`make_executor`.
+
+    ``statistical``: also run the statistical reference problems (tens of
+    thousands of customers each: seconds on SimPy and compiled code; set it
+    False for an executor so slow that they would take minutes).
+    """
+
+    statistical: ClassVar[bool] = True
+
+    def make_executor(self) -> Executor:
+        raise NotImplementedError("a contract test class makes its executor")
+
+    def reference(self, program: Program) -> Result:
+        """The SimPy reference's result, which every executor must reproduce."""
+        from .executor import SimPyExecutor
+
+        return SimPyExecutor().run(program)
+
+    # -- known answers -------------------------------------------------------------------
+    @pytest.mark.parametrize("problem", _named(exact_problems()))
+    def test_exact_reference_problem(self, problem: ReferenceProblem) -> None:
+        problem.check(self.make_executor().run(problem.program))
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("name", ["M/M/1", "M/M/c", "M/G/1-PS"])
+    def test_statistical_reference_problem(self, name: str) -> None:
+        if not self.statistical:
+            pytest.skip("statistical problems are off for this executor class")
+        problem = _statistical(name)
+        problem.check(self.make_executor().run(problem.program))
+
+    # -- the reference's result, to the bit ----------------------------------------------
+    @pytest.mark.parametrize(
+        "program",
+        [
+            *(pytest.param(p.program, id=p.name) for p in exact_problems()),
+            pytest.param(mm1(n=400).program, id="M/M/1 small"),
+            pytest.param(mmc(n=400).program, id="M/M/c small"),
+            pytest.param(
+                mg1_processor_sharing(distribution="uniform", n=400).program, id="M/G/1-PS small"
+            ),
+            pytest.param(_mixed_storm(), id="every step kind"),
+        ],
+    )
+    def test_gives_the_reference_result(self, program: Program) -> None:
+        result = self.make_executor().run(program)
+        assert_same_result(self.reference(program), result)
+        assert result.events > 0
+
+    # -- failures and hygiene ------------------------------------------------------------
+    def test_deadlock_is_reported(self) -> None:
+        """A lock-order cycle (A: a then b, B: b then a) never finishes."""
+
+        def plan(first: str, second: str) -> SandboxPlan:
+            return (Stage("x", (Hold(first, (Sleep(1.0), Hold(second, (Sleep(1.0),)))),)),)
+
+        program = compile_program(
+            [plan("a", "b"), plan("b", "a")],
+            machine=MachineSpec(cores=1),
+            locks=(LockSpec(name="a"), LockSpec(name="b")),
+        )
+        with pytest.raises(DeadlockError, match="2 tasks never finished"):
+            self.make_executor().run(program)
+
+    def test_runs_are_repeatable_and_leave_the_program_alone(self) -> None:
+        program = fig13_lock_order("s2").program
+        before = {name: getattr(program, name).copy() for name in _ARRAYS}
+        executor = self.make_executor()
+        first, second = executor.run(program), executor.run(program)
+        assert_same_result(first, second)
+        assert first.events == second.events
+        for name, array in before.items():
+            assert np.array_equal(getattr(program, name), array), name
+
+
+_ARRAYS = ("arrival_s", "offsets", "op_kind", "op_arg", "op_amount")
