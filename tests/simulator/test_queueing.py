@@ -41,12 +41,11 @@ from bootstorm.simulator import (
     compile_program,
     run_program,
 )
+from bootstorm.simulator.reference_problems import assert_near_theory, erlang_c
 
 F64 = npt.NDArray[np.float64]
 
 SEED = 20_240_601
-N_BATCHES = 20
-Z = 4.0
 WARMUP = 2_000
 
 
@@ -64,27 +63,9 @@ def _poisson_arrivals(rng: np.random.Generator, lam: float, n: int) -> F64:
     return np.cumsum(rng.exponential(1.0 / lam, size=n))
 
 
-def _batch_se(x: F64, n_batches: int = N_BATCHES) -> float:
-    """Standard error of ``x.mean()`` by non-overlapping batch means (see the module doc)."""
-    m = len(x) // n_batches
-    means = x[: m * n_batches].reshape(n_batches, m).mean(axis=1)
-    return float(means.std(ddof=1) / math.sqrt(n_batches))
-
-
 def _assert_close(estimate_s: F64, theory: float, max_rel_se: float) -> None:
     """``mean(estimate_s)`` is within ``Z`` batch-means standard errors of ``theory``."""
-    mean = float(estimate_s.mean())
-    se = _batch_se(estimate_s)
-    assert se <= max_rel_se * theory, f"too few samples: se={se:.4g} for theory={theory:.4g}"
-    assert abs(mean - theory) <= Z * se, (
-        f"mean={mean:.5g} theory={theory:.5g} se={se:.3g} z={(mean - theory) / se:.2f}"
-    )
-
-
-def _erlang_c(c: int, a: float) -> float:
-    """Probability of waiting in M/M/c with offered load ``a = λ/μ < c`` (Erlang C)."""
-    top = a**c / math.factorial(c) * c / (c - a)
-    return top / (sum(a**k / math.factorial(k) for k in range(c)) + top)
+    assert_near_theory(estimate_s, theory, max_rel_se=max_rel_se, what="estimate")
 
 
 def _time_average_in_system(arrival_s: F64, finish_s: F64, t0: float, t1: float) -> float:
@@ -205,11 +186,11 @@ def test_mm1_littles_law(mm1: tuple[Result, F64, float, float]) -> None:
 
 def test_erlang_c_helper() -> None:
     """Erlang C for c=2, a=1: C = (1/2·2)/(1 + 1 + 1) = 1/3 (hand computation)."""
-    assert _erlang_c(2, 1.0) == pytest.approx(1.0 / 3.0, rel=1e-12)
-    assert _erlang_c(1, 0.7) == pytest.approx(0.7, rel=1e-12)  # M/M/1: P(wait) = ρ
+    assert erlang_c(2, 1.0) == pytest.approx(1.0 / 3.0, rel=1e-12)
+    assert erlang_c(1, 0.7) == pytest.approx(0.7, rel=1e-12)  # M/M/1: P(wait) = ρ
 
 
-def test_mmc_mean_wait_erlang_c(mmc: tuple[Result, F64, float, float, int]) -> None:
+def test_mmc_mean_waiterlang_c(mmc: tuple[Result, F64, float, float, int]) -> None:
     """M/M/4 at ρ = 0.75: W_q = C(c, a)/(cμ − λ) with a = λ/μ (Erlang C; Kleinrock §3.5)."""
     result, service, lam, mu, c = mmc
     n = result.n_sandboxes
@@ -222,7 +203,7 @@ def test_mmc_mean_wait_erlang_c(mmc: tuple[Result, F64, float, float, int]) -> N
     # Probability of waiting: the fraction of customers that queued at the gate.
     # (A wait shorter than 1 µs has probability ~1e-6 here: the threshold only
     # absorbs the rounding of finish − arrival − service for those who did not wait.)
-    p_wait = _erlang_c(c, lam / mu)
+    p_wait = erlang_c(c, lam / mu)
     queued = (wait > 1e-6).astype(np.float64)
     assert gate.waited == int(queued.sum())
     _assert_close(queued[WARMUP:], p_wait, max_rel_se=0.05)
@@ -248,7 +229,7 @@ def test_mmc_littles_law(mmc: tuple[Result, F64, float, float, int]) -> None:
     l_window = _time_average_in_system(arrival, finish, t0, t1)
     lam_window = int(inside.sum()) / (t1 - t0)
     assert l_window == pytest.approx(lam_window * float(sojourn[inside].mean()), rel=0.02)
-    l_theory = lam * (_erlang_c(c, lam / mu) / (c * mu - lam) + 1.0 / mu)
+    l_theory = lam * (erlang_c(c, lam / mu) / (c * mu - lam) + 1.0 / mu)
     assert l_window == pytest.approx(l_theory, rel=0.05)
 
 
