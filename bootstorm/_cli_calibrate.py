@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -82,33 +83,29 @@ def calibrate_check(
         sys.stdout.write(json.dumps({"targets": targets, "seeds": seed_list, "rows": rows}) + "\n")
         return 1 if unexpected else 0
     span = f"{seed_list[0]}-{seed_list[-1]}" if len(seed_list) > 1 else str(seed_list[0])
+    # 80 columns (a pipe's width): the row's label wraps under its key, the
+    # numbers never wrap, one space between columns.
     t = Table(
         title=f"{targets}: mean of {len(seed_list)} seed(s) ({span}) against the papers",
         title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=0,
+        collapse_padding=True,
     )
-    for col in (
-        "row",
-        "kind",
-        "target",
-        "paper",
-        "model (mean)",
-        "seeds min…max",
-        "error",
-        "± se",
-        "tolerance",
-        "status",
-    ):
-        t.add_column(col, justify="left" if col in ("row", "kind", "target", "status") else "right")
+    t.add_column("row (kind)", justify="left", min_width=16, ratio=1)
+    for col in ("paper", "model\nmean", "seeds\nmin…max", "error", "± se"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("toler-\nance", justify="right")
+    t.add_column("status", justify="left", min_width=6)
     for c in checks:
         lo, hi = c.spread
         tol = c.row.tolerance_rel
         t.add_row(
-            c.row.key,
-            c.row.kind,
-            escape(c.row.label),
+            f"{c.row.key} ({c.row.kind})\n[dim]{escape(c.row.label)}[/]",
             f"{c.row.value:,.4g}",
             f"{c.mean:,.4g}",
-            f"{lo:,.4g}…{hi:,.4g}",
+            f"{lo:,.3g}…{hi:,.3g}",
             f"{c.rel_error:+.1%}",
             f"{c.se_rel:.1%}",
             f"≥ −{tol:.0%}"
