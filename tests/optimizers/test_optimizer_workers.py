@@ -228,7 +228,16 @@ def test_a_dead_workers_trial_is_failed_at_the_next_start(tmp_path: Path) -> Non
     # Wait until it is inside the trial: its point drawn, the storm running.
     assert spec.space is not None
     drawn = len(spec.space.parameters)
-    while not any(len(t.params) == drawn for t in _trials_or_none(storage, TrialState.RUNNING)):
+
+    # Its steady state: the first trial's loop hangs on its thread while the
+    # next trial, claimed meanwhile, has its point drawn too (a trial killed
+    # between its claim and its worker's name is found only after the grace
+    # period, which is what this test is not about).
+    def settled() -> bool:
+        running = _trials_or_none(storage, TrialState.RUNNING)
+        return len(running) == 2 and all(len(t.params) == drawn for t in running)
+
+    while not settled():
         assert time.monotonic() < deadline and victim.is_alive()
         time.sleep(0.02)
     os.kill(victim.pid or 0, signal.SIGKILL)
@@ -236,7 +245,7 @@ def test_a_dead_workers_trial_is_failed_at_the_next_start(tmp_path: Path) -> Non
     # The trial it simulated, and the next one if its sampler had drawn it
     # meanwhile (a worker chooses the next point while a trial simulates).
     killed = _trials(storage, TrialState.RUNNING)
-    assert 1 <= len(killed) <= 2
+    assert len(killed) == 2
     assert killed[0].params == spec.baseline_params()  # the first trial: the storm as it is
 
     started = time.monotonic()
