@@ -57,6 +57,7 @@ __all__ = [
     "mm1",
     "mmc",
     "processor_sharing_schedules",
+    "service_times",
     "statistical_problems",
 ]
 
@@ -132,6 +133,12 @@ def _poisson_arrivals(rng: np.random.Generator, lam: float, n: int) -> F64:
     return np.cumsum(rng.exponential(1.0 / lam, size=n))
 
 
+def service_times(*, n: int, service_rate: float, seed: int) -> F64:
+    """The Exp(μ) service times :func:`mm1` and :func:`mmc` give their ``n``
+    customers with ``seed``: a test reads each customer's wait off them."""
+    return _streams(seed)[1].exponential(1.0 / service_rate, size=n)
+
+
 # -- M/M/1, M/M/c, M/G/1-PS ----------------------------------------------------------------
 
 
@@ -140,9 +147,8 @@ def mm1(
 ) -> ReferenceProblem:
     """M/M/1: every customer holds mutex ``server`` for an Exp(μ) sleep."""
     lam, mu = arrival_rate, service_rate
-    rng_a, rng_s = _streams(seed)
-    arrivals = _poisson_arrivals(rng_a, lam, n)
-    service = rng_s.exponential(1.0 / mu, size=n)
+    arrivals = _poisson_arrivals(_streams(seed)[0], lam, n)
+    service = service_times(n=n, service_rate=mu, seed=seed)
     plans = [(Stage("serve", (Hold("server", (Sleep(float(s)),)),)),) for s in service]
     program = compile_program(
         plans,
@@ -184,9 +190,8 @@ def mmc(
 ) -> ReferenceProblem:
     """M/M/c: a gate of ``servers`` permits guards a stage of one Exp(μ) sleep."""
     lam, mu, c = arrival_rate, service_rate, servers
-    rng_a, rng_s = _streams(seed)
-    arrivals = _poisson_arrivals(rng_a, lam, n)
-    service = rng_s.exponential(1.0 / mu, size=n)
+    arrivals = _poisson_arrivals(_streams(seed)[0], lam, n)
+    service = service_times(n=n, service_rate=mu, seed=seed)
     plans = [(Stage("serve", (Sleep(float(s)),), gate="servers"),) for s in service]
     program = compile_program(
         plans,

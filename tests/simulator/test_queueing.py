@@ -29,19 +29,21 @@ import pytest
 
 from bootstorm.simulator import (
     Cpu,
-    GateSpec,
-    Hold,
-    LockSpec,
     MachineSpec,
     Result,
     SandboxPlan,
-    Sleep,
     Stage,
     Zero,
     compile_program,
     run_program,
 )
-from bootstorm.simulator.reference_problems import assert_near_theory, erlang_c
+from bootstorm.simulator.reference_problems import (
+    assert_near_theory,
+    erlang_c,
+    service_times,
+)
+from bootstorm.simulator.reference_problems import mm1 as reference_mm1
+from bootstorm.simulator.reference_problems import mmc as reference_mmc
 
 F64 = npt.NDArray[np.float64]
 
@@ -83,35 +85,15 @@ def _time_average_in_system(arrival_s: F64, finish_s: F64, t0: float, t1: float)
 
 
 def _single_server_run(n: int, lam: float, mu: float, seed: int) -> tuple[Result, F64]:
-    """M/M/1: every customer holds mutex ``server`` for an Exp(μ) sleep."""
-    rng_a, rng_s = _streams(seed)
-    arrivals = _poisson_arrivals(rng_a, lam, n)
-    service = rng_s.exponential(1.0 / mu, size=n)
-    plans = [(Stage("serve", (Hold("server", (Sleep(float(s)),)),)),) for s in service]
-    program = compile_program(
-        plans,
-        machine=MachineSpec(cores=1),
-        locks=[LockSpec(name="server")],
-        arrival_s=arrivals,
-        service_cv=0.0,
-    )
-    return run_program(program), service
+    """M/M/1 (the reference problem's program): its result and service times."""
+    program = reference_mm1(n=n, arrival_rate=lam, service_rate=mu, seed=seed).program
+    return run_program(program), service_times(n=n, service_rate=mu, seed=seed)
 
 
 def _multi_server_run(n: int, lam: float, mu: float, c: int, seed: int) -> tuple[Result, F64]:
-    """M/M/c: a gate of ``c`` permits guards a stage of one Exp(μ) sleep."""
-    rng_a, rng_s = _streams(seed)
-    arrivals = _poisson_arrivals(rng_a, lam, n)
-    service = rng_s.exponential(1.0 / mu, size=n)
-    plans = [(Stage("serve", (Sleep(float(s)),), gate="servers"),) for s in service]
-    program = compile_program(
-        plans,
-        machine=MachineSpec(cores=1),
-        locks=[],
-        gates=[GateSpec(name="servers", permits=c)],
-        arrival_s=arrivals,
-    )
-    return run_program(program), service
+    """M/M/c (the reference problem's program): its result and service times."""
+    problem = reference_mmc(n=n, arrival_rate=lam, service_rate=mu, servers=c, seed=seed)
+    return run_program(problem.program), service_times(n=n, service_rate=mu, seed=seed)
 
 
 @pytest.fixture(scope="module")
