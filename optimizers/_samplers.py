@@ -20,6 +20,7 @@ from optuna.samplers import BaseSampler
 
 from ..models import ConfigError
 from . import _tpe_ndtr
+from ._tpe import TpeSampler
 
 __all__ = ["SAMPLERS", "SamplerPlugin", "make_sampler"]
 
@@ -51,11 +52,12 @@ class _Tpe(SamplerPlugin):
     name = "tpe"
 
     def build(self, *, seed: int) -> BaseSampler:
-        # The same sampler, with its hottest function compiled (bit for bit the same).
+        # Optuna's TPE with its hottest function compiled and finished trials
+        # read once (the same proposals, bit for bit).
         _tpe_ndtr.install()
         # multivariate: the stage limits interact (one stage's limit moves the
         # best limit of the next), which independent TPE cannot model.
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
+        return TpeSampler(seed=seed, multivariate=True)
 
 
 class _Gp(SamplerPlugin):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from bootstorm._cli_optimize import default_study_storage
@@ -86,6 +87,73 @@ def test_a_journal_is_written_in_whole_lines(tmp_path: Path) -> None:
     backend.append_logs([{"c": "x"}])
     assert path.read_text() == '{"a":1}\n{"b":[2,3]}\n{"c":"x"}\n'
     assert list(backend.read_logs(0)) == [{"a": 1}, {"b": [2, 3]}, {"c": "x"}]
+
+
+def test_the_journal_reads_what_another_writer_appended_and_waits_for_a_whole_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.log"
+    backend = UnsyncedJournalFileBackend(str(path))
+    backend.append_logs([{"a": 1}])
+    assert list(backend.read_logs(0)) == [{"a": 1}]
+    assert list(backend.read_logs(1)) == []  # nothing new: one fstat
+    with open(path, "ab") as other:  # another worker, mid-write
+        other.write(b'{"b":')
+        other.flush()
+        assert list(backend.read_logs(1)) == []  # not whole yet: read again later
+        other.write(b"2}\n")
+    assert list(backend.read_logs(1)) == [{"b": 2}]
+    assert list(backend.read_logs(0)) == [{"a": 1}, {"b": 2}]  # from the start again
+
+
+def test_a_broken_line_inside_the_journal_is_an_error_as_in_optuna(tmp_path: Path) -> None:
+    path = tmp_path / "j.log"
+    path.write_bytes(b'{"a":1}\nnot json\n{"c":3}\n')
+    with pytest.raises(ValueError):
+        list(UnsyncedJournalFileBackend(str(path)).read_logs(0))
+    with pytest.raises(ValueError):
+        list(JournalFileBackend(str(path)).read_logs(0))
+
+
+def test_optunas_own_journal_and_ours_share_one_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.log")
+    ours = optuna.create_study(study_name="s", storage=open_storage(path))
+    stock = optuna.load_study(
+        study_name="s",
+        storage=optuna.storages.JournalStorage(JournalFileBackend(path)),
+    )
+    ours.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
+    stock.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    ours.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    assert [t.number for t in ours.get_trials()] == list(range(6))
+    assert [t.params for t in stock.get_trials()] == [t.params for t in ours.get_trials()]
+
+
+def test_a_journal_backend_travels_to_another_process_as_its_path(tmp_path: Path) -> None:
+    import pickle
+
+    backend = UnsyncedJournalFileBackend(str(tmp_path / "j.log"))
+    backend.append_logs([{"a": 1}])
+    copy = pickle.loads(pickle.dumps(backend))
+    assert list(copy.read_logs(0)) == [{"a": 1}]
+    backend.close()
+    copy.append_logs([{"b": 2}])
+    assert (tmp_path / "j.log").read_text() == '{"a":1}\n{"b":2}\n'
+
+
+def test_one_heartbeat_thread_beats_for_all_of_a_workers_trials(tmp_path: Path) -> None:
+    import threading
+
+    seen: set[tuple[str, int | None]] = set()
+
+    def look(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        seen.update((t.name, t.ident) for t in threading.enumerate() if "heartbeat" in t.name)
+
+    spec = _spec(str(tmp_path / "study.log"), trials=8)
+    optimize(spec, callbacks=[look])
+    # A thread per trial cost about a millisecond to start, each trial.
+    assert len(seen) == 1, seen
+    assert not [t for t in threading.enumerate() if "heartbeat" in t.name]  # stopped with it
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")

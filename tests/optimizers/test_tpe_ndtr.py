@@ -31,6 +31,17 @@ def test_same_bits_as_optuna(values: np.ndarray) -> None:
     assert np.array_equal(got.view(np.int64), _original(values).view(np.int64))
 
 
+@pytest.mark.parametrize("size", [0, 1, 24, 1999, 2000, 5000])
+def test_erf_gives_optunas_bits_on_both_sides_of_its_threshold(size: int) -> None:
+    from optuna.samplers._tpe import _erf
+
+    values = np.random.default_rng(size).normal(0.0, 3.0, size).reshape(-1, 1)
+    want = _erf.erf(values)
+    got = _tpe_ndtr.erf(values)
+    assert got.shape == want.shape
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))
+
+
 def test_keeps_shape() -> None:
     a = np.linspace(-30.0, 8.0, 12).reshape(3, 4)
     assert _tpe_ndtr.log_ndtr(a).shape == (3, 4)
@@ -41,16 +52,20 @@ def test_tpe_installs_it() -> None:
     make_sampler("tpe", seed=0, n_objectives=1)
     assert _tpe_ndtr.installed()
     assert _truncnorm._log_ndtr is _tpe_ndtr.log_ndtr
+    assert _truncnorm.erf is _tpe_ndtr.erf
 
 
 def _trials(patched: bool) -> list[tuple[dict[str, int], float]]:
-    saved = _truncnorm._log_ndtr
+    from optuna.samplers._tpe import _erf
+
+    saved, saved_erf = _truncnorm._log_ndtr, _truncnorm.erf
     original = _truncnorm._log_ndtr_single
 
     def slow(a: np.ndarray) -> np.ndarray:
         return np.frompyfunc(original, 1, 1)(a).astype(float)
 
     _truncnorm._log_ndtr = _tpe_ndtr.log_ndtr if patched else slow
+    _truncnorm.erf = _tpe_ndtr.erf if patched else _erf.erf
     try:
         sampler = optuna.samplers.TPESampler(seed=3, multivariate=True)
         study = optuna.create_study(sampler=sampler)
@@ -63,7 +78,7 @@ def _trials(patched: bool) -> list[tuple[dict[str, int], float]]:
         study.optimize(objective, n_trials=60)
         return [(t.params, t.value) for t in study.trials if t.value is not None]
     finally:
-        _truncnorm._log_ndtr = saved
+        _truncnorm._log_ndtr, _truncnorm.erf = saved, saved_erf
 
 
 def test_a_study_proposes_the_same_trials() -> None:
