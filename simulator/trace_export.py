@@ -44,7 +44,7 @@ import numpy as np
 
 from .recorder import Recording
 
-__all__ = ["chrome_trace", "write_chrome_trace"]
+__all__ = ["chrome_trace", "write_chrome_trace", "write_trace_file"]
 
 Event: TypeAlias = dict[str, Any]
 
@@ -356,8 +356,21 @@ def write_chrome_trace(
     ``path`` is left as it was. A path ending in ``.gz`` is gzip-compressed
     (with a fixed header, so the bytes stay deterministic).
     """
-    target = Path(path)
     trace = chrome_trace(recording, title=title)
+    write_trace_file(path, lambda write: _write_text(trace, write))
+
+
+def write_trace_file(
+    path: str | os.PathLike[str], emit: Callable[[Callable[[bytes], object]], None]
+) -> None:
+    """Write the bytes ``emit`` hands its argument to ``path``, atomically.
+
+    A temporary file in the target's directory (same file system, so the
+    rename is atomic) is written, synced, then renamed over ``path``; on any
+    error it is removed and ``path`` is left as it was. A path ending in
+    ``.gz`` is gzip-compressed with a fixed header (deterministic bytes).
+    """
+    target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as raw:
@@ -365,9 +378,9 @@ def write_chrome_trace(
                 with gzip.GzipFile(
                     filename="", mode="wb", fileobj=raw, compresslevel=_GZIP_LEVEL, mtime=0
                 ) as gz:
-                    _write_text(trace, gz.write)
+                    emit(gz.write)
             else:
-                _write_text(trace, raw.write)
+                emit(raw.write)
             raw.flush()
             os.fsync(raw.fileno())
         # mkstemp creates the file 0600; a trace is meant to be shared.

@@ -15,18 +15,15 @@ contention, softirqs) go to a ``measured · kernel`` process, one track per CPU.
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import heapq
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from ..simulator.recorder import Recording
 from ..simulator.trace_export import chrome_trace as recording_chrome_trace
+from ..simulator.trace_export import write_trace_file
 from ..traces.schema import AdmitSpan, LockSpan, ScenarioFacts, StageSpan, TraceHeader
 from ..traces.trace import Trace
 
@@ -279,7 +276,7 @@ def chrome_trace(
         "displayTimeUnit": "ms",
         "metadata": {
             "title": title,
-            "generator": "bootstorm.traces.export",
+            "generator": "bootstorm.validation.recording",
             "time_unit": "ts and dur in microseconds since each storm's t=0",
             "groups": [label for label, _ in storms],
             "sandboxes": header.scenario.sandboxes,
@@ -298,26 +295,10 @@ def write_chrome_trace(
     title: str = "bootstorm",
 ) -> None:
     """Write :func:`chrome_trace` to ``path`` atomically (gzip if it ends in ``.gz``)."""
-    target = Path(path)
     data = json.dumps(
         chrome_trace(trace, simulated=simulated, title=title),
         ensure_ascii=False,
         separators=(",", ":"),
         allow_nan=False,
     ).encode("utf-8")
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            if target.name.endswith(".gz"):
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-                    gz.write(data)
-            else:
-                raw.write(data)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_trace_file(path, lambda write: write(data))

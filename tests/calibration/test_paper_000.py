@@ -18,10 +18,10 @@ from functools import cache
 
 import numpy as np
 import pytest
+from paper_rows import PaperRows
 
 from bootstorm import Scenario, simulate
 from bootstorm.calibration import CHECK_SEEDS, PREDICT_TOLERANCE, known_miss
-from bootstorm.calibration.check import RowCheck, check_profile, rows_for
 from bootstorm.calibration.rows import checks_rows
 from bootstorm.models import STAGES, compile_scenario
 from bootstorm.simulator import Result, run_with
@@ -52,33 +52,19 @@ def _at_seed(cni: str, seed: int) -> Result:
 # --- the rows that are one number, on the mean of ten unseen seeds ---------------
 
 
-@cache
-def _checks() -> dict[str, RowCheck]:
-    return {f"{c.row.key}:{c.row.label}": c for c in check_profile("paper-000", seeds=CHECK_SEEDS)}
-
-
 #: Checks that miss on the mean of seeds 1001-1010, with the registry entry.
-_EXPECTED_MISS: dict[str, str] = {
-    "S0-3/no-network:no-network RTNL contention": "S0-3/no-network",
-    "S0-5/gap:ipvtap ahead of the second best": "S0-5/gap",
-    "S0-11/veth:2 QoS rules per vPort, veth": "S0-11/veth",
-}
-_KEYS = tuple(f"{r.key}:{r.label}" for r in rows_for("paper-000"))
+ROWS = PaperRows(
+    "paper-000",
+    sandboxes=400,
+    expected_miss={
+        "S0-3/no-network:no-network RTNL contention": "S0-3/no-network",
+        "S0-5/gap:ipvtap ahead of the second best": "S0-5/gap",
+        "S0-11/veth:2 QoS rules per vPort, veth": "S0-11/veth",
+    },
+)
 
 
-def _param(key: str) -> object:
-    if key in _EXPECTED_MISS:
-        reason = known_miss(_EXPECTED_MISS[key]).reason
-        mark = pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
-        return pytest.param(key, marks=mark, id=key)
-    return pytest.param(key, id=key)
-
-
-def test_expected_misses_are_checks() -> None:
-    assert set(_EXPECTED_MISS) <= set(_KEYS)
-
-
-@pytest.mark.parametrize("key", [_param(k) for k in _KEYS])
+@pytest.mark.parametrize("key", ROWS.params())
 @checks_rows(
     "S0-1",
     "S0-2",
@@ -93,17 +79,7 @@ def test_expected_misses_are_checks() -> None:
     "S0-11/veth",
 )
 def test_row_on_the_mean_of_ten_unseen_seeds(key: str) -> None:
-    check = _checks()[key]
-    if not check.testable:
-        pytest.skip(
-            f"untestable at 400 sandboxes and {len(check.per_seed)} seeds: the mean's "
-            f"standard error ({check.se_rel:.1%}) exceeds the tolerance "
-            f"(±{check.row.tolerance_rel:.0%})"
-        )
-    assert check.within, (
-        f"{key}: paper {check.row.value}, mean {check.mean:.4g} "
-        f"(seeds {check.spread[0]:.4g}…{check.spread[1]:.4g}), error {check.rel_error:+.1%}"
-    )
+    ROWS.judge(key)
 
 
 @checks_rows("S0-4")

@@ -21,10 +21,10 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
+from paper_rows import PaperRows
 
 from bootstorm import simulate
-from bootstorm.calibration import CHECK_SEEDS, FIT_TOLERANCE, known_miss
-from bootstorm.calibration.check import RowCheck, check_profile, rows_for
+from bootstorm.calibration import FIT_TOLERANCE, known_miss
 from bootstorm.calibration.rows import checks_rows
 from bootstorm.models import Scenario, load_profile
 from bootstorm.simulator import Result
@@ -49,42 +49,29 @@ def reduction(new: float, old: float) -> float:
     return 1.0 - new / old
 
 
-@cache
-def _checks() -> dict[str, RowCheck]:
-    checks = check_profile("paper-001", seeds=CHECK_SEEDS)
-    return {f"{c.row.key}:{c.row.label}": c for c in checks}
-
-
 #: Checks that miss on the mean of seeds 1001-1010 (``calibrate --check``), by
 #: ``key:label``, with the registry entry that says why.
-_EXPECTED_MISS: dict[str, str] = {
-    "S1-2/mean:vanilla dma-ram share of average": "S1-2/shares",
-    "S1-2/p99:vanilla dma-ram share of p99": "S1-2/shares",
-    "S1-2/mean:vanilla virtiofs share of average": "S1-2/shares",
-    "S1-2/p99:vanilla virtiofs share of p99": "S1-2/shares",
-    "S1-2/mean:vanilla dma-image share of average": "S1-2/shares",
-    "S1-2/mean:vanilla vfio-devset share of average": "S1-2/shares",
-    "S1-2/p99:vanilla vf-driver share of p99": "S1-2/shares",
-    "S1-4/vf-time:VF-related time left by FastIOV (paper: 3.9%)": "S1-4/vf-time",
-    "S1-4/p99:FastIOV over no-network, p99": "S1-4/p99",
-    "S1-5/eager-zero:fastiov-eager-zero vs vanilla, average": "S1-5/eager-zero",
-    "S1-7/at-10:FastIOV vs vanilla at 10, average": "S1-7/at-10",
-    "S1-10/makespan:FastIOV vs ipvtap, makespan": "S1-10/makespan",
-}
-
-#: The keys of every check, in ``check_profile`` order (no simulation at collection).
-_KEYS = tuple(f"{r.key}:{r.label}" for r in rows_for("paper-001"))
-
-
-def _param(key: str) -> object:
-    if key in _EXPECTED_MISS:
-        reason = known_miss(_EXPECTED_MISS[key]).reason
-        mark = pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
-        return pytest.param(key, marks=mark, id=key)
-    return pytest.param(key, id=key)
+ROWS = PaperRows(
+    "paper-001",
+    sandboxes=N,
+    expected_miss={
+        "S1-2/mean:vanilla dma-ram share of average": "S1-2/shares",
+        "S1-2/p99:vanilla dma-ram share of p99": "S1-2/shares",
+        "S1-2/mean:vanilla virtiofs share of average": "S1-2/shares",
+        "S1-2/p99:vanilla virtiofs share of p99": "S1-2/shares",
+        "S1-2/mean:vanilla dma-image share of average": "S1-2/shares",
+        "S1-2/mean:vanilla vfio-devset share of average": "S1-2/shares",
+        "S1-2/p99:vanilla vf-driver share of p99": "S1-2/shares",
+        "S1-4/vf-time:VF-related time left by FastIOV (paper: 3.9%)": "S1-4/vf-time",
+        "S1-4/p99:FastIOV over no-network, p99": "S1-4/p99",
+        "S1-5/eager-zero:fastiov-eager-zero vs vanilla, average": "S1-5/eager-zero",
+        "S1-7/at-10:FastIOV vs vanilla at 10, average": "S1-7/at-10",
+        "S1-10/makespan:FastIOV vs ipvtap, makespan": "S1-10/makespan",
+    },
+)
 
 
-@pytest.mark.parametrize("key", [_param(k) for k in _KEYS])
+@pytest.mark.parametrize("key", ROWS.params())
 @checks_rows(
     "S1-1",
     "S1-2/mean",
@@ -104,29 +91,16 @@ def _param(key: str) -> object:
     "S1-10/makespan",
 )
 def test_row_on_the_mean_of_ten_unseen_seeds(key: str) -> None:
-    check = _checks()[key]
+    check = ROWS.checks[key]
     if check.row.kind == "fit":
         assert check.row.tolerance_rel in (FIT_TOLERANCE,) or check.row.at_least
-    if not check.testable:
-        pytest.skip(
-            f"untestable at 200 sandboxes and {len(check.per_seed)} seeds: the mean's "
-            f"standard error ({check.se_rel:.1%}) exceeds the tolerance "
-            f"(±{check.row.tolerance_rel:.0%})"
-        )
-    assert check.within, (
-        f"{key}: paper {check.row.value}, mean {check.mean:.4g} "
-        f"(seeds {check.spread[0]:.4g}…{check.spread[1]:.4g}), error {check.rel_error:+.1%}"
-    )
-
-
-def test_expected_misses_are_checks() -> None:
-    assert set(_EXPECTED_MISS) <= set(_KEYS)
+    ROWS.judge(key)
 
 
 @checks_rows("S1-3")
 def test_s1_3_zeroing_is_over_93_percent_of_dma_mapping() -> None:
-    (key,) = [k for k in _KEYS if k.startswith("S1-3")]
-    assert min(_checks()[key].per_seed) > 0.93
+    (key,) = [k for k in ROWS.keys if k.startswith("S1-3")]
+    assert min(ROWS.checks[key].per_seed) > 0.93
 
 
 # -- S1-4: what the result exposes ----------------------------------------------------

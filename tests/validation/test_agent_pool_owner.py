@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import TOKEN, free_pool_id, needs_root
+from conftest import TOKEN, free_pool_id, needs_root, process_agent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
@@ -259,34 +259,9 @@ def test_the_record_reads_back_what_was_written_and_skips_a_torn_line(
 
 @contextmanager
 def cli_agent(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    token = tmp_path / f"token-{len(list(tmp_path.iterdir()))}"
-    token.write_text(TOKEN + "\n")
-    token.chmod(0o600)
-    argv = ["agent", "serve", "--port", "0", "--token-file", str(token), *args]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from bootstorm.cli import main; main()", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            if "listening on" in line:
-                break
-        else:
-            raise AssertionError(f"agent did not start: {''.join(seen)}")
-        yield proc, line.rsplit(" ", 1)[-1].strip()
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
+    """conftest's agent process, as the process and its URL."""
+    with process_agent(tmp_path, *args) as agent:
+        yield agent.proc, agent.url
 
 
 @pytest.mark.slow
