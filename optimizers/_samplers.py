@@ -19,7 +19,7 @@ import optuna
 from optuna.samplers import BaseSampler
 
 from ..models import ConfigError
-from . import _tpe_ndtr
+from . import _tpe_logpdf, _tpe_ndtr
 from ._tpe import TpeSampler
 
 __all__ = ["SAMPLERS", "SamplerPlugin", "make_sampler"]
@@ -55,6 +55,8 @@ class _Tpe(SamplerPlugin):
         # Optuna's TPE with its hottest function compiled and finished trials
         # read once (the same proposals, bit for bit).
         _tpe_ndtr.install()
+        if _tpe_ndtr.installed():
+            _tpe_logpdf.install()  # compiled on top of the compiled log_ndtr
         # multivariate: the stage limits interact (one stage's limit moves the
         # best limit of the next), which independent TPE cannot model.
         return TpeSampler(seed=seed, multivariate=True)

@@ -20,6 +20,8 @@ from optuna.samplers import TPESampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 
+from . import _tpe_logpdf
+
 __all__ = ["TpeSampler"]
 
 _Row = tuple[float, ...] | None
@@ -58,6 +60,17 @@ class TpeSampler(TPESampler):
                 for (column, _), value in zip(columns, row, strict=True):
                     column.append(value)
         return {name: np.asarray(column) for name, column in values.items()}
+
+    def _compute_acquisition_func(
+        self,
+        samples: dict[str, np.ndarray],
+        mpe_below: Any,
+        mpe_above: Any,
+    ) -> np.ndarray:
+        # Compiled where _tpe_logpdf.install found it gives Optuna's bits.
+        below = _tpe_logpdf.log_pdf(mpe_below, samples)
+        above = _tpe_logpdf.log_pdf(mpe_above, samples)
+        return below - above  # type: ignore[no-any-return]
 
     def _row(
         self, trial: FrozenTrial, search_space: dict[str, BaseDistribution], study: Study
