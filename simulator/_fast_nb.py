@@ -48,14 +48,18 @@ time, which bounds every structure by the task count, fixed before the loop
   ``spin_s``), so they are a list per lock, linked through the tasks; a
   stopped spin leaves its list at once instead of being skipped later.
 
-Two numba costs shaped the code. A compiled function increfs and decrefs
-(atomically) every array it receives, and an exception path keeps numba
-from pruning the pairs; so no function here can raise (``error_model``
-``numpy``, no bounds that need checking) and the loop runs on views with no
-reference count (:func:`_borrow`). Even then each call still makes one no-op
-call per array argument, so the CPU's timer, settle, stop and grant are
-inlined into the loop (``inline="always"``); the small helpers are left as
-calls (inlining them too measured no faster and compiled slower).
+Reference counting shaped the code. A compiled function increfs and
+decrefs every array it receives and every array it unpacks from a tuple, and
+inlining a helper inlines those calls too: ten or more calls through a
+pointer around every inlined helper, a third of the loop's time (perf, on
+the 100 000-sandbox day). The loop allocates nothing, so it and its helpers
+are compiled without numba's reference counting (``_nrt=False``; numba then
+refuses any allocation in them at compile time); only :func:`run_kernel`,
+which allocates the state, and :func:`_lock_levels` keep it. No function
+here can raise (``error_model`` ``numpy``, no bounds that need checking).
+The CPU's timer, settle, stop and grant are inlined into the loop
+(``inline="always"``); the small helpers are left as calls (inlining them
+too measured no faster and compiled slower).
 
 Where it stands (2-core shared machine, best of N): the 400-sandbox ipvtap
 storm (35 195 events) takes ≈ 2.5 ms in the kernel (≈ 70 ns per event;
@@ -151,7 +155,6 @@ class _Decorator(Protocol):
 _jit: _Decorator
 _inline: _Decorator
 _entry: _Decorator
-_borrow: Any
 
 if INTERPRETED:
 
@@ -160,53 +163,23 @@ if INTERPRETED:
 
     _jit = _inline = _entry = _plain
 
-    def _borrow(arr: Any) -> Any:
-        """The array itself: the interpreter counts references as it always does."""
-        return arr
-
 else:
     from numba import njit  # type: ignore[import-not-found,unused-ignore]
-    from numba.core import cgutils  # type: ignore[import-not-found,unused-ignore]
-    from numba.extending import intrinsic  # type: ignore[import-not-found,unused-ignore]
 
     # Compiled once per machine (``cache``); no ``fastmath``. Division by zero
-    # follows NumPy (no Python exception paths): an exit path that raises keeps
-    # numba from pruning the reference counting of every array in a function,
-    # which costs more than the rest of the loop.
-    _jit = cast(_Decorator, njit(cache=True, error_model="numpy"))
-    _inline = cast(_Decorator, njit(cache=True, error_model="numpy", inline="always"))
-    # The entry point lets go of the GIL: the loop touches no Python object, so
-    # a search simulates one trial on a thread while its sampler, in Python,
-    # chooses the next point (optimizers/_study.py), and threads run storms
-    # side by side.
+    # follows NumPy (no Python exception paths). No reference counting
+    # (``_nrt=False``): the loop allocates nothing, and the counting calls cost
+    # a third of it (see the module's docstring).
+    no_refcount: Any = {"_nrt": False}  # numba's private option: not in its type stubs
+    _jit = cast(_Decorator, njit(cache=True, error_model="numpy", **no_refcount))
+    _inline = cast(
+        _Decorator, njit(cache=True, error_model="numpy", inline="always", **no_refcount)
+    )
+    # The entry point allocates the state (reference counted) and lets go of
+    # the GIL: the loop touches no Python object, so a search simulates one
+    # trial on a thread while its sampler, in Python, chooses the next point
+    # (optimizers/_study.py), and threads run storms side by side.
     _entry = cast(_Decorator, njit(cache=True, error_model="numpy", nogil=True))
-
-    def _borrow_codegen(typingctx: Any, arr: Any) -> Any:
-        """A view of ``arr`` without its reference count (a null meminfo).
-
-        Numba increfs and decrefs (atomically) every array a compiled function
-        receives, and LLVM's code motion defeats the pass that prunes the pairs:
-        left alone, that costs more than the simulation. Views without a meminfo
-        make those calls no-ops. The caller must keep ``arr`` alive while its
-        view is used: :func:`run_kernel` allocates, :func:`_simulate` borrows.
-        """
-
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            src = context.make_array(sig.args[0])(context, builder, value=args[0])
-            out = context.make_array(sig.return_type)(context, builder)
-            null: Any = cgutils.get_null_value
-            out.meminfo = null(out.meminfo.type)
-            out.parent = null(out.parent.type)
-            out.nitems = src.nitems
-            out.itemsize = src.itemsize
-            out.data = src.data
-            out.shape = src.shape
-            out.strides = src.strides
-            return out._getvalue()
-
-        return arr(arr), codegen
-
-    _borrow = intrinsic(_borrow_codegen)
 
 
 @_jit
@@ -595,7 +568,7 @@ def _enqueue(cnt: Any, cnf: Any, row: int, now: float) -> None:
         cnt[row, 3] = cnt[row, 2]
 
 
-@_jit
+@_entry
 def _lock_levels(lock_prio: Any) -> Any:
     """``level[lock, stage]``: how many stages the lock serves before this one's
     waiters (order-preserving, equal for equal priorities, below ``stages + 1``)."""
@@ -646,7 +619,7 @@ def _simulate(
     counters: Any,
     gates: Any,
 ) -> Any:
-    """The event loop, on borrowed views (see :func:`_borrow`); returns how
+    """The event loop, on the state :func:`run_kernel` allocated; returns how
     many stage durations it logged, the bytes zeroed and the events."""
     kinds, args, amounts, offsets, arrival, branch_parent, spawn_base, arrivals, arrival_key = prog
     lock_kind, lock_level, lock_spin_s, lock_wake_s = locks
@@ -1068,34 +1041,33 @@ def run_kernel(
     g_since = np.empty((n_gates, n_tasks))
     g_head = np.zeros(n_gates, dtype=np.int64)
     g_len = np.zeros(n_gates, dtype=np.int64)
-    b: Any = _borrow  # numba calls an intrinsic without its typing context
     n_dur, zeroed, events = _simulate(
         (
-            b(kinds),
-            b(args),
-            b(amounts),
-            b(offsets),
-            b(arrival),
-            b(branch_parent),
-            b(spawn_base),
-            b(arrivals),
-            b(arrival_key),
+            kinds,
+            args,
+            amounts,
+            offsets,
+            arrival,
+            branch_parent,
+            spawn_base,
+            arrivals,
+            arrival_key,
         ),
-        b(machine),
-        (b(lock_kind), b(lock_level), b(lock_spin_s), b(lock_wake_s)),
-        b(pool_left),
-        (b(c), b(ci), b(cpu_acc), b(lock_spin)),
-        (b(pcs), b(stage_of), b(spin_depth), b(depth), b(st_stage), b(st_began), b(finish)),
-        (b(stage_time), b(dur_stage), b(dur_val)),
-        (b(ht), b(hk), b(hv), b(hn), b(ft), b(fk), b(fv)),
-        (b(job_start), b(job_slot)),
-        (b(w_stage), b(w_since), b(w_shared)),
-        (b(q_head), b(q_tail), b(q_next), b(q_len)),
-        (b(sp_active), b(sp_start), b(sp_slot), b(sp_lock), b(sp_pinned)),
-        (b(d_at), b(d_seq), b(d_next), b(d_prev), b(d_head), b(d_tail), b(spin_locks)),
-        (b(l_owner), b(l_readers), b(l_waking), b(l_handoff)),
-        (b(cnt), b(cnf), b(acq_by_stage), b(held_since)),
-        (b(g_free), b(g_task), b(g_since), b(g_head), b(g_len)),
+        machine,
+        (lock_kind, lock_level, lock_spin_s, lock_wake_s),
+        pool_left,
+        (c, ci, cpu_acc, lock_spin),
+        (pcs, stage_of, spin_depth, depth, st_stage, st_began, finish),
+        (stage_time, dur_stage, dur_val),
+        (ht, hk, hv, hn, ft, fk, fv),
+        (job_start, job_slot),
+        (w_stage, w_since, w_shared),
+        (q_head, q_tail, q_next, q_len),
+        (sp_active, sp_start, sp_slot, sp_lock, sp_pinned),
+        (d_at, d_seq, d_next, d_prev, d_head, d_tail, spin_locks),
+        (l_owner, l_readers, l_waking, l_handoff),
+        (cnt, cnf, acq_by_stage, held_since),
+        (g_free, g_task, g_since, g_head, g_len),
     )
     return (
         finish,
