@@ -34,6 +34,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import time
 import warnings
 import weakref
@@ -52,9 +53,11 @@ from ..models import ConfigError
 
 __all__ = [
     "HEARTBEAT_ATTR",
+    "LOCAL_FILE_SYSTEMS",
     "PROCESS_ATTR",
     "HeartbeatJournalStorage",
     "UnsyncedJournalFileBackend",
+    "file_system_of",
     "is_url",
     "open_storage",
     "safe_storage_name",
@@ -165,14 +168,22 @@ class UnsyncedJournalFileBackend(JournalFileBackend):
     trial) and every append. Here one descriptor reads, with ``pread`` (no
     file offset that a forked process would share), one appends
     (``O_APPEND``), and a read with nothing new costs one ``fstat``. The lines
-    and the lock (Optuna's symlink lock) are Optuna's: its own workers and
-    optuna-dashboard share the file.
+    are Optuna's: its own workers and optuna-dashboard share the file.
+
+    Optuna takes a lock file around every append (a symlink made, renamed
+    and removed: a third of a journal's cost here) because on NFS an append
+    is not atomic. On a local file system an ``O_APPEND`` ``write`` of whole
+    lines is (the kernel holds the inode's lock through it), so two workers'
+    lines never interleave, Optuna's own included: the lock is taken only
+    where the file's file system is not one of :data:`LOCAL_FILE_SYSTEMS`.
     """
 
     def __init__(self, file_path: str) -> None:
         self._append_lock = JournalFileSymlinkLock(file_path)
         super().__init__(file_path, lock_obj=self._append_lock)
         self._file_path = file_path
+        self.locks = file_system_of(Path(file_path)) not in LOCAL_FILE_SYSTEMS
+        """Whether appends take Optuna's lock file (off a local file system)."""
         self._read_fd = os.open(file_path, os.O_RDONLY)
         self._append_fd = os.open(file_path, os.O_WRONLY | os.O_APPEND)
         self._closed = weakref.finalize(self, _close_all, (self._read_fd, self._append_fd))
@@ -217,14 +228,50 @@ class UnsyncedJournalFileBackend(JournalFileBackend):
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs)
         data = text.encode("utf-8")
+        if not self.locks:
+            self._append(data)
+            return
         self._append_lock.acquire()
         try:
-            # One write() of whole lines, at the end (O_APPEND).
-            written = os.write(self._append_fd, data)
-            while written < len(data):  # a regular file takes it whole; never wrong to finish
-                written += os.write(self._append_fd, data[written:])
+            self._append(data)
         finally:
             self._append_lock.release()
+
+    def _append(self, data: bytes) -> None:
+        # One write() of whole lines, at the end (O_APPEND).
+        written = os.write(self._append_fd, data)
+        while written < len(data):  # a regular file takes it whole; never wrong to finish
+            written += os.write(self._append_fd, data[written:])
+
+
+LOCAL_FILE_SYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "overlay", "zfs", "f2fs"}
+)
+"""File systems on which an ``O_APPEND`` write is atomic against other appends."""
+
+_MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+def file_system_of(path: Path) -> str | None:
+    """The type of the file system ``path`` is on (``None``: not known, as on
+    a system without ``/proc``), from the longest mount point above it."""
+    try:
+        lines = _MOUNTINFO.read_text().splitlines()
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best, kind = "", None
+    for line in lines:
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right:
+            continue
+        # mountinfo escapes space, tab, newline and backslash in octal.
+        mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, kind = mount, right.split()[0]
+    return kind
 
 
 def _close_all(fds: tuple[int, ...]) -> None:

@@ -210,6 +210,16 @@ def _distinct(first: Any, second: Any) -> Any:
 
 
 @_jit  # type: ignore[misc,unused-ignore]
+def _central(a: Any, b: Any) -> int:
+    """How many intervals are in the central case."""
+    count = 0
+    for i in range(a.shape[0]):
+        if not (a[i] > 0.0 or b[i] <= 0.0):
+            count += 1
+    return count
+
+
+@_jit  # type: ignore[misc,unused-ignore]
 def _central_groups(a: Any, b: Any, group: Any, groups: int) -> int:
     """How many of the distinct intervals are in the central case."""
     seen = np.zeros(groups, dtype=np.bool_)
@@ -261,8 +271,10 @@ def _weighted_log_pdf(
                 k = k_first[m]
                 lower[u * n_k + m] = (left - mu[k]) / sigma[k]
                 upper[u * n_k + m] = (right - mu[k]) / sigma[k]
-        pair_group, n_pairs = _distinct(lower, upper)
-        big = _central_groups(lower, upper, pair_group, n_pairs) >= _ERF_SMALL
+        big = False
+        if _central(lower, upper) >= _ERF_SMALL:  # else fewer distinct ones too
+            pair_group, n_pairs = _distinct(lower, upper)
+            big = _central_groups(lower, upper, pair_group, n_pairs) >= _ERF_SMALL
         mass = np.empty(n_x * n_k)
         for i in range(n_x * n_k):
             mass[i] = _log_gauss_mass(lower[i], upper[i], big, two, eps)
@@ -273,8 +285,7 @@ def _weighted_log_pdf(
             k = k_first[m]
             a[m] = (lows[p] - mu[k]) / sigma[k]
             b[m] = (highs[p] - mu[k]) / sigma[k]
-        every = np.arange(n_k)
-        big = _central_groups(a, b, every, n_k) >= _ERF_SMALL
+        big = _central(a, b) >= _ERF_SMALL  # the distinct kernels, each once
         accept = np.empty(n_k)
         for m in range(n_k):
             accept[m] = _log_gauss_mass(a[m], b[m], big, two, eps)

@@ -7,6 +7,7 @@ heartbeat fails its trial and queues its parameters again, as on PostgreSQL,
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -127,6 +128,69 @@ def test_optunas_own_journal_and_ours_share_one_file(tmp_path: Path) -> None:
     ours.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
     assert [t.number for t in ours.get_trials()] == list(range(6))
     assert [t.params for t in stock.get_trials()] == [t.params for t in ours.get_trials()]
+
+
+def test_the_file_system_of_a_path_is_its_longest_mount_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bootstorm.optimizers import _storage
+
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "22 1 252:1 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+        "30 22 0:40 / /srv/shared\\040studies rw shared:9 - nfs4 host:/export rw,vers=4.2\n"
+        "31 22 0:41 / /srv/shared rw - tmpfs tmpfs rw\n"
+    )
+    monkeypatch.setattr(_storage, "_MOUNTINFO", mountinfo)
+    assert _storage.file_system_of(Path("/srv/shared studies/s.log")) == "nfs4"
+    assert _storage.file_system_of(Path("/srv/shared/s.log")) == "tmpfs"
+    assert _storage.file_system_of(Path("/srv/sharedx/s.log")) == "ext4"
+    monkeypatch.setattr(_storage, "_MOUNTINFO", tmp_path / "missing")
+    assert _storage.file_system_of(Path("/srv/shared/s.log")) is None
+
+
+def test_appends_take_optunas_lock_file_only_off_a_local_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bootstorm.optimizers import _storage
+
+    locked: list[str] = []
+    monkeypatch.setattr(
+        _storage.JournalFileSymlinkLock, "acquire", lambda self: locked.append("acquire") or True
+    )
+    monkeypatch.setattr(_storage.JournalFileSymlinkLock, "release", lambda self: None)
+    for kind, takes_it in (("ext4", False), ("nfs4", True), (None, True)):
+        monkeypatch.setattr(_storage, "file_system_of", lambda path, kind=kind: kind)
+        locked.clear()
+        backend = UnsyncedJournalFileBackend(str(tmp_path / f"{kind}.log"))
+        backend.append_logs([{"a": 1}])
+        assert backend.locks is takes_it
+        assert locked == (["acquire"] if takes_it else [])
+
+
+_APPENDER = """
+import sys
+from bootstorm.optimizers._storage import UnsyncedJournalFileBackend
+backend = UnsyncedJournalFileBackend(sys.argv[1])
+assert not backend.locks
+for i in range(2000):
+    backend.append_logs([{"w": sys.argv[2], "i": i, "pad": "x" * 3000}, {"w": sys.argv[2]}])
+"""
+
+
+def test_two_processes_appending_without_the_lock_never_interleave_lines(tmp_path: Path) -> None:
+    path = tmp_path / "j.log"
+    path.touch()
+    procs = [subprocess.Popen([sys.executable, "-c", _APPENDER, str(path), w]) for w in ("a", "b")]
+    assert [p.wait(120) for p in procs] == [0, 0]
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b""
+    logs = [json.loads(line) for line in lines[:-1]]  # every line whole
+    assert len(logs) == 8000
+    for w in ("a", "b"):  # each worker's pair of lines stays together, in order
+        mine = [i for i, log in enumerate(logs) if log["w"] == w]
+        assert all(logs[mine[j]]["i"] == j // 2 for j in range(0, len(mine), 2))
+        assert all(mine[j + 1] == mine[j] + 1 for j in range(0, len(mine), 2))
 
 
 def test_a_journal_backend_travels_to_another_process_as_its_path(tmp_path: Path) -> None:
