@@ -61,14 +61,14 @@ The CPU's timer, settle, stop and grant are inlined into the loop
 (``inline="always"``); the small helpers are left as calls (inlining them
 too measured no faster and compiled slower).
 
-Where it stands (2-core shared machine, best of N): the 400-sandbox ipvtap
-storm (35 195 events) takes ≈ 2.5 ms in the kernel (≈ 70 ns per event;
-4.5 ms before the FIFO of resumes, 12 ms with ``heapq`` over lists) and
-≈ 3 ms end to end, ≈ 22x SimPy; 10 000 sandboxes ≈ 70 ms (SimPy ≈ 2 s).
-Compiling costs ≈ 20 s once per machine, ≈ 0.5 s to load from the cache.
-A 4-ary heap measured no faster (2.6 against 2.45 ms). Not tried yet:
-per-task state packed into fewer arrays so that the remaining calls pass
-fewer of them.
+Where it stands (this project's 2-core machine, 2026-11-25, medians of
+interleaved runs; ``benchmarks/bench_planner.py``): the 400-sandbox ipvtap
+storm's loop (35 048 events) takes ≈ 3.4 ms, ≈ 1.2x a bare numba heap loop
+of as many events measured beside it (5.1 ms, 1.8x, with the reference
+counting; the FIFO of resumes took it from 4.5 to 2.5 ms on a quieter day,
+``heapq`` over lists was 12 ms); a day of 1 000 000 sandboxes ≈ 5.6 s of
+loop. Compiling costs ≈ 30 s once per machine, ≈ 0.05 s to load from the
+cache after numba's own start (≈ 0.4 s). A 4-ary heap measured no faster.
 """
 
 from __future__ import annotations

@@ -471,7 +471,8 @@ def compile_program(
     )
     if which is None:
         assert isinstance(plans, CyclicPlans)
-        which = np.resize(cycle, n)  # repeats the cycle
+        # Repeats the cycle (np.resize, without its Python-level concatenation).
+        which = cycle[np.arange(n) % cycle.size] if cycle.size > 1 else np.full(n, cycle[0])
     arrivals = np.zeros(n) if arrival_s is None else np.asarray(arrival_s, dtype=np.float64)
     if arrivals.shape != (n,):
         raise ProgramError(

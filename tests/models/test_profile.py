@@ -159,6 +159,32 @@ def test_an_edited_profile_is_read_again_even_with_the_same_size_and_mtime(
     assert again is not first and again.service_cv == 0.2 and first.service_cv == 0.1
 
 
+def test_a_settled_profile_is_vouched_for_by_its_stat_and_an_edit_still_seen(
+    tmp_path: Path,
+) -> None:
+    """A file left alone for a while is not read again while its stat is the
+    same; an edit keeping its size and mtime still changes its ctime."""
+    from bootstorm.models import _errors
+
+    path = tmp_path / "p.yaml"
+    text = (Path(__file__).parents[2] / "models/profiles/paper-000.yaml").read_text()
+    path.write_text(text)
+    an_hour_ago = path.stat().st_mtime_ns - 3600 * 10**9
+    fresh = Profile.from_yaml(path)
+    assert (Profile, str(path)) not in _errors._settled  # just written: bytes decide
+    os.utime(path, ns=(an_hour_ago, an_hour_ago))
+    # ctime moved with utime; age the settling limit instead of the clock.
+    old_settled, _errors._SETTLED_NS = _errors._SETTLED_NS, -(10**18)
+    try:
+        assert Profile.from_yaml(path) is fresh
+        assert (Profile, str(path)) in _errors._settled
+        path.write_text(text.replace("service_cv: 0.1\n", "service_cv: 0.2\n", 1))
+        os.utime(path, ns=(an_hour_ago, an_hour_ago))  # same size, same mtime
+        assert Profile.from_yaml(path).service_cv == 0.2  # its ctime changed
+    finally:
+        _errors._SETTLED_NS = old_settled
+
+
 @pytest.mark.parametrize("name", available_profiles())
 def test_the_c_yaml_reader_reads_what_the_python_one_does(name: str) -> None:
     """Profiles are parsed with libyaml when PyYAML has it (20x faster): the same values."""
