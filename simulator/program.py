@@ -299,6 +299,8 @@ def _first_not_finite_nonnegative(values: _F64) -> int:
     """The index of the first value that is NaN, infinite or negative; -1 if none."""
     for lo in range(0, values.shape[0], _CHUNK_OPS):
         part = values[lo : lo + _CHUNK_OPS]
+        if not part.size or (part.min() >= 0.0 and part.max() < np.inf):
+            continue  # two reductions; NaN fails both comparisons
         bad = np.flatnonzero(~(np.isfinite(part) & (part >= 0.0)))
         if bad.size:
             return lo + int(bad[0])

@@ -18,9 +18,11 @@ drawing the service-time jitter from the generator it is given.
 from __future__ import annotations
 
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, TypeAlias, overload
+from typing import Any, ClassVar, TypeAlias, overload
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -506,6 +508,14 @@ def compile_program(
     bounds = np.searchsorted(task_part[order], np.arange(len(parts) + 1))
     del task_part
     first_tasks: list[int] = []
+    jitter = None
+    if service_cv > 0.0:
+        assert rng is not None
+        draws = sum(
+            int(bounds[part + 1] - bounds[part]) * sum(1 for o in ops if o[3])
+            for part, ops in enumerate(parts)
+        )
+        jitter = _Jitter(rng, family=service_family, cv=service_cv, draws=draws)
     for part, ops in enumerate(parts):
         members = order[bounds[part] : bounds[part + 1]]
         if not ops or not members.size:
@@ -533,15 +543,8 @@ def compile_program(
                 owner[branch] = branch_parent[owner[branch] - n]
                 amounts[:, grows] += owner[:, None].astype(np.float64) * growth[grows][None, :]
             if jittered:
-                assert rng is not None
-                size = (rows.size, int(jit.sum()))
-                if service_family == "gamma":
-                    shape = 1.0 / service_cv**2
-                    factors = rng.gamma(shape, 1.0 / shape, size=size)
-                else:
-                    sigma = float(np.sqrt(np.log1p(service_cv**2)))
-                    factors = rng.lognormal(-0.5 * sigma * sigma, sigma, size=size)
-                amounts[:, jit] *= factors
+                assert jitter is not None
+                amounts[:, jit] *= jitter.next((rows.size, int(jit.sum())))
             if write_back is not None:
                 write_back()
 
@@ -567,8 +570,87 @@ def compile_program(
         # walk per part checks them all (the arrays are checked in full).
         validated=True,
     )
+    if jitter is not None:
+        jitter.done()
     program._validate_templates(first_tasks)
     return program
+
+
+class _Jitter:
+    """The service-time factors of one compile, in the order they are drawn.
+
+    Drawn from ``rng`` a slice at a time (bounded temporaries), or, for a
+    program of at most :data:`_MEMO_DRAWS` factors, all at once and kept:
+    the next compile that starts from the same generator state with the same
+    family, CV and count (a search compiles every trial from the same seed,
+    a notebook its what-if again) takes the same numbers without drawing
+    them, and leaves the generator where drawing them would have. One draw of
+    ``n`` values is the stream of ``n`` draws of one value, so the factors
+    are the same either way (``tests/simulator/test_program_scale.py``).
+    """
+
+    def __init__(self, rng: np.random.Generator, *, family: str, cv: float, draws: int) -> None:
+        self._rng = rng
+        self._family = family
+        self._cv = cv
+        self._all: np.ndarray | None = None
+        self._end_state: Any = None
+        self._pos = 0
+        if draws > _MEMO_DRAWS:
+            return
+        key = (_frozen(rng.bit_generator.state), family, cv, draws)
+        with _memo_lock:
+            hit = _memo.get(key)
+            if hit is not None:
+                _memo.move_to_end(key)
+        if hit is not None:
+            self._all, self._end_state = hit
+            return
+        drawn = self._draw(draws)
+        drawn.flags.writeable = False  # shared by every compile that hits it
+        self._all = drawn
+        with _memo_lock:
+            _memo[key] = (drawn, rng.bit_generator.state)
+            while len(_memo) > _MEMO_ENTRIES:
+                _memo.popitem(last=False)
+
+    def next(self, size: tuple[int, int]) -> np.ndarray:
+        """The factors of the next slice, ``size`` (rows, jittered ops)."""
+        if self._all is None:
+            return self._draw(size)
+        n = size[0] * size[1]
+        out = self._all[self._pos : self._pos + n].reshape(size)
+        self._pos += n
+        return out
+
+    def _draw(self, size: int | tuple[int, int]) -> np.ndarray:
+        rng, cv = self._rng, self._cv
+        if self._family == "gamma":
+            shape = 1.0 / cv**2
+            return rng.gamma(shape, 1.0 / shape, size=size)
+        sigma = float(np.sqrt(np.log1p(cv**2)))
+        return rng.lognormal(-0.5 * sigma * sigma, sigma, size=size)
+
+    def done(self) -> None:
+        """Leave the generator where drawing the factors would have."""
+        if self._end_state is not None:
+            self._rng.bit_generator.state = self._end_state
+
+
+def _frozen(value: Any) -> Any:
+    """A generator's state (nested dicts of ints and strings) as a hashable key."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.tobytes())
+    return value
+
+
+_MEMO_DRAWS = 1 << 20
+"""Programs of at most this many factors (8 MiB) are drawn at once and kept."""
+_MEMO_ENTRIES = 8
+_memo: OrderedDict[Any, tuple[np.ndarray, Any]] = OrderedDict()
+_memo_lock = threading.Lock()
 
 
 class _Templates:

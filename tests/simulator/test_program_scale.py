@@ -116,11 +116,37 @@ def test_compiled_programs_pass_the_full_check(
 def test_building_in_slices_gives_the_arrays_of_one_pass(
     monkeypatch: pytest.MonkeyPatch, cni: str, profile: str, changes: dict[str, object]
 ) -> None:
-    """Slices of a few ops, and jitter drawn per slice, change no bit."""
+    """Slices of a few ops, and jitter drawn per slice, change no bit (the
+    first compile draws its factors at once and keeps them)."""
     scenario = Scenario(cni=cni, profile=profile, **changes)
     whole = compile_scenario(scenario)
     monkeypatch.setattr(steps, "_CHUNK_OPS", 64)
+    monkeypatch.setattr(steps, "_MEMO_DRAWS", 0)  # drawn per slice, not kept
     _same_arrays(whole, compile_scenario(scenario))
+
+
+def test_a_compile_from_the_same_stream_takes_the_kept_factors_and_moves_it_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A search compiles every trial from one seed: the second compile takes
+    the factors the first drew, and leaves the generator where drawing them
+    would have; a generator in another state draws its own."""
+    plans = [_plan(1.0), _plan(2.0)] * 20
+    kwargs = {"machine": MachineSpec(cores=2), "locks": (LockSpec(name="m"),), "service_cv": 0.3}
+    first_rng, again_rng = np.random.default_rng(5), np.random.default_rng(5)
+    first = compile_program(plans, rng=first_rng, **kwargs)  # type: ignore[arg-type]
+    calls: list[object] = []
+    original = steps._Jitter._draw
+    monkeypatch.setattr(
+        steps._Jitter, "_draw", lambda self, size: calls.append(size) or original(self, size)
+    )
+    again = compile_program(plans, rng=again_rng, **kwargs)  # type: ignore[arg-type]
+    assert calls == []  # nothing drawn: kept
+    _same_arrays(first, again)
+    assert again_rng.bit_generator.state == first_rng.bit_generator.state
+    assert again_rng.random() == first_rng.random()
+    other = compile_program(plans, rng=np.random.default_rng(6), **kwargs)  # type: ignore[arg-type]
+    assert calls and not np.array_equal(other.op_amount, first.op_amount)
 
 
 def _plan(work_s: float) -> tuple[Stage, ...]:
