@@ -646,9 +646,10 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-_MEMO_DRAWS = 1 << 20
-"""Programs of at most this many factors (8 MiB) are drawn at once and kept."""
-_MEMO_ENTRIES = 8
+_MEMO_DRAWS = 1 << 18
+"""Programs of at most this many factors (2 MiB; some 7 000 sandboxes of a
+software CNI) are drawn at once and kept, :data:`_MEMO_ENTRIES` of them."""
+_MEMO_ENTRIES = 4
 _memo: OrderedDict[Any, tuple[np.ndarray, Any]] = OrderedDict()
 _memo_lock = threading.Lock()
 
