@@ -347,24 +347,31 @@ def log_pdf(estimator: Any, samples: dict[str, npt.NDArray[np.float64]]) -> Any:
     return _mixture_log_pdf(mixture, estimator._transform(samples))
 
 
-def _probe_mixtures(rng: np.random.Generator) -> list[tuple[Any, dict[str, Any]]]:
-    """Mixtures as TPE builds them, small and large (the polynomial ``erf``)."""
-    from optuna.distributions import BaseDistribution, IntDistribution
-    from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator, _ParzenEstimatorParameters
+def tpe_parameters() -> Any:
+    """The Parzen estimators' parameters of bootstorm's TPE (Optuna's defaults, multivariate)."""
+    from optuna.samplers._tpe.parzen_estimator import _ParzenEstimatorParameters
     from optuna.samplers._tpe.sampler import default_weights
 
-    space: dict[str, BaseDistribution] = {
-        "a": IntDistribution(1, 400, log=True),
-        "b": IntDistribution(1, 400),
-        "c": IntDistribution(1, 64, log=True),
-    }
-    parameters = _ParzenEstimatorParameters(
+    return _ParzenEstimatorParameters(
         prior_weight=1.0,
         consider_magic_clip=True,
         consider_endpoints=False,
         weights=default_weights,
         multivariate=True,
     )
+
+
+def _probe_mixtures(rng: np.random.Generator) -> list[tuple[Any, dict[str, Any]]]:
+    """Mixtures as TPE builds them, small and large (the polynomial ``erf``)."""
+    from optuna.distributions import BaseDistribution, IntDistribution
+    from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator
+
+    space: dict[str, BaseDistribution] = {
+        "a": IntDistribution(1, 400, log=True),
+        "b": IntDistribution(1, 400),
+        "c": IntDistribution(1, 64, log=True),
+    }
+    parameters = tpe_parameters()
     out = []
     for n in (0, 1, 7, 60, 400):
         bounds = {

@@ -9,19 +9,12 @@ import optuna
 import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.samplers._tpe import _erf
-from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator, _ParzenEstimatorParameters
-from optuna.samplers._tpe.sampler import default_weights
+from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator
 
 from bootstorm.optimizers import _tpe_logpdf, _tpe_ndtr
 from bootstorm.optimizers._tpe import TpeSampler
 
-_PARAMETERS = _ParzenEstimatorParameters(
-    prior_weight=1.0,
-    consider_magic_clip=True,
-    consider_endpoints=False,
-    weights=default_weights,
-    multivariate=True,
-)
+_PARAMETERS = _tpe_logpdf.tpe_parameters()
 
 
 @pytest.fixture(autouse=True, scope="module")
