@@ -19,13 +19,13 @@ converge across seeds, a missed predict row is evidence against the model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .._params import Check, NonEmpty, Rules, validate
 from ..models import VPORT_SHARING, Scenario, Traffic, family_cnis, full_pools
-from .rows import RowKind, paper_row
+from .rows import RowKind, keyed, paper_row
 
 __all__ = ["KNOWN_MISSES", "KnownMiss", "caveat_rows", "caveats", "caveats_frame", "known_miss"]
 
@@ -120,15 +120,6 @@ class KnownMiss:
         }
 
 
-def _index(misses: Iterable[KnownMiss]) -> dict[str, KnownMiss]:
-    out: dict[str, KnownMiss] = {}
-    for m in misses:
-        if m.key in out:
-            raise ValueError(f"duplicate known miss {m.key!r}")
-        out[m.key] = m
-    return out
-
-
 _RTNL_FIFO = (
     "RTNL still hands over in FIFO order in the model. A real kernel gives about a third "
     "of its releases back to the releaser and finishes processes 2-5x further apart "
@@ -147,7 +138,7 @@ _MISSING_CNI_COST = (
 # CNIs the model predicts too fast against ipvtap (S0-5).
 _TOO_FAST = frozenset({"veth", "ipvlan", "macvlan", "tc-routing"})
 
-KNOWN_MISSES: dict[str, KnownMiss] = _index(
+KNOWN_MISSES: dict[str, KnownMiss] = keyed(
     [
         # -- seed 000: software CNIs ----------------------------------------------
         KnownMiss(
@@ -412,7 +403,8 @@ KNOWN_MISSES: dict[str, KnownMiss] = _index(
             "experiments/bench_pinning.py)",
             traffic=lambda t: t.placement == "pinned-together",
         ),
-    ]
+    ],
+    what="known miss",
 )
 
 

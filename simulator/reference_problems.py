@@ -50,12 +50,15 @@ __all__ = [
     "ReferenceProblem",
     "assert_near_theory",
     "batch_means_se",
+    "deadlock_program",
     "erlang_c",
     "exact_problems",
+    "fifo_servers_program",
     "fig13_lock_order",
     "mg1_processor_sharing",
     "mm1",
     "mmc",
+    "processor_sharing_program",
     "processor_sharing_schedules",
     "service_times",
     "statistical_problems",
@@ -180,6 +183,47 @@ def mm1(
     )
 
 
+def deadlock_program() -> Program:
+    """Two sandboxes taking two locks in opposite orders (a then b, b then a):
+    neither ever finishes, which every executor must report."""
+
+    def plan(first: str, second: str) -> SandboxPlan:
+        return (Stage("x", (Hold(first, (Sleep(1.0), Hold(second, (Sleep(1.0),)))),)),)
+
+    return compile_program(
+        [plan("a", "b"), plan("b", "a")],
+        machine=MachineSpec(cores=1),
+        locks=(LockSpec(name="a"), LockSpec(name="b")),
+    )
+
+
+def fifo_servers_program(
+    arrival_s: npt.ArrayLike, service_s: npt.ArrayLike, *, servers: int
+) -> Program:
+    """Customers arriving at ``arrival_s`` for ``service_s`` seconds of an
+    off-CPU sleep behind a gate of ``servers`` permits: a FIFO G/G/c queue."""
+    plans = [(Stage("serve", (Sleep(float(s)),), gate="servers"),) for s in np.asarray(service_s)]
+    return compile_program(
+        plans,
+        machine=MachineSpec(cores=1),
+        locks=[],
+        gates=[GateSpec(name="servers", permits=servers)],
+        arrival_s=np.asarray(arrival_s, dtype=np.float64),
+    )
+
+
+def processor_sharing_program(arrival_s: npt.ArrayLike, work_s: npt.ArrayLike) -> Program:
+    """Jobs arriving at ``arrival_s`` with ``work_s`` core-seconds each on one
+    shared core: a G/G/1 processor-sharing queue."""
+    plans = [(Stage("job", (Cpu(float(w)),)),) for w in np.asarray(work_s)]
+    return compile_program(
+        plans,
+        machine=MachineSpec(cores=1),
+        locks=[],
+        arrival_s=np.asarray(arrival_s, dtype=np.float64),
+    )
+
+
 def mmc(
     *,
     n: int = 40_000,
@@ -192,14 +236,7 @@ def mmc(
     lam, mu, c = arrival_rate, service_rate, servers
     arrivals = _poisson_arrivals(_streams(seed)[0], lam, n)
     service = service_times(n=n, service_rate=mu, seed=seed)
-    plans = [(Stage("serve", (Sleep(float(s)),), gate="servers"),) for s in service]
-    program = compile_program(
-        plans,
-        machine=MachineSpec(cores=1),
-        locks=[],
-        gates=[GateSpec(name="servers", permits=c)],
-        arrival_s=arrivals,
-    )
+    program = fifo_servers_program(arrivals, service, servers=c)
 
     def check(result: Result) -> None:
         sojourn = result.startup_latency_s
@@ -256,8 +293,7 @@ def mg1_processor_sharing(
             "distribution: expected deterministic, uniform or hyperexponential, "
             f"but got {distribution!r}"
         )
-    plans = [(Stage("job", (Cpu(float(w)),)),) for w in work]
-    program = compile_program(plans, machine=MachineSpec(cores=1), locks=[], arrival_s=arrivals)
+    program = processor_sharing_program(arrivals, work)
 
     def check(result: Result) -> None:
         response = result.startup_latency_s

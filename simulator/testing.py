@@ -31,6 +31,7 @@ from .executors import Executor
 from .program import GateSpec, LockKind, LockSpec, MachineSpec, Program
 from .reference_problems import (
     ReferenceProblem,
+    deadlock_program,
     exact_problems,
     fig13_lock_order,
     mg1_processor_sharing,
@@ -151,17 +152,8 @@ class ExecutorContract:
     # -- failures and hygiene ------------------------------------------------------------
     def test_deadlock_is_reported(self) -> None:
         """A lock-order cycle (A: a then b, B: b then a) never finishes."""
-
-        def plan(first: str, second: str) -> SandboxPlan:
-            return (Stage("x", (Hold(first, (Sleep(1.0), Hold(second, (Sleep(1.0),)))),)),)
-
-        program = compile_program(
-            [plan("a", "b"), plan("b", "a")],
-            machine=MachineSpec(cores=1),
-            locks=(LockSpec(name="a"), LockSpec(name="b")),
-        )
         with pytest.raises(DeadlockError, match="2 tasks never finished"):
-            self.make_executor().run(program)
+            self.make_executor().run(deadlock_program())
 
     def test_runs_are_repeatable_and_leave_the_program_alone(self) -> None:
         program = fig13_lock_order("s2").program

@@ -21,14 +21,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from bootstorm.simulator import (
-    Cpu,
-    GateSpec,
-    MachineSpec,
-    Sleep,
-    Stage,
-    compile_program,
-    run_program,
+from bootstorm.simulator import run_program
+from bootstorm.simulator.reference_problems import (
+    fifo_servers_program,
+    processor_sharing_program,
 )
 
 ciw = pytest.importorskip("ciw")
@@ -71,16 +67,7 @@ def test_mmc_fifo_sojourns_equal_ciw_customer_by_customer() -> None:
     c, lam, mu = 4, 3.0, 1.0
     gaps, services = _gaps_and_services(SEED, lam=lam, mean_service=1.0 / mu)
     arrival_s = np.cumsum(gaps)
-    plans = [(Stage("serve", (Sleep(float(s)),), gate="servers"),) for s in services]
-    program = compile_program(
-        plans,
-        machine=MachineSpec(cores=1),
-        locks=[],
-        gates=[GateSpec(name="servers", permits=c)],
-        arrival_s=arrival_s,
-        service_cv=0.0,
-    )
-    result = run_program(program)
+    result = run_program(fifo_servers_program(arrival_s, services, servers=c))
     ciw_arrival, ciw_exit = _ciw_sojourns(gaps, services, servers=c, ps=False)
     np.testing.assert_array_equal(result.arrival_s, ciw_arrival)
     ours = result.finish_s - result.arrival_s
@@ -97,11 +84,7 @@ def test_processor_sharing_sojourns_match_ciw_customer_by_customer() -> None:
     lam = 0.7
     gaps, work = _gaps_and_services(SEED + 1, lam=lam, mean_service=1.0)
     arrival_s = np.cumsum(gaps)
-    plans = [(Stage("job", (Cpu(float(w)),)),) for w in work]
-    program = compile_program(
-        plans, machine=MachineSpec(cores=1), locks=[], arrival_s=arrival_s, service_cv=0.0
-    )
-    result = run_program(program)
+    result = run_program(processor_sharing_program(arrival_s, work))
     ciw_arrival, ciw_exit = _ciw_sojourns(gaps, work, servers=float("inf"), ps=True)
     np.testing.assert_array_equal(result.arrival_s, ciw_arrival)
     ours = result.finish_s - result.arrival_s

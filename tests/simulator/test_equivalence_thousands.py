@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fast_equivalence import _assert_same_result
-from test_invariants import Case, cases
+from test_invariants import Case, cases, with_mutex_wake
 
-from bootstorm.simulator import LockKind, run_with
+from bootstorm.simulator import run_with
 
 EXAMPLES = 2_000
 
@@ -43,8 +43,5 @@ def test_thousands_of_programs(
     machine = replace(
         case.machine, background_jobs=background, reserved_cores=reserved * case.machine.cores
     )
-    locks = tuple(
-        replace(spec, wake_s=wake_s) if spec.kind is LockKind.MUTEX else spec for spec in case.locks
-    )
-    program = replace(case, machine=machine, locks=locks).compile()
+    program = replace(case, machine=machine, locks=with_mutex_wake(case.locks, wake_s)).compile()
     _assert_same_result(run_with(program, "simpy"), run_with(program, "compiled"))

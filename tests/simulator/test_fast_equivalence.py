@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_invariants import SETTINGS, Case, cases
+from test_invariants import SETTINGS, Case, cases, with_mutex_wake
 
 from bootstorm.models import compile_scenario
 from bootstorm.models.scenario import CNI_NAMES, Scenario
@@ -43,6 +43,7 @@ from bootstorm.simulator import (
     run_program,
     summarise_with,
 )
+from bootstorm.simulator.reference_problems import deadlock_program
 
 REL = 1e-9
 
@@ -158,38 +159,35 @@ def test_paper_storms(cni: str, profile: str) -> None:
     assert_equivalent(compile_scenario(Scenario(cni=cni, profile=profile, sandboxes=100)))
 
 
+KNOBS_400 = Scenario(
+    cni="ipvtap",
+    sandboxes=400,
+    pools={"netns": 50, "ipvtap": 30},
+    limits={"AddCNI": 16},
+    rtnl_priority={"AddCNI": 0},
+    background_load=2.0,
+)
+"""The 400 storm with every knob a planner turns: pools, a stage limit, RTNL
+priority and background load (``test_kernel_source`` runs it too)."""
+
+
 def test_paper_storms_with_knobs() -> None:
     """Pools, stage limits, RTNL priority and background load, 400 sandboxes."""
-    scenario = Scenario(
-        cni="ipvtap",
-        sandboxes=400,
-        pools={"netns": 50, "ipvtap": 30},
-        limits={"AddCNI": 16},
-        rtnl_priority={"AddCNI": 0},
-        background_load=2.0,
-    )
-    assert_equivalent(compile_scenario(scenario))
+    assert_equivalent(compile_scenario(KNOBS_400))
 
 
 @settings(SETTINGS, max_examples=100)
 @given(case=cases(), wake_s=st.sampled_from([1e-3, 0.05, 0.3]))
 def test_generated_programs_with_wake_up_hand_over(case: Case, wake_s: float) -> None:
     """Mutexes handed over through a wake-up: stealing and the hand-off flag."""
-    locks = tuple(
-        replace(spec, wake_s=wake_s) if spec.kind is LockKind.MUTEX else spec for spec in case.locks
-    )
-    assert_equivalent(replace(case, locks=locks).compile())
+    assert_equivalent(replace(case, locks=with_mutex_wake(case.locks, wake_s)).compile())
 
 
 def test_paper_storm_with_wake_up_hand_over() -> None:
     """The ipvtap storm with its mutexes handed over as Linux does without the
     hand-off flag (the profile's ``mutex_wake_s`` is 0: set it on the locks)."""
     program = compile_scenario(Scenario(cni="ipvtap", sandboxes=100))
-    locks = tuple(
-        replace(spec, wake_s=2e-5) if spec.kind is LockKind.MUTEX else spec
-        for spec in program.locks
-    )
-    woken = replace(program, locks=locks)
+    woken = replace(program, locks=with_mutex_wake(program.locks, 2e-5))
     assert run_program(woken).makespan_s != run_program(program).makespan_s
     assert_equivalent(woken)
 
@@ -197,15 +195,7 @@ def test_paper_storm_with_wake_up_hand_over() -> None:
 def test_deadlock_is_reported() -> None:
     """A lock-order cycle (A: a then b, B: b then a) raises in every loop,
     and in the summary path that builds no Result."""
-
-    def plan(first: str, second: str) -> SandboxPlan:
-        return (Stage("x", (Hold(first, (Sleep(1.0), Hold(second, (Sleep(1.0),)))),)),)
-
-    program = compile_program(
-        [plan("a", "b"), plan("b", "a")],
-        machine=MachineSpec(cores=1),
-        locks=(LockSpec(name="a"), LockSpec(name="b")),
-    )
+    program = deadlock_program()
     for name in ("simpy", *FAST):
         with pytest.raises(DeadlockError, match="never finished"):
             make_executor(name).run(program)

@@ -42,6 +42,13 @@ from bootstorm.simulator import (
     run_program,
 )
 
+
+def with_mutex_wake(locks: tuple[LockSpec, ...], wake_s: float) -> tuple[LockSpec, ...]:
+    """``locks`` with every mutex handed over through a wake-up of ``wake_s``
+    (Linux without the hand-off flag); spinlocks and rw locks as they were."""
+    return tuple(replace(s, wake_s=wake_s) if s.kind is LockKind.MUTEX else s for s in locks)
+
+
 SETTINGS = settings(
     max_examples=150,
     deadline=None,

@@ -16,6 +16,8 @@ from types import FrameType
 from typing import Any
 
 import numpy as np
+from test_fast_equivalence import KNOBS_400
+from test_invariants import with_mutex_wake
 
 from bootstorm.models import compile_scenario
 from bootstorm.models.scenario import Scenario
@@ -88,20 +90,8 @@ def test_a_tracer_sees_the_kernels_lines_run_by_the_python_executor() -> None:
 def test_interpreted_and_compiled_agree_to_the_bit_events_included() -> None:
     """The 400 storm with pools, a stage limit, RTNL priority, background load
     and mutexes handed over through a wake-up: every figure, every array."""
-    scenario = Scenario(
-        cni="ipvtap",
-        sandboxes=400,
-        pools={"netns": 50, "ipvtap": 30},
-        limits={"AddCNI": 16},
-        rtnl_priority={"AddCNI": 0},
-        background_load=2.0,
-    )
-    program = compile_scenario(scenario)
-    locks = tuple(
-        replace(spec, wake_s=2e-5) if spec.kind is LockKind.MUTEX else spec
-        for spec in program.locks
-    )
-    for p in (program, replace(program, locks=locks)):
+    program = compile_scenario(KNOBS_400)
+    for p in (program, replace(program, locks=with_mutex_wake(program.locks, 2e-5))):
         fast, slow = make_executor("compiled").run(p), make_executor("python").run(p)
         assert slow.to_dict() == fast.to_dict()  # events included
         assert np.array_equal(slow.finish_s, fast.finish_s)
