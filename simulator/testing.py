@@ -20,6 +20,7 @@ twice. Needs pytest (the ``test`` extra).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import ClassVar
 
@@ -41,7 +42,26 @@ from .reference_problems import (
 from .result import Result
 from .steps import Cpu, Hold, SandboxPlan, Sleep, Stage, Zero, compile_program
 
-__all__ = ["ExecutorContract", "assert_same_result"]
+__all__ = ["ExecutorContract", "assert_same_program", "assert_same_result"]
+
+
+def assert_same_program(a: Program, b: Program) -> None:
+    """``a`` and ``b`` are the same program: every array to the bit (dtype,
+    shape, bytes), every spec equal. Read from :class:`Program`'s fields, so
+    a field added there is compared too; ``validated`` is how it was built,
+    not what it is."""
+    for f in dataclasses.fields(Program):
+        if f.name == "validated":
+            continue
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            assert isinstance(x, np.ndarray) and isinstance(y, np.ndarray), f.name
+            assert (x.dtype, x.shape) == (y.dtype, y.shape), (
+                f"{f.name}: {x.dtype}{x.shape} against {y.dtype}{y.shape}"
+            )
+            assert x.tobytes() == y.tobytes(), f"{f.name}: not the same to the bit"
+        else:
+            assert x == y, f"{f.name}: {x!r} against {y!r}"
 
 
 def assert_same_result(reference: Result, result: Result) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import pytest
 
 import bootstorm.models.compile as compile_module
@@ -44,7 +43,8 @@ from bootstorm.models.sriov import (
     sriov_plan,
     sriov_profile_costs,
 )
-from bootstorm.simulator import CyclicPlans, GateSpec, LockSpec, PoolSpec, Program
+from bootstorm.simulator import CyclicPlans, GateSpec, LockSpec, PoolSpec
+from bootstorm.simulator.testing import assert_same_program
 
 # -- the dispatch as it was before the registry ----------------------------------------
 
@@ -178,26 +178,6 @@ def _storms(cni: str, profile: Profile) -> list[Scenario]:
     return storms
 
 
-def _assert_same_program(a: Program, b: Program) -> None:
-    for name in (
-        "arrival_s",
-        "offsets",
-        "op_kind",
-        "op_arg",
-        "op_amount",
-        "branch_parent",
-        "branch_kind",
-    ):
-        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
-    if a.spawn_base is None or b.spawn_base is None:
-        assert a.spawn_base is None and b.spawn_base is None
-    else:
-        np.testing.assert_array_equal(a.spawn_base, b.spawn_base)
-    for name in ("machine", "stage_names", "locks", "gates", "pools"):
-        assert getattr(a, name) == getattr(b, name), name
-    assert (a.branch_names, a.ready_branches) == (b.branch_names, b.ready_branches)
-
-
 # -- the tests -------------------------------------------------------------------------
 
 
@@ -225,7 +205,7 @@ def test_every_cni_compiles_to_the_same_program_as_before(
         with monkeypatch.context() as patch:
             patch.setattr(compile_module, "cni_family", _OldChain)
             old = compile_scenario(storm, profile=profile)
-        _assert_same_program(new, old)
+        assert_same_program(new, old)
 
 
 def test_an_unknown_cni_is_one_line_naming_the_field() -> None:

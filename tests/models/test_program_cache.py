@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,27 +14,7 @@ from bootstorm.models import (
     scenario_pool_kinds,
     scenario_stages,
 )
-from bootstorm.simulator import Program
-
-ARRAYS = (
-    "arrival_s",
-    "offsets",
-    "op_kind",
-    "op_arg",
-    "op_amount",
-    "branch_parent",
-    "branch_kind",
-    "spawn_base",
-)
-SPECS = ("machine", "stage_names", "locks", "gates", "pools", "branch_names", "ready_branches")
-
-
-def assert_same_program(a: Program, b: Program) -> None:
-    for name in ARRAYS:
-        assert np.array_equal(getattr(a, name), getattr(b, name)), name
-    for name in SPECS:
-        assert getattr(a, name) == getattr(b, name), name
-
+from bootstorm.simulator.testing import assert_same_program
 
 BASES = {
     "ipvtap": Scenario(cni="ipvtap", sandboxes=40, tenants=4),

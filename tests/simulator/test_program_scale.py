@@ -36,24 +36,7 @@ from bootstorm.simulator import (
     steps,
 )
 from bootstorm.simulator._memory import check_fits, check_run_fits
-
-ARRAYS = (
-    "arrival_s",
-    "offsets",
-    "op_kind",
-    "op_arg",
-    "op_amount",
-    "branch_parent",
-    "branch_kind",
-    "spawn_base",
-)
-
-
-def _same_arrays(a: Program, b: Program) -> None:
-    for name in ARRAYS:
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.dtype == y.dtype and x.shape == y.shape, name
-        assert x.tobytes() == y.tobytes(), name  # to the bit
+from bootstorm.simulator.testing import assert_same_program
 
 
 def _with_bad_release(program: Program, sandbox: int) -> Program:
@@ -122,7 +105,7 @@ def test_building_in_slices_gives_the_arrays_of_one_pass(
     whole = compile_scenario(scenario)
     monkeypatch.setattr(steps, "_CHUNK_OPS", 64)
     monkeypatch.setattr(steps, "_MEMO_DRAWS", 0)  # drawn per slice, not kept
-    _same_arrays(whole, compile_scenario(scenario))
+    assert_same_program(whole, compile_scenario(scenario))
 
 
 def test_a_compile_from_the_same_stream_takes_the_kept_factors_and_moves_it_alike(
@@ -142,7 +125,7 @@ def test_a_compile_from_the_same_stream_takes_the_kept_factors_and_moves_it_alik
     )
     again = compile_program(plans, rng=again_rng, **kwargs)  # type: ignore[arg-type]
     assert calls == []  # nothing drawn: kept
-    _same_arrays(first, again)
+    assert_same_program(first, again)
     assert again_rng.bit_generator.state == first_rng.bit_generator.state
     assert again_rng.random() == first_rng.random()
     other = compile_program(plans, rng=np.random.default_rng(6), **kwargs)  # type: ignore[arg-type]
@@ -167,7 +150,7 @@ def test_cyclic_plans_compile_as_the_list_they_stand_for() -> None:
         "service_cv": 0.3,
         "arrival_s": np.linspace(0.0, 1.0, 10),
     }
-    _same_arrays(
+    assert_same_program(
         compile_program(cyclic, rng=np.random.default_rng(1), **kw),
         compile_program(listed, rng=np.random.default_rng(1), **kw),
     )
@@ -183,7 +166,9 @@ def _peak_bytes(run: object) -> int:
 
 
 def _program_bytes(p: Program) -> int:
-    return sum(getattr(p, name).nbytes for name in ARRAYS)
+    """The bytes of the program's arrays (every array field)."""
+    values = (getattr(p, f.name) for f in dataclasses.fields(p))
+    return sum(v.nbytes for v in values if isinstance(v, np.ndarray))
 
 
 def test_checking_and_building_take_little_beside_the_program() -> None:
