@@ -46,7 +46,7 @@ from typing import Any
 import optuna
 from optuna.storages import BaseStorage, JournalStorage
 from optuna.storages._heartbeat import BaseHeartbeat
-from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+from optuna.storages.journal import JournalFileBackend
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
@@ -62,6 +62,7 @@ __all__ = [
     "is_url",
     "open_storage",
     "safe_storage_name",
+    "stamps_on_claim",
 ]
 
 HEARTBEAT_ATTR = "bootstorm:heartbeat"
@@ -180,9 +181,7 @@ class UnsyncedJournalFileBackend(JournalFileBackend):
     """
 
     def __init__(self, file_path: str) -> None:
-        self._append_lock = JournalFileSymlinkLock(file_path)
-        super().__init__(file_path, lock_obj=self._append_lock)
-        self._file_path = file_path
+        super().__init__(file_path)  # Optuna's symlink lock, as self._lock
         self.locks = file_system_of(Path(file_path)) not in LOCAL_FILE_SYSTEMS
         """Whether appends take Optuna's lock file (off a local file system)."""
         self._read_fd = os.open(file_path, os.O_RDONLY)
@@ -232,11 +231,11 @@ class UnsyncedJournalFileBackend(JournalFileBackend):
         if not self.locks:
             self._append(data)
             return
-        self._append_lock.acquire()
+        self._lock.acquire()
         try:
             self._append(data)
         finally:
-            self._append_lock.release()
+            self._lock.release()
 
     def _append(self, data: bytes) -> None:
         # One write() of whole lines, at the end (O_APPEND).
@@ -273,6 +272,16 @@ def file_system_of(path: Path) -> str | None:
         if inside and len(mount) >= len(best):
             best, kind = mount, right.split()[0]
     return kind
+
+
+def stamps_on_claim(storage: BaseStorage) -> bool:
+    """Whether a worker must stamp a trial's heartbeat as it claims it.
+
+    Optuna's database storages never judge a trial without a stamp stale,
+    so a worker that died before its first interval would leave it running
+    for ever. :class:`HeartbeatJournalStorage` judges such a trial from its
+    start: one write a trial less."""
+    return not isinstance(storage, HeartbeatJournalStorage)
 
 
 def _close_all(fds: tuple[int, ...]) -> None:

@@ -54,7 +54,7 @@ from ._evaluate import Evaluator, Robust
 from ._objectives import Constraints, Metrics, check_objectives
 from ._samplers import make_sampler
 from ._space import LIMIT_PREFIX, POOL_PREFIX, SearchSpace
-from ._storage import PROCESS_ATTR, HeartbeatJournalStorage, open_storage, safe_storage_name
+from ._storage import PROCESS_ATTR, open_storage, safe_storage_name, stamps_on_claim
 from ._workers import die_with_parent, is_dead, process_tag
 
 __all__ = [
@@ -525,11 +525,8 @@ class _Heartbeat:
             yield  # in memory: one process, nobody to tell
             return
         assert isinstance(storage, BaseHeartbeat)
-        if not isinstance(storage, HeartbeatJournalStorage):
-            # Optuna's database storages judge a trial without a stamp never
-            # stale: stamp it now, not when the thread gets to it. The journal
-            # judges it from its start (one write a trial less).
-            storage.record_heartbeat(trial_id)
+        if stamps_on_claim(storage):
+            storage.record_heartbeat(trial_id)  # now, not when the thread gets to it
         with self._lock:
             self._trial_ids.add(trial_id)
             if self._thread is None:

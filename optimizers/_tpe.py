@@ -35,21 +35,19 @@ class TpeSampler(TPESampler):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._rows_of: tuple[int, int] | None = None
-        """The (storage's id, study id) the rows below were read from."""
-        self._storage_held: Any = None  # keeps that id from being reused
+        self._study: Study | None = None
+        """The study the rows below were read from (trial ids are its own)."""
         self._rows: dict[tuple[tuple[str, BaseDistribution], ...], dict[int, _Row]] = {}
 
     def _get_internal_repr(
         self, trials: list[FrozenTrial], search_space: dict[str, BaseDistribution], study: Study
     ) -> dict[str, np.ndarray]:
-        storage, study_id = study._storage, study._study_id
-        if self._rows_of is None or self._rows_of != (id(storage), study_id):
-            # Trial ids are only unique within one study of one storage.
-            self._rows_of, self._rows, self._storage_held = (id(storage), study_id), {}, storage
+        seen = self._study
+        if seen is None or seen._storage is not study._storage or seen._study_id != study._study_id:
+            self._study, self._rows = study, {}  # trial ids are unique in one study only
         rows = self._rows.setdefault(tuple(search_space.items()), {})
         values: dict[str, list[float]] = {name: [] for name in search_space}
-        columns = [(values[name], distribution) for name, distribution in search_space.items()]
+        columns = [values[name] for name in search_space]
         for trial in trials:
             row = rows.get(trial._trial_id, _UNREAD)
             if row is _UNREAD:
@@ -57,7 +55,7 @@ class TpeSampler(TPESampler):
                 if trial.state.is_finished():
                     rows[trial._trial_id] = row
             if row is not None:
-                for (column, _), value in zip(columns, row, strict=True):
+                for column, value in zip(columns, row, strict=True):
                     column.append(value)
         return {name: np.asarray(column) for name, column in values.items()}
 

@@ -155,10 +155,9 @@ def test_appends_take_optunas_lock_file_only_off_a_local_file_system(
     from bootstorm.optimizers import _storage
 
     locked: list[str] = []
-    monkeypatch.setattr(
-        _storage.JournalFileSymlinkLock, "acquire", lambda self: locked.append("acquire") or True
-    )
-    monkeypatch.setattr(_storage.JournalFileSymlinkLock, "release", lambda self: None)
+    lock = optuna.storages.journal.JournalFileSymlinkLock  # Optuna's, as the backend takes it
+    monkeypatch.setattr(lock, "acquire", lambda self: locked.append("acquire") or True)
+    monkeypatch.setattr(lock, "release", lambda self: None)
     for kind, takes_it in (("ext4", False), ("nfs4", True), (None, True)):
         monkeypatch.setattr(_storage, "file_system_of", lambda path, kind=kind: kind)
         locked.clear()
