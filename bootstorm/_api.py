@@ -10,7 +10,6 @@ from .models import compile_scenario
 from .simulator import run_with
 
 if TYPE_CHECKING:
-    from .calibration.identify import IdentificationCaution
     from .models import Profile, Scenario, SeedLike
     from .simulator import Result
 
@@ -85,6 +84,7 @@ def compare(
     import pandas as pd
 
     from .calibration import caveat_rows
+    from .workflows import identification
 
     results = {label: simulate(s, seed=seed, executor=executor) for label, s in scenarios.items()}
     rows = []
@@ -101,25 +101,12 @@ def compare(
                 "busy_core_s": r.cpu.busy_core_s,
                 "pool_memory_mib": r.pool_memory_mib,
                 "caveats": caveat_rows(scenarios[label]),
-                "unidentified": "; ".join(c.costs for c in _cautions(scenarios[label], seed, r)),
+                "unidentified": "; ".join(
+                    c.costs for c in identification(scenarios[label], result=r, seed=seed).cautions
+                ),
             }
         )
     return pd.DataFrame(rows).set_index("what-if"), results
-
-
-def _cautions(
-    scenario: Scenario, seed: SeedLike, result: Result
-) -> tuple[IdentificationCaution, ...]:
-    """The identification cautions of a what-if already simulated with ``seed``
-    (a Generator seed cannot be replayed: the ends are drawn from the scenario's)."""
-    from .calibration.identify import whatif_cautions
-
-    found: tuple[IdentificationCaution, ...]
-    if seed is None or isinstance(seed, int):
-        found = whatif_cautions(scenario, seed=seed, base=result)
-    else:
-        found = whatif_cautions(scenario)
-    return found
 
 
 def dataplane_sweep(

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ._io import terminal_console
@@ -43,10 +42,6 @@ def register(app: typer.Typer) -> None:
     """Add the ``agent`` and ``config`` command groups to the main app."""
     app.add_typer(agent_app, name="agent")
     app.add_typer(config_app, name="config")
-
-
-def _console() -> Console:
-    return terminal_console()
 
 
 def _private_file(path: Path, *, field: str) -> None:
@@ -186,7 +181,7 @@ def serve_cmd(
         tls_cert=tls_cert,
         tls_key=tls_key,
     )
-    console = _console()
+    console = terminal_console()
 
     def ready(url: str) -> None:
         console.print(f"bootstorm agent listening on {url}", soft_wrap=True, highlight=False)
@@ -237,6 +232,6 @@ def push_cmd(
             "-" if r.generation is None else str(r.generation),
             r.message,
         )
-    _console().print(table)
+    terminal_console().print(table)
     if not all(r.ok for r in results):
         raise typer.Exit(1)

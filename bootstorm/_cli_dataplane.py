@@ -16,10 +16,9 @@ from .models import ConfigError
 from .models._names import PATH_NAMES
 
 if TYPE_CHECKING:
-    from .models import Scenario
     from .models.softirq import DataplaneResult
 
-__all__ = ["background_summary", "dataplane_cmd", "dataplane_table", "parse_flows"]
+__all__ = ["dataplane_cmd", "dataplane_table", "parse_flows"]
 
 
 def parse_flows(text: str) -> list[int]:
@@ -36,23 +35,6 @@ def parse_flows(text: str) -> list[int]:
             raise ConfigError(f"flows: each count must be >= 1, but got {n}")
         out.append(n)
     return out
-
-
-def background_summary(scenario: Scenario) -> dict[str, object] | None:
-    """What ``scenario``'s background traffic delivers and the cores it takes."""
-    from .models import load_profile
-    from .models.compile import background_traffic
-
-    result = background_traffic(scenario, load_profile(scenario.profile))
-    if result is None:
-        return None
-    return {
-        "path": result.traffic.path,
-        "delivered_gbps": result.aggregate_gbps,
-        "softirq_cores": result.softirq_core_demand,
-        "system_cores": result.cpu_system_cores,
-        "cores_taken": result.cpu_total_cores,
-    }
 
 
 def dataplane_table(title: str, results: list[DataplaneResult]) -> Table:
@@ -125,6 +107,7 @@ def dataplane_cmd(
     from .models import load_profile
     from .models.dataplane import Traffic
     from .models.softirq import solve_on_profile
+    from .workflows import known_misses
 
     prof = load_profile(profile)
     results = [
@@ -151,4 +134,4 @@ def dataplane_cmd(
         return
     console = terminal_console()
     console.print(dataplane_table(f"{path} {proto} on {prof.name}", results))
-    print_caution(console, *(r.traffic for r in results))
+    print_caution(console, *(known_misses(r.traffic) for r in results))

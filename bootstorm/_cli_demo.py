@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Annotated
 
+import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ._api import simulate
-from ._io import shown_text, write_atomically
+from ._io import shown_text, terminal_console, write_atomically
 from ._render import comparison_table, print_caution, print_identification, result_tables
 from .models import ConfigError, Scenario
+from .workflows import identification, known_misses, what_if
 
-__all__ = ["DEMO_TRIALS", "SPREAD_SEEDS", "run_demo"]
+__all__ = ["DEMO_TRIALS", "SPREAD_SEEDS", "demo_cmd", "run_demo"]
 
 #: The demo's search: the reference search of the S0-9 rows it is checked
 #: against (50 TPE trials), so that the caution under it quotes a search like it.
@@ -32,6 +35,36 @@ SPREAD_SEEDS = (1, 2, 3, 4)
 #: first storm must have compiled rather than loaded the cache (about 0.5 s).
 COMPILE_S = 20
 COMPILED_NOW_S = 5.0
+
+
+#: ``demo --sandboxes``: the demo records its tuned storm on SimPy for the
+#: report (400 sandboxes: a second or two); a larger storm is for `simulate`
+#: and `optimize`.
+MAX_DEMO_SANDBOXES = 10_000
+#: ``demo --trials``: the demo is a quick look (50 trials, seconds); a search
+#: of thousands is ``bootstorm optimize``, which keeps its study.
+MAX_DEMO_TRIALS = 1_000
+
+
+def demo_cmd(
+    sandboxes: Annotated[
+        int, typer.Option(min=1, max=MAX_DEMO_SANDBOXES, help="Sandboxes in the storm.")
+    ] = 400,
+    trials: Annotated[
+        # A quick look: 50 trials (bootstorm._cli_demo.DEMO_TRIALS, the S0-9
+        # reference search) take seconds; a real search is `bootstorm optimize`.
+        int, typer.Option(min=1, max=MAX_DEMO_TRIALS, help="Trials of the limit search.")
+    ] = 50,
+    output_dir: Annotated[Path, typer.Option(help="Where tuned.yaml and report.html go.")] = Path(
+        "."
+    ),
+    report: Annotated[bool, typer.Option(help="Write report.html.")] = True,
+) -> None:
+    """The default storm (ipvtap on the seed-000 host), its what-ifs, pooling, a
+    small search for per-stage limits; writes tuned.yaml and report.html."""
+    run_demo(
+        terminal_console(), sandboxes=sandboxes, trials=trials, output_dir=output_dir, report=report
+    )
 
 
 def run_demo(
@@ -60,14 +93,15 @@ def run_demo(
         "simulating the default storm (the first run after an install compiles the "
         f"simulator: about {COMPILE_S} s, once) …"
     ):
-        result = simulate(base, executor="compiled")
+        base_what = what_if(base, executor="compiled")
+    result = base_what.result
     took_s = time.perf_counter() - started
     if took_s > COMPILED_NOW_S:
         console.print(
             f"[dim]compiled the simulator in {took_s:.0f} s (once per install; "
             "cached for the next run)[/]"
         )
-    console.print(result_tables(base, result))
+    console.print(result_tables(base_what))
 
     pooled = base.replace(pools={"netns": n, "vport": 1, "ipvtap": n})
     what_ifs = [
@@ -91,9 +125,8 @@ def run_demo(
     )
     print_caution(
         console,
-        *(s for _, s in what_ifs),
+        *(known_misses(s, r) for (_, s), (_, r) in zip(what_ifs, rows, strict=True)),
         labels=[label for label, _ in what_ifs],
-        results=[r for _, r in rows],
     )
 
     # Per-stage limits on top of the pools (seed 000 §5.2 + §5.1): a small TPE search.
@@ -131,8 +164,9 @@ def run_demo(
     ]
     console.print(comparison_table("before / after", final))
     console.print(config_summary(tuned_config), soft_wrap=True)
-    known = print_caution(console, tuned, results=[tuned_result])
-    unidentified = print_identification(console, tuned, result=tuned_result)
+    known = print_caution(console, known_misses(tuned, tuned_result))
+    unidentified = identification(tuned, result=tuned_result)
+    print_identification(console, unidentified)
     config_path = output_dir / "tuned.yaml"
     write_atomically(config_path, tuned_config.to_yaml())
     console.print(f"tuned config written to [bold]{config_path}[/] (PUT it to a node agent)")
@@ -143,7 +177,7 @@ def run_demo(
             title=f"{n} × ipvtap on paper-000, pooled, tuned limits",
             recording=tuned_result.recording,
             result=tuned_result,
-            unidentified=unidentified,
+            unidentified=unidentified.cautions,
             facts=[
                 ("before (default)", f"{result.makespan_s:.2f} s"),
                 ("pooled", f"{rows[-1][1].makespan_s:.2f} s"),

@@ -126,6 +126,7 @@ def optimize_cmd(
     from ._render_optimize import before_after_table, config_summary, config_table, pareto_table
     from .models import Scenario, load_profile, scenario_pool_kinds, scenario_stages
     from .optimizers import Constraints, Metrics, SearchSpace, StudySpec, optimize
+    from .workflows import identification, known_misses
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("optuna").setLevel(logging.WARNING)
@@ -244,8 +245,9 @@ def optimize_cmd(
             f"p99 {predicted['p99_s']:.2f} s",
             soft_wrap=True,
         )
-    print_caution(console, base.replace(config=tuned_config))
-    print_identification(console, base.replace(config=tuned_config))
+    tuned = base.replace(config=tuned_config)
+    print_caution(console, known_misses(tuned))
+    print_identification(console, identification(tuned))
     _print_decision(console, base, tuned_config)
     write_atomically(output, tuned_config.to_yaml())
     console.print(

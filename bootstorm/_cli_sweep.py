@@ -94,6 +94,7 @@ def sweep_cmd(
     from .calibration import caveat_rows
     from .models import Scenario
     from .optimizers._sweep import SweepGrid, sweep
+    from .workflows import known_misses
 
     if output is not None and output.suffix.lower() not in (".csv", ".parquet"):
         raise ConfigError(f"output: expected a .csv or .parquet file, but got {str(output)!r}")
@@ -141,7 +142,7 @@ def sweep_cmd(
     scenarios = [scenario for scenario, _pool in grid.points()]
     frame["caveats"] = [caveat_rows(s) for s in scenarios]
     console.print(frame_table(f"sweep: {total} storms", frame))
-    print_caution(console, *scenarios)
+    print_caution(console, *(known_misses(s) for s in scenarios))
     if output is not None:
         _write_frame(frame, output)
         console.print(f"table written to [bold]{output}[/]")

@@ -6,21 +6,15 @@ import dataclasses
 import json
 import math
 import os
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import Annotated, Any, cast
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ._io import terminal_console
 from .models import ConfigError
-
-if TYPE_CHECKING:
-    from .models import TunedConfig
 from .models._errors import format_validation_error
 
 __all__ = ["testbed_app"]
@@ -34,63 +28,8 @@ testbed_app = typer.Typer(
 )
 
 
-def _console() -> Console:
-    return terminal_console()
-
-
-def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
-    # SIGTERM unwinds like Ctrl-C, through every finally that removes what was made.
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def _ms(x: float) -> str:
     return "-" if math.isnan(x) else f"{x * 1e3:,.1f}"
-
-
-def run_storm_interruptibly(options: Any, admission: Any, console: Console) -> Any:
-    """Run a storm under a status line; Ctrl-C (or SIGTERM) unwinds through the
-    testbed's cleanup and exits 130, a testbed failure is one line (exit 2)."""
-    from .validation.testbed import TestbedError, run_storm
-
-    # Installed even where SIGINT was ignored (a shell's background job): a
-    # Ctrl-C or kill -INT must always unwind through the cleanup.
-    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with console.status(f"storm of {options.sandboxes} sandboxes …"):
-            return run_storm(options, admission=admission)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted: everything the run made was removed[/]")
-        raise typer.Exit(130) from None
-    except (TestbedError, OSError) as exc:
-        raise ConfigError(f"testbed: {exc}") from None
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def agent_admission(url: str, token_file: Path | None, tuned: TunedConfig | None) -> Any:
-    """An :class:`AgentAdmission` for the agent at ``url``; the tuned config, if
-    given, is pushed to it first so both ends run the same limits and pools."""
-    from .validation.agent.client import AgentClient, AgentError
-    from .validation.testbed import AgentAdmission
-
-    if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"token_file: cannot read {token_file} ({exc.strerror})") from None
-    else:
-        token = os.environ.get("BOOTSTORM_AGENT_TOKEN", "")
-    if not token:
-        raise ConfigError("token: give --token-file or set BOOTSTORM_AGENT_TOKEN for --agent")
-    client = AgentClient(url, token=token)
-    try:
-        if tuned is not None:
-            client.put_config(tuned)
-        client.healthz()
-    except AgentError as exc:
-        raise ConfigError(f"agent: {url}: {exc}") from None
-    return AgentAdmission(client)
 
 
 @testbed_app.command("run")
@@ -195,12 +134,14 @@ def run_cmd(
     """Start SANDBOXES sandboxes at once and print makespan, startup, stages and RTNL contention."""
     from pydantic import ValidationError
 
+    from ._render_node import RichProgress
     from .models import TunedConfig
     from .traces import write_trace
     from .validation.recording import write_chrome_trace
     from .validation.testbed import StormOptions, summarize
+    from .workflows import agent_admission, run_storm_here
 
-    console = _console()
+    console = terminal_console()
     tuned = TunedConfig.from_yaml(config) if config is not None else None
     try:
         options = StormOptions(
@@ -225,7 +166,7 @@ def run_cmd(
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
     admission = agent_admission(agent, token_file, tuned) if agent is not None else None
-    result = run_storm_interruptibly(options, admission, console)
+    result = run_storm_here(options, admission=admission, progress=RichProgress(console))
     if trace is not None:
         write_trace(result.trace, trace)
     if chrome is not None:
@@ -317,7 +258,7 @@ def chrome_cmd(
         )
         recording = simulate(scenario, record=True).recording
     write_chrome_trace(output, measured, simulated=recording, title=trace.name)
-    _console().print(
+    terminal_console().print(
         f"Chrome trace written to [bold]{output}[/] — open it in https://ui.perfetto.dev"
     )
 
@@ -331,7 +272,7 @@ def sweep_cmd() -> None:
     if os.geteuid() != 0:
         raise ConfigError("testbed: sweep-leftovers needs root")
     report = sweep_leftovers()
-    console = _console()
+    console = terminal_console()
     if not report.total:
         console.print("nothing left over")
         return
@@ -371,30 +312,17 @@ def measure_ops_cmd(
 ) -> None:
     """Time each testbed operation alone (serial, idle host) and derive the catalog's costs."""
     from ._io import write_atomically
-    from .validation.testbed import TestbedError
-    from .validation.testbed._vm import VmError
-    from .validation.testbed.ops import measure_operations, testbed_costs_from
+    from ._render_node import RichProgress
+    from .calibration.measured_ops import testbed_costs_from
+    from .workflows.storms import check_measure_options, measure_operations_here
 
-    if repeats < 1:
-        raise ConfigError(f"repeats: must be at least 1, but got {repeats}")
-    if warmup < 0:
-        raise ConfigError(f"warmup: must be at least 0, but got {warmup}")
+    check_measure_options(repeats=repeats, warmup=warmup)
     if output is not None and not output.resolve().parent.is_dir():
         raise ConfigError(f"output: no directory {output.resolve().parent} to write {output.name}")
-    console = _console()
-    # As for a storm: SIGTERM unwinds like Ctrl-C through the cleanup.
-    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with console.status("timing each operation alone …"):
-            times = measure_operations(repeats=repeats, warmup=warmup, vm=vm)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted: everything the measurement made was removed[/]")
-        raise typer.Exit(130) from None
-    except (TestbedError, VmError, OSError) as exc:
-        raise ConfigError(f"testbed: {exc}") from None
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    console = terminal_console()
+    times = measure_operations_here(
+        repeats=repeats, warmup=warmup, vm=vm, progress=RichProgress(console)
+    )
     costs = testbed_costs_from(times)
     if output is not None:
         write_atomically(output, times.to_json())

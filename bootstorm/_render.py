@@ -1,4 +1,7 @@
-"""Rich tables for results (the CLI's only output format besides JSON)."""
+"""Rich tables for results (the CLI's only output format besides JSON).
+
+Renderers read records (:class:`~bootstorm.workflows.WhatIf` and the
+outcomes of :mod:`bootstorm.workflows`); none of them simulates."""
 
 from __future__ import annotations
 
@@ -9,17 +12,18 @@ from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
-from .calibration import FitReport, KnownMiss, ParameterSpread, TargetCheck, caveats
+from .calibration import FitReport, KnownMiss, ParameterSpread, TargetCheck
 from .calibration.identify import IdentificationCaution
-from .models import Profile, Scenario, Traffic, load_profile, ovs_reconfigure_s, qos_resend_s
-from .simulator import LockStats, Result
+from .models import Scenario, ovs_reconfigure_s, qos_resend_s
+from .report import lock_rows
+from .simulator import Result
+from .workflows import Identification, KnownMisses, WhatIf
 
 __all__ = [
     "caveat_table",
     "comparison_table",
     "fit_spread",
     "identification_table",
-    "lock_rows",
     "print_caution",
     "print_identification",
     "result_tables",
@@ -42,7 +46,8 @@ def data_table(
     return t
 
 
-def _headline(scenario: Scenario, result: Result) -> Table:
+def _headline(what: WhatIf) -> Table:
+    scenario, result = what.scenario, what.result
     # Escaped: "[qos 2]" would otherwise be read as rich markup and vanish.
     # No rules: a value that wraps in 80 columns still reads as one sentence.
     t = Table(
@@ -79,7 +84,7 @@ def _headline(scenario: Scenario, result: Result) -> Table:
             f"{name}: waited on {lock.contended_wall_s / result.makespan_s:.0%} of the storm "
             f"(held {lock.hold_s:.1f} s)",
         )
-    costs = load_profile(scenario.profile).costs
+    costs = what.profile.costs
     growth_s = ovs_reconfigure_s(scenario, costs) if costs is not None else 0.0
     if costs is not None and growth_s > 0.0:
         # The planner's warning: this term is quadratic in the vPorts.
@@ -154,36 +159,6 @@ def _stages(result: Result) -> Table:
     return t
 
 
-LockRow = tuple[str, str, int, int, float, float, float, float]
-
-
-def lock_rows(result: Result) -> list[LockRow]:
-    """(lock, kind, acquisitions, contended, wait s, contended wall s, hold s,
-    spin core-s) of each lock taken; a family of one lock per object
-    ("vfio_vf/17") is one row."""
-    groups: dict[str, list[LockStats]] = {}
-    for name, lk in result.locks.items():
-        if lk.acquisitions:
-            family = name.split("/", 1)[0]
-            groups.setdefault(f"{family}/* " if "/" in name else name, []).append(lk)
-    rows = []
-    for name, group in groups.items():
-        label = f"{name}({len(group)} locks)" if name.endswith(" ") else name
-        rows.append(
-            (
-                label,
-                group[0].kind,
-                sum(g.acquisitions for g in group),
-                sum(g.contended for g in group),
-                sum(g.wait_s for g in group),
-                max(g.contended_wall_s for g in group),
-                sum(g.hold_s for g in group),
-                sum(g.spin_core_s for g in group),
-            )
-        )
-    return rows
-
-
 def _locks(result: Result) -> Table:
     t = data_table(
         "locks",
@@ -215,50 +190,13 @@ def _locks(result: Result) -> Table:
     return t
 
 
-#: The known misses about what *tuned* limits gain (seed 000 §5.2: the model
-#: over-predicts the cut and the CPU saved). Limits that make the storm
-#: longer in the model are not tuned limits: these say nothing about them.
-LIMIT_GAIN_MISSES = frozenset({"S0-8/cut", "S0-8/cpu"})
-
-
-def limits_gain_s(scenario: Scenario, result: Result) -> float:
-    """How much shorter the scenario's limits make its storm in the model
-    (negative: longer), against the same storm and seed without them."""
-    from ._api import simulate
-
-    unlimited = simulate(scenario.replace(limits={}), executor="compiled")
-    return float(unlimited.makespan_s - result.makespan_s)
-
-
-def caveats_for(
-    scenario: Scenario, result: Result | None = None
-) -> tuple[tuple[KnownMiss, ...], str | None]:
-    """The known misses ``scenario`` rests on whose condition holds for the
-    run shown (``result``), and a note for one left out (or ``None``).
-
-    S0-8 is about tuned limits the model credits with too much: for limits
-    that make the storm longer than without them it does not apply."""
-    found: tuple[KnownMiss, ...] = caveats(scenario)
-    if result is None or not any(m.key in LIMIT_GAIN_MISSES for m in found):
-        return found, None
-    gain_s = limits_gain_s(scenario, result)
-    if gain_s > 0.0:
-        return found, None
-    kept = tuple(m for m in found if m.key not in LIMIT_GAIN_MISSES)
-    note = (
-        f"these limits make the storm {-gain_s:.2f} s longer in the model than none "
-        f"({result.makespan_s + gain_s:.2f} -> {result.makespan_s:.2f} s): S0-8 (the model "
-        "credits tuned limits with too much) does not apply"
-    )
-    return kept, note
-
-
-def result_tables(scenario: Scenario, result: Result) -> Group:
-    parts: list[Table | str] = [_headline(scenario, result), _stages(result), _locks(result)]
-    found, note = caveats_for(scenario, result)
-    if note is not None:
-        parts.append(f"[dim]limits: {escape(note)}[/]")
-    known = caveat_table(*found)
+def result_tables(what: WhatIf) -> Group:
+    """The storm's headline, stages and locks, and the published figures it
+    rests on that the model misses."""
+    parts: list[Table | str] = [_headline(what), _stages(what.result), _locks(what.result)]
+    if what.known.note is not None:
+        parts.append(f"[dim]limits: {escape(what.known.note)}[/]")
+    known = caveat_table(*what.known.misses)
     if known is not None:
         parts.append(known)
     return Group(*parts)
@@ -294,32 +232,27 @@ def caveat_table(
 
 def print_caution(
     console: Console,
-    *whats: Scenario | Traffic,
+    *known: KnownMisses,
     labels: Sequence[str] | None = None,
-    results: Sequence[Result | None] | None = None,
 ) -> tuple[KnownMiss, ...]:
-    """Print the known misses ``whats`` rest on (nothing if none); return them.
+    """Print the known misses of what-ifs (each from
+    :func:`bootstorm.workflows.known_misses`; nothing if none); return them.
 
     ``labels``: the what-ifs' labels in the table above, named beside each
-    miss that concerns only some of them; ``results``: their runs, for the
-    misses whose condition depends on the run (:func:`caveats_for`)."""
-    runs: Sequence[Result | None] = results if results is not None else [None] * len(whats)
-    per: list[tuple[KnownMiss, ...]] = [
-        caveats_for(w, r)[0] if isinstance(w, Scenario) else caveats(w)
-        for w, r in zip(whats, runs, strict=True)
-    ]
-    known = tuple(dict.fromkeys(m for found in per for m in found))
+    miss that concerns only some of them."""
+    per = [k.misses for k in known]
+    found = tuple(dict.fromkeys(m for misses in per for m in misses))
     concerns: dict[str, list[str]] | None = None
-    if labels is not None and len(whats) > 1:
+    if labels is not None and len(per) > 1:
         concerns = {}
-        for m in known:
-            which = [label for label, found in zip(labels, per, strict=True) if m in found]
-            if len(which) < len(whats):  # one that concerns every row needs no names
+        for m in found:
+            which = [label for label, misses in zip(labels, per, strict=True) if m in misses]
+            if len(which) < len(per):  # one that concerns every row needs no names
                 concerns[m.key] = which
-    table = caveat_table(*known, concerns=concerns)
+    table = caveat_table(*found, concerns=concerns)
     if table is not None:
         console.print(table)
-    return known
+    return found
 
 
 def identification_table(
@@ -349,32 +282,19 @@ def identification_table(
     return t
 
 
-def print_identification(
-    console: Console,
-    scenario: Scenario,
-    *,
-    result: Result | None = None,
-    profile: Profile | None = None,
-) -> tuple[IdentificationCaution, ...]:
-    """Print the unidentified costs that move ``scenario`` beyond its profile's
-    error (nothing if none); return them. ``result``: the what-if already
-    simulated (same seed), so it is not run again."""
-    from .calibration.identify import DEFAULT_ERROR_REL, identification_of, whatif_cautions
-
-    prof = profile if profile is not None else load_profile(scenario.profile)
-    found: tuple[IdentificationCaution, ...] = whatif_cautions(scenario, profile=prof, base=result)
-    table = identification_table(found, testbed=prof.testbed is not None)
+def print_identification(console: Console, found: Identification) -> None:
+    """Print the unidentified costs a what-if rests on (nothing if none),
+    and whether its profile is less precise than a paper row."""
+    table = identification_table(found.cautions, testbed=found.testbed)
     if table is not None:
         console.print(table)
-    error = identification_of(prof).error_rel
-    # A fitted profile that misses its own storms by more than a paper row
-    # (±10%) says so under every what-if: none of its answers is closer.
-    if prof.identification is not None and error > DEFAULT_ERROR_REL:
+    # A fitted profile that misses its own calibration storms by more than a
+    # paper row (±10%) says so under every what-if: none of its answers is closer.
+    if found.imprecise:
         console.print(
             f"[yellow]caution: this profile misses its own calibration storms by up to "
-            f"±{error:.0%}; read this answer to that precision[/]"
+            f"±{found.error_rel:.0%}; read this answer to that precision[/]"
         )
-    return found
 
 
 def comparison_table(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._io import write_atomically
-from .simulator import Recording, Result
+from .simulator import LockStats, Recording, Result
 
 if TYPE_CHECKING:
     from .calibration import KnownMiss
@@ -37,6 +37,7 @@ __all__ = [
     "dataplane_figure",
     "limit_wait_row",
     "lock_figure",
+    "lock_rows",
     "lock_table_html",
     "report_html",
     "stage_comparison_figure",
@@ -140,6 +141,36 @@ def _stage_table(
 
 #: The label of the time a sandbox spends in no stage: at a per-stage limit.
 LIMIT_WAIT_LABEL = "waiting at stage limits"
+
+
+LockRow = tuple[str, str, int, int, float, float, float, float]
+
+
+def lock_rows(result: Result) -> list[LockRow]:
+    """(lock, kind, acquisitions, contended, wait s, contended wall s, hold s,
+    spin core-s) of each lock taken; a family of one lock per object
+    ("vfio_vf/17") is one row."""
+    groups: dict[str, list[LockStats]] = {}
+    for name, lk in result.locks.items():
+        if lk.acquisitions:
+            family = name.split("/", 1)[0]
+            groups.setdefault(f"{family}/* " if "/" in name else name, []).append(lk)
+    rows = []
+    for name, group in groups.items():
+        label = f"{name}({len(group)} locks)" if name.endswith(" ") else name
+        rows.append(
+            (
+                label,
+                group[0].kind,
+                sum(g.acquisitions for g in group),
+                sum(g.contended for g in group),
+                sum(g.wait_s for g in group),
+                max(g.contended_wall_s for g in group),
+                sum(g.hold_s for g in group),
+                sum(g.spin_core_s for g in group),
+            )
+        )
+    return rows
 
 
 def limit_wait_row(result: Result) -> tuple[str, float, float | None, float | None] | None:
@@ -249,8 +280,6 @@ def _lock_rows(
     result, a measured one's (kernel waits only) from its recording."""
     rows: list[tuple[Any, ...]]
     if result is not None:
-        from ._render import lock_rows
-
         rows = [tuple(row) for row in lock_rows(result)]
         header = [
             "lock",

@@ -4,6 +4,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ._fit import FitReport, FreeParameter, ParameterSpread, parameter_spread, unseen_directions
+from .intra_host_dataplane import FREE_PARAMETERS_002, PAPER_002_FIT, fit_paper_002
 from .known_misses import (
     KNOWN_MISSES,
     KnownMiss,
@@ -12,11 +13,10 @@ from .known_misses import (
     caveats_frame,
     known_miss,
 )
-from .paper000 import FREE_PARAMETERS, fit_paper_000, solve_single
-from .paper001 import FREE_PARAMETERS_001, PAPER_001_FIT, TABLE_1, fit_paper_001
-from .paper002 import FREE_PARAMETERS_002, PAPER_002_FIT, fit_paper_002
-from .paper004 import FREE_PARAMETERS_004, PAPER_004_FIT, fit_paper_004
+from .overlay_dataplane import FREE_PARAMETERS_004, PAPER_004_FIT, fit_paper_004
 from .rows import PAPER_ROWS, PaperRow, RowKind, checks_rows, paper_row
+from .software_cni_startup import FREE_PARAMETERS, fit_paper_000, solve_single
+from .sriov_startup import FREE_PARAMETERS_001, PAPER_001_FIT, TABLE_1, fit_paper_001
 from .targets import (
     CHECK_SEEDS,
     FIT_SEEDS,

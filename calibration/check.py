@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from .._params import NonEmpty, Rules, validate
-from ..models import Profile, Scenario, compile_scenario, load_profile
+from ..models import Profile, Scenario, load_profile, run_scenario
 from ..models.sriov import VF_RELATED_STAGES
-from ..simulator import Result, run_with
+from ..simulator import Result
 from .known_misses import KNOWN_MISSES
 from .rows import RowKind, paper_row
 from .targets import FIT_TOLERANCE, PREDICT_TOLERANCE, PaperTarget
@@ -195,7 +195,7 @@ def check_rows(
         def runs(s: Scenario, seed: int = seed, cache: dict[str, Result] = cache) -> Result:
             key = s.model_dump_json()
             if key not in cache:
-                cache[key] = run_with(compile_scenario(s, seed=seed, profile=profile), executor)
+                cache[key] = run_scenario(s, seed=seed, profile=profile, executor=executor)
             return cache[key]
 
         for i, row in enumerate(rows):
@@ -299,7 +299,7 @@ def _paper_000_rows() -> tuple[CheckRow, ...]:
 
 
 def _paper_001_rows() -> tuple[CheckRow, ...]:
-    from .paper001 import PAPER_001_FIT
+    from .sriov_startup import PAPER_001_FIT
 
     p = PREDICT_TOLERANCE
     van, fast, none = _s1("sriov-vanilla"), _s1("fastiov"), _s1("no-network")

@@ -42,8 +42,9 @@ from ..models import (
     UnseenDirection,
     compile_scenario,
     load_profile,
+    run_scenario,
 )
-from ..simulator import Result, StartupSummary, run_with, summarise_concurrently, summarise_with
+from ..simulator import Result, StartupSummary, summarise_concurrently, summarise_with
 from .targets import PaperTarget, check_targets
 
 __all__ = [
@@ -304,7 +305,7 @@ def _resolve(scenario: Scenario, profile: Profile | None) -> Profile:
 
 
 def _run(scenario: Scenario, profile: Profile, seed: int | None, executor: str) -> Result:
-    return run_with(compile_scenario(scenario, seed=seed, profile=profile), executor)
+    return run_scenario(scenario, seed=seed, profile=profile, executor=executor)
 
 
 def _summaries(

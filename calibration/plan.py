@@ -28,14 +28,14 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from .._params import Depends, Interval, OneOf, Rules, validate
-from ..models import Profile, Scenario, TestbedCostTable, TunedConfig, compile_scenario
+from ..models import Profile, Scenario, TestbedCostTable, TunedConfig, run_scenario
 from ..models.testbed import TESTBED_CNIS, TESTBED_STAGES
-from ..simulator import Result, run_with
+from ..simulator import Result
 from ._fit import FreeParameter
 from .identify import unseen_directions_of, visibility
+from .measured_ops import MeasuredCost
 from .trace_fit import (
     STORM_SIGMA,
-    MeasuredCost,
     free_parameters,
     measurement_sigma,
     testbed_template,
@@ -231,13 +231,13 @@ def _jacobian(
     """d log(row) / d log(cost) for the storm's rows, by forward differences."""
     step = 0.1
     scenario = storm.scenario()
-    base = _rows(run_with(compile_scenario(scenario, seed=seed, profile=profile), executor))
+    base = _rows(run_scenario(scenario, seed=seed, profile=profile, executor=executor))
     assert profile.testbed is not None
     cols = []
     for p in params:
         leaf = p.path.split(".", 1)[1]
         moved = profile.with_values({p.path: getattr(profile.testbed, leaf) * math.exp(step)})
-        rows = _rows(run_with(compile_scenario(scenario, seed=seed, profile=moved), executor))
+        rows = _rows(run_scenario(scenario, seed=seed, profile=moved, executor=executor))
         cols.append((rows - base) / step)
     return np.array(cols).T
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .._params import Check, Rules, validate
-from ..models import Profile, Scenario, compile_scenario
-from ..simulator import Result, run_with
+from ..models import Profile, Scenario, run_scenario
+from ..simulator import Result
 from .rows import RowKind
 
 __all__ = [
@@ -334,9 +334,7 @@ def check_targets(
         assert t.scenario is not None and t.metric is not None  # checked when built
         key = t.scenario.model_dump_json()
         if key not in results:
-            results[key] = run_with(
-                compile_scenario(t.scenario, seed=seed, profile=profile), executor
-            )
+            results[key] = run_scenario(t.scenario, seed=seed, profile=profile, executor=executor)
         checks.append(TargetCheck(target=t, model=t.metric.read(results[key])))
     return checks
 

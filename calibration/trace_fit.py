@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -54,16 +54,16 @@ from ..simulator import SERVICE_FAMILIES, Result
 from ..traces import Trace
 from ._fit import FitReport, FreeParameter, LeastSquaresFit, least_squares_fit, parameter_spread
 from .identify import unseen_directions_of
+from .measured_ops import MeasuredCost
 from .targets import Metric, PaperTarget, TargetCheck, check_targets, makespan
 
 __all__ = [
     "AIC_MARGIN",
     "CNI_FREE_PARAMETERS",
     "TRACE_FREE_PARAMETERS",
+    "BootstrapInterval",
     "Comparison",
     "FamilyChoice",
-    "Interval",
-    "MeasuredCost",
     "StormStats",
     "bootstrap_prediction",
     "choose_service_family",
@@ -525,24 +525,6 @@ def choose_service_family(samples: Sequence[ServiceSample]) -> FamilyChoice:
     return FamilyChoice(aic=aic, samples=int(pooled.size), chosen=chosen)
 
 
-class MeasuredCost(Protocol):
-    """A cost timed alone on the node (``bootstorm testbed measure-ops``):
-    ``value`` and its quartiles ``low``..``high`` in seconds, ``how`` it was
-    derived from the timed operations. ``testbed.vm_boot_total_s`` is the
-    sum ``vm_boot_cpu_s + vm_boot_s``."""
-
-    @property
-    def path(self) -> str: ...
-    @property
-    def value(self) -> float: ...
-    @property
-    def low(self) -> float: ...
-    @property
-    def high(self) -> float: ...
-    @property
-    def how(self) -> str: ...
-
-
 #: Sums of costs a measurement times as one (the VM's whole boot).
 _SUMS = {"testbed.vm_boot_total_s": ("vm_boot_cpu_s", "vm_boot_s")}
 
@@ -964,7 +946,7 @@ def fit_trace(
 
 
 @dataclass(frozen=True, kw_only=True)
-class Interval:
+class BootstrapInterval:
     """A prediction and its bootstrap confidence interval."""
 
     point: float
@@ -985,18 +967,17 @@ def bootstrap_prediction(
     seed: int = 0,
     executor: str = "compiled",
     max_evaluations: int = 40,
-) -> Interval:
+) -> BootstrapInterval:
     """``metric`` of ``scenario`` under ``profile``, with a bootstrap interval:
     the trace's sandboxes resampled with replacement, each resample refitted
     (warm-started from ``profile``) and ``scenario`` simulated under it."""
-    from ..models import compile_scenario
-    from ..simulator import run_with
+    from ..models import run_scenario
 
     if not 0.0 < level < 1.0:
         raise ValueError(f"`0 < level < 1` must hold, but got {level=}")
     if resamples < 2:
         raise ValueError(f"`resamples >= 2` must hold, but got {resamples=}")
-    point = metric(run_with(compile_scenario(scenario, seed=seed, profile=profile), executor))
+    point = metric(run_scenario(scenario, seed=seed, profile=profile, executor=executor))
     rng = np.random.default_rng(seed)
     complete = StormStats.of(trace).complete
     samples = []
@@ -1011,10 +992,12 @@ def bootstrap_prediction(
             max_evaluations=max_evaluations,
         )
         samples.append(
-            metric(run_with(compile_scenario(scenario, seed=seed, profile=refit.profile), executor))
+            metric(run_scenario(scenario, seed=seed, profile=refit.profile, executor=executor))
         )
     lo, hi = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
-    return Interval(point=point, low=float(lo), high=float(hi), level=level, samples=tuple(samples))
+    return BootstrapInterval(
+        point=point, low=float(lo), high=float(hi), level=level, samples=tuple(samples)
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -1040,11 +1023,10 @@ def predicted_vs_measured(
     """Makespan, mean and p99 startup and each stage's mean: the recorded storm
     (or several recordings of it, pooled) against the same storm simulated
     under ``profile``."""
-    from ..models import compile_scenario
-    from ..simulator import run_with
+    from ..models import run_scenario
 
     stats = StormStats.of(trace) if isinstance(trace, Trace) else StormStats.pooled(trace)
-    result = run_with(compile_scenario(stats.scenario(), seed=seed, profile=profile), executor)
+    result = run_scenario(stats.scenario(), seed=seed, profile=profile, executor=executor)
     rows = [
         Comparison(metric="makespan_s", measured=stats.makespan_s, predicted=result.makespan_s),
         Comparison(

@@ -14,8 +14,10 @@ from ..simulator import (
     PoolSpec,
     Program,
     ProgramTooLargeError,
+    Result,
     available_memory_bytes,
     compile_program,
+    run_with,
     size_program,
 )
 from ._errors import ConfigError
@@ -37,6 +39,7 @@ __all__ = [
     "compile_scenario",
     "estimate_memory",
     "full_pools",
+    "run_scenario",
     "scenario_stages",
     "service_streams",
 ]
@@ -146,6 +149,20 @@ SIZED_FROM_SANDBOXES = 10_000
 #: MemoryError.
 MEMORY_MARGIN = 1.5
 MIB = 1 << 20
+
+
+def run_scenario(
+    scenario: Scenario,
+    *,
+    seed: SeedLike = None,
+    profile: Profile | None = None,
+    executor: str = "compiled",
+    record: bool = False,
+) -> Result:
+    """``scenario`` compiled (:func:`compile_scenario`) and run by ``executor``
+    (:func:`~bootstorm.simulator.run_with`): the one way every layer above
+    simulates a what-if it does not need the program of."""
+    return run_with(compile_scenario(scenario, seed=seed, profile=profile), executor, record=record)
 
 
 def check_memory(

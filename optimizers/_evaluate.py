@@ -21,24 +21,16 @@ from ..models import (
     ProgramCache,
     Scenario,
     TunedConfig,
-    compile_scenario,
     load_profile,
+    run_scenario,  # re-exported: the search's storms and the facade's are one call
 )
-from ..simulator import ExecutorName, Program, Result, StartupSummary, run_with, summarise_with
+from ..simulator import ExecutorName, Program, StartupSummary, summarise_with
 from ..simulator.executors import check_executor
 from ._objectives import Metrics
 
 __all__ = ["Evaluator", "Robust", "run_scenario"]
 
 Robust = Literal["mean", "worst"]
-
-
-def run_scenario(
-    scenario: Scenario, *, profile: Profile | None = None, executor: str = "compiled"
-) -> Result:
-    """Simulate one storm (what :func:`bootstorm.simulate` does, without the facade)
-    on the executor called ``executor`` (the compiled one by default)."""
-    return run_with(compile_scenario(scenario, profile=profile), executor)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

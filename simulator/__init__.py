@@ -26,11 +26,6 @@ if TYPE_CHECKING:
         available_memory_bytes,
         size_program,
     )
-    from .executor import (
-        DeadlockError,
-        SimPyExecutor,
-        run_program,
-    )
     from .executors import (
         EXECUTOR_NAMES,
         Executor,
@@ -68,6 +63,11 @@ if TYPE_CHECKING:
         Result,
         StageStats,
         StartupStats,
+    )
+    from .simpy_executor import (
+        DeadlockError,
+        SimPyExecutor,
+        run_program,
     )
     from .steps import (
         SERVICE_FAMILIES,
@@ -152,8 +152,8 @@ _SOURCES: dict[str, str] = {
     "available_memory_bytes": "._memory",
     "size_program": "._memory",
     "DeadlockError": "._errors",
-    "SimPyExecutor": ".executor",
-    "run_program": ".executor",
+    "SimPyExecutor": ".simpy_executor",
+    "run_program": ".simpy_executor",
     "EXECUTOR_NAMES": "._names",
     "Executor": ".executors",
     "ExecutorName": "._names",

@@ -1,6 +1,6 @@
 """The compiled executor's loop (``FastExecutor``: "compiled" with numba, "python" interpreted).
 
-The reference's algorithm (:mod:`.executor`, :mod:`.cpu`, :mod:`.locks`)
+The reference's algorithm (:mod:`.simpy_executor`, :mod:`.cpu`, :mod:`.locks`)
 over flat NumPy arrays: the same events in the same order and the same
 float operations in the same order, with other data structures where they
 pop the same order faster. :func:`run_kernel` returns raw counters;

@@ -6,7 +6,7 @@ return the same :class:`~.result.Result` (each passes
 compares them on generated programs):
 
 ``simpy``
-    :class:`~.executor.SimPyExecutor`, the reference: readable, extensible,
+    :class:`~.simpy_executor.SimPyExecutor`, the reference: readable, extensible,
     and the only one that records spans (``record=True``).
 ``compiled``
     :class:`~.fast.FastExecutor`: the reference's algorithm compiled by
@@ -68,7 +68,7 @@ def make_executor(name: str, *, record: bool = False) -> Executor:
 
     match check_executor(name, record=record):
         case "simpy":
-            from .executor import SimPyExecutor
+            from .simpy_executor import SimPyExecutor
 
             return SimPyExecutor(record=record)
         case "compiled":
@@ -97,7 +97,7 @@ def summarise_with(program: Program, executor: str) -> StartupSummary:
     )
     match check_executor(executor):
         case "simpy":
-            from .executor import SimPyExecutor
+            from .simpy_executor import SimPyExecutor
 
             return StartupSummary.of(SimPyExecutor().run(program))
         case "compiled":

@@ -1,7 +1,7 @@
 """The compiled executor: :mod:`._fast_nb`'s event loop, compiled by numba or interpreted.
 
 :class:`FastExecutor` runs the same :class:`Program` as the reference
-:class:`~.executor.SimPyExecutor` and returns the same :class:`Result` (no
+:class:`~.simpy_executor.SimPyExecutor` and returns the same :class:`Result` (no
 recording). The reference's semantics are the spec, down to the order of
 simultaneous events: a lock grant, a gate hand-over or a finished CPU job
 decides *who* goes next, so two events at one time must be processed in the

@@ -134,7 +134,7 @@ class ExecutorContract:
 
     def reference(self, program: Program) -> Result:
         """The SimPy reference's result, which every executor must reproduce."""
-        from .executor import SimPyExecutor
+        from .simpy_executor import SimPyExecutor
 
         return SimPyExecutor().run(program)
 

@@ -60,11 +60,11 @@ from bootstorm.simulator import (
     compile_program,
 )
 from bootstorm.simulator.executors import check_executor
+from bootstorm.traces.operations import OperationTiming
 from bootstorm.validation.agent._cni_pool import CniPoolSettings
 from bootstorm.validation.agent._server import AgentSettings
 from bootstorm.validation.candidates import Candidate
 from bootstorm.validation.testbed.cni import CniNetwork, ExecRecord
-from bootstorm.validation.testbed.ops import OperationTiming
 
 ONE_LINE = re.compile(r"^[A-Za-z_][\w.\[\]]*: must [^\n]+ \(got [^\n]+\)$")
 
@@ -275,7 +275,7 @@ def test_rules_report_the_first_broken_one_in_declared_order() -> None:
 
 def test_the_operation_times_name_the_operation_at_fault() -> None:
     from bootstorm.traces import HostFacts
-    from bootstorm.validation.testbed.ops import OperationTimes
+    from bootstorm.traces.operations import OperationTimes
 
     timing = OperationTiming(name="link_up", samples_s=(0.1, 0.2))
     host = HostFacts(kernel="6", cores=2, memory_mib=1024)

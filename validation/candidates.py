@@ -463,8 +463,7 @@ def compare_candidates(
     (a ranking is of configs at one size).
     """
     from ..calibration.trace_fit import StormStats
-    from ..models import compile_scenario
-    from ..simulator import run_with
+    from ..models import run_scenario
 
     _check_candidates(candidates)
     rows = []
@@ -478,7 +477,7 @@ def compare_candidates(
         except ValueError as exc:
             raise ConfigError(f"measured: candidate {c.name!r}: {exc}") from None
         scenario = stats.scenario()
-        result = run_with(compile_scenario(scenario, seed=seed, profile=profile), executor)
+        result = run_scenario(scenario, seed=seed, profile=profile, executor=executor)
         rows.append(
             CandidateMeasurement(
                 candidate=c,

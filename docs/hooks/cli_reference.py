@@ -51,7 +51,7 @@ def render() -> str:
 
     from bootstorm.cli import app
 
-    root = typer.main.get_command(app)
+    root = typer.main.get_group(app)
     ctx = root.context_class(
         root, info_name="bootstorm", terminal_width=WIDTH, max_content_width=WIDTH
     )

@@ -276,7 +276,7 @@ def test_a_what_if_resting_on_a_missed_row_says_so() -> None:
 
 
 def test_simulate_help_shows_every_default() -> None:
-    from bootstorm.cli import SCENARIO_DEFAULTS
+    from bootstorm._options import SCENARIO_DEFAULTS
     from bootstorm.models import Scenario
 
     default = Scenario()

@@ -10,15 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
-from bootstorm._cli_tune import tune
 from bootstorm.calibration import trace_fit
 from bootstorm.models import ConfigError, Profile, Scenario, TunedConfig, compile_scenario
 from bootstorm.models.testbed import TESTBED_CNIS
 from bootstorm.simulator import run_with
 from bootstorm.traces import HostFacts, Trace
 from bootstorm.validation.recording import from_recording
+from bootstorm.workflows import RecordingProgress, tune
 
 
 def node(**values: float) -> Profile:
@@ -75,7 +74,7 @@ def _tune(tmp_path: Path, truth: Profile, model: Profile, **kw: Any) -> Any:
         "trace_dir": tmp_path / "runs",
         "report": tmp_path / "tune.html",
         "vm": False,
-        "console": Console(width=120, record=True),
+        "progress": RecordingProgress(),
         "run_storm": SimulatedNode(truth),
     }
     args.update(kw)

@@ -15,7 +15,7 @@ from bootstorm.calibration import (
     check_targets,
     known_miss,
 )
-from bootstorm.calibration.paper002 import pairs_traffic
+from bootstorm.calibration.intra_host_dataplane import pairs_traffic
 from bootstorm.models import load_profile
 from bootstorm.models.softirq import DataplaneResult, solve_on_profile
 

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def plan_profile() -> Profile:
-    from bootstorm._cli_calibrate import load_measured
+    from bootstorm.workflows import load_measured
 
     traces = [read_trace(p) for p in sorted((DATA / "plan").glob("*.jsonl.gz"))]
     assert len(traces) == 30

@@ -19,13 +19,13 @@ from bootstorm.models import TunedConfig
 from bootstorm.validation._names import owned_link, owned_netns
 from bootstorm.validation.agent import (
     POOL_KINDS,
+    AgentAdmission,
     AgentClient,
     AgentSettings,
     CniPoolSettings,
     create_app,
 )
 from bootstorm.validation.agent._pools import CniPlumbing, Device, NetlinkDevices, pool_names
-from bootstorm.validation.testbed import AgentAdmission
 from bootstorm.validation.testbed.admission import CniPooledNetns
 
 TOKEN = "test-token-0123456789abcdef"

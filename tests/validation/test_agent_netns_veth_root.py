@@ -122,7 +122,8 @@ def test_a_restart_sweeps_a_killed_agents_netns_veth(pool_id: int, tmp_path: Pat
 
 
 def test_a_testbed_storm_served_by_the_agents_netns_veth(pool_id: int, tmp_path: Path) -> None:
-    from bootstorm.validation.testbed import AgentAdmission, StormOptions, run_storm
+    from bootstorm.validation.agent import AgentAdmission
+    from bootstorm.validation.testbed import StormOptions, run_storm
 
     config = TunedConfig(pools={"netns-veth": 6})
     with (

@@ -480,10 +480,10 @@ def test_trace_out_keeps_every_run_as_it_ends(
     files: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The run path of the command, with the testbed replaced by synthetic storms."""
-    import bootstorm._cli_validate as cli_validate
+    import bootstorm.workflows.validate as validate_workflow
 
     fake = FakeStorms({"baseline": 1.0, "pool": 0.5})
-    monkeypatch.setattr(cli_validate, "interruptible_runner", lambda console, **_: fake)
+    monkeypatch.setattr(validate_workflow, "candidate_runner", lambda **_: fake)
     monkeypatch.chdir(files)
     argv = ["validate", "--candidates", "pool.yaml", "--profile", "local.yaml", "--sandboxes", "5"]
     argv += ["--repeat", "2", "--trace-out", "out", "--no-vm", "--executor", EXECUTOR]

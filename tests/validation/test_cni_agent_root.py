@@ -37,8 +37,8 @@ def _leases(pool_id: int) -> set[str]:
 
 
 def test_a_cni_storm_takes_the_agents_plumbed_namespaces(tmp_path: Path) -> None:
-    from bootstorm.validation.agent import AgentClient
-    from bootstorm.validation.testbed import AgentAdmission, StormOptions, run_storm
+    from bootstorm.validation.agent import AgentAdmission, AgentClient
+    from bootstorm.validation.testbed import StormOptions, run_storm
 
     pool_id = free_pool_id()
     links_before = _host_links()

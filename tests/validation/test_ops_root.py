@@ -56,12 +56,9 @@ def _objects_of(run: str) -> list[str]:
 
 
 def test_every_operation_timed_and_nothing_left() -> None:
-    from bootstorm.validation.testbed.ops import (
-        OPERATIONS,
-        OperationTimes,
-        measure_operations,
-        testbed_costs_from,
-    )
+    from bootstorm.calibration.measured_ops import testbed_costs_from
+    from bootstorm.traces.operations import OPERATIONS, OperationTimes
+    from bootstorm.validation.testbed.ops import measure_operations
 
     times = measure_operations(repeats=5, warmup=1, vm=False)
     assert times.run is not None
@@ -117,7 +114,7 @@ def test_cli_writes_the_file(tmp_path: Path) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    from bootstorm.validation.testbed.ops import OperationTimes
+    from bootstorm.traces.operations import OperationTimes
 
     times = OperationTimes.from_json(out.read_text())
     assert times.repeats == 2 and times.vm_mode == "process"

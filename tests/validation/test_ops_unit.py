@@ -11,18 +11,20 @@ from typing import Any
 
 import pytest
 
-from bootstorm.traces import HostFacts
-from bootstorm.validation.testbed._errors import TestbedError
-from bootstorm.validation.testbed.ops import (
+from bootstorm.calibration.measured_ops import (
     CLIP_S,
-    CNI_OPERATIONS,
-    OPERATIONS,
     RTNL_NETNS_HOLD_DEFAULT_S,
-    OperationTimes,
-    OperationTiming,
-    measure_operations,
     testbed_costs_from,
 )
+from bootstorm.traces import HostFacts
+from bootstorm.traces.operations import (
+    CNI_OPERATIONS,
+    OPERATIONS,
+    OperationTimes,
+    OperationTiming,
+)
+from bootstorm.validation.testbed._errors import TestbedError
+from bootstorm.validation.testbed.ops import measure_operations
 
 HOST = HostFacts(kernel="6.1.0-test", cores=2, memory_mib=2048, hostname="h")
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)

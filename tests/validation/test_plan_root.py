@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 pytestmark = [
     pytest.mark.root,
@@ -24,7 +23,7 @@ pytestmark = [
 
 def _small_plan(tmp_path: Path, ops: Path, *, pool_kind: str, runtime: str) -> Any:
     """A plan of 8 sandboxes, one run each, one pool kind and one limit, fitted."""
-    from bootstorm._cli_calibrate import calibrate_plan
+    from bootstorm.workflows import RecordingProgress, calibrate_plan
 
     return calibrate_plan(
         sandboxes=8,
@@ -38,7 +37,7 @@ def _small_plan(tmp_path: Path, ops: Path, *, pool_kind: str, runtime: str) -> A
         dry_run=False,
         vm=False,
         max_evaluations=40,
-        console=Console(width=120, record=True),
+        progress=RecordingProgress(),
         runtime=runtime,
     )
 
@@ -72,8 +71,9 @@ def test_a_small_cni_plan_predicts_a_held_out_plumbed_pool_storm(tmp_path: Path)
     namespaces from a pool, which no plan storm ran at that size, predicted."""
     from bootstorm.calibration.trace_fit import predicted_vs_measured
     from bootstorm.models import TunedConfig
+    from bootstorm.traces.operations import CNI_OPERATIONS, OPERATIONS
     from bootstorm.validation.testbed import StormOptions, run_storm
-    from bootstorm.validation.testbed.ops import CNI_OPERATIONS, OPERATIONS, measure_operations
+    from bootstorm.validation.testbed.ops import measure_operations
 
     ops = tmp_path / "ops.json"
     chosen = tuple(o for o in OPERATIONS if o in CNI_OPERATIONS or not o.startswith("vm_"))

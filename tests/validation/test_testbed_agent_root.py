@@ -14,7 +14,8 @@ import pytest
 from conftest import TOKEN, free_pool_id, process_agent
 
 from bootstorm.models import TunedConfig
-from bootstorm.validation.testbed import AgentAdmission, StormOptions, run_storm
+from bootstorm.validation.agent import AgentAdmission
+from bootstorm.validation.testbed import StormOptions, run_storm
 
 pytestmark = [
     pytest.mark.root,

@@ -44,12 +44,13 @@ class _Calls:
     """Who created a namespace and who moved a link, by thread name."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from bootstorm.validation.testbed import driver
+        from bootstorm.validation.testbed import _namespaced, threads_runtime
+        from bootstorm.validation.testbed.threads_runtime import ThreadsRuntime
 
         self.netns: Counter[str] = Counter()
         self.moves = 0
-        create = driver.create_netns_here
-        move = driver._Storm._move_in
+        create = threads_runtime.create_netns_here
+        move = ThreadsRuntime._move_in
 
         def counted_create(name: str) -> int:
             self.netns["prepare" if _in_main() else "sandbox"] += 1
@@ -60,8 +61,9 @@ class _Calls:
             self.moves += 1
             move(storm, sb, name)
 
-        monkeypatch.setattr(driver, "create_netns_here", counted_create)
-        monkeypatch.setattr(driver._Storm, "_move_in", counted_move)
+        monkeypatch.setattr(threads_runtime, "create_netns_here", counted_create)
+        monkeypatch.setattr(_namespaced, "create_netns_here", counted_create)
+        monkeypatch.setattr(ThreadsRuntime, "_move_in", counted_move)
 
 
 def _in_main() -> bool:
@@ -71,17 +73,17 @@ def _in_main() -> bool:
 def test_a_storm_on_a_netns_veth_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     from bootstorm.models import TunedConfig
     from bootstorm.validation.testbed import StormOptions, run_storm, summarize
-    from bootstorm.validation.testbed.driver import _Storm
+    from bootstorm.validation.testbed.threads_runtime import ThreadsRuntime
 
     calls = _Calls(monkeypatch)
     taken: list[tuple[int, str, str]] = []
-    netns_stage = _Storm._netns
+    netns_stage = ThreadsRuntime.netns
 
     def recorded(storm: Any, sb: Any) -> None:
         netns_stage(storm, sb)
         taken.append((sb.index, str(sb.netns), str(sb.host_end)))
 
-    monkeypatch.setattr(_Storm, "_netns", recorded)
+    monkeypatch.setattr(ThreadsRuntime, "netns", recorded)
     config = TunedConfig(pools={"netns-veth": 6})
     result = run_storm(StormOptions(sandboxes=6, vm=False, kernel_trace=False, config=config))
     assert result.failures == ()
@@ -120,12 +122,12 @@ def test_a_failed_storm_leaves_no_netns_veth(monkeypatch: pytest.MonkeyPatch) ->
     it removed, and so are the ones nobody took."""
     from bootstorm.models import TunedConfig
     from bootstorm.validation.testbed import StormOptions, run_storm
-    from bootstorm.validation.testbed.driver import _Storm
+    from bootstorm.validation.testbed.threads_runtime import ThreadsRuntime
 
     def broken(storm: Any, sb: Any) -> None:
         raise RuntimeError("no cgroup today")
 
-    monkeypatch.setattr(_Storm, "_cgroup", broken)
+    monkeypatch.setattr(ThreadsRuntime, "cgroup", broken)
     config = TunedConfig(pools={"netns-veth": 5})
     result = run_storm(StormOptions(sandboxes=3, vm=False, kernel_trace=False, config=config))
     assert len(result.failures) == 3 and all("no cgroup today" in f for f in result.failures)

@@ -92,10 +92,11 @@ def test_admit_span_only_where_a_stage_is_gated(limited: bool) -> None:
     """A pause before an unlimited stage (the host's, say a busy core) is no
     admission wait: a storm without limits records no admits (the CI flake of
     a pooled CNI storm, AddCNI among its admits)."""
-    from bootstorm.validation.testbed.driver import _Sandbox, _Storm
+    from bootstorm.validation.testbed.driver import _Storm
+    from bootstorm.validation.testbed.runtime import Sandbox
 
     storm = SimpleNamespace(stop=threading.Event(), run="r", admission=_SlowGate(limited=limited))
-    sb = _Sandbox(0)
+    sb = Sandbox(index=0)
     _Storm._stage(storm, sb, "AddCNI", lambda sb: None)  # type: ignore[arg-type]
     assert [s.stage for s in sb.spans] == ["AddCNI"]
     assert [(a.stage, a.end_s - a.start_s >= 0.004) for a in sb.admits] == (

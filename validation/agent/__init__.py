@@ -10,6 +10,7 @@ from ._cni_pool import CniPoolSettings
 from ._protocol import DEFAULT_WAIT_S, MAX_WAIT_S, POOL_KINDS
 from ._runner import agent_in_thread
 from ._server import AgentSettings, create_app, serve
+from .admission import AgentAdmission
 from .client import AgentClient, AgentError, Lease, PooledDevice, StageLease
 from .inventory import Inventory, InventoryNode, PushResult, push_config
 
@@ -17,6 +18,7 @@ __all__ = [
     "DEFAULT_WAIT_S",
     "MAX_WAIT_S",
     "POOL_KINDS",
+    "AgentAdmission",
     "AgentClient",
     "AgentError",
     "AgentSettings",

@@ -5,7 +5,7 @@ saves a sandbox that work must hold namespaces whose ADD is done. Started
 with ``--cni bridge`` (or ``ptp``), the agent keeps a network of its own:
 
 * ``bsp<id>br``, the bridge plugin's bridge (made up front, its gateway
-  address on it, as :func:`~bootstorm.validation.testbed._cni_stages.make_bridge`
+  address on it, as :func:`~bootstorm.validation.testbed.networks.make_bridge`
   makes a testbed run's);
 * a subnet no route, address or other CNI state on the host uses, claimed as
   a testbed run claims one (under the sweep lock, saved in
@@ -77,7 +77,7 @@ def agent_network_name(pool_id: int) -> str:
 
 
 def agent_state_dir(pool_id: int) -> Path:
-    from ..testbed._leftovers import CNI_STATE_DIR
+    from ..testbed.networks import CNI_STATE_DIR
 
     return CNI_STATE_DIR / f"agent-{pool_id}"
 
@@ -111,7 +111,7 @@ class CniDevices(NetlinkDevices):
         again if gone; None if there is none this agent can plumb with."""
         import json
 
-        from ..testbed._cni_stages import make_bridge
+        from ..testbed.networks import make_bridge
 
         try:
             saved = json.loads((self._state_dir / "run.json").read_text())
@@ -128,8 +128,8 @@ class CniDevices(NetlinkDevices):
     def _ensure_network(self) -> Any:
         if self._network is not None:
             return self._network
-        from ..testbed._cni_stages import claim_network, make_bridge
         from ..testbed.cni import build_network
+        from ..testbed.networks import claim_network, make_bridge
 
         in_use = self._namespaces_in_use()
         if in_use:
@@ -173,7 +173,7 @@ class CniDevices(NetlinkDevices):
 
     def _saved_network(self) -> Any:
         """The network a killed agent of this id saved, or None."""
-        from ..testbed._leftovers import read_saved_network
+        from ..testbed.networks import read_saved_network
 
         try:
             return read_saved_network(self._state_dir).network

@@ -6,22 +6,25 @@ removes what a killed run left. Needs root; the module imports without it.
 """
 
 from ._leftovers import SweepReport, sweep_leftovers, sweep_lock
-from .admission import Admission, AgentAdmission, LocalAdmission
+from .admission import Admission, LocalAdmission
 from .driver import STAGES, StormOptions, StormResult, TestbedError, run_storm
+from .runtime import StormRuntime, register_runtime, runtime_names
 from .summary import LockSummary, StormSummary, summarize
 
 __all__ = [
     "STAGES",
     "Admission",
-    "AgentAdmission",
     "LocalAdmission",
     "LockSummary",
     "StormOptions",
     "StormResult",
+    "StormRuntime",
     "StormSummary",
     "SweepReport",
     "TestbedError",
+    "register_runtime",
     "run_storm",
+    "runtime_names",
     "summarize",
     "sweep_leftovers",
     "sweep_lock",

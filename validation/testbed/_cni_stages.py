@@ -32,11 +32,10 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +45,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ...traces import ExecSpan, StageSpan
-from ._leftovers import CNI_STATE_DIR, SHIM_SCRIPT, RunNames, sweep_lock
+from ._leftovers import SHIM_SCRIPT, RunNames
 from ._netns import NETNS_RUN_DIR, create_netns_here
 from ._vm import BOOT_TIMEOUT_S, MARKER, VmRunner
 from .admission import CniPooledNetns
@@ -63,8 +62,8 @@ from .cni import (
     delete_logged,
     discover_bin_dir,
     parse_result,
-    pick_subnet,
 )
+from .networks import CNI_STATE_DIR, IFNAME, claim_network, make_bridge
 from .options import StormOptions
 
 __all__ = [
@@ -84,7 +83,6 @@ log = logging.getLogger(__name__)
 #: no ``site`` (the editable install's import hook would cost ~20 ms a start):
 #: a bare interpreter, as cheap as Python starts.
 SHIM_FLAGS = ("-I", "-S")
-IFNAME = "eth0"
 TAP = "tap0"
 #: A shim told to stop (stdin closed) gets this long before SIGTERM, then SIGKILL.
 SHIM_STOP_WAIT_S = 5.0
@@ -180,75 +178,6 @@ def _span(record: ExecRecord, *, sandbox: int | None, stage: str) -> ExecSpan:
         start_s=record.start_s,
         end_s=record.end_s,
     )
-
-
-def _host_networks() -> list[ipaddress.IPv4Network]:
-    """Every IPv4 prefix routed or addressed on the host (the default route aside)."""
-    nets = []
-    with IPRoute() as ipr:
-        for route in ipr.route("dump", family=socket.AF_INET):
-            dst = route.get_attr("RTA_DST")
-            if dst and route["dst_len"] > 0:
-                nets.append(ipaddress.IPv4Network(f"{dst}/{route['dst_len']}", strict=False))
-        for addr in ipr.get_addr(family=socket.AF_INET):
-            a = addr.get_attr("IFA_ADDRESS")
-            if a:
-                nets.append(ipaddress.IPv4Network(f"{a}/{addr['prefixlen']}", strict=False))
-    return nets
-
-
-def _other_runs_subnets() -> list[ipaddress.IPv4Network]:
-    nets = []
-    for saved in CNI_STATE_DIR.glob("*/run.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            nets.append(ipaddress.IPv4Network(json.loads(saved.read_text())["subnet"]))
-    return nets
-
-
-def claim_network(
-    state_dir: Path,
-    network_on: Callable[[ipaddress.IPv4Network], CniNetwork],
-    *,
-    bin_dir: Path,
-) -> tuple[ipaddress.IPv4Network, CniNetwork]:
-    """A subnet no route, address or other CNI state directory on the host
-    uses, and the network ``network_on`` builds on it, saved as
-    ``state_dir/run.json`` (the sweep's way to DEL what it holds, and other
-    runs' and agents' way to keep off its subnet). Two claims at once must
-    not take one subnet: both hold the sweep lock."""
-    with sweep_lock():
-        subnet = pick_subnet([*_host_networks(), *_other_runs_subnets()])
-        state_dir.mkdir(parents=True, exist_ok=False)
-        network = network_on(subnet)
-        saved = {
-            "conflist": network.conflist(),
-            "bin_dir": str(bin_dir),
-            "subnet": str(subnet),
-            "ifname": IFNAME,
-        }
-        tmp = state_dir / "run.json.tmp"
-        tmp.write_text(json.dumps(saved, indent=1) + "\n")
-        tmp.replace(state_dir / "run.json")
-    return subnet, network
-
-
-def make_bridge(ipr: Any, name: str, subnet: ipaddress.IPv4Network) -> None:
-    """The bridge plugin's bridge, made before any ADD, with the subnet's
-    first address as its gateway, up.
-
-    A node's bridge exists before a storm (the first ADD made it long ago);
-    made here, the storm's ADDs find it instead of racing to create it. Its
-    MAC is set: a bridge takes the lowest MAC of its ports otherwise, and
-    each ADD's result names the bridge's MAC, which CHECK compares, so it
-    must not move as later sandboxes join.
-    """
-    ipr.link("add", ifname=name, kind="bridge")
-    (idx,) = ipr.link_lookup(ifname=name)
-    (link,) = ipr.get_links(idx)
-    ipr.link("set", index=idx, address=link.get_attr("IFLA_ADDRESS"))
-    gateway = next(subnet.hosts())
-    ipr.addr("add", index=idx, address=str(gateway), prefixlen=subnet.prefixlen)
-    ipr.link("set", index=idx, state="up")
 
 
 class CniRuntime:

@@ -56,6 +56,7 @@ __all__ = [
     "build_network",
     "check",
     "delete",
+    "delete_logged",
     "discover_bin_dir",
     "exec_plugin",
     "parse_result",

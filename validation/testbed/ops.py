@@ -27,6 +27,11 @@ are deleted after each repetition, which is synchronous); only
 ``netns_create`` makes fresh namespaces, ``bst-<run>-<k>``, kept until its
 block ends so that their asynchronous teardown overlaps none of its samples.
 The run is registered like a storm, so a killed measurement is swept.
+
+What the bench returns is a recorded measurement,
+:class:`~bootstorm.traces.operations.OperationTimes` (the bottom layer, with
+its JSON form); the catalog's costs it determines are the calibration's
+business (:func:`bootstorm.calibration.measured_ops.testbed_costs_from`).
 """
 
 from __future__ import annotations
@@ -44,17 +49,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Literal, cast
+from typing import Any
 
 import numpy as np
 from pyroute2 import IPRoute
 
-from ..._params import Depends, Each, Interval, NonEmpty, OneOf, Rules, Satisfies, validate
-from ...traces import HostFacts
+from ...traces.operations import (
+    CNI_OPERATIONS,
+    OPERATIONS,
+    OperationTimes,
+    OperationTiming,
+    VmMode,
+    check_count,
+)
 from .._names import CGROUP_PARENT
 from ._cgroup import CgroupError, add_process, cgroup2_root, remove_tree
 from ._errors import TestbedError
@@ -71,61 +82,14 @@ from ._netns import create_netns_here, entered, remove_netns
 from ._tap import TUNSETIFF, ifreq
 from ._vm import VmRunner, build_stub, stop, vm_available
 
-__all__ = [
-    "CLIP_S",
-    "CNI_OPERATIONS",
-    "OPERATIONS",
-    "RTNL_NETNS_HOLD_DEFAULT_S",
-    "VM_MODES",
-    "MeasuredCost",
-    "OperationTimes",
-    "OperationTiming",
-    "measure_operations",
-    "testbed_costs_from",
-]
+__all__ = ["measure_operations"]
 
 log = logging.getLogger(__name__)
 
-#: The operations timed, in the order they run.
-OPERATIONS = (
-    "netlink_noop",
-    "netns_create",
-    "veth_in_netns",
-    "veth_on_host",
-    "move_into_netns",
-    "link_up",
-    "addr_add",
-    "tap_create",
-    "tc_qdisc",
-    "tc_filter",
-    "cgroup_mkdir",
-    "cgroup_attach",
-    "vm_spawn",
-    "vm_up",
-    # The CNI runtime's processes (``testbed run --runtime cni``).
-    "process_spawn",
-    "cni_exec",
-    "ipam_add",
-    "tc_exec",
-    "shim_start",
-)
 _VM_OPERATIONS = frozenset({"vm_spawn", "vm_up"})
-#: The CNI runtime's operations: run only where the CNI plugins are installed.
-CNI_OPERATIONS = frozenset({"process_spawn", "cni_exec", "ipam_add", "tc_exec", "shim_start"})
 #: host-local only writes its lease files for this range: no address is configured.
 _OPS_IPAM_SUBNET = "10.254.0.0/24"
 _CGROUP_OPERATIONS = frozenset({"cgroup_mkdir", "cgroup_attach"})
-VmMode = Literal["qemu-microvm", "process"]
-VM_MODES: tuple[VmMode, ...] = ("qemu-microvm", "process")
-
-#: A derived cost never goes below this (a difference of two noisy medians can).
-CLIP_S = 1e-6
-#: RTNL's hold while ``setup_net`` registers the loopback: not separable from
-#: the rest of ``unshare`` by timing it from user space, so the fit's start
-#: value (``calibration/trace_fit.py``, ``testbed_template``) is subtracted.
-RTNL_NETNS_HOLD_DEFAULT_S = 5e-4
-
-_SCHEMA_VERSION = 1
 # As the driver's: every namespace is isolated, so every sandbox uses the same.
 _INNER_IF = "eth0"
 _TAP_IF = "tap0"
@@ -138,444 +102,6 @@ _SETTLE_MAX_S = 10.0
 _BUSY_CORES = 0.25
 #: A helper process moved into a cgroup lives at most this long (it is killed sooner).
 _HELPER_SLEEP_S = 60
-
-
-# -- the timings ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class OperationTiming:
-    """The timed repetitions of one operation, in seconds (warm-up excluded)."""
-
-    name: str
-    samples_s: tuple[float, ...]
-
-    __rules__: ClassVar[Rules] = Rules(
-        name=OneOf(OPERATIONS),
-        samples_s=(NonEmpty(), Each(Interval(float, 0, closed="neither", unit="s"))),
-    )
-
-    def __post_init__(self) -> None:
-        validate(self)
-
-    def _percentile_s(self, q: float) -> float:
-        return float(np.percentile(np.asarray(self.samples_s, dtype=float), q))
-
-    @property
-    def median_s(self) -> float:
-        return self._percentile_s(50.0)
-
-    @property
-    def q25_s(self) -> float:
-        """First quartile (linear interpolation between samples, numpy's default)."""
-        return self._percentile_s(25.0)
-
-    @property
-    def q75_s(self) -> float:
-        return self._percentile_s(75.0)
-
-
-@dataclass(frozen=True, kw_only=True)
-class OperationTimes:
-    """One measurement of the operations on one host: what :func:`measure_operations` returns
-    and ``bootstorm testbed measure-ops --output`` writes."""
-
-    timings: tuple[OperationTiming, ...]
-    host: HostFacts
-    vm_mode: VmMode
-    created_at: datetime
-    repeats: int
-    warmup: int = 0
-    #: The run id its objects were named with (``bst-<run>-…``).
-    run: str | None = None
-    notes: tuple[str, ...] = ()
-
-    __rules__: ClassVar[Rules] = Rules(
-        repeats=Interval(int, 1),
-        warmup=Interval(int, 0),
-        vm_mode=OneOf(VM_MODES),
-        created_at=Satisfies(lambda t: t.tzinfo is not None, "must be a time with its UTC offset"),
-        timings=(
-            Satisfies(
-                lambda ts: len({t.name for t in ts}) == len(ts),
-                "must time each operation once",
-                shown=lambda ts: f"{_repeated(t.name for t in ts)} twice",
-            ),
-            Depends(
-                lambda o: Each(
-                    Satisfies(
-                        lambda t: len(t.samples_s) == o.repeats,
-                        f"must hold repeats={o.repeats} samples",
-                        shown=lambda t: f"{t.name}.samples_s with {len(t.samples_s)}",
-                    )
-                )
-            ),
-        ),
-    )
-
-    def __post_init__(self) -> None:
-        validate(self)
-
-    def __getitem__(self, name: str) -> OperationTiming:
-        for t in self.timings:
-            if t.name == name:
-                return t
-        raise KeyError(f"{name!r} was not measured; measured: {', '.join(self.names) or 'nothing'}")
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.names
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(t.name for t in self.timings)
-
-    def to_json(self) -> str:
-        data = {
-            "schema_version": _SCHEMA_VERSION,
-            "created_at": self.created_at.isoformat(),
-            "run": self.run,
-            "host": self.host.model_dump(mode="json"),
-            "vm_mode": self.vm_mode,
-            "repeats": self.repeats,
-            "warmup": self.warmup,
-            "notes": list(self.notes),
-            "timings": [{"name": t.name, "samples_s": list(t.samples_s)} for t in self.timings],
-        }
-        return json.dumps(data, indent=2, allow_nan=False) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> OperationTimes:
-        """Parse what :meth:`to_json` wrote; a :class:`ValueError` names the bad field."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"(top level): not JSON: {exc}") from None
-        obj = _object(data, "(top level)")
-        version = _get(obj, "schema_version", "")
-        if version != _SCHEMA_VERSION:
-            raise ValueError(f"schema_version: expected {_SCHEMA_VERSION}, but got {version!r}")
-        stamp = _get(obj, "created_at", "")
-        try:
-            created_at = datetime.fromisoformat(_string(stamp, "created_at"))
-        except ValueError:
-            raise ValueError(f"created_at: expected an ISO 8601 time, but got {stamp!r}") from None
-        run = obj.get("run")
-        if run is not None:
-            run = _string(run, "run")
-        host_obj = _object(_get(obj, "host", ""), "host")
-        kernel = _string(_get(host_obj, "kernel", "host."), "host.kernel")
-        cores = _integer(_get(host_obj, "cores", "host."), "host.cores", minimum=1)
-        memory = _integer(_get(host_obj, "memory_mib", "host."), "host.memory_mib", minimum=1)
-        hostname = host_obj.get("hostname")
-        if hostname is not None:
-            hostname = _string(hostname, "host.hostname")
-        notes = obj.get("notes", [])
-        if not isinstance(notes, list):
-            raise ValueError(f"notes: expected a list of strings, but got {notes!r}")
-        raw_timings = _get(obj, "timings", "")
-        if not isinstance(raw_timings, list):
-            raise ValueError(f"timings: expected a list, but got {_short(raw_timings)}")
-        timings = []
-        for i, raw in enumerate(raw_timings):
-            where = f"timings[{i}]"
-            entry = _object(raw, where)
-            name = _string(_get(entry, "name", f"{where}."), f"{where}.name")
-            if name not in OPERATIONS:
-                raise ValueError(
-                    f"{where}.name: unknown operation {name!r}; known: {', '.join(OPERATIONS)}"
-                )
-            samples = _get(entry, "samples_s", f"{where}.")
-            if not isinstance(samples, list):
-                raise ValueError(f"{where}.samples_s: expected a list, but got {_short(samples)}")
-            for j, x in enumerate(samples):
-                if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0:
-                    raise ValueError(
-                        f"{where}.samples_s[{j}]: expected a positive duration in seconds, "
-                        f"but got {x!r}"
-                    )
-            timings.append(OperationTiming(name=name, samples_s=tuple(float(x) for x in samples)))
-        vm_mode = _get(obj, "vm_mode", "")
-        if vm_mode not in VM_MODES:
-            raise ValueError(f"vm_mode: expected one of {', '.join(VM_MODES)}, but got {vm_mode!r}")
-        return cls(
-            timings=tuple(timings),
-            host=HostFacts(kernel=kernel, cores=cores, memory_mib=memory, hostname=hostname),
-            vm_mode=cast(VmMode, vm_mode),
-            created_at=created_at,
-            repeats=_integer(_get(obj, "repeats", ""), "repeats", minimum=1),
-            warmup=_integer(_get(obj, "warmup", ""), "warmup", minimum=0) if "warmup" in obj else 0,
-            run=run,
-            notes=tuple(_string(n, f"notes[{k}]") for k, n in enumerate(notes)),
-        )
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"a {type(value).__name__}: {text[:40]}…"
-
-
-def _object(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: expected a JSON object, but got {_short(value)}")
-    return value
-
-
-def _get(obj: Mapping[str, Any], key: str, prefix: str) -> Any:
-    if key not in obj:
-        raise ValueError(f"{prefix}{key}: missing")
-    return obj[key]
-
-
-def _string(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: expected a string, but got {_short(value)}")
-    return value
-
-
-def _repeated(names: Iterable[str]) -> str:
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            return name
-        seen.add(name)
-    return "none"
-
-
-def _integer(value: object, where: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{where}: expected an integer of at least {minimum}, but got {value!r}")
-    return value
-
-
-# -- the costs they give ---------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class MeasuredCost:
-    """One cost of the testbed catalog, as measured: ``value`` from medians,
-    ``low``/``high`` from the quartiles (all seconds), and ``how`` in one line."""
-
-    path: str
-    value: float
-    low: float
-    high: float
-    how: str
-
-
-@dataclass(frozen=True)
-class _Stat:
-    """A median with its quartiles, seconds; differences widen the interval."""
-
-    median_s: float
-    q25_s: float
-    q75_s: float
-
-    @classmethod
-    def of(cls, samples_s: Sequence[float]) -> _Stat:
-        a = np.asarray(samples_s, dtype=float)
-        return cls(
-            float(np.percentile(a, 50.0)),
-            float(np.percentile(a, 25.0)),
-            float(np.percentile(a, 75.0)),
-        )
-
-    def minus(self, other: _Stat) -> _Stat:
-        """The two measured apart: low is this one's q25 less the other's q75, high the reverse."""
-        return _Stat(
-            self.median_s - other.median_s,
-            self.q25_s - other.q75_s,
-            self.q75_s - other.q25_s,
-        )
-
-    def minus_const(self, c_s: float) -> _Stat:
-        return _Stat(self.median_s - c_s, self.q25_s - c_s, self.q75_s - c_s)
-
-    def mean_with(self, other: _Stat) -> _Stat:
-        return _Stat(
-            (self.median_s + other.median_s) / 2,
-            (self.q25_s + other.q25_s) / 2,
-            (self.q75_s + other.q75_s) / 2,
-        )
-
-
-def _cost(path: str, stat: _Stat, how: str) -> MeasuredCost:
-    clipped = [
-        f"{label} (was {x:.3g} s)"
-        for label, x in (("value", stat.median_s), ("low", stat.q25_s), ("high", stat.q75_s))
-        if x < CLIP_S
-    ]
-    if clipped:
-        how += f"; clipped at {CLIP_S:g} s: {', '.join(clipped)}"
-    return MeasuredCost(
-        path=path,
-        value=max(CLIP_S, stat.median_s),
-        low=max(CLIP_S, stat.q25_s),
-        high=max(CLIP_S, stat.q75_s),
-        how=how,
-    )
-
-
-_DIFF = "medians; low = q25 − other's q75, high = q75 − other's q25"
-
-
-def testbed_costs_from(times: OperationTimes) -> dict[str, MeasuredCost]:
-    """The catalog's costs (``testbed.<field>``) that ``times`` determines, by path.
-
-    Costs whose operations were not measured are left out. Each says in
-    ``how`` which operations and what subtraction: the Python + netlink round
-    trip (``netlink_noop``) comes off the pyroute2 calls, since the catalog
-    charges it separately as ``py_op_cpu_s``. ``testbed.vm_boot_total_s`` is
-    not a field but a sum a fit must respect (``vm_boot_cpu_s + vm_boot_s``).
-    """
-    s = {t.name: _Stat.of(t.samples_s) for t in times.timings}
-    out: dict[str, MeasuredCost] = {}
-
-    def add(path: str, needs: tuple[str, ...], make: Callable[[], tuple[_Stat, str]]) -> None:
-        if all(n in s for n in needs):
-            stat, how = make()
-            out[f"testbed.{path}"] = _cost(f"testbed.{path}", stat, how)
-
-    add(
-        "py_op_cpu_s",
-        ("netlink_noop",),
-        lambda: (
-            s["netlink_noop"],
-            "netlink_noop: a no-change link set (lo up) on the namespace's socket, an "
-            "ack-only round trip like the driver's requests; quartiles as low/high",
-        ),
-    )
-    add(
-        "netns_create_cpu_s",
-        ("netns_create",),
-        lambda: (
-            s["netns_create"].minus_const(RTNL_NETNS_HOLD_DEFAULT_S),
-            f"netns_create (create_netns_here: unshare + bind mount, little Python) − "
-            f"rtnl_netns_hold_s {RTNL_NETNS_HOLD_DEFAULT_S:g} s (the fit's start value, "
-            "not measured); quartiles less the same",
-        ),
-    )
-    add(
-        "rtnl_veth_hold_s",
-        ("veth_in_netns", "netlink_noop"),
-        lambda: (
-            s["veth_in_netns"].minus(s["netlink_noop"]),
-            f"veth_in_netns − netlink_noop ({_DIFF})",
-        ),
-    )
-    if "link_up" in s and "addr_add" in s:
-        pooled = _Stat.of([*times["link_up"].samples_s, *times["addr_add"].samples_s])
-        add(
-            "rtnl_small_hold_s",
-            ("netlink_noop",),
-            lambda: (
-                pooled.minus(s["netlink_noop"]),
-                f"median of link_up and addr_add pooled − netlink_noop ({_DIFF})",
-            ),
-        )
-    add(
-        "rtnl_tap_hold_s",
-        ("tap_create",),
-        lambda: (
-            s["tap_create"],
-            "tap_create (the TUNSETIFF ioctl alone, little Python); quartiles as low/high",
-        ),
-    )
-    add(
-        "rtnl_tc_hold_s",
-        ("tc_qdisc", "tc_filter", "netlink_noop"),
-        lambda: (
-            s["tc_qdisc"].mean_with(s["tc_filter"]).minus(s["netlink_noop"]),
-            f"mean of tc_qdisc and tc_filter − netlink_noop (the catalog's 4 tc ops are "
-            f"2 of each; {_DIFF})",
-        ),
-    )
-    add(
-        "rcu_grace_s",
-        ("move_into_netns", "link_up"),
-        lambda: (
-            s["move_into_netns"].minus(s["link_up"]),
-            f"move_into_netns − link_up (the move is a small change plus synchronize_net; {_DIFF})",
-        ),
-    )
-    add(
-        "cgroup_mkdir_hold_s",
-        ("cgroup_mkdir",),
-        lambda: (s["cgroup_mkdir"], "cgroup_mkdir (one mkdir, Python included); quartiles"),
-    )
-    add(
-        "cgroup_attach_hold_s",
-        ("cgroup_attach",),
-        lambda: (
-            s["cgroup_attach"],
-            "cgroup_attach (a pid written to cgroup.procs, Python included); quartiles",
-        ),
-    )
-    add(
-        "vm_spawn_cpu_s",
-        ("vm_spawn",),
-        lambda: (
-            s["vm_spawn"],
-            f"vm_spawn (VmRunner.start returning: fork/exec, {times.vm_mode}); quartiles",
-        ),
-    )
-    # The CNI runtime: each process timed from the spawning thread, less the
-    # thread's own Python work (process_spawn: its CPU time around spawning
-    # /bin/true and reading its answer), which the catalog charges apart.
-    add(
-        "spawn_cpu_s",
-        ("process_spawn",),
-        lambda: (
-            s["process_spawn"],
-            "process_spawn (the spawning thread's CPU time around subprocess.run of "
-            "/bin/true: its Python work under the GIL); quartiles",
-        ),
-    )
-    add(
-        "cni_exec_cpu_s",
-        ("cni_exec", "process_spawn"),
-        lambda: (
-            s["cni_exec"].minus(s["process_spawn"]),
-            f"cni_exec (the bridge plugin exec'd for VERSION) − process_spawn ({_DIFF})",
-        ),
-    )
-    add(
-        "ipam_hold_s",
-        ("ipam_add", "cni_exec"),
-        lambda: (
-            s["ipam_add"].minus(s["cni_exec"]),
-            f"ipam_add (host-local ADD: its exec, the lock, the lease file) − cni_exec ({_DIFF})",
-        ),
-    )
-    add(
-        "tc_exec_cpu_s",
-        ("tc_exec", "process_spawn"),
-        lambda: (
-            s["tc_exec"].minus(s["process_spawn"]),
-            f"tc_exec (`tc qdisc show dev lo`: a tc process, no change) − process_spawn ({_DIFF})",
-        ),
-    )
-    add(
-        "shim_start_cpu_s",
-        ("shim_start", "process_spawn"),
-        lambda: (
-            s["shim_start"].minus(s["process_spawn"]),
-            f"shim_start (the shim's interpreter and imports, to its first line read) − "
-            f"process_spawn ({_DIFF})",
-        ),
-    )
-    add(
-        "vm_boot_total_s",
-        ("vm_up", "vm_spawn"),
-        lambda: (
-            s["vm_up"].minus(s["vm_spawn"]),
-            f"vm_up − vm_spawn ({times.vm_mode}; the sum vm_boot_cpu_s + vm_boot_s; {_DIFF})",
-        ),
-    )
-    return out
-
-
-# Not a pytest test, despite its name (tests import it).
-testbed_costs_from.__test__ = False  # type: ignore[attr-defined]
 
 
 # -- the measurement ------------------------------------------------------------
@@ -984,7 +510,7 @@ class _Bench:
 
 def _checked_ops(ops: Sequence[str] | None) -> tuple[str, ...]:
     if ops is None:
-        return OPERATIONS
+        return tuple(OPERATIONS)
     unknown = [o for o in ops if o not in OPERATIONS]
     if unknown:
         raise ValueError(f"ops: unknown operation {unknown[0]!r}; known: {', '.join(OPERATIONS)}")
@@ -1010,8 +536,8 @@ def measure_operations(
     ``vm_mode`` says so. Everything made is removed before returning, also on
     error or interrupt (signals are held off during the cleanup).
     """
-    _integer(repeats, "repeats", minimum=1)
-    _integer(warmup, "warmup", minimum=0)
+    check_count(repeats, "repeats", minimum=1)
+    check_count(warmup, "warmup", minimum=0)
     chosen = _checked_ops(ops)
     if os.geteuid() != 0:
         raise TestbedError("measure-ops needs root (network namespaces, links, cgroups)")

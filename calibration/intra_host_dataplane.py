@@ -76,7 +76,7 @@ def fit_paper_002(
         params,
         source_for=lambda ids: (
             f"fit: {', '.join(ids)} by `bootstorm calibrate --targets "
-            "paper-002` (calibration/paper002.py)"
+            "paper-002` (calibration/intra_host_dataplane.py)"
         ),
         seed=seed,
         executor=executor,

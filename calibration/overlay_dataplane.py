@@ -92,7 +92,7 @@ def fit_paper_004(
         params,
         source_for=lambda ids: (
             f"fit: {', '.join(ids)} by `bootstorm calibrate --targets "
-            "paper-004` (calibration/paper004.py)"
+            "paper-004` (calibration/overlay_dataplane.py)"
         ),
         seed=seed,
         executor=executor,

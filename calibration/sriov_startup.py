@@ -184,7 +184,7 @@ def fit_paper_001(
         params,
         source_for=lambda ids: (
             f"fit: {', '.join(ids)} by `bootstorm calibrate --targets "
-            "paper-001` (calibration/paper001.py)"
+            "paper-001` (calibration/sriov_startup.py)"
         ),
         seeds=seeds,
         executor=executor,

@@ -83,7 +83,7 @@ def fit_paper_000(
         params,
         source_for=lambda ids: (
             f"fit: {', '.join(ids)} by `bootstorm calibrate --targets "
-            "paper-000` (calibration/paper000.py)"
+            "paper-000` (calibration/software_cni_startup.py)"
         ),
         seeds=seeds,
         executor=executor,

@@ -1,0 +1,117 @@
+"""``bootstorm report``: one self-contained HTML report of a what-if, a
+recorded storm or a study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ._io import check_output_path, terminal_console
+from ._options import scenario_from_options
+from .models import ConfigError
+
+__all__ = ["report_cmd"]
+
+
+def report_cmd(
+    source: Annotated[
+        str | None,
+        typer.Argument(
+            help="A scenario YAML (simulated), a trace (.jsonl[.gz], measured or simulated), "
+            "or a study: its journal file (optimize's default: "
+            "~/.local/state/bootstorm/studies.log, with --study-name) or an Optuna "
+            "storage URL (sqlite:///study.db, postgresql://...). "
+            "Default: the scenario the options describe."
+        ),
+    ] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file.")] = Path(
+        "report.html"
+    ),
+    study_name: Annotated[
+        str | None, typer.Option(help="The study in the storage (if it holds several).")
+    ] = None,
+    cni: Annotated[str | None, typer.Option(help="As for simulate.")] = None,
+    sandboxes: Annotated[int | None, typer.Option(help="As for simulate.")] = None,
+    profile: Annotated[str | None, typer.Option(help="As for simulate.")] = None,
+) -> None:
+    """Write one self-contained HTML report (opens offline): timeline, stage
+    breakdown, locks, CPU; for a study, its history and Pareto front."""
+    from .report import write_report
+
+    check_output_path("output", output)
+    title: str
+    kw: dict[str, Any]
+    if source is not None and ("://" in source or source.endswith(".log")):
+        title, kw = _study(source, study_name)
+    elif source is not None and source.endswith((".jsonl", ".jsonl.gz")):
+        title, kw = _recorded(Path(source))
+    else:
+        from .workflows import what_if
+
+        scenario = scenario_from_options(
+            Path(source) if source is not None else None,
+            cni=cni,
+            sandboxes=sandboxes,
+            profile=profile,
+        )
+        what = what_if(scenario, record=True, executor="simpy")
+        title = f"{scenario.sandboxes} × {scenario.cni} on {scenario.profile}"
+        kw = {
+            "recording": what.result.recording,
+            "result": what.result,
+            "caveats": what.known.misses,
+            "unidentified": what.identification.cautions,
+        }
+    write_report(output, title=title, **kw)
+    terminal_console().print(
+        f"report written to [bold]{output}[/] (self-contained; open it in a browser)"
+    )
+
+
+def _study(source: str, study_name: str | None) -> tuple[str, dict[str, Any]]:
+    """A study's title and report sections, from its journal or storage URL."""
+    import optuna
+
+    from .calibration import caveats
+    from .optimizers import searched_scenario
+    from .optimizers._storage import open_storage
+
+    if "://" not in source and not Path(source).is_file():
+        raise ConfigError(f"source: no study journal at {source!r}")
+    storage = open_storage(source)
+    if study_name is None:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        if len(names) > 1:
+            shown = ", ".join(sorted(names)[:10]) + (" ..." if len(names) > 10 else "")
+            raise ConfigError(
+                f"study_name: {source} holds {len(names)} studies; name one with "
+                f"--study-name ({shown})"
+            )
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except (KeyError, ValueError) as exc:
+        raise ConfigError(
+            f"study: cannot load {study_name or '(the only study)'} from {source}: {exc}"
+        ) from None
+    searched = searched_scenario(study)
+    return f"study {study.study_name}", {
+        "study": study,
+        "facts": [("trials", str(len(study.trials)))],
+        "caveats": caveats(searched) if searched is not None else (),
+    }
+
+
+def _recorded(path: Path) -> tuple[str, dict[str, Any]]:
+    """A recorded storm's title and report sections."""
+    from .traces import read_trace
+    from .validation.recording import to_recording
+
+    trace = read_trace(path)
+    h = trace.header
+    facts = [("trace", path.name), ("source", h.source)]
+    if h.host is not None:
+        facts.append(("host", f"{h.host.cores} CPUs, kernel {h.host.kernel}"))
+    title = f"{h.scenario.sandboxes} × {h.scenario.cni} ({h.source})"
+    return title, {"recording": to_recording(trace), "facts": facts}

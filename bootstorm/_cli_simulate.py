@@ -1,0 +1,220 @@
+"""``bootstorm simulate`` and ``bootstorm profiles``: one what-if, and the
+built-in profiles it can stand on."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._io import check_output_path, terminal_console
+from ._options import default_help, pairs, scenario_from_options
+from .simulator import ExecutorName
+
+__all__ = ["profiles_cmd", "simulate_cmd"]
+
+
+def simulate_cmd(
+    scenario_file: Annotated[
+        Path | None, typer.Argument(help="Scenario YAML; options override it.")
+    ] = None,
+    cni: Annotated[
+        str | None,
+        typer.Option(
+            help="no-network, veth, ipvlan, macvlan, ipvtap, macvtap, tc-routing, vhost-user, "
+            "ebpf; SR-IOV (profile paper-001): sriov-vanilla, fastiov, fastiov-no-lock, "
+            "fastiov-sync-vf, fastiov-no-skip, fastiov-eager-zero, prezero-10/50/100"
+            + default_help("cni"),
+        ),
+    ] = None,
+    sandboxes: Annotated[
+        int | None,
+        typer.Option(
+            help="Sandboxes started at once." + default_help("sandboxes"),
+        ),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Calibration profile name or YAML path." + default_help("profile"),
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of the service-time stream." + default_help("seed"),
+        ),
+    ] = None,
+    pool: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Pre-created devices, KIND=COUNT (netns, vport, ipvtap...)."
+            + default_help("no pools"),
+        ),
+    ] = None,
+    limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Per-stage concurrency limit, STAGE=K." + default_help("no limits"),
+        ),
+    ] = None,
+    rtnl_priority: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="RTNL grant priority, STAGE=P (lower first)." + default_help("FIFO"),
+        ),
+    ] = None,
+    qos_rules: Annotated[
+        int | None,
+        typer.Option(
+            help="QoS rules per vPort." + default_help("qos_rules"),
+        ),
+    ] = None,
+    sg_rules: Annotated[
+        int | None,
+        typer.Option(
+            help="Security-group rules per pod." + default_help("sg_rules"),
+        ),
+    ] = None,
+    tenants: Annotated[
+        int | None,
+        typer.Option(
+            help="Tenants the sandboxes are spread over." + default_help("tenants"),
+        ),
+    ] = None,
+    memory_mib: Annotated[
+        int | None,
+        typer.Option(
+            help="Guest memory per sandbox, MiB." + default_help("memory_mib"),
+        ),
+    ] = None,
+    cores: Annotated[
+        int | None,
+        typer.Option(
+            help="Override the profile's core count." + default_help("the profile's"),
+        ),
+    ] = None,
+    vcpus: Annotated[
+        float | None,
+        typer.Option(
+            help="vCPUs (CPU quota in cores) per sandbox." + default_help("the profile's"),
+        ),
+    ] = None,
+    nic_vfs: Annotated[
+        int | None,
+        typer.Option(
+            help="VFs of the SR-IOV NIC (one per sandbox)." + default_help("the profile's"),
+        ),
+    ] = None,
+    hugepages: Annotated[
+        bool | None,
+        typer.Option(
+            "--hugepages/--no-hugepages",
+            help="Guest memory on hugepages (SR-IOV)." + default_help("the profile's"),
+        ),
+    ] = None,
+    background_flows: Annotated[
+        int | None,
+        typer.Option(
+            help="Flows of traffic received during the storm." + default_help("background_flows"),
+        ),
+    ] = None,
+    flow_gbps: Annotated[
+        float | None,
+        typer.Option(
+            help="Offered Gbps per flow." + default_help("flow_gbps"),
+        ),
+    ] = None,
+    background_path: Annotated[
+        str | None,
+        typer.Option(
+            help="Their data path." + default_help("the CNI's"),
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+    ] = False,
+    trace: Annotated[
+        Path | None, typer.Option(help="Write a Chrome trace-event JSON (open in ui.perfetto.dev).")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="Apply a tuned config (bootstorm optimize --output); it overrides."),
+    ] = None,
+    executor: Annotated[
+        ExecutorName | None,
+        typer.Option(
+            help="What runs the simulation: compiled (numba), simpy (the reference) or "
+            "python; all three give the same numbers."
+            + default_help("compiled; simpy with --trace, the only one that records spans"),
+        ),
+    ] = None,
+) -> None:
+    """Simulate one boot storm and print its makespan, stages, locks and CPU.
+
+    The defaults are the default scenario's; options override a scenario file.
+    """
+    from ._render import print_identification, result_tables
+    from .workflows import what_if
+
+    if trace is not None:
+        check_output_path("trace", trace)
+    scenario = scenario_from_options(
+        scenario_file,
+        cni=cni,
+        sandboxes=sandboxes,
+        profile=profile,
+        seed=seed,
+        pools=pairs("pools", pool),
+        limits=pairs("limits", limit),
+        rtnl_priority=pairs("rtnl_priority", rtnl_priority),
+        qos_rules=qos_rules,
+        sg_rules=sg_rules,
+        tenants=tenants,
+        memory_mib=memory_mib,
+        cores=cores,
+        vcpus=vcpus,
+        nic_vfs=nic_vfs,
+        hugepages=hugepages,
+        background_flows=background_flows,
+        flow_gbps=flow_gbps,
+        background_path=background_path,
+    )
+    if config is not None:
+        scenario = scenario.replace(config=config)
+    if executor is None:
+        # As every other command: the compiled executor, unless spans are asked for.
+        executor = "simpy" if trace is not None else "compiled"
+    what = what_if(scenario, record=trace is not None, executor=executor)
+    if trace is not None:
+        from .simulator.trace_export import write_chrome_trace
+
+        assert what.result.recording is not None
+        title = f"{scenario.sandboxes} x {scenario.cni}"
+        write_chrome_trace(what.result.recording, trace, title=title)
+    if as_json:
+        sys.stdout.write(json.dumps(what.to_dict()) + "\n")
+        return
+    console = terminal_console()
+    console.print(result_tables(what))
+    print_identification(console, what.identification)
+    if (bg := what.background) is not None:
+        console.print(
+            f"background traffic on {bg.path}: {bg.delivered_gbps:.1f} Gbps "
+            f"delivered, {bg.cores_taken:.2f} cores taken from the storm "
+            f"({bg.softirq_cores:.2f} by IRQs and softirqs)"
+        )
+    if trace is not None:
+        console.print(f"trace written to [bold]{trace}[/] — open it in https://ui.perfetto.dev")
+
+
+def profiles_cmd() -> None:
+    """List the built-in calibration profiles."""
+    from .models import available_profiles
+
+    console = terminal_console()
+    for name in available_profiles():
+        console.print(name)

@@ -1,0 +1,377 @@
+"""Rich rendering of the node workflows (:mod:`bootstorm.workflows`): their
+progress as it happens, and their outcomes as tables."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .models import Profile
+from .workflows import (
+    CandidatesCompared,
+    CandidateValidation,
+    PaperCheck,
+    PlanDesigned,
+    ProfileFitted,
+    StormValidation,
+    Tone,
+    describe_config,
+)
+
+__all__ = [
+    "RichProgress",
+    "candidates_table",
+    "check_table",
+    "identification_summary",
+    "print_candidate_validation",
+    "print_profile_identification",
+    "storm_validation_table",
+]
+
+_TONE_STYLE: dict[str, str | None] = {
+    "plain": None,
+    "dim": "dim",
+    "strong": None,
+    "good": "green",
+    "warn": "yellow",
+    "bad": "red",
+}
+
+
+class RichProgress:
+    """A workflow's progress on a rich console: steps as rules, waits as a
+    status line (shown only on a terminal), notes as lines, outcomes as tables."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def step(self, title: str) -> None:
+        self.console.rule(escape(title))
+
+    @contextlib.contextmanager
+    def status(self, text: str) -> Iterator[Callable[[str], None]]:
+        with self.console.status(escape(text)) as status:
+            yield lambda new: status.update(escape(new))
+
+    def note(self, text: str, *, tone: Tone = "plain") -> None:
+        style = _TONE_STYLE[tone]
+        if tone == "strong":
+            # A file written: the path in bold, as every command says it.
+            head, sep, path = text.rpartition(" to ")
+            if sep:
+                self.console.print(f"{escape(head)} to [bold]{escape(path)}[/]")
+                return
+        self.console.print(f"[{style}]{escape(text)}[/]" if style else escape(text))
+
+    def show(self, outcome: object) -> None:
+        show(outcome, self.console)
+
+
+@functools.singledispatch
+def show(outcome: object, console: Console) -> None:
+    """Render an intermediate outcome of a workflow (one per record type)."""
+    raise TypeError(f"no renderer for {type(outcome).__name__}")
+
+
+@show.register
+def _(outcome: PlanDesigned, console: Console) -> None:
+    plan = outcome.plan
+    t = Table(title=f"calibration plan: {len(plan.storms)} storm(s) × {outcome.runs} run(s)")
+    t.add_column("storm")
+    t.add_column("why")
+    for s in plan.storms:
+        t.add_row(s.name, s.why)
+    console.print(t)
+    if plan.unseen_after:
+        console.print(
+            "[yellow]linearised at the start, still unseen after the plan: "
+            + "; ".join(plan.unseen_after)
+            + " (the fit reports what is left)[/]"
+        )
+
+
+@show.register
+def _(outcome: ProfileFitted, console: Console) -> None:
+    from ._render import target_table
+
+    console.print(target_table(outcome.title, outcome.report.checks))
+    print_profile_identification(console, outcome.report.profile)
+
+
+@show.register
+def _(outcome: CandidatesCompared, console: Console) -> None:
+    console.print(candidates_table(outcome.title, outcome.comparison))
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g}"
+
+
+def identification_summary(profile: Profile) -> Table:
+    """Each free cost: measured, fitted or unidentified, its range and what identified it."""
+    ident = profile.identification
+    t = Table(
+        title=(
+            f"what identified each cost (the profile's own error ±{ident.error_rel:.0%})"
+            if ident is not None
+            else "no identification recorded"
+        ),
+        title_justify="left",
+    )
+    for col in ("cost", "status", "ms", "range (ms)", "by"):
+        t.add_column(col, justify="right" if col in ("ms", "range (ms)") else "left")
+    if ident is None:
+        return t
+    assert profile.testbed is not None
+    colour = {"measured": "green", "fitted": "cyan", "unidentified": "yellow"}
+    for path, e in ident.costs.items():
+        value = float(getattr(profile.testbed, path.split(".", 1)[1]))
+        t.add_row(
+            path.removeprefix("testbed."),
+            f"[{colour[e.status]}]{e.status}[/]",
+            _ms(value),
+            f"{_ms(e.low)}…{_ms(e.high)}",
+            escape(e.by[:60]),
+        )
+    return t
+
+
+def print_profile_identification(console: Console, profile: Profile) -> None:
+    """What identified each cost of a fitted profile, and the directions no
+    storm or measurement saw."""
+    console.print(identification_summary(profile))
+    ident = profile.identification
+    if ident is not None and ident.unseen:
+        console.print(
+            f"[yellow]{len(ident.unseen)} direction(s) of the costs are seen by no fitted storm "
+            "or measurement; what-ifs along them carry a caution:[/]"
+        )
+        for d in ident.unseen:
+            console.print(f"  [yellow]{escape(d.label())}[/]")
+    elif ident is not None:
+        console.print("[green]every cost is identified by a storm or a measurement[/]")
+
+
+_STATUS_COLOUR = {"pass": "green", "known miss": "yellow", "MISS": "red", "untestable": "magenta"}
+
+
+def check_table(check: PaperCheck) -> Table:
+    """``calibrate --check``: every row's kind, the model's mean over the
+    seeds, their spread and the status; 80 columns (a pipe's width): the
+    row's label wraps under its key, the numbers never wrap."""
+    seeds = check.seeds
+    span = f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])
+    t = Table(
+        title=f"{check.targets}: mean of {len(seeds)} seed(s) ({span}) against the papers",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=0,
+        collapse_padding=True,
+    )
+    t.add_column("row (kind)", justify="left", min_width=16, ratio=1)
+    for col in ("paper", "model\nmean", "seeds\nmin…max", "error", "± se"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("toler-\nance", justify="right")
+    t.add_column("status", justify="left", min_width=6)
+    for c in check.checks:
+        lo, hi = c.spread
+        tol = c.row.tolerance_rel
+        t.add_row(
+            f"{c.row.key} ({c.row.kind})\n[dim]{escape(c.row.label)}[/]",
+            f"{c.row.value:,.4g}",
+            f"{c.mean:,.4g}",
+            f"{lo:,.3g}…{hi:,.3g}",
+            f"{c.rel_error:+.1%}",
+            f"{c.se_rel:.1%}",
+            f"≥ −{tol:.0%}"
+            if c.row.at_least
+            else (f"±{tol:.0%} of 1−x" if c.row.complement else f"±{tol:.0%}"),
+            f"[{_STATUS_COLOUR[c.status]}]{c.status}[/]",
+        )
+    return t
+
+
+def check_records(check: PaperCheck) -> dict[str, Any]:
+    """The ``calibrate --check --json`` object."""
+    rows = [
+        {
+            "key": c.row.key,
+            "kind": c.row.kind,
+            "label": c.row.label,
+            "paper": c.row.value,
+            "model_mean": c.mean,
+            "per_seed": list(c.per_seed),
+            "rel_error": c.rel_error,
+            "seed_sd_rel": c.seed_sd_rel,
+            "se_rel": c.se_rel,
+            "tolerance_rel": c.row.tolerance_rel,
+            "status": c.status,
+        }
+        for c in check.checks
+    ]
+    return {"targets": check.targets, "seeds": list(check.seeds), "rows": rows}
+
+
+def candidates_table(title: str, comparison: Any) -> Table:
+    """``tune``'s table: each candidate's settings, makespan and mean startup
+    measured against predicted (medians of the runs)."""
+    t = Table(title=title)
+    for col in (
+        "config",
+        "settings",
+        "makespan measured",
+        "predicted",
+        "error",
+        "mean measured",
+        "predicted",
+        "error",
+    ):
+        t.add_column(col, justify="left" if col in ("config", "settings") else "right")
+    for r in comparison.rows:
+        t.add_row(
+            r.name,
+            escape(describe_config(r.candidate.config)),
+            f"{r.measured_makespan_s:.2f} s",
+            f"{r.predicted_makespan_s:.2f} s",
+            f"{r.makespan_error:+.1%}",
+            f"{r.measured_mean_s:.2f} s",
+            f"{r.predicted_mean_s:.2f} s",
+            f"{r.mean_error:+.1%}",
+        )
+    return t
+
+
+def storm_validation_table(outcome: StormValidation) -> Table:
+    """``validate``: each metric measured against predicted, the headline
+    ones green or red."""
+    stats = outcome.stats
+    runs = f", median of {outcome.runs} runs" if outcome.runs > 1 else ""
+    table = Table(title=f"{stats.sandboxes} × {stats.cni}: predicted vs measured{runs}")
+    for col in ("metric", "measured", "predicted", "error"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    failed = outcome.failed
+    headline = ("makespan_s", "startup mean_s", "startup p99_s")
+    for name, m, p in outcome.rows:
+        color = "red" if name in failed else "green" if name in headline else "white"
+        table.add_row(name, f"{m:.3f}", f"{p:.3f}", f"[{color}]{outcome.errors[name]:+.1%}[/]")
+    return table
+
+
+def _shown(mapping: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in mapping.items()) or "-"
+
+
+def candidate_validation_records(outcome: CandidateValidation) -> dict[str, Any]:
+    """The ``validate --candidates --json`` object."""
+    comparison = outcome.comparison
+    rho, rho_mean = comparison.spearman_makespan, comparison.spearman_mean
+    return {
+        "sandboxes": comparison.sandboxes,
+        "repeats": comparison.repeats,
+        "candidates": comparison.records(),
+        "spearman_makespan": None if math.isnan(rho) else rho,
+        "spearman_mean": None if math.isnan(rho_mean) else rho_mean,
+        "min_spearman": outcome.min_spearman,
+        "measured_best": comparison.measured_best.name,
+        "predicted_best": comparison.predicted_best.name,
+        "best_agrees": comparison.best_agrees,
+        "median_abs_error": comparison.median_abs_error,
+        "discordant_pairs": [dataclasses.asdict(p) for p in comparison.discordant_pairs()],
+        "threshold": outcome.threshold,
+        "outside_threshold": outcome.failed,
+        "within": outcome.within,
+    }
+
+
+def print_candidate_validation(console: Console, outcome: CandidateValidation) -> None:
+    """``validate --candidates``: a row per candidate, then the rankings'
+    agreement and the pairs ordered otherwise."""
+    comparison = outcome.comparison
+    records = comparison.records()
+    rho, rho_mean = comparison.spearman_makespan, comparison.spearman_mean
+    failed = outcome.failed
+    first = comparison.rows[0]
+    runs = f"median of {comparison.repeats} run{'s' if comparison.repeats > 1 else ''}"
+    table = Table(
+        title=f"{comparison.sandboxes} × {first.scenario.cni}: "
+        f"{len(records)} candidates, predicted vs measured ({runs})"
+    )
+    columns = (
+        "candidate",
+        "pools",
+        "limits",
+        "makespan s\nmeasured",
+        "runs s\nfastest–slowest",
+        "makespan s\npredicted",
+        "makespan\nerror",
+        "mean s\nmeasured",
+        "mean s\npredicted",
+        "mean\nerror",
+        "rank\nmeasured",
+        "rank\npredicted",
+    )
+    for col in columns:
+        # Names fold onto a second line in a narrow terminal; never cut to "bas…".
+        if col in columns[:3]:
+            table.add_column(col, justify="left", overflow="fold", min_width=8)
+        else:
+            table.add_column(col, justify="right")
+    for r in records:
+        color = "red" if r["name"] in failed else "green"
+        table.add_row(
+            r["name"],
+            _shown(r["pools"]),
+            _shown(r["limits"]),
+            f"{r['measured_makespan_s']:.3f}",
+            "{:.2f}–{:.2f}".format(*r["run_range_s"]),
+            f"{r['predicted_makespan_s']:.3f}",
+            f"[{color}]{r['makespan_error']:+.1%}[/]",
+            f"{r['measured_mean_s']:.3f}",
+            f"{r['predicted_mean_s']:.3f}",
+            f"{r['mean_error']:+.1%}",
+            str(r["measured_rank"]),
+            str(r["predicted_rank"]),
+        )
+    console.print(table)
+    spearman = (
+        "undefined (all predicted or all measured makespans are equal)"
+        if math.isnan(rho)
+        else f"{rho:+.2f}"
+    )
+    measured_best = comparison.measured_best.name
+    predicted_best = comparison.predicted_best.name
+    best = f"the measured best ({measured_best}) is the predicted best"
+    if not comparison.best_agrees:
+        best = best.replace(" is ", " is not ") + f" ({predicted_best})"
+    asked = f"at least {outcome.min_spearman:+.2f} asked"
+    color = "green" if outcome.ranked else "red"
+    by_mean = "undefined" if math.isnan(rho_mean) else f"{rho_mean:+.2f}"
+    console.print(
+        f"[{color}]ranking: Spearman {spearman} ({asked}); {best}[/]\n"
+        f"ranking by mean startup: Spearman {by_mean}"
+    )
+    if pairs := comparison.discordant_pairs():
+        within = [
+            f"{p.measured_faster} < {p.predicted_faster}" for p in pairs if not p.separated_by_runs
+        ]
+        resolved = [
+            f"{p.measured_faster} < {p.predicted_faster}" for p in pairs if p.separated_by_runs
+        ]
+        said = f"{len(pairs)} of {len(records) * (len(records) - 1) // 2} pairs ordered otherwise"
+        if within:
+            said += f"; within the runs' own spread (their runs overlap): {', '.join(within)}"
+        if resolved:
+            said += f"; separated by every run, a model error: {', '.join(resolved)}"
+        console.print(f"measured {said}")
+    if failed:
+        console.print(f"[red]makespan outside ±{outcome.threshold:.0%}: {', '.join(failed)}[/]")

@@ -1,0 +1,171 @@
+"""Real storms on this host (root), run so that a command or a notebook can
+stop them: Ctrl-C or SIGTERM unwinds through the testbed's cleanup and ends
+as :class:`StormInterruptedError`; a testbed that cannot run here, or a sandbox
+that failed, is one :class:`~bootstorm.models.ConfigError` line."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from ..models import ConfigError, TunedConfig
+from ..models._errors import format_validation_error
+from ._errors import StormInterruptedError
+from ._progress import Progress, SilentProgress
+
+if TYPE_CHECKING:
+    from ..traces import Trace
+    from ..traces.operations import OperationTimes
+    from ..validation.candidates import Candidate, StormRunner
+    from ..validation.testbed import StormOptions, StormResult
+
+__all__ = [
+    "StormInterruptedError",
+    "agent_admission",
+    "candidate_runner",
+    "check_measure_options",
+    "interruptible",
+    "measure_operations_here",
+    "run_storm_here",
+    "storm_trace",
+]
+
+
+def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    # SIGTERM unwinds like Ctrl-C, through every finally that removes what was made.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def interruptible(what: str = "run") -> Iterator[None]:
+    """Ctrl-C and SIGTERM unwind the block (its cleanup runs) and end as
+    :class:`StormInterruptedError`. Installed even where SIGINT was ignored (a
+    shell's background job): a kill -INT must always unwind the cleanup."""
+    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise StormInterruptedError(what) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run_storm_here(
+    options: StormOptions, *, admission: Any = None, progress: Progress | None = None
+) -> StormResult:
+    """One real storm of ``options`` on this host, interruptible (see the
+    module); a testbed failure is a :class:`ConfigError` line."""
+    from ..validation.testbed import TestbedError, run_storm
+
+    progress = progress or SilentProgress()
+    try:
+        with interruptible("run"), progress.status(f"storm of {options.sandboxes} sandboxes …"):
+            return run_storm(options, admission=admission)
+    except (TestbedError, OSError) as exc:
+        raise ConfigError(f"testbed: {exc}") from None
+
+
+def storm_trace(
+    sandboxes: int,
+    config: TunedConfig | None,
+    *,
+    vm: bool,
+    admission: Any = None,
+    what: str = "",
+    peer: str = "in-netns",
+    runtime: str = "threads",
+    progress: Progress | None = None,
+) -> Trace:
+    """The trace of one real storm of ``sandboxes`` under ``config``; a
+    failed sandbox is a :class:`ConfigError` line (``what`` names the storm)."""
+    from pydantic import ValidationError
+
+    from ..validation.testbed import StormOptions
+
+    try:
+        options = StormOptions(
+            sandboxes=sandboxes, vm=vm, config=config, peer=peer, runtime=runtime
+        )
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, prefix="testbed: ")) from None
+    result = run_storm_here(options, admission=admission, progress=progress)
+    if result.failures:
+        raise ConfigError(
+            f"testbed: {what}{len(result.failures)} sandboxes failed: {result.failures[0]}"
+        )
+    return result.trace
+
+
+def candidate_runner(*, runtime: str = "threads", progress: Progress | None = None) -> StormRunner:
+    """A :class:`~bootstorm.validation.candidates.StormRunner`: each
+    candidate's storm run here by :func:`storm_trace`."""
+
+    def run(candidate: Candidate, *, sandboxes: int, vm: bool) -> Trace:
+        return storm_trace(
+            sandboxes,
+            candidate.config,
+            vm=vm,
+            what=f"candidate {candidate.name!r}: ",
+            runtime=runtime,
+            progress=progress,
+        )
+
+    return run
+
+
+def agent_admission(url: str, token_file: Path | None, tuned: TunedConfig | None) -> Any:
+    """An admission through the node agent at ``url`` (token from
+    ``token_file`` or ``$BOOTSTORM_AGENT_TOKEN``); the tuned config, if given,
+    is pushed to it first so that both ends run the same limits and pools."""
+    from ..validation.agent import AgentAdmission
+    from ..validation.agent.client import AgentClient, AgentError
+
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"token_file: cannot read {token_file} ({exc.strerror})") from None
+    else:
+        token = os.environ.get("BOOTSTORM_AGENT_TOKEN", "")
+    if not token:
+        raise ConfigError("token: give --token-file or set BOOTSTORM_AGENT_TOKEN for --agent")
+    client = AgentClient(url, token=token)
+    try:
+        if tuned is not None:
+            client.put_config(tuned)
+        client.healthz()
+    except AgentError as exc:
+        raise ConfigError(f"agent: {url}: {exc}") from None
+    return AgentAdmission(client)
+
+
+def check_measure_options(*, repeats: int, warmup: int) -> None:
+    """The timing bench's options, checked before anything is made."""
+    if repeats < 1:
+        raise ConfigError(f"repeats: must be at least 1, but got {repeats}")
+    if warmup < 0:
+        raise ConfigError(f"warmup: must be at least 0, but got {warmup}")
+
+
+def measure_operations_here(
+    *, repeats: int, warmup: int, vm: bool, progress: Progress | None = None
+) -> OperationTimes:
+    """Each testbed operation timed alone on this host (root), interruptible;
+    a failure is a :class:`ConfigError` line."""
+    from ..validation.testbed import TestbedError
+    from ..validation.testbed._vm import VmError
+    from ..validation.testbed.ops import measure_operations
+
+    check_measure_options(repeats=repeats, warmup=warmup)
+    progress = progress or SilentProgress()
+    try:
+        with interruptible("measurement"), progress.status("timing each operation alone …"):
+            return measure_operations(repeats=repeats, warmup=warmup, vm=vm)
+    except (TestbedError, VmError, OSError) as exc:
+        raise ConfigError(f"testbed: {exc}") from None

@@ -1,0 +1,226 @@
+"""A what-if, built once: the storm simulated, and everything a planner must
+read beside its numbers (the background traffic, the published figures the
+model misses there, the costs the profile never identified).
+
+The CLI's tables, its ``--json``, :func:`bootstorm.compare` and the report
+all read one :class:`WhatIf`; none of them simulates again to decide a caution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..calibration import KnownMiss, caveats
+from ..calibration.identify import (
+    DEFAULT_ERROR_REL,
+    IdentificationCaution,
+    identification_of,
+    whatif_cautions,
+)
+from ..models import Profile, Scenario, Traffic, load_profile
+
+if TYPE_CHECKING:
+    from ..models import SeedLike
+    from ..simulator import Result
+
+__all__ = [
+    "LIMIT_GAIN_MISSES",
+    "Background",
+    "Identification",
+    "KnownMisses",
+    "WhatIf",
+    "identification",
+    "known_misses",
+    "limits_gain_s",
+    "what_if",
+]
+
+#: The known misses about what *tuned* limits gain (seed 000 §5.2: the model
+#: over-predicts the cut and the CPU saved). Limits that make the storm
+#: longer in the model are not tuned limits: these say nothing about them.
+LIMIT_GAIN_MISSES = frozenset({"S0-8/cut", "S0-8/cpu"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Background:
+    """The steady state of a what-if's background traffic (data-plane model)."""
+
+    path: str
+    delivered_gbps: float
+    softirq_cores: float
+    system_cores: float
+    cores_taken: float
+    """Host cores the traffic keeps busy, taken from the storm."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "delivered_gbps": self.delivered_gbps,
+            "softirq_cores": self.softirq_cores,
+            "system_cores": self.system_cores,
+            "cores_taken": self.cores_taken,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnownMisses:
+    """The published figures a what-if rests on that the model misses
+    (:func:`bootstorm.calibration.caveats`), for the run shown."""
+
+    misses: tuple[KnownMiss, ...]
+    note: str | None = None
+    """Why a miss was left out for this run (limits that lengthen the storm), or None."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Identification:
+    """What a what-if rests on that the profile never identified."""
+
+    cautions: tuple[IdentificationCaution, ...]
+    """Unseen cost directions that move the answer beyond the profile's error."""
+    error_rel: float
+    """How far the profile misses its own calibration storms (relative)."""
+    fitted: bool
+    """The profile records an identification (fitted to storms or measurements)."""
+    testbed: bool
+    """A node's own profile (its costs can be measured here), not a paper's host."""
+
+    @property
+    def imprecise(self) -> bool:
+        """A fitted profile that misses its own storms by more than a paper
+        row's tolerance (±10%): none of its answers is closer."""
+        return self.fitted and self.error_rel > DEFAULT_ERROR_REL
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhatIf:
+    """One what-if: the scenario, its simulated storm and what to read beside it."""
+
+    scenario: Scenario
+    result: Result
+    profile: Profile
+    background: Background | None
+    known: KnownMisses
+    identification: Identification
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``simulate --json`` object."""
+        payload: dict[str, Any] = {
+            "scenario": self.scenario.model_dump(mode="json"),
+            **self.result.to_dict(),
+        }
+        payload["startup_s"] = {k: payload["startup_s"][k] for k in ("mean", "p50", "p99", "max")}
+        payload["caveats"] = [m.to_dict() for m in self.known.misses]
+        payload["unidentified"] = [c.to_dict() for c in self.identification.cautions]
+        payload["profile_error_rel"] = self.identification.error_rel
+        if self.background is not None:
+            payload["background"] = self.background.to_dict()
+        return payload
+
+
+def what_if(
+    scenario: Scenario,
+    *,
+    seed: SeedLike = None,
+    executor: str = "compiled",
+    record: bool = False,
+    profile: Profile | None = None,
+) -> WhatIf:
+    """Simulate ``scenario`` and gather what to read beside it.
+
+    ``seed``: the service-time stream (default: the scenario's); the
+    identification cautions replay it where it can be replayed (an ``int``),
+    else they are drawn from the scenario's own seed. ``record`` keeps every
+    span (the SimPy executor only). ``profile`` replaces the scenario's.
+    """
+    from .._api import simulate
+
+    prof = profile if profile is not None else load_profile(scenario.profile)
+    result = simulate(scenario, seed=seed, record=record, profile=profile, executor=executor)
+    return WhatIf(
+        scenario=scenario,
+        result=result,
+        profile=prof,
+        background=background(scenario, prof),
+        known=known_misses(scenario, result),
+        identification=identification(
+            scenario, profile=prof, result=result, seed=seed, executor=executor
+        ),
+    )
+
+
+def background(scenario: Scenario, profile: Profile) -> Background | None:
+    """What ``scenario``'s background traffic delivers and the cores it takes
+    (``None`` without background flows)."""
+    from ..models.compile import background_traffic
+
+    solved = background_traffic(scenario, profile)
+    if solved is None:
+        return None
+    return Background(
+        path=solved.traffic.path,
+        delivered_gbps=solved.aggregate_gbps,
+        softirq_cores=solved.softirq_core_demand,
+        system_cores=solved.cpu_system_cores,
+        cores_taken=solved.cpu_total_cores,
+    )
+
+
+def limits_gain_s(scenario: Scenario, result: Result) -> float:
+    """How much shorter the scenario's limits make its storm in the model
+    (negative: longer), against the same storm and seed without them."""
+    from .._api import simulate
+
+    unlimited = simulate(scenario.replace(limits={}), executor="compiled")
+    return float(unlimited.makespan_s - result.makespan_s)
+
+
+def known_misses(what: Scenario | Traffic, result: Result | None = None) -> KnownMisses:
+    """The known misses ``what`` rests on whose condition holds for the run
+    shown (``result``).
+
+    S0-8 is about tuned limits the model credits with too much: for limits
+    that make the storm longer than without them it does not apply."""
+    found: tuple[KnownMiss, ...] = caveats(what)
+    if (
+        result is None
+        or not isinstance(what, Scenario)
+        or not any(m.key in LIMIT_GAIN_MISSES for m in found)
+    ):
+        return KnownMisses(misses=found)
+    gain_s = limits_gain_s(what, result)
+    if gain_s > 0.0:
+        return KnownMisses(misses=found)
+    kept = tuple(m for m in found if m.key not in LIMIT_GAIN_MISSES)
+    note = (
+        f"these limits make the storm {-gain_s:.2f} s longer in the model than none "
+        f"({result.makespan_s + gain_s:.2f} -> {result.makespan_s:.2f} s): S0-8 (the model "
+        "credits tuned limits with too much) does not apply"
+    )
+    return KnownMisses(misses=kept, note=note)
+
+
+def identification(
+    scenario: Scenario,
+    *,
+    profile: Profile | None = None,
+    result: Result | None = None,
+    seed: SeedLike = None,
+    executor: str = "compiled",
+) -> Identification:
+    """The unidentified costs that move ``scenario`` beyond its profile's
+    error. ``result``: the what-if already simulated with ``seed``, so that
+    it is not run again (a Generator seed cannot be replayed: then the ends
+    are drawn from the scenario's own seed)."""
+    prof = profile if profile is not None else load_profile(scenario.profile)
+    if seed is None or isinstance(seed, int):
+        found = whatif_cautions(scenario, profile=prof, seed=seed, executor=executor, base=result)
+    else:
+        found = whatif_cautions(scenario, profile=prof, executor=executor)
+    return Identification(
+        cautions=found,
+        error_rel=identification_of(prof).error_rel,
+        fitted=prof.identification is not None,
+        testbed=prof.testbed is not None,
+    )

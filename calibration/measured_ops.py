@@ -1,0 +1,264 @@
+"""The testbed catalog's costs that a measurement of single operations determines.
+
+``bootstorm testbed measure-ops`` times each testbed operation alone
+(:class:`~bootstorm.traces.operations.OperationTimes`); here its medians and
+quartiles become costs of the catalog (``models/testbed.py``), each a
+:class:`MeasuredCost` saying how it was derived. A storm fit
+(:mod:`.trace_fit`) and a calibration plan (:mod:`.plan`) weigh them as rows
+of their own: a what-if along these costs rests on a measurement instead of a
+start value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..traces.operations import OperationTimes
+
+__all__ = [
+    "CLIP_S",
+    "RTNL_NETNS_HOLD_DEFAULT_S",
+    "MeasuredCost",
+    "testbed_costs_from",
+]
+
+#: A derived cost never goes below this (a difference of two noisy medians can).
+CLIP_S = 1e-6
+#: RTNL's hold while ``setup_net`` registers the loopback: not separable from
+#: the rest of ``unshare`` by timing it from user space, so the fit's start
+#: value (:func:`.trace_fit.testbed_template`) is subtracted.
+RTNL_NETNS_HOLD_DEFAULT_S = 5e-4
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredCost:
+    """One cost of the testbed catalog, as measured: ``value`` from medians,
+    ``low``/``high`` from the quartiles (all seconds), and ``how`` in one line.
+
+    ``path`` is the catalog's (``testbed.<field>``); ``testbed.vm_boot_total_s``
+    is no field but the sum ``vm_boot_cpu_s + vm_boot_s`` a fit must respect."""
+
+    path: str
+    value: float
+    low: float
+    high: float
+    how: str
+
+
+@dataclass(frozen=True)
+class _Stat:
+    """A median with its quartiles, seconds; differences widen the interval."""
+
+    median_s: float
+    q25_s: float
+    q75_s: float
+
+    @classmethod
+    def of(cls, samples_s: Sequence[float]) -> _Stat:
+        a = np.asarray(samples_s, dtype=float)
+        return cls(
+            float(np.percentile(a, 50.0)),
+            float(np.percentile(a, 25.0)),
+            float(np.percentile(a, 75.0)),
+        )
+
+    def minus(self, other: _Stat) -> _Stat:
+        """The two measured apart: low is this one's q25 less the other's q75, high the reverse."""
+        return _Stat(
+            self.median_s - other.median_s,
+            self.q25_s - other.q75_s,
+            self.q75_s - other.q25_s,
+        )
+
+    def minus_const(self, c_s: float) -> _Stat:
+        return _Stat(self.median_s - c_s, self.q25_s - c_s, self.q75_s - c_s)
+
+    def mean_with(self, other: _Stat) -> _Stat:
+        return _Stat(
+            (self.median_s + other.median_s) / 2,
+            (self.q25_s + other.q25_s) / 2,
+            (self.q75_s + other.q75_s) / 2,
+        )
+
+
+def _cost(path: str, stat: _Stat, how: str) -> MeasuredCost:
+    clipped = [
+        f"{label} (was {x:.3g} s)"
+        for label, x in (("value", stat.median_s), ("low", stat.q25_s), ("high", stat.q75_s))
+        if x < CLIP_S
+    ]
+    if clipped:
+        how += f"; clipped at {CLIP_S:g} s: {', '.join(clipped)}"
+    return MeasuredCost(
+        path=path,
+        value=max(CLIP_S, stat.median_s),
+        low=max(CLIP_S, stat.q25_s),
+        high=max(CLIP_S, stat.q75_s),
+        how=how,
+    )
+
+
+_DIFF = "medians; low = q25 − other's q75, high = q75 − other's q25"
+
+
+def testbed_costs_from(times: OperationTimes) -> dict[str, MeasuredCost]:
+    """The catalog's costs (``testbed.<field>``) that ``times`` determines, by path.
+
+    Costs whose operations were not measured are left out. Each says in
+    ``how`` which operations and what subtraction: the Python + netlink round
+    trip (``netlink_noop``) comes off the pyroute2 calls, since the catalog
+    charges it separately as ``py_op_cpu_s``. ``testbed.vm_boot_total_s`` is
+    not a field but a sum a fit must respect (``vm_boot_cpu_s + vm_boot_s``).
+    """
+    s = {t.name: _Stat.of(t.samples_s) for t in times.timings}
+    out: dict[str, MeasuredCost] = {}
+
+    def add(path: str, needs: tuple[str, ...], make: Callable[[], tuple[_Stat, str]]) -> None:
+        if all(n in s for n in needs):
+            stat, how = make()
+            out[f"testbed.{path}"] = _cost(f"testbed.{path}", stat, how)
+
+    add(
+        "py_op_cpu_s",
+        ("netlink_noop",),
+        lambda: (
+            s["netlink_noop"],
+            "netlink_noop: a no-change link set (lo up) on the namespace's socket, an "
+            "ack-only round trip like the driver's requests; quartiles as low/high",
+        ),
+    )
+    add(
+        "netns_create_cpu_s",
+        ("netns_create",),
+        lambda: (
+            s["netns_create"].minus_const(RTNL_NETNS_HOLD_DEFAULT_S),
+            f"netns_create (create_netns_here: unshare + bind mount, little Python) − "
+            f"rtnl_netns_hold_s {RTNL_NETNS_HOLD_DEFAULT_S:g} s (the fit's start value, "
+            "not measured); quartiles less the same",
+        ),
+    )
+    add(
+        "rtnl_veth_hold_s",
+        ("veth_in_netns", "netlink_noop"),
+        lambda: (
+            s["veth_in_netns"].minus(s["netlink_noop"]),
+            f"veth_in_netns − netlink_noop ({_DIFF})",
+        ),
+    )
+    if "link_up" in s and "addr_add" in s:
+        pooled = _Stat.of([*times["link_up"].samples_s, *times["addr_add"].samples_s])
+        add(
+            "rtnl_small_hold_s",
+            ("netlink_noop",),
+            lambda: (
+                pooled.minus(s["netlink_noop"]),
+                f"median of link_up and addr_add pooled − netlink_noop ({_DIFF})",
+            ),
+        )
+    add(
+        "rtnl_tap_hold_s",
+        ("tap_create",),
+        lambda: (
+            s["tap_create"],
+            "tap_create (the TUNSETIFF ioctl alone, little Python); quartiles as low/high",
+        ),
+    )
+    add(
+        "rtnl_tc_hold_s",
+        ("tc_qdisc", "tc_filter", "netlink_noop"),
+        lambda: (
+            s["tc_qdisc"].mean_with(s["tc_filter"]).minus(s["netlink_noop"]),
+            f"mean of tc_qdisc and tc_filter − netlink_noop (the catalog's 4 tc ops are "
+            f"2 of each; {_DIFF})",
+        ),
+    )
+    add(
+        "rcu_grace_s",
+        ("move_into_netns", "link_up"),
+        lambda: (
+            s["move_into_netns"].minus(s["link_up"]),
+            f"move_into_netns − link_up (the move is a small change plus synchronize_net; {_DIFF})",
+        ),
+    )
+    add(
+        "cgroup_mkdir_hold_s",
+        ("cgroup_mkdir",),
+        lambda: (s["cgroup_mkdir"], "cgroup_mkdir (one mkdir, Python included); quartiles"),
+    )
+    add(
+        "cgroup_attach_hold_s",
+        ("cgroup_attach",),
+        lambda: (
+            s["cgroup_attach"],
+            "cgroup_attach (a pid written to cgroup.procs, Python included); quartiles",
+        ),
+    )
+    add(
+        "vm_spawn_cpu_s",
+        ("vm_spawn",),
+        lambda: (
+            s["vm_spawn"],
+            f"vm_spawn (VmRunner.start returning: fork/exec, {times.vm_mode}); quartiles",
+        ),
+    )
+    # The CNI runtime: each process timed from the spawning thread, less the
+    # thread's own Python work (process_spawn: its CPU time around spawning
+    # /bin/true and reading its answer), which the catalog charges apart.
+    add(
+        "spawn_cpu_s",
+        ("process_spawn",),
+        lambda: (
+            s["process_spawn"],
+            "process_spawn (the spawning thread's CPU time around subprocess.run of "
+            "/bin/true: its Python work under the GIL); quartiles",
+        ),
+    )
+    add(
+        "cni_exec_cpu_s",
+        ("cni_exec", "process_spawn"),
+        lambda: (
+            s["cni_exec"].minus(s["process_spawn"]),
+            f"cni_exec (the bridge plugin exec'd for VERSION) − process_spawn ({_DIFF})",
+        ),
+    )
+    add(
+        "ipam_hold_s",
+        ("ipam_add", "cni_exec"),
+        lambda: (
+            s["ipam_add"].minus(s["cni_exec"]),
+            f"ipam_add (host-local ADD: its exec, the lock, the lease file) − cni_exec ({_DIFF})",
+        ),
+    )
+    add(
+        "tc_exec_cpu_s",
+        ("tc_exec", "process_spawn"),
+        lambda: (
+            s["tc_exec"].minus(s["process_spawn"]),
+            f"tc_exec (`tc qdisc show dev lo`: a tc process, no change) − process_spawn ({_DIFF})",
+        ),
+    )
+    add(
+        "shim_start_cpu_s",
+        ("shim_start", "process_spawn"),
+        lambda: (
+            s["shim_start"].minus(s["process_spawn"]),
+            f"shim_start (the shim's interpreter and imports, to its first line read) − "
+            f"process_spawn ({_DIFF})",
+        ),
+    )
+    add(
+        "vm_boot_total_s",
+        ("vm_up", "vm_spawn"),
+        lambda: (
+            s["vm_up"].minus(s["vm_spawn"]),
+            f"vm_up − vm_spawn ({times.vm_mode}; the sum vm_boot_cpu_s + vm_boot_s; {_DIFF})",
+        ),
+    )
+    return out
+
+
+# Not a pytest test, despite its name (tests import it).
+testbed_costs_from.__test__ = False  # type: ignore[attr-defined]

@@ -1,0 +1,99 @@
+"""A node agent's admission for a testbed storm: the testbed's
+:class:`~bootstorm.validation.testbed.admission.Admission` protocol over the
+agent's HTTP API.
+
+It lives in the agent's package and implements the testbed's public
+protocol: the testbed never imports the agent (the driver takes any
+``Admission``), and ``bootstorm testbed run --agent URL`` passes one of these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+
+from ..testbed.admission import CniPooledNetns
+from .client import AgentClient, AgentError
+
+__all__ = ["AgentAdmission"]
+
+
+class AgentAdmission:
+    """Admission by a node agent (``bootstorm agent serve``) over HTTP.
+
+    Each stage is a lease the agent grants under its pushed limits (waiting
+    up to ``wait_s`` for a permit); ``take`` asks the agent's pools. A device
+    handed out is the sandbox's from then on: the driver removes it after
+    the storm like one it made.
+    """
+
+    def __init__(self, client: AgentClient, *, wait_s: float = 300.0) -> None:
+        self.client = client
+        self.wait_s = wait_s
+
+    def gated(self, name: str) -> bool:
+        # The agent's limits may be pushed during the storm, and every stage
+        # is a lease it grants: any stage may wait.
+        return True
+
+    @contextlib.contextmanager
+    def stage(self, name: str, holder: str) -> Iterator[None]:
+        with self.client.stage(name, holder, wait_s=self.wait_s):
+            yield
+
+    def take(self, kind: str, holder: str) -> str | None:
+        device = self.client.take(kind, holder)
+        return None if device is None else device.name
+
+    def take_pair(self, kind: str, holder: str) -> tuple[str, str] | None:
+        device = self.client.take(kind, holder)
+        if device is None:
+            return None
+        if device.peer is None:
+            raise ValueError(f"pools.{kind}: the agent handed out {device.name!r} without a peer")
+        return device.name, device.peer
+
+    def take_netns_veth(self, holder: str) -> tuple[str, str] | None:
+        try:
+            device = self.client.take("netns-veth", holder)
+        except AgentError as exc:
+            if exc.status == 422 and "unknown pool kind" in exc.message:
+                return None  # an agent older than the kind pools none
+            raise
+        if device is None:
+            return None
+        # The agent's answer: the namespace as ``name``, the pair's end on the
+        # host as ``peer`` (the peer inside is eth0).
+        if device.peer is None:
+            raise ValueError(
+                f"pools.netns-veth: the agent handed out {device.name!r} without a host end"
+            )
+        return device.name, device.peer
+
+    @functools.cached_property
+    def cni_network(self) -> str | None:
+        """The network an agent started with ``--cni`` plumbs its
+        ``netns-veth`` namespaces on, or None: asked once, from ``/healthz``."""
+        network = self.client.healthz().get("cni_network")
+        return network if isinstance(network, str) else None
+
+    def offers_cni_netns(self) -> bool:
+        return self.cni_network is not None
+
+    def take_cni_netns(self, holder: str) -> CniPooledNetns | None:
+        if not self.offers_cni_netns():
+            return None
+        device = self.client.take("netns-veth", holder)
+        if device is None:
+            return None
+        if device.cni is None:
+            raise ValueError(
+                f"pools.netns-veth: the agent handed out {device.name!r} without its CNI network"
+            )
+        return CniPooledNetns(
+            netns=device.name,
+            container_id=device.cni.container_id,
+            conflist=device.cni.conflist,
+            result=device.cni.result,
+        )

@@ -1,0 +1,95 @@
+"""What the testbed's runtimes share: a sandbox in a named network namespace
+and a cgroup of the run's, as a Kata sandbox has.
+
+Both runtimes make NetNS and Cgroup the same way (a namespace made with
+``unshare`` + a bind mount, or taken from the run's or an agent's pool; a
+cgroup-v2 directory under the run's), and remove them the same way. A
+runtime without a namespace (none yet) would implement
+:class:`~.runtime.StormRuntime` directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from ._netns import create_netns_here, remove_netns
+from .admission import Admission
+from .runtime import Sandbox, StormContext, StormRuntime
+
+__all__ = ["NamespacedRuntime", "NamespacedSandbox"]
+
+
+@dataclass(kw_only=True)
+class NamespacedSandbox(Sandbox):
+    """A sandbox with its namespace (its name under ``/run/netns`` and an fd
+    on it) and its cgroup directory."""
+
+    netns: str | None = None
+    ns_fd: int | None = None
+    cgroup: Path | None = None
+
+
+N = TypeVar("N", bound=NamespacedSandbox)
+
+
+class NamespacedRuntime(StormRuntime[N]):
+    """NetNS's fallbacks, Cgroup, the ``netns`` pool, and their removal."""
+
+    def __init__(self, *, context: StormContext) -> None:
+        super().__init__(context=context)
+        #: Until :meth:`prepare` returns, the caller's (or an empty local) one.
+        self.admission: Admission | None = None
+        self.cgroup_run: Path | None = None
+        self.pool_netns: list[str] = []  # made for the storm; a sandbox may take one
+
+    def holder(self, sb: N) -> str:
+        """The sandbox's name in admission calls (an agent's leases and pools)."""
+        return f"{self.context.run}/{sb.index}"
+
+    def make_netns_pool(self, n: int) -> None:
+        """The ``netns`` pool: ``n`` namespaces made before the storm."""
+        for k in range(n):
+            name = self.names.pool_netns(k)
+            os.close(create_netns_here(name))
+            self.pool_netns.append(name)
+
+    def open_netns(self, sb: N, name: str) -> None:
+        """``sb`` uses namespace ``name``, made before the storm (a pool's)."""
+        sb.netns = name
+        sb.ns_fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+
+    def pooled_or_new_netns(self, sb: N) -> None:
+        """A namespace from the ``netns`` pool, else one made now (``bst-<run>-<i>``)."""
+        assert self.admission is not None
+        pooled = self.admission.take("netns", self.holder(sb))
+        if pooled is not None:
+            self.open_netns(sb, pooled)
+            return
+        sb.netns = self.names.netns(sb.index)
+        sb.ns_fd = create_netns_here(sb.netns)
+
+    def make_cgroup(self, sb: N) -> None:
+        """The sandbox's cgroup-v2 directory (``cgroup_mkdir`` under cgroup_mutex)."""
+        assert self.cgroup_run is not None
+        sb.cgroup = self.cgroup_run / f"sb{sb.index}"
+        sb.cgroup.mkdir()
+
+    def remove_namespaces(self, sandboxes: Sequence[N], *, pooled: Sequence[str]) -> None:
+        """Close each sandbox's namespace fd and remove its namespace (taken or
+        made), then the pooled ones (``pooled``: those no sandbox took, and
+        those it did, whichever exist)."""
+        for sb in sandboxes:
+            if sb.ns_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(sb.ns_fd)
+            sb.ns_fd = None
+            if sb.netns is not None:
+                remove_netns(sb.netns)
+            remove_netns(self.names.netns(sb.index))
+        for name in pooled:
+            remove_netns(name)
