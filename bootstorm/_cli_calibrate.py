@@ -27,97 +27,113 @@ MAX_FIT_EVALUATIONS = 10_000
 MAX_BOOTSTRAP = 1_000
 
 
+TargetsOption = Annotated[
+    str, typer.Option(help="Published targets to fit: paper-000, -001, -002, -004.")
+]
+WriteOption = Annotated[bool, typer.Option(help="Overwrite the built-in profile with the fit.")]
+OutputOption = Annotated[Path | None, typer.Option(help="Write the fitted profile here.")]
+CheckOnlyOption = Annotated[
+    bool,
+    typer.Option(
+        "--check",
+        help="Check the built-in profile against every row of its paper on unseen seeds: "
+        "kind, mean, seed spread, pass/miss; exit 1 on a miss not known.",
+    ),
+]
+SeedsOption = Annotated[
+    str,
+    typer.Option(
+        help="With --check: seeds to average over, e.g. 1001-1010 (none used by the fit)."
+    ),
+]
+MaxEvaluationsOption = Annotated[
+    int,
+    typer.Option(min=1, max=MAX_FIT_EVALUATIONS, help="Budget of objective evaluations."),
+]
+TraceOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        help="Fit a local testbed profile to this recorded storm instead "
+        "(repeat for several runs of one storm: pooled)."
+    ),
+]
+BootstrapOption = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        max=MAX_BOOTSTRAP,
+        help="With --trace: refits on resampled sandboxes for an interval.",
+    ),
+]
+PredictSandboxesOption = Annotated[
+    int | None, typer.Option(help="With --bootstrap: the storm size to predict.")
+]
+MeasuredOpsOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="With --trace or --plan: costs timed alone "
+        "(bootstorm testbed measure-ops --output FILE), fitted with the storms."
+    ),
+]
+PlanOption = Annotated[
+    bool,
+    typer.Option(
+        "--plan",
+        help="Root: time each operation alone, run the storms that identify every cost "
+        "of the testbed catalog (sizes, peer modes, pool kinds, limits), fit them together.",
+    ),
+]
+PlanSandboxesOption = Annotated[
+    int, typer.Option(help="With --plan: the largest plan storm's size.")
+]
+RunsOption = Annotated[int, typer.Option(help="With --plan: runs of each plan storm.")]
+PoolKindOption = Annotated[
+    list[str] | None,
+    typer.Option(help="With --plan: pool kinds the search may use (default: all the testbed's)."),
+]
+LimitStageOption = Annotated[
+    list[str] | None,
+    typer.Option(help="With --plan: stages the search may limit (default: the four of seed 000)."),
+]
+MeasureOption = Annotated[
+    bool,
+    typer.Option(help="With --plan: time each operation alone first (unless --measured-ops)."),
+]
+TraceDirOption = Annotated[
+    Path | None,
+    typer.Option(help="With --plan: write every storm's trace (and ops.json) here."),
+]
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="With --plan: print the plan, run nothing.")
+]
+VmOption = Annotated[bool, typer.Option(help="With --plan: QEMU microVMs in StartVM.")]
+AsJsonOption = Annotated[
+    bool,
+    typer.Option("--json", help="With --trace or --check: one JSON object instead of tables."),
+]
+
+
 def calibrate_cmd(
-    targets: Annotated[
-        str, typer.Option(help="Published targets to fit: paper-000, -001, -002, -004.")
-    ] = "paper-000",
-    write: Annotated[
-        bool, typer.Option(help="Overwrite the built-in profile with the fit.")
-    ] = False,
-    output: Annotated[Path | None, typer.Option(help="Write the fitted profile here.")] = None,
-    check_only: Annotated[
-        bool,
-        typer.Option(
-            "--check",
-            help="Check the built-in profile against every row of its paper on unseen seeds: "
-            "kind, mean, seed spread, pass/miss; exit 1 on a miss not known.",
-        ),
-    ] = False,
-    seeds: Annotated[
-        str,
-        typer.Option(
-            help="With --check: seeds to average over, e.g. 1001-1010 (none used by the fit)."
-        ),
-    ] = "1001-1010",
-    max_evaluations: Annotated[
-        int,
-        typer.Option(min=1, max=MAX_FIT_EVALUATIONS, help="Budget of objective evaluations."),
-    ] = 150,
-    trace: Annotated[
-        list[Path] | None,
-        typer.Option(
-            help="Fit a local testbed profile to this recorded storm instead "
-            "(repeat for several runs of one storm: pooled)."
-        ),
-    ] = None,
-    bootstrap: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            max=MAX_BOOTSTRAP,
-            help="With --trace: refits on resampled sandboxes for an interval.",
-        ),
-    ] = 0,
-    predict_sandboxes: Annotated[
-        int | None, typer.Option(help="With --bootstrap: the storm size to predict.")
-    ] = None,
-    measured_ops: Annotated[
-        Path | None,
-        typer.Option(
-            help="With --trace or --plan: costs timed alone "
-            "(bootstorm testbed measure-ops --output FILE), fitted with the storms."
-        ),
-    ] = None,
-    plan: Annotated[
-        bool,
-        typer.Option(
-            "--plan",
-            help="Root: time each operation alone, run the storms that identify every cost "
-            "of the testbed catalog (sizes, peer modes, pool kinds, limits), fit them together.",
-        ),
-    ] = False,
-    plan_sandboxes: Annotated[
-        int, typer.Option(help="With --plan: the largest plan storm's size.")
-    ] = 50,
-    runs: Annotated[int, typer.Option(help="With --plan: runs of each plan storm.")] = 3,
-    pool_kind: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="With --plan: pool kinds the search may use (default: all the testbed's)."
-        ),
-    ] = None,
-    limit_stage: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="With --plan: stages the search may limit (default: the four of seed 000)."
-        ),
-    ] = None,
-    measure: Annotated[
-        bool,
-        typer.Option(help="With --plan: time each operation alone first (unless --measured-ops)."),
-    ] = True,
-    trace_dir: Annotated[
-        Path | None,
-        typer.Option(help="With --plan: write every storm's trace (and ops.json) here."),
-    ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="With --plan: print the plan, run nothing.")
-    ] = False,
-    vm: Annotated[bool, typer.Option(help="With --plan: QEMU microVMs in StartVM.")] = True,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="With --trace or --check: one JSON object instead of tables."),
-    ] = False,
+    targets: TargetsOption = "paper-000",
+    write: WriteOption = False,
+    output: OutputOption = None,
+    check_only: CheckOnlyOption = False,
+    seeds: SeedsOption = "1001-1010",
+    max_evaluations: MaxEvaluationsOption = 150,
+    trace: TraceOption = None,
+    bootstrap: BootstrapOption = 0,
+    predict_sandboxes: PredictSandboxesOption = None,
+    measured_ops: MeasuredOpsOption = None,
+    plan: PlanOption = False,
+    plan_sandboxes: PlanSandboxesOption = 50,
+    runs: RunsOption = 3,
+    pool_kind: PoolKindOption = None,
+    limit_stage: LimitStageOption = None,
+    measure: MeasureOption = True,
+    trace_dir: TraceDirOption = None,
+    dry_run: DryRunOption = False,
+    vm: VmOption = True,
+    as_json: AsJsonOption = False,
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
     runtime: Annotated[RuntimeName, RUNTIME_OPTION] = "cni",
 ) -> None:

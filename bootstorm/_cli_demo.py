@@ -46,19 +46,23 @@ MAX_DEMO_SANDBOXES = 10_000
 MAX_DEMO_TRIALS = 1_000
 
 
+SandboxesOption = Annotated[
+    int, typer.Option(min=1, max=MAX_DEMO_SANDBOXES, help="Sandboxes in the storm.")
+]
+TrialsOption = Annotated[
+    # A quick look: 50 trials (bootstorm._cli_demo.DEMO_TRIALS, the S0-9
+    # reference search) take seconds; a real search is `bootstorm optimize`.
+    int, typer.Option(min=1, max=MAX_DEMO_TRIALS, help="Trials of the limit search.")
+]
+OutputDirOption = Annotated[Path, typer.Option(help="Where tuned.yaml and report.html go.")]
+ReportOption = Annotated[bool, typer.Option(help="Write report.html.")]
+
+
 def demo_cmd(
-    sandboxes: Annotated[
-        int, typer.Option(min=1, max=MAX_DEMO_SANDBOXES, help="Sandboxes in the storm.")
-    ] = 400,
-    trials: Annotated[
-        # A quick look: 50 trials (bootstorm._cli_demo.DEMO_TRIALS, the S0-9
-        # reference search) take seconds; a real search is `bootstorm optimize`.
-        int, typer.Option(min=1, max=MAX_DEMO_TRIALS, help="Trials of the limit search.")
-    ] = 50,
-    output_dir: Annotated[Path, typer.Option(help="Where tuned.yaml and report.html go.")] = Path(
-        "."
-    ),
-    report: Annotated[bool, typer.Option(help="Write report.html.")] = True,
+    sandboxes: SandboxesOption = 400,
+    trials: TrialsOption = 50,
+    output_dir: OutputDirOption = Path("."),
+    report: ReportOption = True,
 ) -> None:
     """The default storm (ipvtap on the seed-000 host), its what-ifs, pooling, a
     small search for per-stage limits; writes tuned.yaml and report.html."""

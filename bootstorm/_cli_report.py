@@ -15,26 +15,32 @@ from .models import ConfigError
 __all__ = ["report_cmd"]
 
 
-def report_cmd(
-    source: Annotated[
-        str | None,
-        typer.Argument(
-            help="A scenario YAML (simulated), a trace (.jsonl[.gz], measured or simulated), "
-            "or a study: its journal file (optimize's default: "
-            "~/.local/state/bootstorm/studies.log, with --study-name) or an Optuna "
-            "storage URL (sqlite:///study.db, postgresql://...). "
-            "Default: the scenario the options describe."
-        ),
-    ] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file.")] = Path(
-        "report.html"
+SourceOption = Annotated[
+    str | None,
+    typer.Argument(
+        help="A scenario YAML (simulated), a trace (.jsonl[.gz], measured or simulated), "
+        "or a study: its journal file (optimize's default: "
+        "~/.local/state/bootstorm/studies.log, with --study-name) or an Optuna "
+        "storage URL (sqlite:///study.db, postgresql://...). "
+        "Default: the scenario the options describe."
     ),
-    study_name: Annotated[
-        str | None, typer.Option(help="The study in the storage (if it holds several).")
-    ] = None,
-    cni: Annotated[str | None, typer.Option(help="As for simulate.")] = None,
-    sandboxes: Annotated[int | None, typer.Option(help="As for simulate.")] = None,
-    profile: Annotated[str | None, typer.Option(help="As for simulate.")] = None,
+]
+OutputOption = Annotated[Path, typer.Option("-o", "--output", help="The HTML file.")]
+StudyNameOption = Annotated[
+    str | None, typer.Option(help="The study in the storage (if it holds several).")
+]
+CniOption = Annotated[str | None, typer.Option(help="As for simulate.")]
+SandboxesOption = Annotated[int | None, typer.Option(help="As for simulate.")]
+ProfileOption = Annotated[str | None, typer.Option(help="As for simulate.")]
+
+
+def report_cmd(
+    source: SourceOption = None,
+    output: OutputOption = Path("report.html"),
+    study_name: StudyNameOption = None,
+    cni: CniOption = None,
+    sandboxes: SandboxesOption = None,
+    profile: ProfileOption = None,
 ) -> None:
     """Write one self-contained HTML report (opens offline): timeline, stage
     breakdown, locks, CPU; for a study, its history and Pareto front."""

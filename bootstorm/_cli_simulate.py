@@ -17,141 +17,166 @@ from .simulator import ExecutorName
 __all__ = ["profiles_cmd", "simulate_cmd"]
 
 
+ScenarioFileOption = Annotated[
+    Path | None, typer.Argument(help="Scenario YAML; options override it.")
+]
+CniOption = Annotated[
+    str | None,
+    typer.Option(
+        help="no-network, veth, ipvlan, macvlan, ipvtap, macvtap, tc-routing, vhost-user, "
+        "ebpf; SR-IOV (profile paper-001): sriov-vanilla, fastiov, fastiov-no-lock, "
+        "fastiov-sync-vf, fastiov-no-skip, fastiov-eager-zero, prezero-10/50/100"
+        + default_help("cni"),
+    ),
+]
+SandboxesOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Sandboxes started at once." + default_help("sandboxes"),
+    ),
+]
+ProfileOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Calibration profile name or YAML path." + default_help("profile"),
+    ),
+]
+SeedOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Seed of the service-time stream." + default_help("seed"),
+    ),
+]
+PoolOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Pre-created devices, KIND=COUNT (netns, vport, ipvtap...)."
+        + default_help("no pools"),
+    ),
+]
+LimitOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Per-stage concurrency limit, STAGE=K." + default_help("no limits"),
+    ),
+]
+RtnlPriorityOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="RTNL grant priority, STAGE=P (lower first)." + default_help("FIFO"),
+    ),
+]
+QosRulesOption = Annotated[
+    int | None,
+    typer.Option(
+        help="QoS rules per vPort." + default_help("qos_rules"),
+    ),
+]
+SgRulesOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Security-group rules per pod." + default_help("sg_rules"),
+    ),
+]
+TenantsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Tenants the sandboxes are spread over." + default_help("tenants"),
+    ),
+]
+MemoryMibOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Guest memory per sandbox, MiB." + default_help("memory_mib"),
+    ),
+]
+CoresOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Override the profile's core count." + default_help("the profile's"),
+    ),
+]
+VcpusOption = Annotated[
+    float | None,
+    typer.Option(
+        help="vCPUs (CPU quota in cores) per sandbox." + default_help("the profile's"),
+    ),
+]
+NicVfsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="VFs of the SR-IOV NIC (one per sandbox)." + default_help("the profile's"),
+    ),
+]
+HugepagesOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--hugepages/--no-hugepages",
+        help="Guest memory on hugepages (SR-IOV)." + default_help("the profile's"),
+    ),
+]
+BackgroundFlowsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Flows of traffic received during the storm." + default_help("background_flows"),
+    ),
+]
+FlowGbpsOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Offered Gbps per flow." + default_help("flow_gbps"),
+    ),
+]
+BackgroundPathOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Their data path." + default_help("the CNI's"),
+    ),
+]
+AsJsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+]
+TraceOption = Annotated[
+    Path | None, typer.Option(help="Write a Chrome trace-event JSON (open in ui.perfetto.dev).")
+]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(help="Apply a tuned config (bootstorm optimize --output); it overrides."),
+]
+ExecutorOption = Annotated[
+    ExecutorName | None,
+    typer.Option(
+        help="What runs the simulation: compiled (numba), simpy (the reference) or "
+        "python; all three give the same numbers."
+        + default_help("compiled; simpy with --trace, the only one that records spans"),
+    ),
+]
+
+
 def simulate_cmd(
-    scenario_file: Annotated[
-        Path | None, typer.Argument(help="Scenario YAML; options override it.")
-    ] = None,
-    cni: Annotated[
-        str | None,
-        typer.Option(
-            help="no-network, veth, ipvlan, macvlan, ipvtap, macvtap, tc-routing, vhost-user, "
-            "ebpf; SR-IOV (profile paper-001): sriov-vanilla, fastiov, fastiov-no-lock, "
-            "fastiov-sync-vf, fastiov-no-skip, fastiov-eager-zero, prezero-10/50/100"
-            + default_help("cni"),
-        ),
-    ] = None,
-    sandboxes: Annotated[
-        int | None,
-        typer.Option(
-            help="Sandboxes started at once." + default_help("sandboxes"),
-        ),
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            help="Calibration profile name or YAML path." + default_help("profile"),
-        ),
-    ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option(
-            help="Seed of the service-time stream." + default_help("seed"),
-        ),
-    ] = None,
-    pool: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Pre-created devices, KIND=COUNT (netns, vport, ipvtap...)."
-            + default_help("no pools"),
-        ),
-    ] = None,
-    limit: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Per-stage concurrency limit, STAGE=K." + default_help("no limits"),
-        ),
-    ] = None,
-    rtnl_priority: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="RTNL grant priority, STAGE=P (lower first)." + default_help("FIFO"),
-        ),
-    ] = None,
-    qos_rules: Annotated[
-        int | None,
-        typer.Option(
-            help="QoS rules per vPort." + default_help("qos_rules"),
-        ),
-    ] = None,
-    sg_rules: Annotated[
-        int | None,
-        typer.Option(
-            help="Security-group rules per pod." + default_help("sg_rules"),
-        ),
-    ] = None,
-    tenants: Annotated[
-        int | None,
-        typer.Option(
-            help="Tenants the sandboxes are spread over." + default_help("tenants"),
-        ),
-    ] = None,
-    memory_mib: Annotated[
-        int | None,
-        typer.Option(
-            help="Guest memory per sandbox, MiB." + default_help("memory_mib"),
-        ),
-    ] = None,
-    cores: Annotated[
-        int | None,
-        typer.Option(
-            help="Override the profile's core count." + default_help("the profile's"),
-        ),
-    ] = None,
-    vcpus: Annotated[
-        float | None,
-        typer.Option(
-            help="vCPUs (CPU quota in cores) per sandbox." + default_help("the profile's"),
-        ),
-    ] = None,
-    nic_vfs: Annotated[
-        int | None,
-        typer.Option(
-            help="VFs of the SR-IOV NIC (one per sandbox)." + default_help("the profile's"),
-        ),
-    ] = None,
-    hugepages: Annotated[
-        bool | None,
-        typer.Option(
-            "--hugepages/--no-hugepages",
-            help="Guest memory on hugepages (SR-IOV)." + default_help("the profile's"),
-        ),
-    ] = None,
-    background_flows: Annotated[
-        int | None,
-        typer.Option(
-            help="Flows of traffic received during the storm." + default_help("background_flows"),
-        ),
-    ] = None,
-    flow_gbps: Annotated[
-        float | None,
-        typer.Option(
-            help="Offered Gbps per flow." + default_help("flow_gbps"),
-        ),
-    ] = None,
-    background_path: Annotated[
-        str | None,
-        typer.Option(
-            help="Their data path." + default_help("the CNI's"),
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
-    ] = False,
-    trace: Annotated[
-        Path | None, typer.Option(help="Write a Chrome trace-event JSON (open in ui.perfetto.dev).")
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(help="Apply a tuned config (bootstorm optimize --output); it overrides."),
-    ] = None,
-    executor: Annotated[
-        ExecutorName | None,
-        typer.Option(
-            help="What runs the simulation: compiled (numba), simpy (the reference) or "
-            "python; all three give the same numbers."
-            + default_help("compiled; simpy with --trace, the only one that records spans"),
-        ),
-    ] = None,
+    scenario_file: ScenarioFileOption = None,
+    cni: CniOption = None,
+    sandboxes: SandboxesOption = None,
+    profile: ProfileOption = None,
+    seed: SeedOption = None,
+    pool: PoolOption = None,
+    limit: LimitOption = None,
+    rtnl_priority: RtnlPriorityOption = None,
+    qos_rules: QosRulesOption = None,
+    sg_rules: SgRulesOption = None,
+    tenants: TenantsOption = None,
+    memory_mib: MemoryMibOption = None,
+    cores: CoresOption = None,
+    vcpus: VcpusOption = None,
+    nic_vfs: NicVfsOption = None,
+    hugepages: HugepagesOption = None,
+    background_flows: BackgroundFlowsOption = None,
+    flow_gbps: FlowGbpsOption = None,
+    background_path: BackgroundPathOption = None,
+    as_json: AsJsonOption = False,
+    trace: TraceOption = None,
+    config: ConfigOption = None,
+    executor: ExecutorOption = None,
 ) -> None:
     """Simulate one boot storm and print its makespan, stages, locks and CPU.
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -28,117 +27,134 @@ testbed_app = typer.Typer(
 )
 
 
-def _ms(x: float) -> str:
-    return "-" if math.isnan(x) else f"{x * 1e3:,.1f}"
+RunSandboxesOption = Annotated[int, typer.Option(help="Sandboxes started at once.")]
+RunConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Tuned config YAML: stage limits, and pools made before the storm: netns; "
+        "veth or tap for that endpoint; netns-veth (a namespace made with its veth "
+        "peer inside: no move when taken; taken first, the others serve the rest).",
+    ),
+]
+RunTraceOption = Annotated[
+    Path | None, typer.Option(help="Write the trace here (JSON Lines; .gz compresses).")
+]
+RunChromeOption = Annotated[
+    Path | None, typer.Option(help="Also write a Chrome trace for ui.perfetto.dev.")
+]
+RunEndpointOption = Annotated[
+    str,
+    typer.Option(
+        help="The endpoint AddCNI makes: veth (a pair, then a tap and tc redirects in "
+        "AttachIf), tap (the VMM's NIC itself) or macvtap (on one shared parent link).",
+    ),
+]
+RunPeerInNetnsOption = Annotated[
+    bool,
+    typer.Option(
+        "--peer-in-netns/--peer-moved",
+        help="Create the veth peer inside the namespace, or on the host and move it.",
+    ),
+]
+RunNetprioIfpriomapOption = Annotated[
+    bool,
+    typer.Option(
+        "--netprio-ifpriomap",
+        help="Write net_prio ifpriomap in Cgroup. Changes kernel-wide cgroup socket "
+        "matching until reboot; needs a mounted v1 net_prio hierarchy.",
+    ),
+]
+RunVmOption = Annotated[
+    bool, typer.Option("--vm/--no-vm", help="QEMU microVM in StartVM (if available).")
+]
+RunVmMemoryMibOption = Annotated[int, typer.Option(help="Guest memory per microVM, MiB.")]
+RunMemPreallocOption = Annotated[
+    bool, typer.Option("--mem-prealloc", help="QEMU zeroes all guest memory up front.")
+]
+RunKernelTraceOption = Annotated[
+    bool,
+    typer.Option("--kernel-trace/--no-kernel-trace", help="Collect lock contention spans."),
+]
+RunSoftirqsOption = Annotated[bool, typer.Option(help="Also collect softirq spans.")]
+RunMaxLockSpansOption = Annotated[
+    int | None, typer.Option(help="Keep at most this many kernel lock spans in the trace.")
+]
+RunAgentOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Admit stages and take devices through this node agent (URL); its token "
+        "from --token-file or BOOTSTORM_AGENT_TOKEN."
+    ),
+]
+RunTokenFileOption = Annotated[
+    Path | None, typer.Option(help="File holding the agent's bearer token.")
+]
+RunRuntimeOption = Annotated[
+    str,
+    typer.Option(
+        help="[threads|cni] threads: each sandbox's thread does its kernel operations "
+        "in-process (netlink). cni: as containerd + Kata: real CNI plugins exec'd for "
+        "AddCNI, one shim process per sandbox for AttachIf and StartVM (the default: "
+        "it validates closer to its model, docs/testbed.md).",
+    ),
+]
+RunCniBinDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="CNI plugin directory (runtime cni); default /usr/lib/cni, else /opt/cni/bin."
+    ),
+]
+RunCniPluginOption = Annotated[
+    str,
+    typer.Option(help="[bridge|ptp|macvlan|ipvlan] The CNI plugin (runtime cni), host-local IPAM."),
+]
+RunCniChainOption = Annotated[
+    str,
+    typer.Option(
+        help="Plugins chained after it, comma-separated, in order (runtime cni): "
+        "tuning, bandwidth (e.g. tuning,bandwidth).",
+    ),
+]
+RunCniCheckOption = Annotated[
+    bool, typer.Option("--cni-check", help="CNI CHECK after each ADD (runtime cni).")
+]
+RunAsJsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+]
 
 
 @testbed_app.command("run")
 def run_cmd(
-    sandboxes: Annotated[int, typer.Option(help="Sandboxes started at once.")] = 8,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            help="Tuned config YAML: stage limits, and pools made before the storm: netns; "
-            "veth or tap for that endpoint; netns-veth (a namespace made with its veth "
-            "peer inside: no move when taken; taken first, the others serve the rest).",
-        ),
-    ] = None,
-    trace: Annotated[
-        Path | None, typer.Option(help="Write the trace here (JSON Lines; .gz compresses).")
-    ] = None,
-    chrome: Annotated[
-        Path | None, typer.Option(help="Also write a Chrome trace for ui.perfetto.dev.")
-    ] = None,
-    endpoint: Annotated[
-        str,
-        typer.Option(
-            help="The endpoint AddCNI makes: veth (a pair, then a tap and tc redirects in "
-            "AttachIf), tap (the VMM's NIC itself) or macvtap (on one shared parent link).",
-        ),
-    ] = "veth",
-    peer_in_netns: Annotated[
-        bool,
-        typer.Option(
-            "--peer-in-netns/--peer-moved",
-            help="Create the veth peer inside the namespace, or on the host and move it.",
-        ),
-    ] = True,
-    netprio_ifpriomap: Annotated[
-        bool,
-        typer.Option(
-            "--netprio-ifpriomap",
-            help="Write net_prio ifpriomap in Cgroup. Changes kernel-wide cgroup socket "
-            "matching until reboot; needs a mounted v1 net_prio hierarchy.",
-        ),
-    ] = False,
-    vm: Annotated[
-        bool, typer.Option("--vm/--no-vm", help="QEMU microVM in StartVM (if available).")
-    ] = True,
-    vm_memory_mib: Annotated[int, typer.Option(help="Guest memory per microVM, MiB.")] = 64,
-    mem_prealloc: Annotated[
-        bool, typer.Option("--mem-prealloc", help="QEMU zeroes all guest memory up front.")
-    ] = False,
-    kernel_trace: Annotated[
-        bool,
-        typer.Option("--kernel-trace/--no-kernel-trace", help="Collect lock contention spans."),
-    ] = True,
-    softirqs: Annotated[bool, typer.Option(help="Also collect softirq spans.")] = False,
-    max_lock_spans: Annotated[
-        int | None, typer.Option(help="Keep at most this many kernel lock spans in the trace.")
-    ] = None,
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            help="Admit stages and take devices through this node agent (URL); its token "
-            "from --token-file or BOOTSTORM_AGENT_TOKEN."
-        ),
-    ] = None,
-    token_file: Annotated[
-        Path | None, typer.Option(help="File holding the agent's bearer token.")
-    ] = None,
-    runtime: Annotated[
-        str,
-        typer.Option(
-            help="[threads|cni] threads: each sandbox's thread does its kernel operations "
-            "in-process (netlink). cni: as containerd + Kata: real CNI plugins exec'd for "
-            "AddCNI, one shim process per sandbox for AttachIf and StartVM (the default: "
-            "it validates closer to its model, docs/testbed.md).",
-        ),
-    ] = "cni",
-    cni_bin_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="CNI plugin directory (runtime cni); default /usr/lib/cni, else /opt/cni/bin."
-        ),
-    ] = None,
-    cni_plugin: Annotated[
-        str,
-        typer.Option(
-            help="[bridge|ptp|macvlan|ipvlan] The CNI plugin (runtime cni), host-local IPAM."
-        ),
-    ] = "bridge",
-    cni_chain: Annotated[
-        str,
-        typer.Option(
-            help="Plugins chained after it, comma-separated, in order (runtime cni): "
-            "tuning, bandwidth (e.g. tuning,bandwidth).",
-        ),
-    ] = "",
-    cni_check: Annotated[
-        bool, typer.Option("--cni-check", help="CNI CHECK after each ADD (runtime cni).")
-    ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
-    ] = False,
+    sandboxes: RunSandboxesOption = 8,
+    config: RunConfigOption = None,
+    trace: RunTraceOption = None,
+    chrome: RunChromeOption = None,
+    endpoint: RunEndpointOption = "veth",
+    peer_in_netns: RunPeerInNetnsOption = True,
+    netprio_ifpriomap: RunNetprioIfpriomapOption = False,
+    vm: RunVmOption = True,
+    vm_memory_mib: RunVmMemoryMibOption = 64,
+    mem_prealloc: RunMemPreallocOption = False,
+    kernel_trace: RunKernelTraceOption = True,
+    softirqs: RunSoftirqsOption = False,
+    max_lock_spans: RunMaxLockSpansOption = None,
+    agent: RunAgentOption = None,
+    token_file: RunTokenFileOption = None,
+    runtime: RunRuntimeOption = "cni",
+    cni_bin_dir: RunCniBinDirOption = None,
+    cni_plugin: RunCniPluginOption = "bridge",
+    cni_chain: RunCniChainOption = "",
+    cni_check: RunCniCheckOption = False,
+    as_json: RunAsJsonOption = False,
 ) -> None:
     """Start SANDBOXES sandboxes at once and print makespan, startup, stages and RTNL contention."""
     from pydantic import ValidationError
 
-    from ._render_node import RichProgress
+    from ._render_node import RichProgress, print_testbed_storm, testbed_storm_record
     from .models import TunedConfig
     from .traces import write_trace
     from .validation.recording import write_chrome_trace
-    from .validation.testbed import StormOptions, summarize
+    from .validation.testbed import StormOptions
     from .workflows import agent_admission, run_storm_here
 
     console = terminal_console()
@@ -171,71 +187,35 @@ def run_cmd(
         write_trace(result.trace, trace)
     if chrome is not None:
         write_chrome_trace(chrome, result.trace, title=f"testbed {sandboxes} sandboxes")
-    s = summarize(result.trace)
-    h = result.trace.header
     if as_json:
-        payload = {
-            "run": result.run,
-            "header": h.model_dump(mode="json"),
-            # No sandbox completed: the statistics are null, not NaN (not JSON).
-            **{
-                k: None if isinstance(v, float) and math.isnan(v) else v
-                for k, v in dataclasses.asdict(s).items()
-            },
-            "failures": list(result.failures),
-        }
-        sys.stdout.write(json.dumps(payload, allow_nan=False, default=str) + "\n")
-        if result.failures:
-            raise typer.Exit(1)
-        return
-    table = Table(
-        title=f"testbed storm {result.run}: {sandboxes} × {h.scenario.cni}, {h.scenario.vm}"
-    )
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_row("completed", f"{s.completed} / {s.sandboxes}")
-    table.add_row("makespan", f"{_ms(s.makespan_s)} ms")
-    table.add_row(
-        "startup mean / p50 / p99",
-        f"{_ms(s.startup_mean_s)} / {_ms(s.startup_p50_s)} / {_ms(s.startup_p99_s)} ms",
-    )
-    for stage, mean in s.stage_mean_s.items():
-        table.add_row(f"  {stage} mean", f"{_ms(mean)} ms")
-    if h.kernel_trace is not None:
-        table.add_row("RTNL contention: waits", str(s.rtnl.waits))
-        table.add_row("RTNL contention: total wait", f"{_ms(s.rtnl.wait_s)} ms")
-        table.add_row("  of it by sandbox threads", f"{s.rtnl.sandbox_waits} waits")
-        for name in ("cgroup_mutex", "css_set_lock"):
-            if name in s.locks:
-                lk = s.locks[name]
-                table.add_row(f"{name} contention", f"{lk.waits} waits, {_ms(lk.wait_s)} ms")
-    console.print(table)
-    for note in h.notes:
-        console.print(f"[dim]note: {note}[/]")
-    if trace is not None:
-        console.print(f"trace written to [bold]{trace}[/]")
-    if chrome is not None:
-        console.print(
-            f"Chrome trace written to [bold]{chrome}[/] — open it in https://ui.perfetto.dev"
-        )
+        record = testbed_storm_record(result)
+        sys.stdout.write(json.dumps(record, allow_nan=False, default=str) + "\n")
+    else:
+        print_testbed_storm(console, result, trace=trace, chrome=chrome)
     if result.failures:
-        for failure in result.failures[:10]:
-            console.print(f"[red]sandbox {failure}[/]")
         raise typer.Exit(1)
+
+
+ChromeTraceOption = Annotated[Path, typer.Argument(help="A recorded trace (.jsonl or .jsonl.gz).")]
+ChromeOutputOption = Annotated[
+    Path, typer.Argument(help="Chrome trace JSON to write (.gz compresses).")
+]
+ChromeSimulateCniOption = Annotated[
+    str | None,
+    typer.Option(
+        "--simulate",
+        help="Also simulate this CNI with the trace's sandbox and core counts, side by side.",
+    ),
+]
+ChromeProfileOption = Annotated[str, typer.Option(help="Profile of the simulation.")]
 
 
 @testbed_app.command("chrome")
 def chrome_cmd(
-    trace: Annotated[Path, typer.Argument(help="A recorded trace (.jsonl or .jsonl.gz).")],
-    output: Annotated[Path, typer.Argument(help="Chrome trace JSON to write (.gz compresses).")],
-    simulate_cni: Annotated[
-        str | None,
-        typer.Option(
-            "--simulate",
-            help="Also simulate this CNI with the trace's sandbox and core counts, side by side.",
-        ),
-    ] = None,
-    profile: Annotated[str, typer.Option(help="Profile of the simulation.")] = "paper-000",
+    trace: ChromeTraceOption,
+    output: ChromeOutputOption,
+    simulate_cni: ChromeSimulateCniOption = None,
+    profile: ChromeProfileOption = "paper-000",
 ) -> None:
     """Open a recorded storm (and, with --simulate, a simulated one) in ui.perfetto.dev."""
     from ._api import simulate
@@ -287,28 +267,35 @@ def _op_ms(x_s: float) -> str:
     return f"{x_s * 1e3:,.3f}"
 
 
+MeasureRepeatsOption = Annotated[
+    int, typer.Option(help="Timed repetitions of each operation (after the warm-up).")
+]
+MeasureWarmupOption = Annotated[
+    int, typer.Option(help="Repetitions of each operation run first and discarded.")
+]
+MeasureVmOption = Annotated[
+    bool,
+    typer.Option(
+        "--vm/--no-vm",
+        help="Time vm_spawn/vm_up on a QEMU microVM (if available), or on the "
+        "StartVM fallback process.",
+    ),
+]
+MeasureOutputOption = Annotated[
+    Path | None, typer.Option(help="Write the timings here (JSON), whole or not at all.")
+]
+MeasureAsJsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+]
+
+
 @testbed_app.command("measure-ops")
 def measure_ops_cmd(
-    repeats: Annotated[
-        int, typer.Option(help="Timed repetitions of each operation (after the warm-up).")
-    ] = 30,
-    warmup: Annotated[
-        int, typer.Option(help="Repetitions of each operation run first and discarded.")
-    ] = 3,
-    vm: Annotated[
-        bool,
-        typer.Option(
-            "--vm/--no-vm",
-            help="Time vm_spawn/vm_up on a QEMU microVM (if available), or on the "
-            "StartVM fallback process.",
-        ),
-    ] = True,
-    output: Annotated[
-        Path | None, typer.Option(help="Write the timings here (JSON), whole or not at all.")
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
-    ] = False,
+    repeats: MeasureRepeatsOption = 30,
+    warmup: MeasureWarmupOption = 3,
+    vm: MeasureVmOption = True,
+    output: MeasureOutputOption = None,
+    as_json: MeasureAsJsonOption = False,
 ) -> None:
     """Time each testbed operation alone (serial, idle host) and derive the catalog's costs."""
     from ._io import write_atomically

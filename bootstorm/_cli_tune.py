@@ -14,43 +14,59 @@ from ._options import RUNTIME_OPTION, RuntimeName
 __all__ = ["tune_cmd"]
 
 
+SandboxesOption = Annotated[int, typer.Option(help="The storm to shorten: sandboxes at once.")]
+BudgetOption = Annotated[int, typer.Option(help="TPE trials of the search on the model.")]
+CandidatesOption = Annotated[
+    int, typer.Option(help="The best configs of the search to run for real.")
+]
+RepeatsOption = Annotated[
+    int, typer.Option(help="Rounds of real storms (each runs every config once).")
+]
+ProfileOption = Annotated[
+    Path | None,
+    typer.Option(help="The node's profile; default: calibrate it here first (--plan)."),
+]
+MeasuredOpsOption = Annotated[
+    Path | None, typer.Option(help="Costs timed alone (testbed measure-ops --output).")
+]
+PlanSandboxesOption = Annotated[
+    int | None, typer.Option(help="The largest plan storm (default: a third of the storm).")
+]
+PlanRunsOption = Annotated[int, typer.Option(help="Runs of each plan storm.")]
+PoolKindOption = Annotated[
+    list[str] | None, typer.Option(help="Pool kinds to search (default: the testbed's).")
+]
+LimitStageOption = Annotated[
+    list[str] | None,
+    typer.Option(help="Stages to limit (default: AddCNI, Cgroup, AttachIf, StartVM)."),
+]
+OutputOption = Annotated[
+    Path, typer.Option("-o", "--output", help="The tuned config (only if measured faster).")
+]
+TraceDirOption = Annotated[
+    Path | None, typer.Option(help="Write every storm's trace and the profiles here.")
+]
+ReportOption = Annotated[
+    Path | None, typer.Option(help="An HTML report of predicted against measured.")
+]
+VmOption = Annotated[bool, typer.Option(help="QEMU microVMs in StartVM.")]
+
+
 def tune_cmd(
-    sandboxes: Annotated[int, typer.Option(help="The storm to shorten: sandboxes at once.")] = 150,
-    budget: Annotated[int, typer.Option(help="TPE trials of the search on the model.")] = 60,
-    candidates: Annotated[
-        int, typer.Option(help="The best configs of the search to run for real.")
-    ] = 3,
-    repeats: Annotated[
-        int, typer.Option(help="Rounds of real storms (each runs every config once).")
-    ] = 5,
-    profile: Annotated[
-        Path | None,
-        typer.Option(help="The node's profile; default: calibrate it here first (--plan)."),
-    ] = None,
-    measured_ops: Annotated[
-        Path | None, typer.Option(help="Costs timed alone (testbed measure-ops --output).")
-    ] = None,
-    plan_sandboxes: Annotated[
-        int | None, typer.Option(help="The largest plan storm (default: a third of the storm).")
-    ] = None,
-    plan_runs: Annotated[int, typer.Option(help="Runs of each plan storm.")] = 3,
-    pool_kind: Annotated[
-        list[str] | None, typer.Option(help="Pool kinds to search (default: the testbed's).")
-    ] = None,
-    limit_stage: Annotated[
-        list[str] | None,
-        typer.Option(help="Stages to limit (default: AddCNI, Cgroup, AttachIf, StartVM)."),
-    ] = None,
-    output: Annotated[
-        Path, typer.Option("-o", "--output", help="The tuned config (only if measured faster).")
-    ] = Path("tuned.yaml"),
-    trace_dir: Annotated[
-        Path | None, typer.Option(help="Write every storm's trace and the profiles here.")
-    ] = None,
-    report: Annotated[
-        Path | None, typer.Option(help="An HTML report of predicted against measured.")
-    ] = None,
-    vm: Annotated[bool, typer.Option(help="QEMU microVMs in StartVM.")] = True,
+    sandboxes: SandboxesOption = 150,
+    budget: BudgetOption = 60,
+    candidates: CandidatesOption = 3,
+    repeats: RepeatsOption = 5,
+    profile: ProfileOption = None,
+    measured_ops: MeasuredOpsOption = None,
+    plan_sandboxes: PlanSandboxesOption = None,
+    plan_runs: PlanRunsOption = 3,
+    pool_kind: PoolKindOption = None,
+    limit_stage: LimitStageOption = None,
+    output: OutputOption = Path("tuned.yaml"),
+    trace_dir: TraceDirOption = None,
+    report: ReportOption = None,
+    vm: VmOption = True,
     runtime: Annotated[RuntimeName, RUNTIME_OPTION] = "cni",
 ) -> None:
     """Root: calibrate this node, search pools and limits on its model, run the

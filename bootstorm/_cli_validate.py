@@ -17,93 +17,114 @@ from .simulator import ExecutorName
 __all__ = ["validate_cmd"]
 
 
+SandboxesOption = Annotated[int, typer.Option(help="Sandboxes the testbed starts at once.")]
+ConfigOption = Annotated[
+    Path | None, typer.Option(help="Tuned config: stage limits and pools, both sides.")
+]
+CandidatesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Rank tuned configs instead: [NAME=]FILE, repeat (NAME defaults to the "
+        "file's stem). Runs --repeat storms of each, interleaved (each round every "
+        "candidate once, in a shuffled order), or reads --measured-dir; prints measured "
+        "against predicted per candidate and the Spearman of the two rankings."
+    ),
+]
+BaselineOption = Annotated[
+    bool,
+    typer.Option(
+        "--baseline/--no-baseline",
+        help="With --candidates: rank the storm without a config too, as 'baseline'.",
+    ),
+]
+ProfileOption = Annotated[Path | None, typer.Option(help="The node's fitted profile YAML.")]
+CalibrateFromOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        help="Fit the node's profile to this recorded storm first (repeat: several runs)."
+    ),
+]
+MeasuredOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        help="Compare this recorded storm instead of running one (repeat: several runs "
+        "of one storm, pooled; the makespan is their median)."
+    ),
+]
+MeasuredDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="With --candidates: compare the runs recorded here instead of running any "
+        "(DIR/<candidate>-run<k>.jsonl.gz, as --trace-out writes them; every run found)."
+    ),
+]
+RepeatOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Run the storm this many times and compare the median (default: 1; "
+        "3 per candidate with --candidates)."
+    ),
+]
+CalibrationSandboxesOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Without --profile or --calibrate-from: the size of the storms the node's "
+        "profile is fitted to first, without the config (default: half of --sandboxes)."
+    ),
+]
+CalibrationRunsOption = Annotated[
+    int, typer.Option(help="Without --profile or --calibrate-from: how many of them.")
+]
+TraceOption = Annotated[Path | None, typer.Option(help="Write the measured storm here.")]
+TraceOutOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="With --candidates: write every run's trace as "
+        "DIR/<candidate>-run<k>.jsonl.gz (k from 1), as each storm ends."
+    ),
+]
+ThresholdOption = Annotated[
+    float,
+    typer.Option(
+        help="Exit 1 if makespan, mean or p99 is off by more (0.15 = 15%); with "
+        "--candidates: if any candidate's makespan is."
+    ),
+]
+MinSpearmanOption = Annotated[
+    float,
+    typer.Option(
+        help="With --candidates: exit 1 if the Spearman of predicted against measured "
+        "makespan is lower, or undefined (the model predicts them all equal)."
+    ),
+]
+VmOption = Annotated[bool, typer.Option("--vm/--no-vm", help="QEMU microVMs in StartVM.")]
+AgentOption = Annotated[
+    str | None, typer.Option(help="Admit the testbed's stages through this node agent.")
+]
+TokenFileOption = Annotated[Path | None, typer.Option(help="The agent's bearer token.")]
+AsJsonOption = Annotated[bool, typer.Option("--json", help="One JSON object.")]
+
+
 def validate_cmd(
-    sandboxes: Annotated[int, typer.Option(help="Sandboxes the testbed starts at once.")] = 100,
-    config: Annotated[
-        Path | None, typer.Option(help="Tuned config: stage limits and pools, both sides.")
-    ] = None,
-    candidates: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Rank tuned configs instead: [NAME=]FILE, repeat (NAME defaults to the "
-            "file's stem). Runs --repeat storms of each, interleaved (each round every "
-            "candidate once, in a shuffled order), or reads --measured-dir; prints measured "
-            "against predicted per candidate and the Spearman of the two rankings."
-        ),
-    ] = None,
-    baseline: Annotated[
-        bool,
-        typer.Option(
-            "--baseline/--no-baseline",
-            help="With --candidates: rank the storm without a config too, as 'baseline'.",
-        ),
-    ] = True,
-    profile: Annotated[Path | None, typer.Option(help="The node's fitted profile YAML.")] = None,
-    calibrate_from: Annotated[
-        list[Path] | None,
-        typer.Option(
-            help="Fit the node's profile to this recorded storm first (repeat: several runs)."
-        ),
-    ] = None,
-    measured: Annotated[
-        list[Path] | None,
-        typer.Option(
-            help="Compare this recorded storm instead of running one (repeat: several runs "
-            "of one storm, pooled; the makespan is their median)."
-        ),
-    ] = None,
-    measured_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="With --candidates: compare the runs recorded here instead of running any "
-            "(DIR/<candidate>-run<k>.jsonl.gz, as --trace-out writes them; every run found)."
-        ),
-    ] = None,
-    repeat: Annotated[
-        int | None,
-        typer.Option(
-            help="Run the storm this many times and compare the median (default: 1; "
-            "3 per candidate with --candidates)."
-        ),
-    ] = None,
-    calibration_sandboxes: Annotated[
-        int | None,
-        typer.Option(
-            help="Without --profile or --calibrate-from: the size of the storms the node's "
-            "profile is fitted to first, without the config (default: half of --sandboxes)."
-        ),
-    ] = None,
-    calibration_runs: Annotated[
-        int, typer.Option(help="Without --profile or --calibrate-from: how many of them.")
-    ] = 3,
-    trace: Annotated[Path | None, typer.Option(help="Write the measured storm here.")] = None,
-    trace_out: Annotated[
-        Path | None,
-        typer.Option(
-            help="With --candidates: write every run's trace as "
-            "DIR/<candidate>-run<k>.jsonl.gz (k from 1), as each storm ends."
-        ),
-    ] = None,
-    threshold: Annotated[
-        float,
-        typer.Option(
-            help="Exit 1 if makespan, mean or p99 is off by more (0.15 = 15%); with "
-            "--candidates: if any candidate's makespan is."
-        ),
-    ] = 0.15,
-    min_spearman: Annotated[
-        float,
-        typer.Option(
-            help="With --candidates: exit 1 if the Spearman of predicted against measured "
-            "makespan is lower, or undefined (the model predicts them all equal)."
-        ),
-    ] = 0.9,
-    vm: Annotated[bool, typer.Option("--vm/--no-vm", help="QEMU microVMs in StartVM.")] = True,
-    agent: Annotated[
-        str | None, typer.Option(help="Admit the testbed's stages through this node agent.")
-    ] = None,
-    token_file: Annotated[Path | None, typer.Option(help="The agent's bearer token.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    sandboxes: SandboxesOption = 100,
+    config: ConfigOption = None,
+    candidates: CandidatesOption = None,
+    baseline: BaselineOption = True,
+    profile: ProfileOption = None,
+    calibrate_from: CalibrateFromOption = None,
+    measured: MeasuredOption = None,
+    measured_dir: MeasuredDirOption = None,
+    repeat: RepeatOption = None,
+    calibration_sandboxes: CalibrationSandboxesOption = None,
+    calibration_runs: CalibrationRunsOption = 3,
+    trace: TraceOption = None,
+    trace_out: TraceOutOption = None,
+    threshold: ThresholdOption = 0.15,
+    min_spearman: MinSpearmanOption = 0.9,
+    vm: VmOption = True,
+    agent: AgentOption = None,
+    token_file: TokenFileOption = None,
+    as_json: AsJsonOption = False,
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
     runtime: Annotated[RuntimeName, RUNTIME_OPTION] = "cni",
 ) -> None:
@@ -113,12 +134,11 @@ def validate_cmd(
     does. Run them here (root), or give --measured-dir DIR (no root) with
     --profile or --calibrate-from.
     """
-    from ._render import print_identification
     from ._render_node import (
         RichProgress,
         candidate_validation_records,
         print_candidate_validation,
-        storm_validation_table,
+        print_storm_validation,
     )
     from .workflows import (
         SilentProgress,
@@ -187,15 +207,7 @@ def validate_cmd(
     if as_json:
         sys.stdout.write(json.dumps(outcome.to_dict()) + "\n")
     else:
-        console.print(storm_validation_table(outcome))
-        print_identification(console, identification(outcome.scenario, profile=outcome.profile))
-        if outcome.stats.background_load:
-            console.print(
-                f"[dim]the host's load average before the storm "
-                f"({outcome.stats.background_load:.1f}) "
-                "is simulated as that many always-runnable tasks[/]"
-            )
-        if outcome.failed:
-            console.print(f"[red]outside ±{threshold:.0%}: {', '.join(outcome.failed)}[/]")
+        found = identification(outcome.scenario, profile=outcome.profile)
+        print_storm_validation(console, outcome, found)
     if outcome.failed:
         raise typer.Exit(1)

@@ -19,6 +19,7 @@ from .models import Profile
 from .workflows import (
     CandidatesCompared,
     CandidateValidation,
+    Identification,
     PaperCheck,
     PlanDesigned,
     ProfileFitted,
@@ -34,7 +35,10 @@ __all__ = [
     "identification_summary",
     "print_candidate_validation",
     "print_profile_identification",
+    "print_storm_validation",
+    "print_testbed_storm",
     "storm_validation_table",
+    "testbed_storm_record",
 ]
 
 _TONE_STYLE: dict[str, str | None] = {
@@ -267,6 +271,25 @@ def storm_validation_table(outcome: StormValidation) -> Table:
     return table
 
 
+def print_storm_validation(
+    console: Console, outcome: StormValidation, found: Identification
+) -> None:
+    """``validate``: the table, the costs the profile never identified, the
+    host's load, and the metrics outside the threshold."""
+    from ._render import print_identification
+
+    console.print(storm_validation_table(outcome))
+    print_identification(console, found)
+    if outcome.stats.background_load:
+        console.print(
+            f"[dim]the host's load average before the storm "
+            f"({outcome.stats.background_load:.1f}) "
+            "is simulated as that many always-runnable tasks[/]"
+        )
+    if outcome.failed:
+        console.print(f"[red]outside ±{outcome.threshold:.0%}: {', '.join(outcome.failed)}[/]")
+
+
 def _shown(mapping: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in mapping.items()) or "-"
 
@@ -375,3 +398,68 @@ def print_candidate_validation(console: Console, outcome: CandidateValidation) -
         console.print(f"measured {said}")
     if failed:
         console.print(f"[red]makespan outside ±{outcome.threshold:.0%}: {', '.join(failed)}[/]")
+
+
+def _ms_or_dash(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x * 1e3:,.1f}"
+
+
+def testbed_storm_record(result: Any) -> dict[str, Any]:
+    """The ``testbed run --json`` object of a :class:`StormResult`."""
+    from .validation.testbed import summarize
+
+    s = summarize(result.trace)
+    return {
+        "run": result.run,
+        "header": result.trace.header.model_dump(mode="json"),
+        # No sandbox completed: the statistics are null, not NaN (not JSON).
+        **{
+            k: None if isinstance(v, float) and math.isnan(v) else v
+            for k, v in dataclasses.asdict(s).items()
+        },
+        "failures": list(result.failures),
+    }
+
+
+def print_testbed_storm(
+    console: Console, result: Any, *, trace: Any = None, chrome: Any = None
+) -> None:
+    """``testbed run``: makespan, startup, stage means and lock contention of
+    a real storm, its notes, where it was written, and its failed sandboxes."""
+    from .validation.testbed import summarize
+
+    s = summarize(result.trace)
+    h = result.trace.header
+    ms = _ms_or_dash
+    table = Table(
+        title=f"testbed storm {result.run}: {s.sandboxes} × {h.scenario.cni}, {h.scenario.vm}"
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("completed", f"{s.completed} / {s.sandboxes}")
+    table.add_row("makespan", f"{ms(s.makespan_s)} ms")
+    table.add_row(
+        "startup mean / p50 / p99",
+        f"{ms(s.startup_mean_s)} / {ms(s.startup_p50_s)} / {ms(s.startup_p99_s)} ms",
+    )
+    for stage, mean in s.stage_mean_s.items():
+        table.add_row(f"  {stage} mean", f"{ms(mean)} ms")
+    if h.kernel_trace is not None:
+        table.add_row("RTNL contention: waits", str(s.rtnl.waits))
+        table.add_row("RTNL contention: total wait", f"{ms(s.rtnl.wait_s)} ms")
+        table.add_row("  of it by sandbox threads", f"{s.rtnl.sandbox_waits} waits")
+        for name in ("cgroup_mutex", "css_set_lock"):
+            if name in s.locks:
+                lk = s.locks[name]
+                table.add_row(f"{name} contention", f"{lk.waits} waits, {ms(lk.wait_s)} ms")
+    console.print(table)
+    for note in h.notes:
+        console.print(f"[dim]note: {note}[/]")
+    if trace is not None:
+        console.print(f"trace written to [bold]{trace}[/]")
+    if chrome is not None:
+        console.print(
+            f"Chrome trace written to [bold]{chrome}[/] — open it in https://ui.perfetto.dev"
+        )
+    for failure in result.failures[:10]:
+        console.print(f"[red]sandbox {failure}[/]")

@@ -406,7 +406,10 @@ def install() -> bool:
         log.info("Optuna's TPE is not the one this was written for (%s): left as it is", exc)
         return False
     if not same:
-        log.warning("compiled TPE log-density differs from Optuna's on this machine: not used")
+        # Not a warning: TPE then runs as Optuna ships it (same proposals, slower);
+        # nothing for the user to do (NumPy's SIMD exp/log differ in the last bit on
+        # some CPUs, e.g. AVX-512).
+        log.info("compiled TPE log-density differs from Optuna's on this machine: not used")
         return False
     _state["installed"] = True
     return True

@@ -168,7 +168,10 @@ def install() -> bool:
         np.array_equal(want.view(np.int64), got.view(np.int64))
         and np.array_equal(erf_want.view(np.int64), erf_got.view(np.int64))
     ):
-        log.warning("compiled log_ndtr or erf differs from Optuna's on this machine: not used")
+        # Not a warning: TPE then runs as Optuna ships it (same proposals, slower);
+        # nothing for the user to do (NumPy's SIMD exp/log differ in the last bit on
+        # some CPUs, e.g. AVX-512).
+        log.info("compiled log_ndtr or erf differs from Optuna's on this machine: not used")
         return False
     _truncnorm._log_ndtr = log_ndtr
     _truncnorm.erf = erf  # type: ignore[attr-defined]

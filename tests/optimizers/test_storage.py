@@ -21,7 +21,6 @@ import pytest
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from bootstorm._cli_optimize import default_study_storage
 from bootstorm.models import Scenario
 from bootstorm.optimizers import (
     HeartbeatJournalStorage,
@@ -33,6 +32,7 @@ from bootstorm.optimizers import (
     read_study,
 )
 from bootstorm.optimizers._storage import HEARTBEAT_ATTR, UnsyncedJournalFileBackend
+from bootstorm.workflows import default_study_storage
 
 SMALL = Scenario(cni="ipvtap", sandboxes=20)
 
