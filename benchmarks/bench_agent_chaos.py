@@ -71,6 +71,9 @@ def agent_process(
     token.write_text(TOKEN + "\n")
     token.chmod(0o600)
     argv = ["agent", "serve", "--host", "127.0.0.1", "--port", "0", "--token-file", str(token)]
+    # Its own state directory: a pushed config is saved there (as root the
+    # default is /var/lib/bootstorm-agent, which a benchmark must not touch).
+    argv += ["--state-dir", str(workdir / f"state-{n}")]
     if config is not None:
         config_file = workdir / f"config-{n}.yaml"
         config_file.write_text(config.to_yaml())
@@ -326,7 +329,8 @@ def pools(workdir: Path, per_kind: int) -> PoolResult:
             token.chmod(0o600)
             second = subprocess.Popen(
                 [sys.executable, "-c", _CLI, "agent", "serve", "--port", "0"]
-                + ["--token-file", str(token), *args],
+                + ["--token-file", str(token), "--state-dir", str(workdir / "state-second")]
+                + list(args),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,

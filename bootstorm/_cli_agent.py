@@ -18,7 +18,9 @@ import typer
 from rich.table import Table
 
 from ._io import terminal_console
+from ._params import short_repr
 from .models import ConfigError
+from .traces.files import shown_path
 
 if TYPE_CHECKING:
     from .validation.agent import CniPoolSettings
@@ -27,6 +29,11 @@ __all__ = ["TOKEN_ENV", "register"]
 
 #: Environment variable holding the agent's bearer token when no file is given.
 TOKEN_ENV = "BOOTSTORM_AGENT_TOKEN"
+#: Bounds of ``config push --timeout-s`` (per node, seconds): a node that has
+#: not answered a PUT in ten minutes (the longest long-poll an agent grants)
+#: is down; beyond it, and at inf, httpx's timer overflows.
+MIN_PUSH_TIMEOUT_S = 0.01
+MAX_PUSH_TIMEOUT_S = 600.0
 
 agent_app = typer.Typer(
     help="The node agent: stage permits, device pools, tuned config.",
@@ -44,16 +51,26 @@ def register(app: typer.Typer) -> None:
     app.add_typer(config_app, name="config")
 
 
+def _regular_file(path: Path, *, field: str) -> int:
+    """``path``'s mode; ConfigError unless it is a regular file (OpenSSL would
+    block opening a FIFO, and read a device forever)."""
+    try:
+        st = path.stat()  # stat, not open: a FIFO or a device is never opened
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise ConfigError(f"{field}: cannot read {shown_path(path)!r} ({reason})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{field}: {shown_path(path)!r} is not a regular file")
+    return st.st_mode
+
+
 def _private_file(path: Path, *, field: str) -> None:
     """ConfigError unless only its owner may read ``path`` (a secret: token, TLS key)."""
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-    except OSError as exc:
-        raise ConfigError(f"{field}: cannot read {str(path)!r} ({exc.strerror})") from None
+    mode = stat.S_IMODE(_regular_file(path, field=field))
     if mode & 0o077:
         raise ConfigError(
-            f"{field}: {str(path)!r} has mode {mode:04o}, open to group or others; "
-            f"it holds a secret: chmod 600 {path}"
+            f"{field}: {shown_path(path)!r} has mode {mode:04o}, open to group or others; "
+            f"it holds a secret: chmod 600 {shown_path(path)}"
         )
 
 
@@ -125,6 +142,22 @@ def serve_cmd(
         Path | None,
         typer.Option(help="CNI plugin directory (else /usr/lib/cni or /opt/cni/bin)."),
     ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the config in force is saved, so a restart keeps a pushed config "
+            "(else $STATE_DIRECTORY, /var/lib/bootstorm-agent for root, "
+            "$XDG_STATE_HOME/bootstorm/agent otherwise)."
+        ),
+    ] = None,
+    force_config: Annotated[
+        bool,
+        typer.Option(
+            "--force-config",
+            help="Start with --config even if a config pushed later was saved "
+            "(by default the newer of the two wins).",
+        ),
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
 ) -> None:
     """Run the node agent until SIGTERM or SIGINT; pooled devices are removed on the way out."""
@@ -133,7 +166,7 @@ def serve_cmd(
     from pydantic import SecretStr
 
     from .models import TunedConfig
-    from .validation.agent import AgentSettings, serve
+    from .validation.agent import AgentSettings, StartupConfig, default_state_dir, serve
     from .validation.agent._pools import MAX_POOL_ID
     from .validation.agent._protocol import MAX_READ_TIMEOUT_S, MIN_READ_TIMEOUT_S
     from .validation.agent._server import tls_context
@@ -155,20 +188,34 @@ def serve_cmd(
 
     remote = not is_loopback_host(host)
     if remote and not allow_remote:
-        raise ConfigError(f"host: {host!r} is not loopback; pass --allow-remote to serve it")
+        raise ConfigError(
+            f"host: {short_repr(host)} is not loopback; pass --allow-remote to serve it"
+        )
     if remote and not tls and not insecure:
         raise ConfigError(
-            f"host: serving {host!r} over plain HTTP would send the bearer token in clear; "
-            "give --tls-cert and --tls-key, or --insecure to accept that"
+            f"host: serving {short_repr(host)} over plain HTTP would send the bearer token "
+            "in clear; give --tls-cert and --tls-key, or --insecure to accept that"
         )
     if tls_cert is not None and tls_key is not None:
+        _regular_file(tls_cert, field="tls-cert")
         _private_file(tls_key, field="tls-key")
         tls_context(tls_cert, tls_key)  # refused here, one line, before anything starts
     plumbing = _cni_settings(cni, cni_bin_dir) if cni is not None else None
     if cni is None and cni_bin_dir is not None:
-        raise ConfigError(f"cni-bin-dir: {cni_bin_dir} given without --cni")
+        raise ConfigError(f"cni-bin-dir: {shown_path(cni_bin_dir)} given without --cni")
+    if force_config and config is None:
+        raise ConfigError("force-config: given without --config")
     token = _token(token_file)
-    tuned = TunedConfig.from_yaml(config) if config is not None else TunedConfig()
+    startup = None
+    if config is not None:
+        tuned = TunedConfig.from_yaml(config)  # bounded, refused in one line
+        # Its mtime decides whether a config pushed since wins (docs/agent.md).
+        startup = StartupConfig(
+            config=tuned,
+            path=config,
+            modified_at_s=_modified_at_s(config),
+            force=force_config,
+        )
     if verbose:
         logging.getLogger("bootstorm").setLevel(logging.INFO)
     settings = AgentSettings(
@@ -180,6 +227,7 @@ def serve_cmd(
         read_timeout_s=read_timeout_s,
         tls_cert=tls_cert,
         tls_key=tls_key,
+        state_dir=state_dir if state_dir is not None else default_state_dir(),
     )
     console = terminal_console()
 
@@ -187,8 +235,15 @@ def serve_cmd(
         console.print(f"bootstorm agent listening on {url}", soft_wrap=True, highlight=False)
         sys.stdout.flush()
 
-    asyncio.run(serve(settings, tuned, on_ready=ready))
+    asyncio.run(serve(settings, startup, on_ready=ready))
     console.print("bootstorm agent stopped; pooled devices removed", highlight=False)
+
+
+def _modified_at_s(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # gone since it was read: as if modified now (the file wins)
+        return None
 
 
 def _cni_settings(plugin: str, bin_dir: Path | None) -> CniPoolSettings:
@@ -214,10 +269,14 @@ def push_cmd(
     from .models import TunedConfig
     from .validation.agent import Inventory, push_config
 
+    # Options first, then the files, then the nodes: nothing is sent on a refusal.
+    if not MIN_PUSH_TIMEOUT_S <= timeout_s <= MAX_PUSH_TIMEOUT_S:  # NaN fails both
+        raise ConfigError(
+            f"timeout-s: must be within {MIN_PUSH_TIMEOUT_S:g}..{MAX_PUSH_TIMEOUT_S:g} s "
+            f"(got {timeout_s:g})"
+        )
     tuned = TunedConfig.from_yaml(config)  # refused here, before any node sees it
     inventory = Inventory.from_yaml(nodes)
-    if not timeout_s > 0:
-        raise ConfigError(f"timeout-s: must be > 0 (got {timeout_s})")
     results = push_config(inventory, tuned, timeout_s=timeout_s)
     table = Table(title=f"{config} → {len(results)} nodes")
     for column in ("node", "url", "result", "status", "generation", "detail"):

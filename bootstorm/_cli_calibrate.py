@@ -13,7 +13,16 @@ import typer
 from rich.console import Console
 
 from ._io import check_output_path, terminal_console, wide_console, write_atomically
-from ._options import EXECUTOR_OPTION, RUNTIME_OPTION, RuntimeName
+from ._options import (
+    EXECUTOR_OPTION,
+    RUNTIME_OPTION,
+    RuntimeName,
+    check_count,
+    check_input_file,
+    check_output_dir,
+    max_testbed_sandboxes,
+)
+from .models.scenario import MAX_SANDBOXES
 from .simulator import ExecutorName
 from .workflows import DEFAULT_CHECK_SEEDS
 
@@ -25,6 +34,9 @@ MAX_FIT_EVALUATIONS = 10_000
 #: ``calibrate --bootstrap``: a percentile interval wants ~1 000 resamples
 #: (Efron and Tibshirani, 1993, §13.3); each is a refit of the storm.
 MAX_BOOTSTRAP = 1_000
+#: Most runs of each plan storm (--runs): 3 is the default and each run is a
+#: real storm of up to a minute; a hundred is a day.
+MAX_RUNS = 100
 
 
 TargetsOption = Annotated[
@@ -146,6 +158,15 @@ def calibrate_cmd(
 
     if output is not None:
         check_output_path("output", output)
+    # Every option checked before a fit or a storm starts: --runs 10**9 was
+    # taken, and a FIFO as --measured-ops hung after the storms had run.
+    check_count("runs", runs, low=1, high=MAX_RUNS)
+    check_count("plan_sandboxes", plan_sandboxes, low=4, high=max_testbed_sandboxes())
+    check_count("predict_sandboxes", predict_sandboxes, low=1, high=MAX_SANDBOXES)
+    check_input_file("measured_ops", measured_ops)
+    check_output_dir("trace_dir", trace_dir)
+    for path in trace or ():
+        check_input_file("trace", path)
     if plan:
         calibrate_plan(
             sandboxes=plan_sandboxes,

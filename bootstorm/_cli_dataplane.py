@@ -10,10 +10,12 @@ import typer
 from rich.table import Table
 
 from ._io import terminal_console
+from ._params import short_repr
 
 # The model loads when a command runs, not when the CLI is built (`--help`).
 from .models import ConfigError
 from .models._names import PATH_NAMES
+from .models.scenario import MAX_BACKGROUND_FLOWS
 
 if TYPE_CHECKING:
     from .models.softirq import DataplaneResult
@@ -29,12 +31,22 @@ def parse_flows(text: str) -> list[int]:
             n = int(item)
         except ValueError:
             raise ConfigError(
-                f"flows: expected integers separated by commas, but got {text!r}"
+                f"flows: expected integers separated by commas, but got {short_repr(text)}"
             ) from None
-        if n < 1:
-            raise ConfigError(f"flows: each count must be >= 1, but got {n}")
+        if not 1 <= n <= MAX_BACKGROUND_FLOWS:
+            # The storm's bound on flows: 10**9 flows ran for minutes (one
+            # placement draw per flow) before anything was shown.
+            raise ConfigError(
+                f"flows: each count must be in 1..{MAX_BACKGROUND_FLOWS:,}, but got {n}"
+            )
         out.append(n)
+        if len(out) > MAX_FLOW_COUNTS:
+            raise ConfigError(f"flows: at most {MAX_FLOW_COUNTS} counts, but got more")
     return out
+
+
+#: Most flow counts in one ``--flows`` (a row each): a table, not a sweep.
+MAX_FLOW_COUNTS = 1_000
 
 
 def dataplane_table(title: str, results: list[DataplaneResult]) -> Table:
@@ -110,21 +122,20 @@ def dataplane_cmd(
     from .workflows import known_misses
 
     prof = load_profile(profile)
-    results = [
-        solve_on_profile(
-            prof,
-            Traffic(
-                path=path,  # validated by Traffic
-                proto=proto,
-                flows=n,
-                message_bytes=message_bytes,
-                flow_gbps=flow_gbps,
-                placement=placement,
-                seed=seed,
-            ),
+    # Every load built (so validated) before the first is solved.
+    loads = [
+        Traffic(
+            path=path,  # validated by Traffic
+            proto=proto,
+            flows=n,
+            message_bytes=message_bytes,
+            flow_gbps=flow_gbps,
+            placement=placement,
+            seed=seed,
         )
         for n in parse_flows(flows)
     ]
+    results = [solve_on_profile(prof, traffic) for traffic in loads]
     if as_json:
         for r in results:
             known = [m.to_dict() for m in caveats(r.traffic)]

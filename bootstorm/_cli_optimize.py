@@ -8,13 +8,14 @@ line and exit code 2.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ._io import terminal_console, write_atomically
-from ._options import EXECUTOR_OPTION
+from ._io import check_output_path, terminal_console, write_atomically
+from ._options import EXECUTOR_OPTION, check_count
 from ._units import parse_int_list, parse_mib, parse_seconds
 from .simulator import ExecutorName
 from .workflows.search import DEFAULT_STORAGE
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
     from .optimizers import StudySpec
 
 __all__ = ["optimize_cmd"]
+
+#: ``--jobs``: worker processes per core at most (each runs the compiled
+#: simulator on all cores already; more only queue).
+MAX_JOBS_PER_CORE = 4
 
 
 ScenarioFileOption = Annotated[
@@ -97,8 +102,15 @@ def optimize_cmd(
 ) -> None:
     """Search per-stage concurrency limits (and pool sizes) that shorten the storm."""
     from .models import Scenario
+    from .optimizers._study import MAX_HEARTBEAT_S
     from .workflows import study_spec
 
+    # Before the search: a config with nowhere to go lost the whole search
+    # (all of it, with --storage memory).
+    check_output_path("output", output)
+    # Workers are processes on this machine: more than a few per core only queue.
+    check_count("jobs", jobs, low=1, high=MAX_JOBS_PER_CORE * (os.cpu_count() or 1))
+    check_count("heartbeat_s", heartbeat_s, low=1, high=MAX_HEARTBEAT_S)
     quiet_optuna()
     base = Scenario.from_yaml(scenario_file) if scenario_file is not None else Scenario()
     given = {"profile": profile, "cni": cni, "sandboxes": sandboxes}

@@ -10,6 +10,7 @@ import typer
 
 from ._io import check_output_path, terminal_console
 from ._options import scenario_from_options
+from ._params import short_repr
 from .models import ConfigError
 
 __all__ = ["report_cmd"]
@@ -85,10 +86,15 @@ def _study(source: str, study_name: str | None) -> tuple[str, dict[str, Any]]:
     from .optimizers._storage import open_storage
 
     if "://" not in source and not Path(source).is_file():
-        raise ConfigError(f"source: no study journal at {source!r}")
-    storage = open_storage(source)
+        raise ConfigError(f"source: no study journal at {short_repr(source)}")
+    # Only read: a journal that may not be written opens, a damaged one is
+    # read up to its damage and left as it is, a missing database is not made.
+    storage = open_storage(source, read_only=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # its "study name omitted" INFO line
     if study_name is None:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        if not names:
+            raise ConfigError(f"source: {source} holds no study")
         if len(names) > 1:
             shown = ", ".join(sorted(names)[:10]) + (" ..." if len(names) > 10 else "")
             raise ConfigError(
@@ -99,7 +105,8 @@ def _study(source: str, study_name: str | None) -> tuple[str, dict[str, Any]]:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except (KeyError, ValueError) as exc:
         raise ConfigError(
-            f"study: cannot load {study_name or '(the only study)'} from {source}: {exc}"
+            f"study: cannot load {short_repr(study_name) if study_name else '(the only study)'} "
+            f"from {short_repr(source)}: {short_repr(str(exc))}"
         ) from None
     searched = searched_scenario(study)
     return f"study {study.study_name}", {
@@ -112,9 +119,16 @@ def _study(source: str, study_name: str | None) -> tuple[str, dict[str, Any]]:
 def _recorded(path: Path) -> tuple[str, dict[str, Any]]:
     """A recorded storm's title and report sections."""
     from .traces import read_trace
+    from .traces.files import shown_path
     from .validation.recording import to_recording
 
     trace = read_trace(path)
+    if not trace.spans:
+        # A header alone (a storm that recorded nothing): no timeline or stage
+        # breakdown to draw, where percentiles of no latency raised IndexError.
+        raise ConfigError(
+            f"source: {shown_path(path)} holds no stage spans (a header only); nothing to report"
+        )
     h = trace.header
     facts = [("trace", path.name), ("source", h.source)]
     if h.host is not None:

@@ -12,6 +12,7 @@ import typer
 
 from ._io import check_output_path, terminal_console
 from ._options import default_help, pairs, scenario_from_options
+from .models import ConfigError
 from .simulator import ExecutorName
 
 __all__ = ["profiles_cmd", "simulate_cmd"]
@@ -219,7 +220,11 @@ def simulate_cmd(
 
         assert what.result.recording is not None
         title = f"{scenario.sandboxes} x {scenario.cni}"
-        write_chrome_trace(what.result.recording, trace, title=title)
+        try:
+            # Atomic: a full disk leaves no half a trace, and says so in one line.
+            write_chrome_trace(what.result.recording, trace, title=title)
+        except ConfigError as exc:
+            raise ConfigError(f"trace: {exc}") from None
     if as_json:
         sys.stdout.write(json.dumps(what.to_dict()) + "\n")
         return

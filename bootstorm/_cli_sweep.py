@@ -10,9 +10,11 @@ from typing import Annotated
 import typer
 
 from ._io import check_output_path, terminal_console
-from ._options import EXECUTOR_OPTION
+from ._options import EXECUTOR_OPTION, check_address, check_count
+from ._params import short_repr
 from ._units import parse_int_list
 from .models import ConfigError
+from .models.scenario import MAX_SANDBOXES
 from .simulator import ExecutorName
 
 __all__ = ["sweep_cmd"]
@@ -22,7 +24,9 @@ def _write_frame(frame: object, path: Path) -> None:
     """CSV or Parquet by extension, written beside ``path`` and renamed over it."""
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".parquet"):
-        raise ConfigError(f"output: expected a .csv or .parquet file, but got {str(path)!r}")
+        raise ConfigError(
+            f"output: expected a .csv or .parquet file, but got {short_repr(str(path))}"
+        )
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
     os.close(fd)
     try:
@@ -31,8 +35,12 @@ def _write_frame(frame: object, path: Path) -> None:
         else:
             frame.to_parquet(tmp, index=False)  # type: ignore[attr-defined]
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # a full disk: one line, nothing left behind
+            raise ConfigError(
+                f"output: {short_repr(str(path))}: cannot write ({exc.strerror or exc})"
+            ) from None
         raise
 
 
@@ -84,19 +92,28 @@ def sweep_cmd(
 
     console = terminal_console()
     if output is not None and output.suffix.lower() not in (".csv", ".parquet"):
-        raise ConfigError(f"output: expected a .csv or .parquet file, but got {str(output)!r}")
+        raise ConfigError(
+            f"output: expected a .csv or .parquet file, but got {short_repr(str(output))}"
+        )
     if output is not None:
         check_output_path("output", output)
+    check_address("scheduler", scheduler)
     base = Scenario.from_yaml(scenario_file) if scenario_file is not None else Scenario()
     if profile is not None:
         base = base.replace(profile=profile)
+    # Given but empty (``--sandboxes ''``) is refused, not read as "keep the base".
+    sizes = parse_int_list("sandboxes", sandboxes) if sandboxes is not None else ()
+    for n in sizes:
+        # Checked here: a grid point's tenants follow its size, so a size of 0
+        # was refused as `tenants` too, naming an option nobody gave.
+        check_count("sandboxes", n, low=1, high=MAX_SANDBOXES)
     grid = sweep_grid(
         base,
-        sandboxes=parse_int_list("sandboxes", sandboxes) if sandboxes else (),
-        cnis=tuple(c.strip() for c in cni.split(",")) if cni else (),
-        memory_mib=parse_int_list("memory_mib", memory_mib) if memory_mib else (),
+        sandboxes=sizes,
+        cnis=tuple(c.strip() for c in cni.split(",")) if cni is not None else (),
+        memory_mib=parse_int_list("memory_mib", memory_mib) if memory_mib is not None else (),
         pools=tuple(pool or ()),
-        seeds=parse_int_list("seeds", seeds) if seeds else (),
+        seeds=parse_int_list("seeds", seeds) if seeds is not None else (),
     )
     total = len(grid.points())
     with Progress(

@@ -12,7 +12,8 @@ from typing import Annotated, Any, cast
 import typer
 from rich.table import Table
 
-from ._io import terminal_console
+from ._io import check_output_path, terminal_console
+from ._options import check_count, check_directory, check_url
 from .models import ConfigError
 from .models._errors import format_validation_error
 
@@ -25,6 +26,14 @@ testbed_app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
+
+
+#: Largest microVM guest (MiB): 1 TiB per sandbox is past any host a storm
+#: of several runs on; 10**20 was handed to QEMU.
+MAX_VM_MEMORY_MIB = 1 << 20
+#: Most kernel lock spans kept in a trace: a span is ~150 bytes in memory and
+#: on disk, so 10**7 is ~1.5 GB already; more is not a trace to read.
+MAX_LOCK_SPANS = 10_000_000
 
 
 RunSandboxesOption = Annotated[int, typer.Option(help="Sandboxes started at once.")]
@@ -158,6 +167,21 @@ def run_cmd(
     from .workflows import agent_admission, run_storm_here
 
     console = terminal_console()
+    # Everything the storm's end needs is checked before it starts: a storm
+    # of minutes was lost to a missing folder for its trace.
+    if trace is not None:
+        check_output_path("trace", trace)
+    if chrome is not None:
+        check_output_path("chrome", chrome)
+    check_directory("cni_bin_dir", cni_bin_dir)
+    check_url("agent", agent)
+    check_count("vm_memory_mib", vm_memory_mib, low=16, high=MAX_VM_MEMORY_MIB)
+    check_count("max_lock_spans", max_lock_spans, low=0, high=MAX_LOCK_SPANS)
+    if runtime == "cni" and not peer_in_netns:
+        raise ConfigError(
+            "peer_in_netns: --peer-moved applies to runtime threads only (runtime cni: the "
+            "CNI plugin makes the endpoint)"
+        )
     tuned = TunedConfig.from_yaml(config) if config is not None else None
     try:
         options = StormOptions(
@@ -223,6 +247,7 @@ def chrome_cmd(
     from .traces import TraceFormatError, read_trace
     from .validation.recording import write_chrome_trace
 
+    check_output_path("output", output)
     try:
         measured = read_trace(trace)
     except (TraceFormatError, OSError) as exc:
@@ -304,8 +329,8 @@ def measure_ops_cmd(
     from .workflows.storms import check_measure_options, measure_operations_here
 
     check_measure_options(repeats=repeats, warmup=warmup)
-    if output is not None and not output.resolve().parent.is_dir():
-        raise ConfigError(f"output: no directory {output.resolve().parent} to write {output.name}")
+    if output is not None:
+        check_output_path("output", output)
     console = terminal_console()
     times = measure_operations_here(
         repeats=repeats, warmup=warmup, vm=vm, progress=RichProgress(console)

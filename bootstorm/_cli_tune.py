@@ -76,6 +76,19 @@ def tune_cmd(
     from .optimizers import DEFAULT_STAGES
     from .workflows import tune
 
+    _check_options(
+        sandboxes=sandboxes,
+        budget=budget,
+        candidates=candidates,
+        repeats=repeats,
+        plan_sandboxes=plan_sandboxes,
+        plan_runs=plan_runs,
+        profile=profile,
+        measured_ops=measured_ops,
+        output=output,
+        report=report,
+        trace_dir=trace_dir,
+    )
     tune(
         sandboxes=sandboxes,
         trials=budget,
@@ -94,3 +107,44 @@ def tune_cmd(
         progress=RichProgress(terminal_console()),
         runtime=runtime,
     )
+
+
+#: Most TPE trials of tune's search on the model (--budget): 60 is the
+#: default and a trial is a simulated storm (ms to s); 10**20 was taken.
+MAX_TUNE_TRIALS = 100_000
+#: Most candidates or rounds of real storms (each a storm of up to a minute).
+MAX_TUNE_RUNS = 100
+
+
+def _check_options(
+    *,
+    sandboxes: int,
+    budget: int,
+    candidates: int,
+    repeats: int,
+    plan_sandboxes: int | None,
+    plan_runs: int,
+    profile: Path | None,
+    measured_ops: Path | None,
+    output: Path,
+    report: Path | None,
+    trace_dir: Path | None,
+) -> None:
+    """Every option checked before the node is calibrated (the first storm):
+    a budget of 10**20, a plan of 0 sandboxes or an output with no folder
+    were found after the calibration storms, or never."""
+    from ._io import check_output_path
+    from ._options import check_count, check_input_file, check_output_dir, max_testbed_sandboxes
+
+    check_count("sandboxes", sandboxes, low=2, high=max_testbed_sandboxes())
+    check_count("budget", budget, low=1, high=MAX_TUNE_TRIALS)
+    check_count("candidates", candidates, low=1, high=MAX_TUNE_RUNS)
+    check_count("repeats", repeats, low=1, high=MAX_TUNE_RUNS)
+    check_count("plan_sandboxes", plan_sandboxes, low=4, high=max_testbed_sandboxes())
+    check_count("plan_runs", plan_runs, low=1, high=MAX_TUNE_RUNS)
+    check_input_file("profile", profile)
+    check_input_file("measured_ops", measured_ops)
+    check_output_path("output", output)
+    if report is not None:
+        check_output_path("report", report)
+    check_output_dir("trace_dir", trace_dir)

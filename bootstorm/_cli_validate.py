@@ -148,6 +148,24 @@ def validate_cmd(
         validate_storm,
     )
 
+    _check_options(
+        sandboxes=sandboxes,
+        repeat=repeat,
+        calibration_sandboxes=calibration_sandboxes,
+        calibration_runs=calibration_runs,
+        threshold=threshold,
+        min_spearman=min_spearman,
+        agent=agent,
+        token_file=token_file,
+        trace=trace,
+        files={
+            "config": [config] if config is not None else [],
+            "profile": [profile] if profile is not None else [],
+            "calibrate_from": list(calibrate_from or ()),
+            "measured": list(measured or ()),
+        },
+        runs_storms=not measured and measured_dir is None,
+    )
     check_validate_options(
         candidates=candidates,
         config=config,
@@ -211,3 +229,58 @@ def validate_cmd(
         print_storm_validation(console, outcome, found)
     if outcome.failed:
         raise typer.Exit(1)
+
+
+#: Most storms of one validation (--repeat, --calibration-runs): each is a real
+#: storm of up to a minute, per candidate; a hundred is hours already.
+MAX_VALIDATE_RUNS = 100
+#: Largest --threshold (a relative error): 100 is 10 000 %, which every
+#: prediction meets; more decides nothing either.
+MAX_THRESHOLD = 100.0
+
+
+def _check_options(
+    *,
+    sandboxes: int,
+    repeat: int | None,
+    calibration_sandboxes: int | None,
+    calibration_runs: int,
+    threshold: float,
+    min_spearman: float,
+    agent: str | None,
+    token_file: Path | None,
+    trace: Path | None,
+    files: dict[str, list[Path]],
+    runs_storms: bool,
+) -> None:
+    """Every option checked before the first (calibration) storm: a size of
+    0 or 10**9, a NaN Spearman, an agent's empty URL, a FIFO as its token
+    file or a trace with no folder were found only after minutes of storms."""
+    from ._io import check_output_path
+    from ._options import (
+        check_count,
+        check_finite,
+        check_input_file,
+        check_url,
+        max_testbed_sandboxes,
+    )
+
+    if runs_storms:
+        check_count("sandboxes", sandboxes, low=1, high=max_testbed_sandboxes())
+    check_count("repeat", repeat, low=1, high=MAX_VALIDATE_RUNS)
+    check_count("calibration_runs", calibration_runs, low=1, high=MAX_VALIDATE_RUNS)
+    check_count("calibration_sandboxes", calibration_sandboxes, low=2, high=max_testbed_sandboxes())
+    check_finite("threshold", threshold, low=0.0, high=MAX_THRESHOLD)
+    check_finite("min_spearman", min_spearman, low=-1.0, high=1.0)
+    check_url("agent", agent)
+    if token_file is not None:
+        # Read now (bounded, one token, never echoed), not after the
+        # calibration storms; agent_admission reads it again for the storm.
+        from .traces.files import read_token_file
+
+        read_token_file(token_file, field="token_file")
+    if trace is not None:
+        check_output_path("trace", trace)
+    for field, paths in files.items():
+        for path in paths:
+            check_input_file(field, path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,6 +54,12 @@ def write_atomically(path: str | Path, text: str) -> None:
     permission) is a :class:`ConfigError` naming ``path``.
     """
     target = Path(path)
+    if _exists_not_regular(target):
+        # The rename below would replace a device or a FIFO with a plain file.
+        raise ConfigError(
+            f"{shown_name(str(target), max_chars=200)}: "
+            f"{_file_kind(target.stat().st_mode)}, not a regular file; bootstorm writes only files"
+        )
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
     except OSError as exc:
@@ -92,21 +99,51 @@ def shown_name(text: str, *, max_chars: int = 80) -> str:
 
 def check_output_path(field: str, path: Path) -> None:
     """Refuse an output path that cannot be written, before any work is done
-    (a storm simulated for a minute, then lost to a missing folder)."""
+    (a storm simulated for a minute, then lost to a missing folder).
+
+    An existing output must be a regular file: every writer here writes a
+    temporary file and renames it over the path, which would replace a
+    device (``--output /dev/null`` as root) or a FIFO with a plain file."""
     parent = path.parent if str(path.parent) else Path(".")
+    shown = shown_name(str(path), max_chars=200)
     try:
-        is_dir = path.is_dir()
+        mode = path.lstat().st_mode if path.exists() or path.is_symlink() else None
+        target = path.stat().st_mode if mode is not None and path.exists() else None
         parent_ok = parent.is_dir()
     except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)[:80]
+        raise ConfigError(f"{field}: cannot write {shown} ({reason})") from None
+    if target is not None and stat.S_ISDIR(target):
+        raise ConfigError(f"{field}: {shown} is a directory; give a file name")
+    if target is not None and not stat.S_ISREG(target):
         raise ConfigError(
-            f"{field}: cannot write {shown_name(str(path), max_chars=200)} ({exc})"
-        ) from None
-    if is_dir:
-        raise ConfigError(
-            f"{field}: {shown_name(str(path), max_chars=200)} is a directory; give a file name"
+            f"{field}: {shown} is {_file_kind(target)}, not a regular file; "
+            "bootstorm writes only files"
         )
     if not parent_ok:
         raise ConfigError(
             f"{field}: no directory {shown_name(str(parent), max_chars=200)} "
             f"to write {shown_name(path.name)} in"
         )
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _exists_not_regular(path: Path) -> bool:
+    """Whether ``path`` names something that is there and not a regular file."""
+    try:
+        return path.exists() and not path.is_file()
+    except (OSError, ValueError):
+        return False

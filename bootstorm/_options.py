@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
+from ._params import format_problem, short_repr
 from .models import ConfigError
 
 if TYPE_CHECKING:
@@ -17,6 +20,12 @@ __all__ = [
     "RUNTIME_OPTION",
     "SCENARIO_DEFAULTS",
     "RuntimeName",
+    "check_address",
+    "check_count",
+    "check_directory",
+    "check_finite",
+    "check_input_file",
+    "check_url",
     "default_help",
     "pairs",
     "scenario_from_options",
@@ -71,7 +80,7 @@ def pairs(field: str, items: list[str] | None) -> dict[str, int]:
     for item in items or []:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise ConfigError(f"{field}: expected NAME=COUNT, but got {item!r}")
+            raise ConfigError(f"{field}: expected NAME=COUNT, but got {short_repr(item)}")
         try:
             out[name] = int(value)
         except ValueError:
@@ -92,3 +101,96 @@ def scenario_from_options(scenario_file: Path | None, **overrides: Any) -> Scena
         if isinstance(value, dict):
             given[key] = {**getattr(base, key), **value}
     return base.replace(**given) if given else base
+
+
+def check_count(field: str, value: int | None, *, low: int, high: int) -> None:
+    """Refuse a count outside ``low..high`` before any work starts (``--runs
+    0`` ran nothing for minutes; ``--repeats 10**9`` would never end)."""
+    if value is not None and not low <= value <= high:
+        raise ConfigError(format_problem(field, f"must be in {low}..{high:,}", value))
+
+
+def check_finite(field: str, value: float | None, *, low: float, high: float) -> None:
+    """Refuse a NaN, an infinity or a number outside ``low..high`` up front:
+    ``nan`` compares false with everything, so a threshold of NaN passed
+    every later ``<`` check and decided nothing."""
+    if value is not None and not (math.isfinite(value) and low <= value <= high):
+        raise ConfigError(format_problem(field, f"must be a number in {low:g}..{high:g}", value))
+
+
+def check_address(field: str, text: str | None) -> None:
+    """A ``[scheme://]host:port`` address (a Dask scheduler), refused in one
+    line when it cannot be one (``''`` was a ValueError traceback from Dask)."""
+    if text is not None and not _ADDRESS.fullmatch(text):
+        raise ConfigError(
+            format_problem(field, "expected an address such as tcp://host:8786", text)
+        )
+
+
+def check_url(field: str, text: str | None) -> None:
+    """An ``http(s)://host[:port][/path]`` URL (a node agent), refused up front."""
+    if text is not None and not _URL.fullmatch(text):
+        raise ConfigError(
+            format_problem(field, "expected a URL such as http://127.0.0.1:8080", text)
+        )
+
+
+_ADDRESS = re.compile(r"([a-z][a-z0-9+.-]*://)?(\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+):[0-9]{1,5}")
+_URL = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]@]+)(:[0-9]{1,5})?(/\S*)?")
+
+
+def check_input_file(field: str, path: Path | None) -> None:
+    """Refuse a file to read that is missing or not a regular file (a FIFO, a
+    device, a directory), before any work starts: a storm ran for minutes,
+    then its measured-ops FIFO hung the fit."""
+    from .traces.files import check_regular_file
+
+    if path is None:
+        return
+    try:
+        check_regular_file(path)
+    except ConfigError as exc:
+        raise ConfigError(f"{field}: {exc}") from None
+
+
+def check_directory(field: str, path: Path | None) -> None:
+    """Refuse a directory option that names something other than a directory."""
+    from .traces.files import shown_path
+
+    if path is not None and not path.is_dir():
+        raise ConfigError(f"{field}: {shown_path(path)}: not a directory")
+
+
+def max_testbed_sandboxes() -> int:
+    """The most sandboxes a real storm starts: ``StormOptions.sandboxes``'
+    bound, read from the field (one rule, one place), for the commands that
+    check their sizes before their first storm."""
+    from .validation.testbed.options import StormOptions
+
+    for rule in StormOptions.model_fields["sandboxes"].metadata:
+        high = getattr(rule, "le", None)
+        if isinstance(high, int):
+            return high
+    raise AssertionError("StormOptions.sandboxes has no upper bound")  # pragma: no cover
+
+
+def check_output_dir(field: str, path: Path | None) -> None:
+    """A folder a command writes into (made if missing): refused up front when
+    it names a file, a FIFO or a device, or its parent folder is missing;
+    traces of storms run for minutes were lost to it."""
+    from .traces.files import shown_path
+
+    if path is None:
+        return
+    try:
+        exists = path.exists()
+        is_dir = path.is_dir()
+        parent = path.parent if str(path.parent) else Path(".")
+        parent_ok = parent.is_dir()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{field}: {shown_path(path)}: cannot use ({reason})") from None
+    if exists and not is_dir:
+        raise ConfigError(f"{field}: {shown_path(path)}: not a directory")
+    if not exists and not parent_ok:
+        raise ConfigError(f"{field}: no directory {shown_path(parent)} to make {path.name} in")

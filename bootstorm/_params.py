@@ -384,15 +384,28 @@ def format_validation_error(err: ValidationError, *, prefix: str = "") -> str:
     for e in problems[:_MAX_PROBLEMS_SHOWN]:
         loc = ".".join(short_key(p) for p in e["loc"]) or "(top level)"
         msg = " ".join(e["msg"].split("\n"))  # a validator's message: one line too
+        if not e["loc"] and e["type"] == "value_error":
+            # A model's own check names its field first ("peer: ... applies to
+            # ..."): that is the line, without pydantic's "(top level): Value error, ".
+            own = msg.removeprefix("Value error, ")
+            if _FIELD_FIRST.match(own):
+                lines.append(f"{prefix}{own}")
+                continue
         if e["type"] == "extra_forbidden":
             msg = "unknown field"
         got = e.get("input")
-        shown = "" if isinstance(got, dict) else f" (got {short_repr(got)})"
+        # An unknown field's value helps nobody fix it and may be a secret
+        # (a kubeconfig's ``token:`` given as --config): the key alone is shown.
+        quiet = isinstance(got, dict) or e["type"] == "extra_forbidden"
+        shown = "" if quiet else f" (got {short_repr(got)})"
         lines.append(f"{prefix}{loc}: {msg}{shown}")
     if len(problems) > _MAX_PROBLEMS_SHOWN:
         lines.append(f"{prefix}… and {len(problems) - _MAX_PROBLEMS_SHOWN} more problems")
     return "\n".join(lines)
 
+
+_FIELD_FIRST = re.compile(r"[a-z_][a-z0-9_.]*: ")
+"""A message that begins with the field it is about."""
 
 _MAX_PROBLEMS_SHOWN = 10
 """A file with thousands of bad values gets the first ten, not a screenful each."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+from ._params import short_repr
 from .models import ConfigError
 
 __all__ = ["parse_int_list", "parse_mib", "parse_seconds"]
@@ -19,10 +20,10 @@ def _parse(field: str, text: str, units: dict[str, float], what: str) -> float:
     match = _NUMBER_UNIT.match(text)
     unit = match.group(2).lower() if match else None
     if match is None or unit not in units:
-        raise ConfigError(f"{field}: expected {what}, but got {text!r}")
+        raise ConfigError(f"{field}: expected {what}, but got {short_repr(text)}")
     value = float(match.group(1)) * units[unit]
     if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"{field}: must be positive, but got {text!r}")
+        raise ConfigError(f"{field}: must be positive, but got {short_repr(text)}")
     return value
 
 
@@ -44,6 +45,6 @@ def parse_int_list(field: str, text: str) -> tuple[int, ...]:
             out.append(int(item.strip()))
         except ValueError:
             raise ConfigError(
-                f"{field}: expected comma-separated integers, but got {item.strip()!r}"
+                f"{field}: expected comma-separated integers, but got {short_repr(item.strip())}"
             ) from None
     return tuple(out)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from .._params import NonEmpty, Rules, validate
+from .._params import NonEmpty, Rules, short_repr, validate
 from ..models import Profile, Scenario, load_profile, run_scenario
 from ..models.sriov import VF_RELATED_STAGES
 from ..simulator import Result
@@ -142,11 +142,15 @@ def parse_seeds(text: str) -> tuple[int, ...]:
         part = part.strip()
         m = re.fullmatch(r"(\d{1,9})(?:-(\d{1,9}))?", part)
         if m is None:
-            raise ValueError(f"seeds: expected N, N-M or a comma-separated list, got {text!r}")
+            raise ValueError(
+                f"seeds: expected N, N-M or a comma-separated list, got {short_repr(text)}"
+            )
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo or hi - lo >= 1000:
-            raise ValueError(f"seeds: {part!r} must be N-M with N <= M, at most 1000 seeds")
+            raise ValueError(
+                f"seeds: {short_repr(part)} must be N-M with N <= M, at most 1000 seeds"
+            )
         seeds.extend(s for s in range(lo, hi + 1) if s not in seeds)
     if len(seeds) > 1000:
         raise ValueError(f"seeds: at most 1000 seeds, got {len(seeds)}")

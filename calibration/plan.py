@@ -27,7 +27,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from .._params import Depends, Interval, OneOf, Rules, validate
+from .._params import Depends, Interval, OneOf, Rules, short_repr, validate
 from ..models import Profile, Scenario, TestbedCostTable, TunedConfig, run_scenario
 from ..models.testbed import TESTBED_CNIS, TESTBED_STAGES
 from ..simulator import Result
@@ -46,6 +46,7 @@ __all__ = [
     "PlanStorm",
     "calibration_plan",
     "candidate_storms",
+    "check_plan_names",
     "runtime_pool_kinds",
     "runtime_variant",
 ]
@@ -142,6 +143,27 @@ class CalibrationPlan:
         return [f"{s.name}: {s.why}" for s in self.storms]
 
 
+def check_plan_names(
+    *, runtime: Runtime, pool_kinds: Sequence[str] | None, limit_stages: Sequence[str]
+) -> None:
+    """Refuse a pool kind the ``runtime`` does not pool or a stage the testbed
+    does not have (``ValueError``, one line): checked before anything is
+    measured, so that a typo does not cost the operations' timing first."""
+    kinds = runtime_pool_kinds(runtime)
+    for kind in pool_kinds or ():
+        if kind not in kinds:
+            raise ValueError(
+                f"pool_kinds: unknown kind {short_repr(kind)}; "
+                f"the testbed's {runtime} runtime pools {', '.join(kinds)}"
+            )
+    for stage in limit_stages:
+        if stage not in TESTBED_STAGES:
+            raise ValueError(
+                f"limit_stages: unknown stage {short_repr(stage)}; "
+                f"the testbed's are {', '.join(TESTBED_STAGES)}"
+            )
+
+
 def candidate_storms(
     *,
     sandboxes: int,
@@ -153,6 +175,7 @@ def candidate_storms(
     """Every storm a plan may choose from: the baseline at two sizes, each peer
     mode (the threads runtime), each pool kind (full; default: every kind
     the runtime pools), a binding limit on each stage."""
+    check_plan_names(runtime=runtime, pool_kinds=pool_kinds, limit_stages=limit_stages)
     kinds = runtime_pool_kinds(runtime)
     half = max(2, sandboxes // 2)
     # A limit binds when it admits a small share of the storm: an eighth
@@ -173,11 +196,6 @@ def candidate_storms(
             if p != "in-netns"
         ]
     for kind in kinds if pool_kinds is None else pool_kinds:
-        if kind not in kinds:
-            raise ValueError(
-                f"pool_kinds: unknown kind {kind!r}; "
-                f"the testbed's {runtime} runtime pools {', '.join(kinds)}"
-            )
         pools = {kind: sandboxes}
         if kind == "veth":
             pools["netns"] = sandboxes  # as a node pools them: a pair is moved into a namespace
@@ -190,11 +208,6 @@ def candidate_storms(
             )
         )
     for stage in limit_stages:
-        if stage not in TESTBED_STAGES:
-            raise ValueError(
-                f"limit_stages: unknown stage {stage!r}; "
-                f"the testbed's are {', '.join(TESTBED_STAGES)}"
-            )
         out.append(
             PlanStorm(
                 sandboxes=sandboxes,

@@ -43,7 +43,9 @@ def _parse_yaml_model(model: type[M], path: Path, text: str) -> M:
 
     shown = shown_path(path)
     try:
-        data = parse_yaml(text)  # bounded: no aliases, no deep nesting, no huge numbers
+        # Bounded (no aliases, no deep nesting, no huge numbers), and keys that
+        # are names: an error quotes a key, never a line of a foreign file.
+        data = parse_yaml(text, mapping_keys=True)
     except YamlInputError as exc:
         raise ConfigError(f"{shown}: {exc}") from None
     if data is None:  # an empty file, or a pipe nobody wrote to

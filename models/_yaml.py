@@ -18,19 +18,18 @@ few hundred bytes into seconds of work or a crash:
 
 The check is a pass over the parser's events (libyaml's when PyYAML has
 it, so ~1 ms for a 14 KiB profile), then the safe loader builds the tree.
-Files are read with a size cap, so ``/dev/zero`` or a runaway file ends in
-one line rather than filling the memory.
+Files are read through :mod:`bootstorm.traces.files`: a regular file only
+(a FIFO, ``/dev/zero`` or a directory is refused unopened) with a size cap,
+so a runaway file ends in one line rather than filling the memory.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigError
+from ..traces import files as _files
 
 __all__ = [
     "MAX_NUMBER_CHARS",
@@ -58,6 +57,11 @@ MAX_NUMBER_CHARS = 64
 # MAX_NUMBER_CHARS that looks like this is a number nobody meant.
 _NUMBER_LIKE = re.compile(r"[-+]?[0-9][0-9_.:]*([eE][-+]?[0-9]+)?|[-+]?0[xXoObB][0-9a-fA-F_]+")
 
+# What a key of ours looks like: a field, a stage, a lock, a pool kind, a
+# dotted profile path (the longest shipped is 37 characters). Anything else,
+# a line with colons and hashes say, is not quoted back.
+_KEY_LIKE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
+
 
 class YamlInputError(ValueError):
     """A YAML text refused by :func:`parse_yaml`; the message says where and why."""
@@ -69,7 +73,8 @@ def _loader_class() -> type[Any]:
     # libyaml's parser when PyYAML was built with it: the same documents, the
     # same resolver (so the same values), about 20x faster than the
     # pure-Python reader (a 14 KiB profile: ~1.5 ms against ~30 ms).
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return loader
 
 
 def _line(event: Any) -> str:
@@ -77,16 +82,46 @@ def _line(event: Any) -> str:
     return f"line {mark.line + 1}: " if mark is not None else ""
 
 
-def _check_events(text: str, loader: type[Any]) -> None:
-    """Refuse aliases, deep nesting and huge numbers before any tree is built."""
+class _Mapping:
+    """A mapping being parsed: whether its next node is a key."""
+
+    __slots__ = ("at_key",)
+
+    def __init__(self) -> None:
+        self.at_key = True
+
+
+def _key_problem(event: Any) -> str | None:
+    """Why the mapping key that ``event`` starts is not shown, or None if it
+    looks like a key. A line of a foreign file read as YAML (``root:*:20228:0:
+    99999:7:::`` of /etc/shadow is a key with a null value) must not be echoed
+    in an error: only a short name that looks like one of ours is."""
+    import yaml
+
+    if isinstance(event, yaml.ScalarEvent) and _KEY_LIKE.fullmatch(event.value):
+        return None
+    return f"{_line(event)}a line that is not a mapping key (expected name: value)"
+
+
+def _check_events(text: str, loader: type[Any], *, mapping_keys: bool) -> None:
+    """Refuse aliases, deep nesting and huge numbers (and, if ``mapping_keys``,
+    keys that are not names) before any tree is built."""
     import yaml
 
     depth = 0
+    # Open mappings and lists, innermost last: a mapping's nodes alternate key, value.
+    open_nodes: list[_Mapping | None] = []
     for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.AliasEvent):
             raise YamlInputError(
                 f"{_line(event)}YAML aliases are not accepted (got *{event.anchor})"
             )
+        if isinstance(event, yaml.NodeEvent) and open_nodes:  # a scalar, alias, or a start
+            inner = open_nodes[-1]
+            if inner is not None:
+                if mapping_keys and inner.at_key and (problem := _key_problem(event)):
+                    raise YamlInputError(problem)
+                inner.at_key = not inner.at_key
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_YAML_DEPTH:
@@ -95,8 +130,10 @@ def _check_events(text: str, loader: type[Any]) -> None:
                     "(got a mapping or list at level "
                     f"{depth})"
                 )
+            open_nodes.append(_Mapping() if isinstance(event, yaml.MappingStartEvent) else None)
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
+            open_nodes.pop()
         elif isinstance(event, yaml.ScalarEvent):
             value = event.value
             if (
@@ -110,14 +147,19 @@ def _check_events(text: str, loader: type[Any]) -> None:
                 )
 
 
-def parse_yaml(text: str) -> Any:
+def parse_yaml(text: str, *, mapping_keys: bool = False) -> Any:
     """The document in ``text``, built by the safe loader once :func:`_check_events`
-    passed; :class:`YamlInputError` for malformed YAML or a refused feature."""
+    passed; :class:`YamlInputError` for malformed YAML or a refused feature.
+
+    With ``mapping_keys``, every mapping key must look like a name
+    (:data:`_KEY_LIKE`): a file's errors quote its keys, so a file that is not
+    ours (``/etc/shadow``) is refused at its first line that is not one,
+    by line number, without a byte of it shown."""
     import yaml
 
     loader = _loader_class()
     try:
-        _check_events(text, loader)
+        _check_events(text, loader, mapping_keys=mapping_keys)
         return yaml.load(text, Loader=loader)  # a safe loader (C or Python)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -133,63 +175,29 @@ def parse_yaml(text: str) -> Any:
 
 
 def read_bytes_bounded(path: Path, *, max_bytes: int = MAX_YAML_BYTES) -> bytes:
-    """``path``'s bytes, reading at most ``max_bytes`` (+1 to tell it is more):
-    :class:`ConfigError` naming the file if it cannot be read or is larger.
-
-    Opened without blocking, so a FIFO nobody writes to reads as empty rather
-    than waiting forever in ``open()``; a device that never ends (``/dev/zero``)
-    stops at the cap.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ConfigError(f"{shown_path(path)}: cannot read ({exc.strerror or exc})") from None
-    except ValueError as exc:  # an embedded NUL in the path, say
-        raise ConfigError(f"{shown_path(path)}: cannot read ({exc})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            # A pipe with a writer or a device: wait for its data as a read would.
-            os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(max_bytes + 1)
-    except OSError as exc:  # EISDIR, EIO, ...
-        raise ConfigError(f"{shown_path(path)}: cannot read ({exc.strerror or exc})") from None
-    finally:
-        os.close(fd)
-    if len(raw) > max_bytes:
-        raise ConfigError(
-            f"{shown_path(path)}: larger than {max_bytes} bytes; not a bootstorm file"
-        )
+    """``path``'s bytes through the one bounded reader
+    (:func:`bootstorm.traces.files.read_bytes_bounded`): :class:`ConfigError`
+    naming the file if it is not a regular file (a FIFO, a device, a
+    directory), is larger than ``max_bytes`` or cannot be read."""
+    raw: bytes = _files.read_bytes_bounded(path, max_bytes=max_bytes)
     return raw
 
 
 def decode_utf8(path: Path, raw: bytes) -> str:
     """``raw`` as UTF-8 text, or :class:`ConfigError` naming the file and the first bad byte."""
-    try:
-        return raw.decode()
-    except UnicodeDecodeError as exc:
-        byte = raw[exc.start]
-        raise ConfigError(
-            f"{shown_path(path)}: not UTF-8 text (byte 0x{byte:02x} at offset {exc.start})"
-        ) from None
+    text: str = _files.decode_utf8(path, raw)
+    return text
 
 
 def read_text_bounded(path: Path, *, max_bytes: int = MAX_YAML_BYTES) -> str:
-    """``path``'s UTF-8 text, reading at most ``max_bytes`` (+1 to tell it is more):
-    :class:`ConfigError` naming the file if it cannot be read, is larger, or is
-    not UTF-8."""
-    return decode_utf8(path, read_bytes_bounded(path, max_bytes=max_bytes))
-
-
-_MAX_PATH_SHOWN = 200
+    """``path``'s UTF-8 text through the one bounded reader: :class:`ConfigError`
+    naming the file if it is not a regular file, is larger than ``max_bytes``,
+    cannot be read or is not UTF-8."""
+    text: str = _files.read_text_bounded(path, max_bytes=max_bytes)
+    return text
 
 
 def shown_path(path: Path) -> str:
-    """The path for an error line: as given, or its start and its length when
-    it is longer than a line (a 4 000-character name), quoted if unprintable."""
-    text = str(path)
-    if not text.isprintable():
-        text = repr(text)
-    if len(text) <= _MAX_PATH_SHOWN:
-        return text
-    return f"{text[: _MAX_PATH_SHOWN - 40]}… ({len(text)} characters)"
+    """The path for an error line (:func:`bootstorm.traces.files.shown_path`)."""
+    text: str = _files.shown_path(path)
+    return text

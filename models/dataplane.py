@@ -288,7 +288,9 @@ class Traffic(BaseModel):
     path: PathName
     proto: Literal["tcp", "udp"] = "tcp"
     flows: Annotated[int, Field(ge=1)] = 1
-    message_bytes: Annotated[int, Field(ge=1)] | None = None
+    # At most 1 GiB a call: the kernel caps one send at INT_MAX bytes, and a
+    # socket buffer is tens of MiB; a larger figure is a typo, not a load.
+    message_bytes: Annotated[int, Field(ge=1, le=2**30)] | None = None
     flow_gbps: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
     cores: Annotated[int, Field(ge=1)] | None = None
     placement: Literal["random", "pinned-apart", "pinned-together"] = "random"

@@ -470,7 +470,7 @@ class Profile(_Frozen):
 
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_none=True)
-        return yaml.safe_dump(data, sort_keys=False, width=100)
+        return str(yaml.safe_dump(data, sort_keys=False, width=100))
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Profile:

@@ -102,6 +102,5 @@ class TunedConfig(AppliedConfig):  # type: ignore[misc]
         return load_yaml_model(cls, Path(path))
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(
-            self.model_dump(mode="json", exclude_none=True), sort_keys=False, width=100
-        )
+        data = self.model_dump(mode="json", exclude_none=True)
+        return str(yaml.safe_dump(data, sort_keys=False, width=100))

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import ClassVar, Literal, get_args
 
-from .._params import Interval, Maybe, Rules, validate
+from .._params import Interval, Maybe, Rules, short_repr, validate
 from ..models import ConfigError
 
 __all__ = [
@@ -58,7 +58,7 @@ def check_objectives(objectives: Sequence[str]) -> tuple[str, ...]:
     for name in out:
         if name not in OBJECTIVES:
             raise ConfigError(
-                f"objective: unknown objective {name!r}; known: {', '.join(OBJECTIVES)}"
+                f"objective: unknown objective {short_repr(name)}; known: {', '.join(OBJECTIVES)}"
             )
     if len(set(out)) != len(out):
         raise ConfigError(f"objective: each objective once, but got {', '.join(out)}")

@@ -18,6 +18,7 @@ from typing import ClassVar
 import optuna
 from optuna.samplers import BaseSampler
 
+from .._params import short_repr
 from ..models import ConfigError
 from . import _tpe_logpdf, _tpe_ndtr
 from ._tpe import TpeSampler
@@ -105,7 +106,9 @@ def make_sampler(
     """The sampler called ``name``, or a :class:`ConfigError` naming what is wrong."""
     plugin = SAMPLERS.get(name)
     if plugin is None:
-        raise ConfigError(f"sampler: unknown sampler {name!r}; known: {', '.join(SAMPLERS)}")
+        raise ConfigError(
+            f"sampler: unknown sampler {short_repr(name)}; known: {', '.join(SAMPLERS)}"
+        )
     for module in plugin.needs:
         if importlib.util.find_spec(module) is None:
             how = (

@@ -24,46 +24,92 @@ transaction holds the write lock from its first statement (see
 :func:`_sqlite_connect`), so that what a worker read still holds when it writes.
 
 A storage that cannot be opened (an unreachable server, an unknown scheme, a
-missing driver, a directory that cannot be written) is a
-:class:`~bootstorm.models.ConfigError` naming ``storage`` and the reason, so
-the CLI prints one line, not a driver's traceback.
+missing driver, a directory that cannot be written, a journal path that is a
+device, a FIFO or a directory) is a :class:`~bootstorm.models.ConfigError`
+naming ``storage`` and the reason, so the CLI prints one line, not a driver's
+traceback.
+
+**A damaged journal.** A full disk, a killed writer or a hand's edit can
+leave a journal ending in a torn line (no newline), a line that is not an
+Optuna record, or garbage. Optuna's reader then fails on every later open,
+and appending after the damage merges the next record into it: the study's
+completed trials could no longer be read at all. So opening a journal for
+writing (:func:`repair_journal`) keeps every whole record before the first
+damaged line, moves everything from that line on into
+``<journal>.corrupt-<UTC time>`` beside it (synced before the journal is
+cut), truncates the journal back to its last good line, logs one WARNING
+line (logger ``bootstorm.optimizers._storage``) and goes on.
+
+Whole records *after* a damaged line are set aside with it, not kept: the
+journal is a log of operations that refer to each other by position (the
+n-th ``create_trial`` record is trial n, later records name trials and
+studies by those numbers), so once a record is lost every later one may
+mean something else: a lost ``create_trial`` would hand the next trial's
+values to the one before. The set-aside file keeps them for a person to
+look at; the warning says how many whole records it holds. Reading a study
+(``open_storage(..., read_only=True)``, what ``report`` does) changes
+nothing: it reads the whole records before the damage.
+
+**Appends are whole lines or nothing.** One ``write`` of whole lines; a
+short write or a refused one (``ENOSPC``, ``EDQUOT``) is taken back with
+``ftruncate`` to where it began and is a one-line ``ConfigError`` naming the
+journal, so no torn tail is left for the next worker. Several workers append
+to the file at once (``O_APPEND``), so a worker may cut only its own bytes:
+appends hold a shared ``flock`` on the journal (Optuna's lock file off a
+local file system), and taking back and repairing hold it exclusively (and
+Optuna's lock file, which Optuna's own writers take); under it a worker cuts
+its piece only when the file ends exactly where its own write ended (a
+writer outside both locks may have appended since: then it cuts nothing,
+and the next open sets the damage aside).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import fcntl
 import json
+import logging
 import os
 import re
+import stat
 import time
 import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage
 from optuna.storages._heartbeat import BaseHeartbeat
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from ..models import ConfigError
+from ..traces.files import shown_path
 
 __all__ = [
     "HEARTBEAT_ATTR",
     "LOCAL_FILE_SYSTEMS",
     "PROCESS_ATTR",
     "HeartbeatJournalStorage",
+    "JournalDamage",
     "UnsyncedJournalFileBackend",
     "file_system_of",
     "is_url",
     "open_storage",
+    "prepare_journal",
+    "repair_journal",
     "safe_storage_name",
+    "scan_journal",
     "stamps_on_claim",
 ]
+
+log = logging.getLogger(__name__)
 
 HEARTBEAT_ATTR = "bootstorm:heartbeat"
 """The trial system attribute a journal study's heartbeat stamps (Unix time, s)."""
@@ -163,7 +209,8 @@ class UnsyncedJournalFileBackend(JournalFileBackend):
     page cache, whole lines, appended under the file lock in one ``write``);
     only an operating-system crash may lose the last trials, which running
     the study again redoes: the trade SQLite's WAL with ``synchronous=NORMAL``
-    made before. Pass ``sync=True`` to :func:`open_storage` for Optuna's own.
+    made before. Pass ``sync=True`` (here or to :func:`open_storage`) to sync
+    every append, as Optuna's own backend does.
 
     Optuna's backend also opens the file for every read (the storage reads
     the lines other workers added before each of its calls, about twenty a
@@ -178,22 +225,60 @@ class UnsyncedJournalFileBackend(JournalFileBackend):
     lines is (the kernel holds the inode's lock through it), so two workers'
     lines never interleave, Optuna's own included: the lock is taken only
     where the file's file system is not one of :data:`LOCAL_FILE_SYSTEMS`.
+    There an append holds a shared ``flock`` instead (two system calls),
+    which only a worker taking back a failed write, or repairing the file,
+    holds exclusively (see the module's doc).
+
+    ``read_only``: no descriptor to append with (a journal that may not be
+    written, as ``report`` reads it), and reads stop at ``read_upto`` bytes
+    (the whole records before a damaged line, see :func:`scan_journal`).
+
+    A path that is not a regular file (``/dev/null``, a FIFO, a directory)
+    is a :class:`~bootstorm.models.ConfigError`: a device swallowed the
+    appends, and Optuna then failed with an ``AssertionError``; a FIFO hung.
     """
 
-    def __init__(self, file_path: str) -> None:
+    def __init__(
+        self,
+        file_path: str,
+        *,
+        sync: bool = False,
+        read_only: bool = False,
+        read_upto: int | None = None,
+    ) -> None:
+        # Made here if missing (unless only read), and checked before Optuna's
+        # own open, which would wait on a FIFO for ever.
+        create = 0 if read_only else os.O_CREAT
+        self._read_fd = _open_regular(file_path, os.O_RDONLY | create)
+        self._append_fd = -1
+        self._closed = weakref.finalize(self, _close_all, (self._read_fd,))
+        self._sync = sync
+        self._read_only = read_only
+        self._read_upto = read_upto
         super().__init__(file_path)  # Optuna's symlink lock, as self._lock
         self.locks = file_system_of(Path(file_path)) not in LOCAL_FILE_SYSTEMS
         """Whether appends take Optuna's lock file (off a local file system)."""
-        self._read_fd = os.open(file_path, os.O_RDONLY)
-        self._append_fd = os.open(file_path, os.O_WRONLY | os.O_APPEND)
-        self._closed = weakref.finalize(self, _close_all, (self._read_fd, self._append_fd))
+        if not read_only:
+            self._append_fd = _open_regular(file_path, os.O_WRONLY | os.O_APPEND)
+            self._closed.detach()
+            self._closed = weakref.finalize(self, _close_all, (self._read_fd, self._append_fd))
 
     def __getstate__(self) -> dict[str, Any]:
         # Descriptors do not cross into another process: it opens its own.
-        return {"file_path": self._file_path}
+        return {
+            "file_path": self._file_path,
+            "sync": self._sync,
+            "read_only": self._read_only,
+            "read_upto": self._read_upto,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["file_path"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["file_path"],
+            sync=state.get("sync", False),
+            read_only=state.get("read_only", False),
+            read_upto=state.get("read_upto"),
+        )
 
     def close(self) -> None:
         """Close the file's descriptors (also done when the backend is collected)."""
@@ -205,6 +290,8 @@ class UnsyncedJournalFileBackend(JournalFileBackend):
             yield from super().read_logs(log_number_from)
             return
         size = os.fstat(self._read_fd).st_size
+        if self._read_upto is not None:
+            size = min(size, self._read_upto)
         if size <= start:
             return
         lines = os.pread(self._read_fd, size - start, start).split(b"\n")
@@ -226,10 +313,16 @@ class UnsyncedJournalFileBackend(JournalFileBackend):
             yield log
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        if self._read_only:
+            raise ConfigError(f"storage: the journal {self._file_path!r} was opened to read only")
         text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs)
         data = text.encode("utf-8")
         if not self.locks:
-            self._append(data)
+            fcntl.flock(self._append_fd, fcntl.LOCK_SH)  # a repair waits for it
+            try:
+                self._append(data)
+            finally:
+                fcntl.flock(self._append_fd, fcntl.LOCK_UN)
             return
         self._lock.acquire()
         try:
@@ -238,10 +331,284 @@ class UnsyncedJournalFileBackend(JournalFileBackend):
             self._lock.release()
 
     def _append(self, data: bytes) -> None:
-        # One write() of whole lines, at the end (O_APPEND).
-        written = os.write(self._append_fd, data)
-        while written < len(data):  # a regular file takes it whole; never wrong to finish
-            written += os.write(self._append_fd, data[written:])
+        # One write() of whole lines, at the end (O_APPEND). A regular file
+        # takes it whole unless it cannot (no space, a quota, a fatal signal):
+        # not finished by a second write, which another worker's line could
+        # precede, but taken back, so that no torn line is left.
+        try:
+            written = os.write(self._append_fd, data)
+        except OSError as exc:  # nothing written
+            raise self._refused(exc.strerror or str(exc)) from None
+        if written < len(data):
+            end = os.lseek(self._append_fd, 0, os.SEEK_CUR)  # where our piece ends
+            taken_back = self._take_back(start=end - written, end=end)
+            raise self._refused(
+                f"only {written:,} of {len(data):,} bytes written (no space or quota left)",
+                taken_back=taken_back,
+            )
+        if self._sync:
+            os.fsync(self._append_fd)
+
+    def _take_back(self, *, start: int, end: int) -> bool:
+        """Cut the file back to ``start`` if it still ends at ``end`` (nobody
+        appended after our piece), holding every writer off meanwhile."""
+        if not self.locks:
+            # Shared to exclusive (not atomic: another append may slip in
+            # between, and the size check below sees it).
+            fcntl.flock(self._append_fd, fcntl.LOCK_EX)
+        if os.fstat(self._append_fd).st_size != end:
+            return False
+        os.ftruncate(self._append_fd, start)
+        return True
+
+    def _refused(self, reason: str, *, taken_back: bool = True) -> ConfigError:
+        what = (
+            "the change was not written"
+            if taken_back
+            else "another writer appended after the torn piece, which the next open sets aside"
+        )
+        return ConfigError(
+            f"storage: cannot append to the journal {self._file_path!r}: {reason}; {what}"
+        )
+
+
+def _open_regular(path: str, flags: int) -> int:
+    """A descriptor of ``path``, which must be a regular file (``O_NONBLOCK``:
+    a FIFO is refused, not waited on; it changes nothing for a regular file)."""
+    with contextlib.suppress(FileNotFoundError):  # what it is, before an open's errno
+        _refuse_irregular(path, os.stat(path).st_mode)
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    try:
+        _refuse_irregular(path, os.fstat(fd).st_mode)  # swapped in since the stat
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _refuse_irregular(path: str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise ConfigError(
+            f"storage: {path!r} is {_kind_of(mode)}, not a journal file; "
+            "name a file (or a database URL, or 'memory')"
+        )
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JournalDamage:
+    """Where a journal stops being whole Optuna records (:func:`scan_journal`)."""
+
+    good_bytes: int
+    """The length of the whole records before the damage (where the journal is cut)."""
+    good_records: int
+    """Whole records before the damage (kept)."""
+    size_bytes: int
+    """The file's size when it was scanned."""
+    torn_tail: bool
+    """The damage is only a last line without its newline (a write cut short,
+    or one still being written when read without the lock)."""
+    records_after: int
+    """Whole records after the first damaged line (set aside with it)."""
+
+    def what(self) -> str:
+        if self.torn_tail:
+            return "its last line has no newline (a torn write)"
+        return "a line is not an Optuna journal record"
+
+
+def _is_record(line: bytes) -> bool:
+    """A line Optuna's replay can apply: a JSON object naming its operation and worker."""
+    try:
+        log = json.loads(line)
+    except ValueError:  # not JSON, or not UTF-8
+        return False
+    return (
+        isinstance(log, dict)
+        and type(log.get("op_code")) is int
+        and log["op_code"] in _OP_CODES
+        and isinstance(log.get("worker_id"), str)
+    )
+
+
+_OP_CODES = frozenset(int(op) for op in optuna.storages.journal._storage.JournalOperation)
+
+
+def scan_journal(fd: int) -> JournalDamage | None:
+    """The first damage in the journal open as ``fd`` (``None``: every line is
+    a whole record), read with ``pread`` a mebibyte at a time (not mapped: a
+    writer taking back its torn write would cut a mapping short under us)."""
+    return _scan(fd, start=0, records=0)[0]
+
+
+def _scan(fd: int, *, start: int, records: int) -> tuple[JournalDamage | None, int, int]:
+    """:func:`scan_journal` from byte ``start``, after ``records`` whole
+    records known good; also the whole records' length and number."""
+    size = os.fstat(fd).st_size
+    good = start
+    after = 0
+    damaged = torn = False
+    for offset, line, whole in _lines(fd, size, start=start):
+        if not damaged:
+            if whole and _is_record(line):
+                records += 1
+                good = offset + len(line) + 1
+                continue
+            damaged, torn = True, not whole
+        elif whole:
+            after += _is_record(line)  # set aside with the damage: count them
+    if not damaged:
+        return None, good, records
+    damage = JournalDamage(
+        good_bytes=good,
+        good_records=records,
+        size_bytes=size,
+        torn_tail=torn,
+        records_after=after,
+    )
+    return damage, good, records
+
+
+_VERIFIED: dict[tuple[int, int], tuple[int, int, bytes]] = {}
+"""Per journal file (device, inode) this process repaired: the length and
+number of the whole records it found, and their last 64 bytes (which name a
+worker's random id: another file on a reused inode does not end the same).
+A search checks its journal before it starts and opens it again at once;
+the second look reads only what was appended since. Those bytes never
+change under it: an append only adds, a worker takes back only its own torn
+write after them, and a repair cuts only at damage, which whole records are
+not. (A journal rewritten in place by hand while a search runs is not seen.)"""
+
+
+_CHUNK_BYTES = 1 << 20
+
+
+def _lines(fd: int, size: int, *, start: int = 0) -> Iterator[tuple[int, bytes, bool]]:
+    """Each line of ``fd``'s bytes from ``start`` to ``size``: its offset, its
+    bytes without the newline, and whether it had one (only the last may not)."""
+    buf = bytearray()
+    base, pos = start, 0  # the file offset of buf[0]; where the next line starts in buf
+    searched = 0  # buf before this holds no newline after pos
+    read_to = start
+    while True:
+        nl = buf.find(b"\n", max(pos, searched))
+        if nl >= 0:
+            yield base + pos, bytes(buf[pos:nl]), True
+            pos = searched = nl + 1
+            continue
+        del buf[:pos]  # once per chunk: the lines before are done
+        base, searched, pos = base + pos, len(buf), 0  # what is left has no newline
+        if read_to >= size:
+            break
+        chunk = os.pread(fd, min(_CHUNK_BYTES, size - read_to), read_to)
+        if not chunk:
+            break  # cut short since the size was taken
+        read_to += len(chunk)
+        buf += chunk
+    if buf:
+        yield base, bytes(buf), False
+
+
+def repair_journal(path: Path) -> Path | None:
+    """Set aside a damaged tail of the journal at ``path`` (see the module's
+    doc); the file it went to, or ``None`` if the journal was whole.
+
+    Holds Optuna's lock file and an exclusive ``flock`` (every append of
+    :class:`UnsyncedJournalFileBackend` holds it shared), so no writer is
+    mid-append while the file is judged and cut. The set-aside file is
+    written and synced before the journal is cut: a crash in between leaves
+    the damage in both, never in neither. Logs one WARNING line.
+    """
+    fd = _open_regular(str(path), os.O_RDWR)
+    lock = JournalFileSymlinkLock(str(path))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock.acquire()
+        try:
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino)
+            start, records, last = _VERIFIED.get(key, (0, 0, b""))
+            if start > st.st_size or os.pread(fd, len(last), start - len(last)) != last:
+                start, records = 0, 0  # cut, or another file on a reused inode
+            damage, good, records = _scan(fd, start=start, records=records)
+            _VERIFIED[key] = (good, records, os.pread(fd, min(good, 64), good - min(good, 64)))
+            if damage is None:
+                return None
+            try:
+                aside = _set_aside(fd, path, damage)
+            except OSError as exc:  # a full disk, most likely: cut nothing
+                raise ConfigError(
+                    f"storage: the journal {str(path)!r} is damaged at byte "
+                    f"{damage.good_bytes:,}, where {damage.what()}, and the damage cannot be "
+                    f"set aside ({exc.strerror or exc}); free some space and run again"
+                ) from None
+            os.ftruncate(fd, damage.good_bytes)
+            os.fsync(fd)
+        finally:
+            lock.release()
+    finally:
+        os.close(fd)  # lets go of the flock
+    after = (
+        f", {damage.records_after:,} whole records after the damage among them "
+        "(a journal's records refer to earlier ones by position)"
+        if damage.records_after
+        else ""
+    )
+    log.warning(
+        "storage: the journal %s was damaged at byte %s, where %s; kept its %s whole "
+        "records before it and moved the %s bytes from there on into %s%s",
+        path,
+        f"{damage.good_bytes:,}",
+        damage.what(),
+        f"{damage.good_records:,}",
+        f"{damage.size_bytes - damage.good_bytes:,}",
+        aside.name,
+        after,
+    )
+    return aside
+
+
+def _set_aside(fd: int, path: Path, damage: JournalDamage) -> Path:
+    """Copy the journal's bytes from the damage on into a new
+    ``<journal>.corrupt-<UTC time>`` beside it, synced."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    for n in range(100):
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}" + (f"-{n}" if n else ""))
+        try:
+            out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - a hundred repairs in one microsecond
+        raise ConfigError(f"storage: cannot name a file to set {str(path)!r}'s damage aside in")
+    try:
+        offset = damage.good_bytes
+        while offset < damage.size_bytes:
+            chunk = os.pread(fd, min(1 << 20, damage.size_bytes - offset), offset)
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view) :]
+            offset += len(chunk)
+        os.fsync(out)
+    except BaseException:
+        os.close(out)
+        aside.unlink(missing_ok=True)
+        raise
+    os.close(out)
+    return aside
 
 
 LOCAL_FILE_SYSTEMS = frozenset(
@@ -296,15 +663,20 @@ def open_storage(
     heartbeat_interval_s: int | None = None,
     retries: int = 3,
     sync: bool = False,
+    read_only: bool = False,
 ) -> BaseStorage:
     """The Optuna storage ``storage`` names: a database URL, or else the path
-    of a journal file (created if missing).
+    of a journal file (created if missing; a damaged tail set aside, see
+    :func:`repair_journal`).
 
     ``heartbeat_interval_s``: running trials report that often, and one
     silent for three intervals is failed and its parameters queued again
     (at most ``retries`` times); ``None``: no heartbeat (reading a study).
     ``sync``: a journal file is synced to the disk at every change (see
     :class:`UnsyncedJournalFileBackend` for why it is not by default).
+    ``read_only``: only read the study (``report``): a journal is neither
+    created, nor repaired, nor written (one that may not be written opens),
+    and a SQLite file that does not exist is refused, not created.
 
     Raises :class:`~bootstorm.models.ConfigError` when it cannot be opened.
     """
@@ -317,8 +689,14 @@ def open_storage(
             heartbeat_interval_s=heartbeat_interval_s,
             callback=stale_callback,
             sync=sync,
+            read_only=read_only,
         )
-    return _rdb_storage(storage, heartbeat_interval_s=heartbeat_interval_s, callback=stale_callback)
+    return _rdb_storage(
+        storage,
+        heartbeat_interval_s=heartbeat_interval_s,
+        callback=stale_callback,
+        read_only=read_only,
+    )
 
 
 def _journal_storage(
@@ -327,18 +705,17 @@ def _journal_storage(
     heartbeat_interval_s: int | None,
     callback: StaleTrialCallback | None,
     sync: bool,
+    read_only: bool,
 ) -> BaseStorage:
     path = Path(storage).expanduser()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        backend = JournalFileBackend(str(path)) if sync else UnsyncedJournalFileBackend(str(path))
-        with open(path, "ab"):  # every worker appends to it: fail now, not mid-trial
-            pass
+        if read_only:
+            backend = _read_only_backend(path)
+        else:
+            prepare_journal(path)
+            backend = UnsyncedJournalFileBackend(str(path), sync=sync)
     except OSError as exc:
-        reason = exc.strerror or exc.__class__.__name__
-        if exc.filename is not None and str(exc.filename) != str(path):
-            reason += f": {str(exc.filename)!r}"
-        raise ConfigError(f"storage: cannot open the journal file {storage!r}: {reason}") from None
+        raise _cannot_open(storage, path, exc) from None
     if heartbeat_interval_s is None:
         return JournalStorage(backend)
     return HeartbeatJournalStorage(
@@ -349,6 +726,62 @@ def _journal_storage(
     )
 
 
+def prepare_journal(path: Path) -> None:
+    """Make the journal file at ``path`` (and its folder) if missing, check it
+    is a regular file this process may append to (fail now, not mid-trial),
+    and set a damaged tail aside (:func:`repair_journal`) before anything is
+    appended. A search does this before it starts (so that a refusal or the
+    repair's line comes before its progress bar), and every open again (a
+    worker may start on its own).
+
+    Raises :class:`~bootstorm.models.ConfigError` naming what is wrong.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(_open_regular(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+        repair_journal(path)
+    except OSError as exc:
+        raise _cannot_open(str(path), path, exc) from None
+
+
+def _cannot_open(storage: str, path: Path, exc: OSError) -> ConfigError:
+    reason = exc.strerror or exc.__class__.__name__
+    if exc.filename is not None and str(exc.filename) != str(path):
+        reason += f": {str(exc.filename)!r}"
+    return ConfigError(f"storage: cannot open the journal file {storage!r}: {reason}")
+
+
+def _read_only_backend(path: Path) -> UnsyncedJournalFileBackend:
+    """A backend reading the whole records of ``path`` before any damage,
+    and writing nothing (the damage is left for a writer to set aside)."""
+    fd = _open_regular(str(path), os.O_RDONLY)
+    try:
+        # Shared: a writer taking back a torn write (exclusive) waits for the scan.
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        damage = scan_journal(fd)
+    finally:
+        os.close(fd)
+    if damage is not None and damage.good_records == 0 and not damage.torn_tail:
+        # Not one record before the damage: not a journal at all (a log file,
+        # a file named by mistake); nothing to read, nothing to say but that.
+        raise ConfigError(
+            f"storage: {shown_path(path)} is not an Optuna journal (its first line is no "
+            "journal record)"
+        )
+    if damage is not None and not damage.torn_tail:
+        # A torn last line may be a write still under way: read up to it, say nothing.
+        log.warning(
+            "storage: the journal %s is damaged at byte %s, where %s; reading its %s whole "
+            "records before it (the next search on it sets the damage aside)",
+            path,
+            f"{damage.good_bytes:,}",
+            damage.what(),
+            f"{damage.good_records:,}",
+        )
+    upto = None if damage is None else damage.good_bytes
+    return UnsyncedJournalFileBackend(str(path), read_only=True, read_upto=upto)
+
+
 _CONNECT_TIMEOUT_S = 10
 """How long to wait for a database server that does not answer (libpq's default: forever)."""
 
@@ -357,7 +790,11 @@ _INIT_LOCK_KEY = 0x6F7074756E61
 
 
 def _rdb_storage(
-    url: str, *, heartbeat_interval_s: int | None, callback: StaleTrialCallback | None
+    url: str,
+    *,
+    heartbeat_interval_s: int | None,
+    callback: StaleTrialCallback | None,
+    read_only: bool = False,
 ) -> BaseStorage:
     import sqlalchemy  # only databases need it (~0.1 s to import)
     from sqlalchemy.engine import make_url
@@ -376,6 +813,9 @@ def _rdb_storage(
         plain_file = parsed.database not in (None, "", ":memory:") and "uri" not in parsed.query
         if driver in ("", "pysqlite") and plain_file:
             sqlite_file = Path(str(parsed.database)).expanduser().absolute()
+            if read_only and not sqlite_file.is_file():
+                # SQLite would make an empty database, and Optuna its tables in it.
+                raise ConfigError(f"storage: no such database {str(sqlite_file)!r}")
     else:
         engine_kwargs["pool_pre_ping"] = True
         if backend == "postgresql" and "connect_timeout" not in parsed.query:

@@ -31,6 +31,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import socket
 import threading
 import time
@@ -46,8 +47,9 @@ from optuna.storages import BaseStorage
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.study import Study
 from optuna.trial import FrozenTrial, Trial, TrialState
+from pydantic import ValidationError
 
-from .._params import Check, Interval, Rules, validate
+from .._params import Check, Interval, Maybe, Rules, Satisfies, short_key, validate
 from ..models import ConfigError, ConfigOrigin, Scenario, TunedConfig, load_profile
 from ..simulator import ExecutorName, KernelCall
 from ._evaluate import Evaluator, Robust
@@ -83,6 +85,32 @@ _POLL_S = 0.05
 _JOIN_WAIT_S = 30.0
 """How long a worker waits for the worker that created a study to finish setting it up."""
 
+MAX_TRIALS = 100_000
+"""Most completed trials one study may be asked for. Every worker replays the
+whole study into memory when it opens it, the samplers' cost grows with the
+trials they have seen, and a trial is 10 ms to seconds of simulation: 10⁵
+trials is about a day of searching and a journal of some hundreds of MB;
+``--trials 10**20`` was accepted and simply never ended."""
+
+MAX_STUDY_NAME_CHARS = 512
+"""Longest study name: Optuna's database storages keep it in a VARCHAR(512)
+(``optuna.storages._rdb.models.MAX_INDEXED_STRING_LENGTH``; PostgreSQL
+refuses longer), and a tuned config's origin records it. A longer name
+failed only after the whole search, writing the config."""
+
+MAX_STORAGE_CHARS = 1024
+"""Longest storage name: a tuned config's origin records it as text of at
+most 1 024 characters (:class:`~bootstorm.models.ConfigOrigin`)."""
+
+MAX_HEARTBEAT_S = 3600
+"""Longest heartbeat interval (s). A dead worker's trial is run again only
+after three silent intervals: beyond an hour that is a search stalled for
+hours, and far beyond it the heartbeat thread's wait overflowed the clock."""
+
+_SEED_MODULUS = 2**32
+"""NumPy's seeds are 32-bit: a worker's seed (``sampler_seed`` plus its first
+trial's number) is taken modulo this."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StudySpec:
@@ -100,7 +128,7 @@ class StudySpec:
     sampler:
         ``tpe``, ``gp``, ``cmaes``, ``nsga2`` or ``random``.
     trials:
-        Completed trials the study should hold in total.
+        Completed trials the study should hold in total (at most :data:`MAX_TRIALS`).
     seeds, sizes, robust:
         The storms every trial runs (common random numbers) and how metrics
         are aggregated over them (``mean`` or ``worst``).
@@ -112,14 +140,16 @@ class StudySpec:
         (``postgresql://...``, ``sqlite:///study.db``); ``None`` keeps the
         study in memory (one process only).
     study_name:
-        The study's name in the storage; workers with the same name share it.
+        The study's name in the storage; workers with the same name share it
+        (at most :data:`MAX_STUDY_NAME_CHARS` characters).
     sampler_seed:
         Seed of the sampler; a worker uses ``sampler_seed`` plus the number
         of its first trial (unique among workers; 0 for the first worker of
-        a new study).
+        a new study), modulo 2**32.
     heartbeat_interval_s:
         How often a running trial reports it is alive (storage URLs only);
-        a trial silent for three intervals is failed and retried.
+        a trial silent for three intervals is failed and retried (at most
+        :data:`MAX_HEARTBEAT_S`).
     executor:
         What runs each storm: ``compiled`` (default) or ``simpy``. Both give the
         same numbers, so it is not part of what makes a search (the fingerprint).
@@ -141,8 +171,23 @@ class StudySpec:
     executor: ExecutorName = "compiled"
 
     __rules__: ClassVar[Rules] = Rules(
-        trials=Interval(int, 1),
-        heartbeat_interval_s=Interval(int, 1, unit="s"),
+        trials=Interval(int, 1, MAX_TRIALS),
+        sampler_seed=Interval(int, 0, _SEED_MODULUS - 1),
+        heartbeat_interval_s=Interval(int, 1, MAX_HEARTBEAT_S, unit="s"),
+        study_name=Maybe(
+            Satisfies(
+                lambda n: isinstance(n, str) and 0 < len(n) <= MAX_STUDY_NAME_CHARS,
+                f"must be a name of 1..{MAX_STUDY_NAME_CHARS} characters",
+                lambda n: f"{len(n):,} characters" if isinstance(n, str) else repr(n),
+            )
+        ),
+        storage=Maybe(
+            Satisfies(
+                lambda n: isinstance(n, str) and 0 < len(n) <= MAX_STORAGE_CHARS,
+                f"must be a path or URL of 1..{MAX_STORAGE_CHARS} characters",
+                lambda n: f"{len(n):,} characters" if isinstance(n, str) else repr(n),
+            )
+        ),
         checks=(
             Check(
                 "space",
@@ -181,7 +226,7 @@ class StudySpec:
     def make_sampler(self, *, worker: int) -> optuna.samplers.BaseSampler:
         return make_sampler(
             self.sampler,
-            seed=self.sampler_seed + worker,
+            seed=(self.sampler_seed + worker) % _SEED_MODULUS,
             n_objectives=len(self.objectives),
             constrained=self.constraints.active,
         )
@@ -544,8 +589,15 @@ class _Heartbeat:
         interval_s = storage.get_heartbeat_interval()
         while not self._stop.wait(interval_s):
             with self._lock:
-                for trial_id in sorted(self._trial_ids):
-                    storage.record_heartbeat(trial_id)
+                try:
+                    for trial_id in sorted(self._trial_ids):
+                        storage.record_heartbeat(trial_id)
+                except ConfigError as exc:
+                    # The storage refused a stamp (a full disk): the trial's own
+                    # next write fails the same way and ends the worker in one
+                    # line; a traceback from this thread would only add noise.
+                    log.warning("heartbeat stopped: %s", exc)
+                    return
 
     def close(self) -> None:
         self._stop.set()
@@ -725,7 +777,7 @@ def searched_scenario(study: Study) -> Scenario | None:
     record = study.user_attrs.get(_SPEC_ATTR)
     if record is None:
         return None
-    scenario = Scenario.model_validate(json.loads(record)["scenario"])
+    scenario = _recorded_scenario(study.study_name, record)
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not done:
         return scenario
@@ -737,6 +789,33 @@ def searched_scenario(study: Study) -> Scenario | None:
         elif name.startswith(POOL_PREFIX):
             pools[name.removeprefix(POOL_PREFIX)] = int(value)
     return scenario.replace(limits=limits, pools=pools)
+
+
+def _recorded_scenario(study_name: str, record: object) -> Scenario:
+    """The scenario a study's search record holds; a record that is not one
+    (edited by hand, written by another tool) is a one-line ConfigError that
+    names what is wrong in it, never its values."""
+    where = f"study {short_key(study_name)}: its search record ({_SPEC_ATTR!r})"
+    try:
+        parsed = json.loads(record) if isinstance(record, str) else None
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("scenario"), dict):
+        raise ConfigError(f"{where} is not a search bootstorm wrote (no scenario in it)")
+    try:
+        return Scenario.model_validate(parsed["scenario"])
+    except ValueError as exc:  # pydantic's ValidationError, a ConfigError
+        # The key at fault, not its value: the record is a file's contents.
+        first = (
+            exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
+        )
+        key = ".".join(short_key(part) for part in first["loc"])
+        if not key:  # the scenario's own validator: "Value error, <key>: <problem>"
+            found = re.match(r"(?:Value error, )?([\w.\[\]-]+):", str(first["msg"]))
+            key = short_key(found.group(1)) if found else "?"
+        raise ConfigError(
+            f"{where} holds a scenario bootstorm cannot read (at scenario.{key})"
+        ) from None
 
 
 def read_study(spec: StudySpec, *, study: Study | None = None) -> OptimizeResult:

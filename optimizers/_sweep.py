@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._params import Each, OneOf, Rules, validate
+from .._params import Each, OneOf, Rules, short_repr, validate
 from ..models import CNI_NAMES, ConfigError, Scenario, full_pools, scenario_pool_kinds
 from ..simulator.executors import check_executor
 from ._evaluate import run_scenario
@@ -44,7 +44,9 @@ def pools_for(spec: str, *, cni: str, sandboxes: int, tenants: int) -> dict[str,
     for item in spec.split(","):
         kind, sep, count = item.partition("=")
         if not sep or not count.strip().isdigit():
-            raise ConfigError(f"pool: expected none, full or KIND=N,..., but got {spec!r}")
+            raise ConfigError(
+                f"pool: expected none, full or KIND=N,..., but got {short_repr(spec)}"
+            )
         if kind not in kinds:
             raise ConfigError(
                 f"pool: {kind!r} is not a device kind of cni={cni!r} "

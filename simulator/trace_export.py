@@ -42,6 +42,8 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from .._params import ConfigError
+from ..traces.files import shown_path
 from .recorder import Recording
 
 __all__ = ["chrome_trace", "write_chrome_trace", "write_trace_file"]
@@ -371,7 +373,10 @@ def write_trace_file(
     ``.gz`` is gzip-compressed with a fixed header (deterministic bytes).
     """
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
     try:
         with os.fdopen(fd, "wb") as raw:
             if target.name.endswith(".gz"):
@@ -386,7 +391,16 @@ def write_trace_file(
         # mkstemp creates the file 0600; a trace is meant to be shared.
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            # A full disk (ENOSPC, from a write with no file name on it), a
+            # quota, a read-only mount: one line naming the trace; the
+            # temporary file is gone and ``path`` is as it was.
+            raise _cannot_write(target, exc) from None
         raise
+
+
+def _cannot_write(target: Path, exc: OSError) -> ConfigError:
+    return ConfigError(f"{shown_path(target)}: cannot write ({exc.strerror or exc})")

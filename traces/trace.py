@@ -23,7 +23,9 @@ from typing import IO, Any, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from .._params import ConfigError
 from ._errors import TraceFormatError
+from .files import open_bounded
 from .schema import (
     AdmitSpan,
     Arrival,
@@ -183,10 +185,17 @@ MAX_TRACE_LINE_BYTES = 1 << 20
 MAX_TRACE_BYTES = 256 << 20
 
 
-def _open_binary(path: Path) -> IO[bytes]:
-    if _is_gzip(path):
-        return cast(IO[bytes], gzip.open(path, "rb"))
-    return open(path, "rb")
+@contextlib.contextmanager
+def _open_binary(path: Path, *, max_bytes: int) -> Iterator[IO[bytes]]:
+    """The file's bytes (decompressed if ``.gz``) through the one bounded
+    reader: a FIFO, a device or a directory is refused unopened, and a file
+    of more than ``max_bytes`` on disk before it is read."""
+    with open_bounded(path, max_bytes=max_bytes) as raw:
+        if _is_gzip(path):
+            with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+                yield cast(IO[bytes], gz)
+        else:
+            yield raw
 
 
 def _shown_name(path: Path) -> str:
@@ -246,7 +255,7 @@ def read_trace(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_BYTES
     records: list[Record] = []
     total = 0
     try:
-        with _open_binary(source) as fh:
+        with _open_binary(source, max_bytes=max_bytes) as fh:
             lineno = 0
             while raw := fh.readline(MAX_TRACE_LINE_BYTES + 1):
                 lineno += 1
@@ -289,6 +298,8 @@ def read_trace(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_BYTES
     except (OSError, EOFError, zlib.error) as exc:  # a corrupt or truncated gzip stream
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise TraceFormatError(f"{name}: cannot read: {reason}") from None
+    except ConfigError as exc:  # the reader's refusal: not a file, too large, unreadable
+        raise TraceFormatError(str(exc)) from None
     if header is None:
         raise TraceFormatError(f"{name}:1: header: missing (the file is empty)")
     return Trace.of(header, records)

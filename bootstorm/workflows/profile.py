@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._io import write_atomically
+from .._params import short_repr
 from ..models import ConfigError, Profile
 from ._progress import Progress, SilentProgress
 from .storms import storm_trace
@@ -95,7 +96,7 @@ def _target_set(targets: str) -> Any:
 
     if targets not in TARGET_SETS:
         known = ", ".join(TARGET_SETS)
-        raise ConfigError(f"targets: unknown target set {targets!r}; known: {known}")
+        raise ConfigError(f"targets: unknown target set {short_repr(targets)}; known: {known}")
     return TARGET_SETS[targets]
 
 
@@ -328,7 +329,7 @@ def calibrate_plan(
     catalog for the testbed's ``runtime``, run its storms here and fit them
     together; ``dry_run``: show the plan only (returns ``None``).
     ``pool_kinds``: None for every kind the runtime pools."""
-    from ..calibration.plan import calibration_plan
+    from ..calibration.plan import calibration_plan, check_plan_names
     from ..calibration.trace_fit import fit_storms
 
     progress = progress or SilentProgress()
@@ -338,6 +339,10 @@ def calibrate_plan(
         raise ConfigError(f"plan_sandboxes: must be at least 4, but got {sandboxes}")
     if not dry_run and os.geteuid() != 0:
         raise ConfigError("plan: running the plan's storms needs root (or give --dry-run)")
+    try:
+        check_plan_names(runtime=runtime, pool_kinds=pool_kinds, limit_stages=limit_stages)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     measured = load_measured(measured_ops)
     if measure and not measured and not dry_run:
         measured = dict(measure_here(vm=vm, trace_dir=trace_dir, progress=progress))
@@ -402,4 +407,7 @@ def node_profile(
             if calibration_path is not None:
                 write_trace(fitted_to[-1], calibration_path(k))
     with progress.status(f"fitting a local profile to {name} …"):
-        return fit_trace(fitted_to, executor=executor).profile
+        try:
+            return fit_trace(fitted_to, executor=executor).profile
+        except ValueError as exc:  # a trace with no storm in it, say: one line
+            raise ConfigError(f"calibrate_from: {name}: {str(exc)[:200]}") from None

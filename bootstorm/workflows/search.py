@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._params import short_repr
 from ..models import ConfigError, Scenario, TunedConfig
 from .whatif import Identification, KnownMisses, identification, known_misses
 
@@ -66,9 +67,9 @@ def _names(field: str, text: str | None, allowed: tuple[str, ...]) -> tuple[str,
         return allowed
     for n in names:
         if n not in allowed:
-            raise ConfigError(f"{field}: unknown name {n!r}; known: {', '.join(allowed)}")
+            raise ConfigError(f"{field}: unknown name {short_repr(n)}; known: {', '.join(allowed)}")
     if not names:
-        raise ConfigError(f"{field}: expected comma-separated names, but got {text!r}")
+        raise ConfigError(f"{field}: expected comma-separated names, but got {short_repr(text)}")
     return names
 
 
@@ -97,6 +98,7 @@ def study_spec(
     or a database URL). Everything is checked before a study is made."""
     from ..models import load_profile, scenario_pool_kinds, scenario_stages
     from ..optimizers import Constraints, SearchSpace, StudySpec
+    from ..optimizers._storage import is_url, prepare_journal
 
     space = SearchSpace.default(
         cni=base.cni,
@@ -132,6 +134,10 @@ def study_spec(
         executor=executor,
     )
     spec.evaluator()  # bad seeds, sizes or robust fail here, before the study is made
+    if spec.storage is not None and not is_url(spec.storage):
+        # A device, a FIFO or a folder refused, and a damaged tail set aside
+        # (its one line said), before the search and its progress bar start.
+        prepare_journal(Path(spec.storage).expanduser())
     return spec
 
 

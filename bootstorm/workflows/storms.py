@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..models import ConfigError, TunedConfig
 from ..models._errors import format_validation_error
+from ..traces.files import read_token_file
 from ._errors import StormInterruptedError
 from ._progress import Progress, SilentProgress
 
@@ -127,10 +128,8 @@ def agent_admission(url: str, token_file: Path | None, tuned: TunedConfig | None
     from ..validation.agent.client import AgentClient, AgentError
 
     if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"token_file: cannot read {token_file} ({exc.strerror})") from None
+        # Bounded, a regular file only (a FIFO hung), never echoed: a secret.
+        token = read_token_file(token_file, field="token_file")
     else:
         token = os.environ.get("BOOTSTORM_AGENT_TOKEN", "")
     if not token:
@@ -147,10 +146,15 @@ def agent_admission(url: str, token_file: Path | None, tuned: TunedConfig | None
 
 def check_measure_options(*, repeats: int, warmup: int) -> None:
     """The timing bench's options, checked before anything is made."""
-    if repeats < 1:
-        raise ConfigError(f"repeats: must be at least 1, but got {repeats}")
-    if warmup < 0:
-        raise ConfigError(f"warmup: must be at least 0, but got {warmup}")
+    if not 1 <= repeats <= MAX_MEASURE_REPEATS:
+        raise ConfigError(f"repeats: must be in 1..{MAX_MEASURE_REPEATS:,}, but got {repeats}")
+    if not 0 <= warmup <= MAX_MEASURE_REPEATS:
+        raise ConfigError(f"warmup: must be in 0..{MAX_MEASURE_REPEATS:,}, but got {warmup}")
+
+
+#: Most repetitions of each timed operation: 30 is the default and a QEMU
+#: start is ~0.1-1 s, so 10 000 is hours already; 10**9 never ended.
+MAX_MEASURE_REPEATS = 10_000
 
 
 def measure_operations_here(

@@ -383,7 +383,7 @@ def tune(
     """The loop (see the module's docstring). ``run_storm``: one real storm of
     a candidate (default: this host's testbed, root), for tests."""
     from ..calibration.identify import decision_cautions
-    from ..calibration.plan import runtime_pool_kinds, runtime_variant
+    from ..calibration.plan import check_plan_names, runtime_pool_kinds, runtime_variant
     from ..validation.candidates import Candidate
 
     if sandboxes < 2:
@@ -395,6 +395,10 @@ def tune(
         raise ConfigError("tune: runs real storms and needs root (sudo bootstorm tune ...)")
     if runtime not in ("threads", "cni"):
         raise ConfigError(f"runtime: one of threads, cni, but got {runtime!r}")
+    try:  # a typo in a name is refused before the operations are timed
+        check_plan_names(runtime=runtime, pool_kinds=pool_kinds, limit_stages=limit_stages)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     progress = progress or SilentProgress()
     cni = runtime_variant(runtime)
     kinds = tuple(pool_kinds) if pool_kinds else runtime_pool_kinds(runtime)

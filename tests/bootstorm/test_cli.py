@@ -143,10 +143,7 @@ def test_malformed_and_unknown_field_yaml(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("cni: veth\nsandboxs: 3\n")
     out = run_cli("simulate", str(bad))
-    assert (
-        out.returncode == 2
-        and out.stderr.strip() == f"error: {bad}: sandboxs: unknown field (got 3)"
-    )
+    assert out.returncode == 2 and out.stderr.strip() == f"error: {bad}: sandboxs: unknown field"
     bad.write_text("cni: veth\n  sandboxes: [3\n")
     out = run_cli("simulate", str(bad))
     assert out.returncode == 2 and "malformed YAML" in out.stderr and "line 2" in out.stderr

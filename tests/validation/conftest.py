@@ -53,6 +53,18 @@ CNI_ROOT_MARKS = [
     pytest.mark.usefixtures("one_cni_storm_at_a_time"),
 ]
 
+
+@pytest.fixture(autouse=True)
+def agent_state_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Where agents a test starts save their config ($STATE_DIRECTORY, which
+    child processes inherit): never /var/lib/bootstorm-agent or the home."""
+    path = tmp_path_factory.mktemp("agent-state")
+    monkeypatch.setenv("STATE_DIRECTORY", str(path))
+    return path
+
+
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root: creates real netns, veth and tap devices"
 )

@@ -326,7 +326,10 @@ def test_a_killed_agents_handed_out_namespaces_survive_its_restart(tmp_path: Pat
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
         assert taken < _on_host(pool_id)
-        with cli_agent(tmp_path, "--pool-id", str(pool_id)) as (proc, url):
+        # A state directory of its own: the config saved by the first (its pools)
+        # would be restored and refill them; this restart is about the sweep.
+        fresh = ("--state-dir", str(tmp_path / "fresh-state"))
+        with cli_agent(tmp_path, "--pool-id", str(pool_id), *fresh) as (proc, url):
             assert _on_host(pool_id) == taken  # the pooled ones swept, the taken kept
             proc.send_signal(signal.SIGTERM)
             proc.wait(15)

@@ -2,14 +2,16 @@
 
 The agent is an HTTP service on each node (``bootstorm agent serve``): per-stage
 permits with leases that expire when a client dies, pools of devices
-pre-created through netlink, ``PUT /config`` for a :class:`TunedConfig`,
-Prometheus metrics, and a bearer token on every call that changes something.
+pre-created through netlink, ``PUT /config`` for a :class:`TunedConfig`
+(saved, so a restart keeps it), Prometheus metrics, and a bearer token on
+every call that changes something.
 """
 
 from ._cni_pool import CniPoolSettings
 from ._protocol import DEFAULT_WAIT_S, MAX_WAIT_S, POOL_KINDS
 from ._runner import agent_in_thread
 from ._server import AgentSettings, create_app, serve
+from ._state import StartupConfig, default_state_dir
 from .admission import AgentAdmission
 from .client import AgentClient, AgentError, Lease, PooledDevice, StageLease
 from .inventory import Inventory, InventoryNode, PushResult, push_config
@@ -29,8 +31,10 @@ __all__ = [
     "PooledDevice",
     "PushResult",
     "StageLease",
+    "StartupConfig",
     "agent_in_thread",
     "create_app",
+    "default_state_dir",
     "push_config",
     "serve",
 ]

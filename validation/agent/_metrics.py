@@ -158,6 +158,20 @@ class AgentMetrics:
             ["kind"],
             registry=r,
         )
+        # Labelled by a fixed word (request_line, method, url, headers, body,
+        # connection): bounded whatever a client sends. The log has one line
+        # per kind a minute; these count every one.
+        self.malformed_requests = Counter(
+            "bootstorm_agent_malformed_requests",
+            "Requests refused before any handler: unparsable HTTP, bad framing, bad bodies.",
+            ["field"],
+            registry=r,
+        )
+        self.accept_errors = Counter(
+            "bootstorm_agent_accept_errors",
+            "Connections not accepted: descriptor table or memory full (retried each second).",
+            registry=r,
+        )
 
         self._stage_series = (
             self.lease_wait_s,

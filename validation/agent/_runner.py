@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from ...models import TunedConfig
 from ._pools import DeviceOps
 from ._server import AgentSettings, serve
+from ._state import StartupConfig
 
 __all__ = ["agent_in_thread"]
 
@@ -17,7 +18,7 @@ __all__ = ["agent_in_thread"]
 @contextmanager
 def agent_in_thread(
     settings: AgentSettings,
-    config: TunedConfig | None = None,
+    config: TunedConfig | StartupConfig | None = None,
     *,
     start_timeout_s: float = 10.0,
     device_ops: DeviceOps | None = None,

@@ -11,8 +11,10 @@ POST     /v1/stages/{stage}/acquire          200 lease, 408 none within ``wait_s
 POST     /v1/leases/{lease_id}/release       200, 404 unknown / expired / released
 POST     /v1/leases/{lease_id}/renew         200 lease with a new expiry, 404 as above
 POST     /v1/pools/{kind}/take               200 device, 404 ``pool empty``
-PUT      /config                             200 ``{generation, config}``, 422 refused
-GET      /config                             the TunedConfig in force
+PUT      /config                             200 ``{generation, config}`` once saved, 422 refused,
+                                             503 not saved (nothing changed)
+GET      /config                             the TunedConfig in force (generation, source:
+                                             ``X-Bootstorm-Config-*`` headers)
 GET      /metrics                            Prometheus text format
 GET      /healthz                            ``{"status": "ok", ...}``
 =======  ==================================  ======================================================
@@ -22,7 +24,12 @@ Under abuse: a request's line and headers must arrive within
 its body within ``read_timeout_s`` more, else the connection is closed (408 if
 the headers came); a body over ``max_body_bytes`` is a 413; every refusal is a
 4xx JSON answer of one line, and a ``PUT /config`` is parsed, validated in
-full and only then applied, so a refused one changes nothing.
+full and only then applied, so a refused one changes nothing. A request aiohttp
+cannot parse gets the same JSON line (``_http``), and one log line per kind
+per minute, never a traceback.
+
+With a ``state_dir``, a pushed config is saved there before it is applied and
+answered, and is the config in force after a restart (``_state``).
 """
 
 from __future__ import annotations
@@ -34,12 +41,14 @@ import json
 import logging
 import signal
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
 from pydantic import BaseModel, SecretStr, ValidationError
 
@@ -48,6 +57,12 @@ from ..._params import short_repr as _short_repr
 from ...models import ConfigError, TunedConfig
 from ...models._yaml import MAX_NUMBER_CHARS, YamlInputError, parse_yaml
 from ._cni_pool import CniDevices, CniPoolSettings, agent_network_name
+from ._http import (
+    AgentRunner,
+    Malformed,
+    RateLimitedLog,
+    install_accept_error_handler,
+)
 from ._leases import LeaseError, LeaseTable, ServerLease
 from ._metrics import AgentMetrics, LiveSnapshot
 from ._pools import DeviceOps, NetlinkDevices, PoolManager
@@ -64,6 +79,7 @@ from ._protocol import (
     AcquireRequest,
     TakeRequest,
 )
+from ._state import ConfigStore, SavedConfig, StartupConfig, resolve_startup
 
 __all__ = ["AgentSettings", "check_token", "create_app", "serve", "tls_context"]
 
@@ -96,6 +112,9 @@ class AgentSettings:
     #: PEM certificate chain and private key: serve HTTPS (both or neither).
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    #: Where the config in force is saved, so a restart keeps it (``_state``);
+    #: None: kept in memory only (tests, an agent in a notebook).
+    state_dir: Path | None = None
 
     __rules__: ClassVar[Rules] = Rules(
         read_timeout_s=Interval(float, MIN_READ_TIMEOUT_S, MAX_READ_TIMEOUT_S, unit="s"),
@@ -163,20 +182,61 @@ class _Agent:
     metrics: AgentMetrics
     leases: LeaseTable
     pools: PoolManager
-    config: TunedConfig
-    generation: int = 1
+    #: The config in force, its generation and where it came from.
+    saved: SavedConfig
+    store: ConfigStore | None = None
+    #: Saved at start-up once the pool id's owner lock is held (``lifecycle``).
+    save_at_start: bool = False
+    #: One line per kind of malformed request (or refused accept) per minute.
+    abuse_log: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
+
+    def note_malformed(self, what: Malformed, peer: str | None) -> None:
+        self.metrics.malformed_requests.labels(what.field).inc()
+        self.abuse_log.note(
+            what.field, f"malformed request from {peer or 'a client'}: {what.field}: {what.problem}"
+        )
+
+    def note_accept_error(self) -> None:
+        self.metrics.accept_errors.inc()
+
+    @property
+    def config(self) -> TunedConfig:
+        return self.saved.config
+
+    @property
+    def generation(self) -> int:
+        return self.saved.generation
 
     def snapshot(self) -> LiveSnapshot:
         return LiveSnapshot(self.leases.snapshot(), self.pools.snapshot(), self.generation)
 
-    def apply(self, config: TunedConfig) -> None:
+    def push(self, config: TunedConfig) -> None:
+        """Save ``config`` as the next generation, then put it in force.
+
+        OSError if it cannot be saved; nothing changed then. No await in here:
+        concurrent PUTs are saved and applied one after the other, in the
+        order of their generations, and a client that hangs up cannot cancel
+        a push between its save and its apply. The fsync blocks the loop for
+        the time of one disk flush, once per push (an operator's action).
+        """
+        pushed = SavedConfig(
+            config=config,
+            generation=self.generation + 1,
+            source="push",
+            saved_at_s=time.time(),
+        )
+        if self.store is not None:
+            self.store.save(pushed)
+        self.apply(pushed)
+
+    def apply(self, saved: SavedConfig) -> None:
         # No await in here: a scrape or an acquire sees the old config or the new
-        # one, never half of each. And nothing here refuses: ``config`` was
+        # one, never half of each. And nothing here refuses: the config was
         # validated whole (bounded maps, ranged numbers) before this is called.
+        config = saved.config
         self.leases.apply(limits=config.limits, lease_ttl_s=config.lease_ttl_s)
         self.pools.set_targets(config.pools)
-        self.config = config
-        self.generation += 1
+        self.saved = saved
 
 
 AGENT = web.AppKey("agent", _Agent)
@@ -222,6 +282,12 @@ async def _read(request: web.Request) -> bytes:
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[AGENT].settings.max_body_bytes
         raise _BadRequestError(413, f"body: larger than {limit} bytes") from None
+    except (web.RequestPayloadError, HttpProcessingError) as exc:
+        # Bad chunked framing or a Content-Encoding that does not decode: the
+        # client's doing, a 400 (aiohttp's text quotes the body: not shown).
+        cause = exc.__cause__ if isinstance(exc, web.RequestPayloadError) else exc
+        what = type(cause or exc).__name__
+        raise _BadRequestError(400, f"body: cannot be read as sent ({what})") from None
 
 
 def _bounded_int(digits: str) -> int:
@@ -273,7 +339,16 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
     except LeaseError as exc:
         return _error(exc.status, exc.message, reason=exc.reason)
     except _BadRequestError as exc:
-        return _error(exc.status, exc.message)
+        if exc.status == 400:
+            request.app[AGENT].note_malformed(
+                Malformed(field="body", problem=exc.message.removeprefix("body: ")),
+                request.remote,
+            )
+        return _error(exc.status, exc.message, field="body")
+    except ConnectionError:
+        # The client hung up mid-request: aiohttp's handler (``_http``) logs one
+        # line, not the traceback the catch-all below would.
+        raise
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -395,8 +470,21 @@ async def _put_config(request: web.Request) -> web.Response:
         if len(problems) > _PROBLEMS_IN_ERROR:
             summary += f"; and {len(problems) - _PROBLEMS_IN_ERROR} more"
         return _error(422, summary, problems=problems[:_MAX_PROBLEMS])
-    # Validated whole above; apply() cannot refuse, so the config is in force whole.
-    agent.apply(config)
+    # Validated whole above; push() saves it, then applies it (which cannot
+    # refuse), so the config is in force whole, and on disk when we answer.
+    try:
+        agent.push(config)
+    except OSError as exc:
+        store = agent.store
+        where = str(store.directory) if store is not None else "?"
+        reason = exc.strerror or str(exc)
+        log.error("config not saved in %s (%s): refused, nothing changed", where, reason)
+        return _error(
+            503,
+            f"config: not saved in the agent's state directory ({reason}); "
+            f"nothing changed (generation {agent.generation} in force)",
+            reason="not_saved",
+        )
     log.info("config generation %d applied", agent.generation)
     return web.json_response(
         {"generation": agent.generation, "config": config.model_dump(mode="json")}
@@ -407,7 +495,13 @@ async def _get_config(request: web.Request) -> web.Response:
     agent = request.app[AGENT]
     return web.json_response(
         agent.config.model_dump(mode="json"),
-        headers={"X-Bootstorm-Config-Generation": str(agent.generation)},
+        headers={
+            "X-Bootstorm-Config-Generation": str(agent.generation),
+            # default, file (--config) or push; restored: read back from the
+            # state directory at start-up rather than told during this run.
+            "X-Bootstorm-Config-Source": agent.saved.source,
+            "X-Bootstorm-Config-Restored": "true" if agent.saved.restored else "false",
+        },
     )
 
 
@@ -423,6 +517,8 @@ async def _healthz(request: web.Request) -> web.Response:
         {
             "status": "ok",
             "generation": agent.generation,
+            "config_source": agent.saved.source,
+            "config_restored": agent.saved.restored,
             # The network the netns-veth pool is plumbed on (clients of the
             # testbed's cni runtime take those only then), or null.
             "cni_network": None if cni is None else agent_network_name(agent.settings.pool_id),
@@ -430,14 +526,45 @@ async def _healthz(request: web.Request) -> web.Response:
     )
 
 
+def _startup_config(
+    settings: AgentSettings, config: TunedConfig | StartupConfig | None
+) -> tuple[SavedConfig, ConfigStore | None, bool]:
+    """The config to start with, the store that keeps it, and whether it must
+    be saved at start-up (``_state``'s table decides which config wins)."""
+    startup = StartupConfig(config=config) if isinstance(config, TunedConfig) else config
+    now_s = time.time()
+    if settings.state_dir is None:
+        saved, _ = resolve_startup(None, startup, now_s=now_s)
+        return saved, None, False
+    store = ConfigStore(settings.state_dir, settings.pool_id)
+    store.prepare()  # ConfigError (one line) before anything listens
+    before = store.load()
+    saved, why = resolve_startup(before, startup, now_s=now_s)
+    # Shown by default when a start-up file and a saved push disagreed: which
+    # one is in force is then worth a line; otherwise with -v.
+    conflict = startup is not None and before is not None and before.source == "push"
+    level = logging.WARNING if conflict else logging.INFO
+    log.log(level, "pool id %d: %s; kept in %s", settings.pool_id, why, store.path)
+    if before is not None and saved is before:
+        return saved, store, False
+    return saved, store, True
+
+
 def create_app(
     settings: AgentSettings,
-    config: TunedConfig | None = None,
+    config: TunedConfig | StartupConfig | None = None,
     *,
     device_ops: DeviceOps | None = None,
 ) -> web.Application:
-    """The agent as an aiohttp application; pools start and stop with it."""
-    config = config if config is not None else TunedConfig()
+    """The agent as an aiohttp application; pools start and stop with it.
+
+    ``config``: the start-up config (a :class:`StartupConfig` says which file
+    and when it was modified); with ``settings.state_dir`` a saved config may
+    win over it (see ``_state``). ConfigError if the state directory cannot
+    be used.
+    """
+    saved, store, save_at_start = _startup_config(settings, config)
+    tuned = saved.config
     metrics = AgentMetrics()
     ops: DeviceOps
     if device_ops is not None:
@@ -451,16 +578,29 @@ def create_app(
         client_max_size=settings.max_body_bytes,
     )
 
-    leases = LeaseTable(limits=config.limits, lease_ttl_s=config.lease_ttl_s, metrics=metrics)
+    leases = LeaseTable(limits=tuned.limits, lease_ttl_s=tuned.lease_ttl_s, metrics=metrics)
     pools = PoolManager(ops, metrics, pool_id=settings.pool_id)
-    agent = _Agent(settings, metrics, leases, pools, config)
-    pools.set_targets(config.pools)
+    agent = _Agent(settings, metrics, leases, pools, saved, store, save_at_start)
+    pools.set_targets(tuned.pools)
     metrics.watch(agent.snapshot)
     app[AGENT] = agent
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        await pools.start()
+        await pools.start()  # takes the pool id's owner lock
         try:
+            # Written only now: a second agent started by mistake with this
+            # pool id fails on the lock above and must not overwrite the
+            # running agent's saved config first.
+            if store is not None:
+                store.remove_stale_temps()
+                if agent.save_at_start:
+                    try:
+                        store.save(agent.saved)
+                    except OSError as exc:
+                        raise ConfigError(
+                            f"state-dir: cannot save the config in {str(store.directory)!r} "
+                            f"({exc.strerror or exc})"
+                        ) from None
             yield
         finally:
             await pools.close()
@@ -486,7 +626,7 @@ def create_app(
 
 async def serve(
     settings: AgentSettings,
-    config: TunedConfig | None = None,
+    config: TunedConfig | StartupConfig | None = None,
     *,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
@@ -527,15 +667,26 @@ async def serve(
     # It does not fire under a running handler, so long-polls are unaffected;
     # bodies have their own deadline (_read). lingering_time bounds how long a
     # body nobody reads is drained after the answer.
-    runner = web.AppRunner(
+    #
+    # AgentRunner: what aiohttp cannot parse is answered in the agent's JSON
+    # and logged as one line (``_http``); a refused accept() likewise.
+    agent = app[AGENT]
+    runner = AgentRunner(
         app,
-        access_log=None,
-        handle_signals=False,
+        on_malformed=agent.note_malformed,
         handler_cancellation=True,
-        keepalive_timeout=settings.read_timeout_s,
-        lingering_time=min(settings.read_timeout_s, 2.0),
+        handler_args={
+            "access_log": None,
+            "keepalive_timeout": settings.read_timeout_s,
+            "lingering_time": min(settings.read_timeout_s, 2.0),
+        },
     )
-    await runner.setup()
+    restore_handler = install_accept_error_handler(loop, agent.abuse_log, agent.note_accept_error)
+    try:
+        await runner.setup()
+    except BaseException:
+        restore_handler()
+        raise
     try:
         site = web.TCPSite(runner, settings.host, settings.port, ssl_context=tls)
         try:
@@ -553,3 +704,4 @@ async def serve(
         for sig in handled:
             loop.remove_signal_handler(sig)
         await runner.cleanup()
+        restore_handler()
