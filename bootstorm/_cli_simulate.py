@@ -14,6 +14,7 @@ from ._io import check_output_path, terminal_console
 from ._options import default_help, pairs, scenario_from_options
 from .models import ConfigError
 from .simulator import ExecutorName
+from .traces.files import shown_path
 
 __all__ = ["profiles_cmd", "simulate_cmd"]
 
@@ -223,8 +224,10 @@ def simulate_cmd(
         try:
             # Atomic: a full disk leaves no half a trace, and says so in one line.
             write_chrome_trace(what.result.recording, trace, title=title)
-        except ConfigError as exc:
-            raise ConfigError(f"trace: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(
+                f"trace: {shown_path(trace)}: cannot write ({exc.strerror or exc})"
+            ) from None
     if as_json:
         sys.stdout.write(json.dumps(what.to_dict()) + "\n")
         return

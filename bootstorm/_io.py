@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .models import ConfigError
+from .traces.files import file_kind
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,7 +59,7 @@ def write_atomically(path: str | Path, text: str) -> None:
         # The rename below would replace a device or a FIFO with a plain file.
         raise ConfigError(
             f"{shown_name(str(target), max_chars=200)}: "
-            f"{_file_kind(target.stat().st_mode)}, not a regular file; bootstorm writes only files"
+            f"{file_kind(target.stat().st_mode)}, not a regular file; bootstorm writes only files"
         )
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
@@ -117,7 +118,7 @@ def check_output_path(field: str, path: Path) -> None:
         raise ConfigError(f"{field}: {shown} is a directory; give a file name")
     if target is not None and not stat.S_ISREG(target):
         raise ConfigError(
-            f"{field}: {shown} is {_file_kind(target)}, not a regular file; "
+            f"{field}: {shown} is {file_kind(target)}, not a regular file; "
             "bootstorm writes only files"
         )
     if not parent_ok:
@@ -125,20 +126,6 @@ def check_output_path(field: str, path: Path) -> None:
             f"{field}: no directory {shown_name(str(parent), max_chars=200)} "
             f"to write {shown_name(path.name)} in"
         )
-
-
-def _file_kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
 
 
 def _exists_not_regular(path: Path) -> bool:

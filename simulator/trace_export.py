@@ -42,8 +42,6 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from .._params import ConfigError
-from ..traces.files import shown_path
 from .recorder import Recording
 
 __all__ = ["chrome_trace", "write_chrome_trace", "write_trace_file"]
@@ -395,12 +393,14 @@ def write_trace_file(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(exc, OSError):
-            # A full disk (ENOSPC, from a write with no file name on it), a
-            # quota, a read-only mount: one line naming the trace; the
-            # temporary file is gone and ``path`` is as it was.
+            # A full disk, a quota, a read-only mount: the error names the
+            # trace; the temporary file is gone and ``path`` is as it was.
             raise _cannot_write(target, exc) from None
         raise
 
 
-def _cannot_write(target: Path, exc: OSError) -> ConfigError:
-    return ConfigError(f"{shown_path(target)}: cannot write ({exc.strerror or exc})")
+def _cannot_write(target: Path, exc: OSError) -> OSError:
+    """``exc`` naming ``target``: a full disk's ENOSPC comes from a write with
+    no file name on it, and the command line says which file in one line only
+    when the error names one."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(target))

@@ -288,7 +288,7 @@ _MISSING = "/nonexistent-bootstorm-dir/out"
         (("calibrate", "--plan", "--trace-dir", "/dev/null"), "trace_dir: /dev/null: not a dir"),
         (("validate", "--sandboxes", "0"), "sandboxes: must be in 1..9,999 (got 0)"),
         (("validate", "--repeat", "0"), "repeat: must be in 1..100"),
-        (("validate", "--threshold", "nan"), "threshold: must be a number in 0..100"),
+        (("validate", "--threshold", "nan"), "threshold: must be a number in 0..1e+06"),
         (("validate", "--min-spearman", "nan"), "min_spearman: must be a number in -1..1"),
         (("validate", "--agent", ""), "agent: expected a URL"),
         (("validate", "--token-file", "/dev/null"), "token_file: /dev/null: a character device"),

@@ -40,6 +40,7 @@ __all__ = [
     "MAX_TOKEN_BYTES",
     "check_regular_file",
     "decode_utf8",
+    "file_kind",
     "open_bounded",
     "read_bytes_bounded",
     "read_text_bounded",
@@ -68,7 +69,7 @@ def shown_path(path: str | os.PathLike[str]) -> str:
     return f"{text[: _MAX_PATH_SHOWN - 40]}… ({len(text)} characters)"
 
 
-def _kind(mode: int) -> str | None:
+def file_kind(mode: int) -> str | None:
     """What a file of ``mode`` is, when it is not a regular file."""
     if stat.S_ISREG(mode):
         return None
@@ -86,7 +87,7 @@ def _kind(mode: int) -> str | None:
 
 
 def _refuse_kind(path: str | os.PathLike[str], mode: int, max_bytes: int, size: int) -> None:
-    kind = _kind(mode)
+    kind = file_kind(mode)
     if kind is not None:
         raise ConfigError(
             f"{shown_path(path)}: {kind}, not a regular file; bootstorm reads only files"

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from .validate import (
         CandidateValidation,
         StormValidation,
+        check_profile_source,
         check_validate_options,
         read_candidates,
         validate_candidates,
@@ -133,6 +134,7 @@ _SOURCES: dict[str, str] = {
         (
             "CandidateValidation",
             "StormValidation",
+            "check_profile_source",
             "check_validate_options",
             "read_candidates",
             "validate_candidates",
@@ -183,6 +185,7 @@ __all__ = [
     "calibrate_plan",
     "candidate_runner",
     "check_paper",
+    "check_profile_source",
     "check_validate_options",
     "choose_config",
     "default_study_storage",

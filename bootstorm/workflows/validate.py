@@ -24,6 +24,7 @@ __all__ = [
     "HEADLINE_METRICS",
     "CandidateValidation",
     "StormValidation",
+    "check_profile_source",
     "check_validate_options",
     "read_candidates",
     "validate_candidates",
@@ -100,7 +101,7 @@ class CandidateValidation:
         return self.ranked and not self.failed
 
 
-def _check_profile_source(
+def check_profile_source(
     profile: Path | None, calibrate_from: Sequence[Path] | None, recorded: str | None
 ) -> None:
     """At most one of ``--profile`` and ``--calibrate-from``, and one of them
@@ -153,7 +154,7 @@ def validate_storm(
 
     if not threshold > 0.0:
         raise ConfigError(f"threshold: must be > 0, but got {threshold}")
-    _check_profile_source(profile, calibrate_from, "--measured" if measured else None)
+    check_profile_source(profile, calibrate_from, "--measured" if measured else None)
     if repeat < 1:
         raise ConfigError(f"repeat: must be at least 1, but got {repeat}")
     _check_calibration(calibration_runs, calibration_sandboxes)
@@ -334,7 +335,7 @@ def validate_candidates(
         raise ConfigError(f"threshold: must be > 0, but got {threshold}")
     if not -1.0 <= min_spearman <= 1.0:
         raise ConfigError(f"min_spearman: must be within -1 and 1, but got {min_spearman}")
-    _check_profile_source(profile, calibrate_from, "--measured-dir" if measured_dir else None)
+    check_profile_source(profile, calibrate_from, "--measured-dir" if measured_dir else None)
     if repeat < 1:
         raise ConfigError(f"repeat: must be at least 1, but got {repeat}")
     if sandboxes < 1:

@@ -90,7 +90,7 @@ def test_a_storage_that_is_not_a_file_is_refused_in_one_line(
         (("--sampler-seed", "-1"), "sampler_seed: must be an integer within 0..4294967295"),
         (
             ("--heartbeat-s", "99999999999"),
-            "heartbeat_interval_s: must be an integer within 1..3600 s",
+            "heartbeat_s: must be in 1..3,600",
         ),
     ],
 )

@@ -158,7 +158,7 @@ def test_validate_takes_at_most_one_profile_source() -> None:
     assert out.stderr.startswith("error: profile: give at most one of --profile")
     out = _cli("validate", "--calibration-runs", "0")
     assert out.returncode == 2
-    assert out.stderr.startswith("error: calibration_runs: must be at least 1, but got 0")
+    assert out.stderr.startswith("error: calibration_runs: must be in 1..100 (got 0)")
 
 
 def test_a_malformed_or_missing_trace_is_one_line_per_problem(tmp_path: Path) -> None:

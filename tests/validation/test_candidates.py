@@ -370,7 +370,7 @@ def files(tmp_path: Path, profile: Profile) -> Path:
         (["--candidates", "bad.yaml"], "error: candidates: bad.yaml: line 2: malformed YAML"),
         (
             ["--candidates", "pool.yaml", "--repeat", "0"],
-            "error: repeat: must be at least 1, but got 0",
+            "error: repeat: must be in 1..100 (got 0)",
         ),
         (
             ["--candidates", "pool.yaml", "--candidates", "x/pool.yaml"],
@@ -386,7 +386,7 @@ def files(tmp_path: Path, profile: Profile) -> Path:
         ),
         (
             ["--candidates", "pool.yaml", "--min-spearman", "2"],
-            "error: min_spearman: must be within -1 and 1, but got 2.0",
+            "error: min_spearman: must be a number in -1..1 (got 2.0)",
         ),
         (
             ["--candidates", "pool.yaml", "--config", "pool.yaml"],
