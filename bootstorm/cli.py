@@ -100,6 +100,12 @@ COMMANDS: dict[str, LazyCommand] = {
         "dataplane_cmd",
         "Per-flow throughput ceiling, aggregate throughput, CPU and IRQ/softirq rates.",
     ),
+    "workload": LazyCommand(
+        "._cli_workload",
+        "workload_cmd",
+        "Read a workload (Azure Functions traces, start times, an MMPP); print and "
+        "write one node's sandbox starts.",
+    ),
     "testbed": LazyCommand("._cli_testbed", "testbed_app", "Real boot storms on this host (root)."),
     "agent": LazyCommand(
         "._cli_agent", "agent_app", "The node agent: stage permits, device pools, tuned config."

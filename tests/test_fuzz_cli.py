@@ -242,6 +242,7 @@ BASE: dict[str, dict[str, list[str]]] = {
     "optimize": {"trials": ["2"], "sandboxes": ["10"]},
     "sweep": {"sandboxes": ["10"]},
     "dataplane": {"flows": ["1"]},
+    "workload": {"duration": ["10min"]},
     "testbed run": {"sandboxes": ["2"]},
     "testbed chrome": {"trace": ["@trace"], "output": ["chrome.json"]},
     "testbed measure-ops": {"repeats": ["1"], "warmup": ["0"]},

@@ -442,7 +442,7 @@ def test_the_workflows_load_neither_rich_nor_typer() -> None:
 
     probe = (
         "import json, sys, importlib\n"
-        "for m in ('whatif', 'profile', 'storms', 'validate', 'tuning'):\n"
+        "for m in ('whatif', 'profile', 'storms', 'validate', 'tuning', 'search', 'workloads'):\n"
         "    importlib.import_module('bootstorm.workflows.' + m)\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('rich', 'typer', 'click') or m.startswith('bootstorm._cli_'))))\n"

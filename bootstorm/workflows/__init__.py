@@ -12,7 +12,8 @@ storm a :class:`StormInterruptedError`.
   :func:`node_profile`, :func:`check_paper`, :func:`fit_paper`);
 - **storms** (:func:`run_storm_here`, :func:`storm_trace`, :func:`candidate_runner`);
 - **validate** (:func:`validate_storm`, :func:`validate_candidates`);
-- **tune** (:func:`tune` and its steps in :mod:`bootstorm.workflows.tuning`).
+- **tune** (:func:`tune` and its steps in :mod:`bootstorm.workflows.tuning`);
+- **workload** (:func:`workload`): one node's sandbox starts from an invocation trace.
 
 >>> from bootstorm.workflows import tune, RecordingProgress  # doctest: +SKIP
 >>> outcome = tune(sandboxes=150, ..., progress=RecordingProgress())  # doctest: +SKIP
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
         known_misses,
         what_if,
     )
+    from .workloads import WorkloadOutcome, WorkloadStats, workload, workload_stats
 
 _SOURCES: dict[str, str] = {
     **dict.fromkeys(("Progress", "RecordingProgress", "SilentProgress", "Tone"), "._progress"),
@@ -154,6 +156,9 @@ _SOURCES: dict[str, str] = {
         ),
         ".whatif",
     ),
+    **dict.fromkeys(
+        ("WorkloadOutcome", "WorkloadStats", "workload", "workload_stats"), ".workloads"
+    ),
 }
 
 __all__ = [
@@ -180,6 +185,8 @@ __all__ = [
     "TraceFit",
     "TuneOutcome",
     "WhatIf",
+    "WorkloadOutcome",
+    "WorkloadStats",
     "agent_admission",
     "bootstrap_interval",
     "calibrate_plan",
@@ -209,6 +216,8 @@ __all__ = [
     "validate_candidates",
     "validate_storm",
     "what_if",
+    "workload",
+    "workload_stats",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _SOURCES)

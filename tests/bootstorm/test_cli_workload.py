@@ -1,0 +1,101 @@
+"""``bootstorm workload``: the command, its file and its refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bootstorm.cli import main
+from bootstorm.traces.workload import AZURE_2019_INVOCATION_COLUMNS, read_workload
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_2019(path: Path) -> Path:
+    minutes = ["0"] * 1440
+    minutes[0], minutes[30], minutes[60] = "2", "1", "3"
+    path.write_text(
+        ",".join(AZURE_2019_INVOCATION_COLUMNS)
+        + "\n"
+        + ",".join(["o" * 64, "a" * 64, "f" * 64, "http", *minutes])
+        + "\n"
+    )
+    return path
+
+
+def test_azure_2019_fixed_policy_json_and_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = write_2019(tmp_path / "invocations_per_function_md.anon.d01.csv")
+    out_file = tmp_path / "w.csv"
+    code, out, err = run(
+        [
+            "workload",
+            str(trace),
+            "--policy",
+            "fixed",
+            "--keep-alive",
+            "10min",
+            "--window",
+            "0:2h",
+            "--compress",
+            "2",
+            "-o",
+            str(out_file),
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    record = json.loads(out)
+    # minute 1 (2 invocations) cold then warm; minute 31 and 61: 30 min later, cold.
+    assert record["invocations"] == 6 and record["starts"] == 3
+    w = read_workload(out_file)
+    assert len(w) == 3 and w.parameters["compress"] == 2.0
+    assert w.starts[-1] < 3600
+
+
+def test_mmpp_table_fits_80_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["workload", "--duration", "10min", "--seed", "3"], capsys)
+    assert code == 0, err
+    assert "starts in the peak second" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--compress", "0.5"], "compress: must be in 1..1e+06 (got 0.5)"),
+        (["--node-share", "0"], "node_share: must be a fraction in (0, 1] (got 0.0)"),
+        (["--window", "2h:1h"], "window: must end after it starts"),
+        (["--window", "2h:3h", "--duration", "1h"], "window: starts past the trace's end"),
+        (["--policy", "lru"], "policy: must be one of none, fixed, hybrid (got 'lru')"),
+        (["--keep-alive", "soon"], "keep_alive: expected a duration"),
+    ],
+)
+def test_bad_options_are_one_line(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(["workload", *argv], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err
+
+
+def test_bad_trace_is_one_line_naming_file_field_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "times.csv"
+    trace.write_text("start_s\n5\n3\n")
+    code, _, err = run(["workload", str(trace)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert str(trace) in err and "start_s" in err and "(got 3.0)" in err
