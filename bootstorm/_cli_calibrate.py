@@ -346,7 +346,8 @@ def _calibrate_traces(
             executor=executor,
             progress=progress,
         )
+        i = interval.interval
         console.print(
-            f"predicted makespan of {interval.sandboxes} sandboxes: {interval.point:.2f} s "
-            f"({interval.level:.0%} bootstrap interval {interval.low:.2f} … {interval.high:.2f} s)"
+            f"predicted makespan of {interval.sandboxes} sandboxes: {i.point:.2f} s "
+            f"({i.level:.0%} bootstrap interval {i.low:.2f} … {i.high:.2f} s)"
         )

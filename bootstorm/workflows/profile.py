@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..calibration import FitReport
     from ..calibration.check import RowCheck
     from ..calibration.plan import CalibrationPlan, PlanStorm
+    from ..calibration.trace_fit import BootstrapInterval
     from ..traces import Trace
 
 __all__ = [
@@ -220,13 +221,11 @@ def fit_traces(
 
 @dataclass(frozen=True, kw_only=True)
 class BootstrapPrediction:
-    """A predicted makespan with its bootstrap interval (:func:`bootstrap_interval`)."""
+    """A predicted makespan of ``sandboxes`` and its bootstrap interval
+    (:func:`bootstrap_interval`)."""
 
     sandboxes: int
-    point: float
-    low: float
-    high: float
-    level: float
+    interval: BootstrapInterval
 
 
 def bootstrap_interval(
@@ -256,13 +255,7 @@ def bootstrap_interval(
             max_evaluations=40,
             executor=executor,
         )
-    return BootstrapPrediction(
-        sandboxes=what_if.sandboxes,
-        point=interval.point,
-        low=interval.low,
-        high=interval.high,
-        level=interval.level,
-    )
+    return BootstrapPrediction(sandboxes=what_if.sandboxes, interval=interval)
 
 
 def run_plan(

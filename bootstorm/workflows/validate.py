@@ -4,7 +4,7 @@ configs ranked by the model and by this node."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,6 +122,35 @@ def _check_calibration(runs: int, sandboxes: int | None) -> None:
         raise ConfigError(f"calibration_sandboxes: must be at least 2, but got {sandboxes}")
 
 
+def _local_profile(
+    *,
+    profile: Path | None,
+    calibrate_from: Sequence[Path] | None,
+    sandboxes: int,
+    calibration_sandboxes: int | None,
+    calibration_runs: int,
+    vm: bool,
+    executor: str,
+    runtime: str,
+    progress: Progress,
+    calibration_path: Callable[[int], Path] | None,
+) -> Profile:
+    """The node's profile for a validation of storms of ``sandboxes``: given,
+    fitted to recorded storms, or fitted to storms of half the size (unless
+    ``calibration_sandboxes``) run here first, never to the storm validated."""
+    return node_profile(
+        profile=profile,
+        calibrate_from=calibrate_from,
+        size=calibration_sandboxes or max(2, sandboxes // 2),
+        runs=calibration_runs,
+        vm=vm,
+        executor=executor,
+        runtime=runtime,
+        progress=progress,
+        calibration_path=calibration_path,
+    )
+
+
 def validate_storm(
     *,
     sandboxes: int,
@@ -160,11 +189,12 @@ def validate_storm(
     _check_calibration(calibration_runs, calibration_sandboxes)
     progress = progress or SilentProgress()
     tuned = TunedConfig.from_yaml(config) if config is not None else None
-    local = node_profile(
+    local = _local_profile(
         profile=profile,
         calibrate_from=calibrate_from,
-        size=calibration_sandboxes or max(2, sandboxes // 2),
-        runs=calibration_runs,
+        sandboxes=sandboxes,
+        calibration_sandboxes=calibration_sandboxes,
+        calibration_runs=calibration_runs,
         vm=vm,
         executor=executor,
         runtime=runtime,
@@ -370,11 +400,12 @@ def validate_candidates(
                 raise ConfigError(f"candidates: {exc}") from None
         if trace_out is not None:
             trace_out.mkdir(parents=True, exist_ok=True)
-    local = node_profile(
+    local = _local_profile(
         profile=profile,
         calibrate_from=calibrate_from,
-        size=calibration_sandboxes or max(2, sandboxes // 2),
-        runs=calibration_runs,
+        sandboxes=sandboxes,
+        calibration_sandboxes=calibration_sandboxes,
+        calibration_runs=calibration_runs,
         vm=vm,
         executor=executor,
         runtime=runtime,

@@ -8,6 +8,7 @@ all read one :class:`WhatIf`; none of them simulates again to decide a caution.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -95,14 +96,40 @@ class Identification:
 
 @dataclass(frozen=True, kw_only=True)
 class WhatIf:
-    """One what-if: the scenario, its simulated storm and what to read beside it."""
+    """One what-if: the scenario, its simulated storm and what to read beside it.
+
+    What is read beside the storm is derived from it on first use and kept
+    (``functools.cached_property``): a caller that shows only the tables
+    does not pay for the identification cautions' extra storms, and one
+    that shows everything computes each once."""
 
     scenario: Scenario
     result: Result
     profile: Profile
-    background: Background | None
-    known: KnownMisses
-    identification: Identification
+    seed: SeedLike = None
+    """The service-time stream the storm was simulated with (None: the scenario's)."""
+    executor: str = "compiled"
+
+    @functools.cached_property
+    def background(self) -> Background | None:
+        """The background traffic's steady state, or None without it."""
+        return background(self.scenario, self.profile)
+
+    @functools.cached_property
+    def known(self) -> KnownMisses:
+        """The published figures the model misses that this what-if rests on."""
+        return known_misses(self.scenario, self.result)
+
+    @functools.cached_property
+    def identification(self) -> Identification:
+        """The costs the profile never identified that move this answer."""
+        return identification(
+            self.scenario,
+            profile=self.profile,
+            result=self.result,
+            seed=self.seed,
+            executor=self.executor,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The ``simulate --json`` object."""
@@ -127,7 +154,7 @@ def what_if(
     record: bool = False,
     profile: Profile | None = None,
 ) -> WhatIf:
-    """Simulate ``scenario`` and gather what to read beside it.
+    """Simulate ``scenario``; what to read beside it comes with the record.
 
     ``seed``: the service-time stream (default: the scenario's); the
     identification cautions replay it where it can be replayed (an ``int``),
@@ -138,16 +165,7 @@ def what_if(
 
     prof = profile if profile is not None else load_profile(scenario.profile)
     result = simulate(scenario, seed=seed, record=record, profile=profile, executor=executor)
-    return WhatIf(
-        scenario=scenario,
-        result=result,
-        profile=prof,
-        background=background(scenario, prof),
-        known=known_misses(scenario, result),
-        identification=identification(
-            scenario, profile=prof, result=result, seed=seed, executor=executor
-        ),
-    )
+    return WhatIf(scenario=scenario, result=result, profile=prof, seed=seed, executor=executor)
 
 
 def background(scenario: Scenario, profile: Profile) -> Background | None:
