@@ -17,10 +17,12 @@ import typer
 from ._io import check_output_path, terminal_console, write_atomically
 from ._options import EXECUTOR_OPTION, check_count
 from ._units import parse_int_list, parse_mib, parse_seconds
+from .models import ConfigError
 from .simulator import ExecutorName
 from .workflows.search import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
+    from .models import Scenario
     from .optimizers import StudySpec
 
 __all__ = ["optimize_cmd"]
@@ -47,7 +49,18 @@ SamplerOption = Annotated[str, typer.Option(help="tpe, gp, cmaes, nsga2 or rando
 MemoryBudgetOption = Annotated[
     str | None, typer.Option(help="Pooled memory at most this (8GiB, 512MiB).")
 ]
-P99SloOption = Annotated[str | None, typer.Option(help="p99 startup at most this (15s).")]
+P99SloOption = Annotated[
+    str | None, typer.Option("--p99-slo", "--slo-p99", help="p99 startup at most this (15s).")
+]
+WorkloadOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Search on this workload's starts (bootstorm workload --output) instead of a "
+        "storm released at once: pools refill while starts go on, and the search chooses "
+        "their targets, refill workers and whether the targets follow the start rate; "
+        "default objectives memory and p99 (with --slo-p99: the least memory that meets it)."
+    ),
+]
 StagesOption = Annotated[
     str | None, typer.Option(help="Stages to limit, comma-separated (default: seed 000's 4).")
 ]
@@ -99,8 +112,13 @@ def optimize_cmd(
     sampler_seed: SamplerSeedOption = 0,
     heartbeat_s: HeartbeatSOption = 10,
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
+    workload: WorkloadOption = None,
 ) -> None:
-    """Search per-stage concurrency limits (and pool sizes) that shorten the storm."""
+    """Search per-stage concurrency limits (and pool sizes) that shorten the storm.
+
+    With --workload: pool policies and limits for the least memory held that
+    meets --slo-p99 on that traffic, and the front of memory against p99.
+    """
     from .models import Scenario
     from .optimizers._study import MAX_HEARTBEAT_S
     from .workflows import study_spec
@@ -115,6 +133,11 @@ def optimize_cmd(
     base = Scenario.from_yaml(scenario_file) if scenario_file is not None else Scenario()
     given = {"profile": profile, "cni": cni, "sandboxes": sandboxes}
     base = base.replace(**{k: v for k, v in given.items() if v is not None})
+    traffic: dict[str, object] = {}
+    if workload is not None:
+        base, traffic = _workload_search(base, workload, sandboxes=sandboxes, sizes=sizes)
+        objective = objective or ["memory", "p99"]
+        pools = pools or "all"
     spec = study_spec(
         base,
         trials=trials,
@@ -132,8 +155,29 @@ def optimize_cmd(
         sampler_seed=sampler_seed,
         heartbeat_s=heartbeat_s,
         executor=executor,
+        **traffic,  # type: ignore[arg-type]
     )
     _search_and_write(spec, jobs=jobs, output=output)
+
+
+def _workload_search(
+    base: Scenario, path: Path, *, sandboxes: int | None, sizes: str | None
+) -> tuple[Scenario, dict[str, object]]:
+    """The storm of a workload's starts, and the study options it implies:
+    refilling pools, searched up to twice the workload's largest burst."""
+    from ._options import load_workload
+    from .workflows import workload_scenario, workload_stats
+
+    starts = load_workload("workload", path)
+    if sandboxes is not None and sandboxes != len(starts):
+        raise ConfigError(
+            f"sandboxes: {sandboxes} given with a workload of {len(starts):,} starts "
+            "(--workload sets the sandboxes: leave --sandboxes out)"
+        )
+    if sizes:
+        raise ConfigError("sizes: not with --workload (its starts are the storm)")
+    burst = workload_stats(starts).burst_max
+    return workload_scenario(base, starts), {"refill": True, "max_pool": max(2 * burst, 8)}
 
 
 def quiet_optuna() -> None:

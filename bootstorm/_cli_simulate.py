@@ -6,15 +6,26 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ._io import check_output_path, terminal_console
-from ._options import default_help, pairs, scenario_from_options
+from ._options import (
+    check_finite,
+    default_help,
+    load_workload,
+    pairs,
+    pool_refill_from_options,
+    scenario_from_options,
+)
 from .models import ConfigError
 from .simulator import ExecutorName
 from .traces.files import shown_path
+
+if TYPE_CHECKING:
+    from .models import Scenario
+    from .traces.workload import Workload
 
 __all__ = ["profiles_cmd", "simulate_cmd"]
 
@@ -145,6 +156,46 @@ ConfigOption = Annotated[
     Path | None,
     typer.Option(help="Apply a tuned config (bootstorm optimize --output); it overrides."),
 ]
+WorkloadOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Start one sandbox per start of this workload file (bootstorm workload "
+        "--output), at its time, instead of all at once; --sandboxes is its number of starts."
+    ),
+]
+WindowOption = Annotated[
+    float,
+    typer.Option(
+        "--window-s", help="With --workload: the window of the p99 and the pool levels, s."
+    ),
+]
+RefillWorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Refill the pools while starts go on, with this many workers (devices made at "
+        "once, all kinds together, through the same locks and CPU as the starts)."
+        + default_help("no refill: pools made before the storm"),
+    ),
+]
+FollowWindowOption = Annotated[
+    float | None,
+    typer.Option(
+        "--follow-window-s",
+        help="Pool targets follow the starts counted in this many past seconds (with the "
+        "--pool counts as floors).",
+    ),
+]
+FollowCoverOption = Annotated[
+    float | None,
+    typer.Option(
+        "--follow-cover-s",
+        help="Seconds of starts at the recent rate a following pool keeps ready.",
+    ),
+]
+FollowMaxOption = Annotated[
+    int | None,
+    typer.Option("--follow-max-devices", help="The most devices a following pool's target asks."),
+]
 ExecutorOption = Annotated[
     ExecutorName | None,
     typer.Option(
@@ -179,16 +230,41 @@ def simulate_cmd(
     trace: TraceOption = None,
     config: ConfigOption = None,
     executor: ExecutorOption = None,
+    workload: WorkloadOption = None,
+    window_s: WindowOption = 60.0,
+    refill_workers: RefillWorkersOption = None,
+    follow_window_s: FollowWindowOption = None,
+    follow_cover_s: FollowCoverOption = None,
+    follow_max_devices: FollowMaxOption = None,
 ) -> None:
     """Simulate one boot storm and print its makespan, stages, locks and CPU.
 
     The defaults are the default scenario's; options override a scenario file.
+    With --workload, the sandboxes start on the workload's schedule and the
+    run is shown per window: p50/p99 startup, empty-pool starts, memory held.
     """
     from ._render import print_identification, result_tables
     from .workflows import what_if
 
     if trace is not None:
         check_output_path("trace", trace)
+    refill = pool_refill_from_options(
+        workers=refill_workers,
+        follow_window_s=follow_window_s,
+        follow_cover_s=follow_cover_s,
+        follow_max_devices=follow_max_devices,
+    )
+    check_finite("window-s", window_s, low=1e-3, high=86_400.0 * 366)
+    starts = None
+    if workload is not None:
+        starts = load_workload("workload", workload)
+        if sandboxes is not None and sandboxes != len(starts):
+            raise ConfigError(
+                f"sandboxes: {sandboxes} given with a workload of {len(starts):,} starts "
+                "(--workload sets the sandboxes: leave --sandboxes out)"
+            )
+        if trace is not None:
+            raise ConfigError("trace: not with --workload (a day of spans is no trace to open)")
     scenario = scenario_from_options(
         scenario_file,
         cni=cni,
@@ -212,6 +288,11 @@ def simulate_cmd(
     )
     if config is not None:
         scenario = scenario.replace(config=config)
+    if refill is not None:
+        scenario = scenario.replace(pool_refill=refill)
+    if starts is not None:
+        _simulate_traffic(scenario, starts, window_s=window_s, executor=executor, as_json=as_json)
+        return
     if executor is None:
         # As every other command: the compiled executor, unless spans are asked for.
         executor = "simpy" if trace is not None else "compiled"
@@ -242,6 +323,19 @@ def simulate_cmd(
         )
     if trace is not None:
         console.print(f"trace written to [bold]{trace}[/] — open it in https://ui.perfetto.dev")
+
+
+def _simulate_traffic(
+    scenario: Scenario, starts: Workload, *, window_s: float, executor: str | None, as_json: bool
+) -> None:
+    from ._render_traffic import traffic_tables
+    from .workflows import traffic_what_if
+
+    what = traffic_what_if(scenario, starts, window_s=window_s, executor=executor or "compiled")
+    if as_json:
+        sys.stdout.write(json.dumps(what.to_dict()) + "\n")
+        return
+    terminal_console().print(traffic_tables(what))
 
 
 def profiles_cmd() -> None:

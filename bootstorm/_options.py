@@ -13,7 +13,8 @@ from ._params import format_problem, short_repr
 from .models import ConfigError
 
 if TYPE_CHECKING:
-    from .models import Scenario
+    from .models import PoolRefill, Scenario
+    from .traces.workload import Workload
 
 __all__ = [
     "EXECUTOR_OPTION",
@@ -27,7 +28,9 @@ __all__ = [
     "check_input_file",
     "check_url",
     "default_help",
+    "load_workload",
     "pairs",
+    "pool_refill_from_options",
     "scenario_from_options",
 ]
 
@@ -101,6 +104,53 @@ def scenario_from_options(scenario_file: Path | None, **overrides: Any) -> Scena
         if isinstance(value, dict):
             given[key] = {**getattr(base, key), **value}
     return base.replace(**given) if given else base
+
+
+def load_workload(field: str, path: Path) -> Workload:
+    """The workload file at ``path`` (``bootstorm workload --output``), read
+    before any work starts; a missing file, one that is not a workload, or
+    one without a start is one line naming ``field``."""
+    from .traces.files import shown_path
+    from .traces.workload import read_workload
+
+    check_input_file(field, path)
+    try:
+        workload = read_workload(path)
+    except (ConfigError, OSError, ValueError) as exc:
+        raise ConfigError(f"{field}: {exc}") from None
+    if len(workload) == 0:
+        raise ConfigError(format_problem(field, "holds no sandbox start", shown_path(path)))
+    return workload
+
+
+def pool_refill_from_options(
+    *,
+    workers: int | None,
+    follow_window_s: float | None,
+    follow_cover_s: float | None,
+    follow_max_devices: int | None,
+) -> PoolRefill | None:
+    """The :class:`~bootstorm.models.PoolRefill` the refill options describe
+    (None if none is given): ``--refill-workers`` alone refills to the
+    static ``--pool`` targets; any ``--follow-*`` makes the targets follow
+    the start rate (the others at their defaults)."""
+    from .models import FollowRate, PoolRefill
+    from .models.tuned import MAX_FOLLOW_WINDOW_S, MAX_POOL_SIZE, MAX_REFILL_CONCURRENCY
+
+    check_count("refill-workers", workers, low=1, high=MAX_REFILL_CONCURRENCY)
+    check_finite("follow-window-s", follow_window_s, low=1.0, high=MAX_FOLLOW_WINDOW_S)
+    check_finite("follow-cover-s", follow_cover_s, low=0.0, high=MAX_FOLLOW_WINDOW_S)
+    check_count("follow-max-devices", follow_max_devices, low=0, high=MAX_POOL_SIZE)
+    follow_given = {
+        "window_s": follow_window_s,
+        "cover_s": follow_cover_s,
+        "max_devices": follow_max_devices,
+    }
+    follow = {k: v for k, v in follow_given.items() if v is not None}
+    if workers is None and not follow:
+        return None
+    rule = FollowRate(**follow) if follow else None
+    return PoolRefill(concurrency=1 if workers is None else workers, follow_rate=rule)
 
 
 def check_count(field: str, value: int | None, *, low: int, high: int) -> None:

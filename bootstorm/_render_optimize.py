@@ -16,6 +16,7 @@ __all__ = [
     "config_table",
     "frame_table",
     "pareto_table",
+    "refill_text",
 ]
 
 _ROWS = (
@@ -24,6 +25,21 @@ _ROWS = (
     ("startup p99", "p99_s", "s"),
     ("pooled memory", "memory_mib", "MiB"),
 )
+
+
+def refill_text(config: TunedConfig) -> str | None:
+    """How a config's pools refill, in a few words (None: made before, never refilled)."""
+    policy = config.pool_refill
+    if policy is None:
+        return None
+    workers = f"{policy.concurrency} worker{'s' if policy.concurrency > 1 else ''}"
+    rule = policy.follow_rate
+    if rule is None:
+        return f"{workers}, static targets"
+    return (
+        f"{workers}, targets follow the rate: {rule.cover_s:g} s of starts "
+        f"(counted over {rule.window_s:g} s, at most {rule.max_devices})"
+    )
 
 
 def before_after_table(result: OptimizeResult, outcome: TrialOutcome) -> Table:
@@ -40,7 +56,10 @@ def before_after_table(result: OptimizeResult, outcome: TrialOutcome) -> Table:
     for col in ("metric", "before", "after", "change"):
         t.add_column(col, justify="left" if col == "metric" else "right")
     before, after = result.baseline.as_dict(), outcome.metrics.as_dict()
+    refilled = outcome.config.pool_refill is not None
     for label, key, unit in _ROWS:
+        if key == "memory_mib" and refilled:
+            label = "memory held (mean)"  # devices refill: the idle ones' mean over the run
         b, a = before[key], after[key]
         change = f"{(a - b) / b:+.1%}" if b else ("0" if a == b else "new")
         t.add_row(label, f"{b:,.2f} {unit}", f"{a:,.2f} {unit}", change)
@@ -58,6 +77,9 @@ def config_table(config: TunedConfig) -> Table:
         t.add_row(f"pool {kind}", str(n))
     for stage, p in config.rtnl_priority.items():
         t.add_row(f"RTNL priority {stage}", str(p))
+    refill = refill_text(config)
+    if refill is not None:
+        t.add_row("pool refill", refill)
     return t
 
 
@@ -70,6 +92,9 @@ def config_summary(config: TunedConfig) -> str:
     line = f"tuned config: limits {listed(config.limits)}; pools {listed(config.pools)}"
     if config.rtnl_priority:
         line += f"; RTNL priority {listed(config.rtnl_priority)}"
+    refill = refill_text(config)
+    if refill is not None:
+        line += f"; refill {refill}"
     return escape(line)
 
 
@@ -88,11 +113,17 @@ def pareto_table(result: OptimizeResult) -> Table:
     t.add_column("limits")
     t.add_column("pools")
     for p in result.best:
+        pools = ", ".join(f"{s}={k}" for s, k in p.config.pools.items()) or "-"
+        refill = p.config.pool_refill
+        if refill is not None:
+            follow = refill.follow_rate
+            how = f"follow {follow.cover_s:g} s" if follow is not None else "static"
+            pools += f"; {how}, {refill.concurrency} worker{'s' if refill.concurrency > 1 else ''}"
         t.add_row(
             str(p.number),
             *(_metric(p.metrics, o) for o in objectives),
             ", ".join(f"{s}={k}" for s, k in p.config.limits.items()) or "-",
-            ", ".join(f"{s}={k}" for s, k in p.config.pools.items()) or "-",
+            pools,
         )
     return t
 

@@ -79,7 +79,10 @@ if TYPE_CHECKING:
     from .tuned import (
         TUNED_CONFIG_SCHEMA_VERSION,
         ConfigOrigin,
+        FollowRate,
+        PoolRefill,
         TunedConfig,
+        follow_rate_target,
     )
 
 __all__ = [
@@ -101,8 +104,10 @@ __all__ = [
     "DataplaneCostTable",
     "DataplaneResult",
     "FamilyPlans",
+    "FollowRate",
     "HostSpec",
     "Identification",
+    "PoolRefill",
     "Profile",
     "ProgramCache",
     "RtnlOps",
@@ -120,6 +125,7 @@ __all__ = [
     "compile_scenario",
     "estimate_memory",
     "family_cnis",
+    "follow_rate_target",
     "full_pools",
     "load_profile",
     "ovs_reconfigure_s",
@@ -186,6 +192,9 @@ _SOURCES: dict[str, str] = {
     "TUNED_CONFIG_SCHEMA_VERSION": ".tuned",
     "ConfigOrigin": ".tuned",
     "TunedConfig": ".tuned",
+    "FollowRate": ".tuned",
+    "PoolRefill": ".tuned",
+    "follow_rate_target": ".tuned",
 }
 
 

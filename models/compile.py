@@ -24,6 +24,7 @@ from ._errors import ConfigError
 from .dataplane import Traffic, path_for_cni
 from .families import cni_family
 from .profile import Profile, load_profile
+from .refill import REFILL, pool_targets, refill_copies, with_refill
 from .scenario import Scenario
 from .softirq import DataplaneResult, solve_on_profile
 from .testbed import TESTBED_POOL_KINDS
@@ -211,6 +212,15 @@ def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
 
     locks = family.locks(scenario, prof)
     built = family.plans(scenario, prof)
+    plans = built.plans
+    refill = _refill(scenario)
+    if refill is not None:
+        plans = with_refill(
+            plans,
+            pooled=refill.targets.keys(),
+            follow=refill.follow,
+            copies=refill.copies,
+        )
 
     host = prof.host
     cores = scenario.cores or host.cores
@@ -233,12 +243,13 @@ def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
         guest_cpu_quota=scenario.vcpus or host.sandbox_vcpus,
         background_jobs=scenario.background_load,
     )
-    return compile_program(
-        built.plans,
+    program = compile_program(
+        plans,
         machine=machine,
         locks=locks,
         gates=[GateSpec(name=s, permits=k) for s, k in scenario.limits.items()]
-        + list(built.signals),
+        + list(built.signals)
+        + ([] if refill is None else [refill.gate]),
         pools=[
             PoolSpec(name=k, capacity=n, memory_mib_per_device=pool_memory[k])
             for k, n in scenario.pools.items()
@@ -248,6 +259,38 @@ def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
         service_cv=prof.service_cv,
         service_family=prof.service_family or "lognormal",
         rng=service,
+    )
+    return refill.apply(program) if refill is not None else program
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Refill:
+    """What a scenario's ``pool_refill`` puts in its program: the workers'
+    gate, the turns per refill branch, and the targets per start (applied
+    only where a pool follows the start rate)."""
+
+    gate: GateSpec
+    copies: int
+    targets: dict[str, np.ndarray]
+    follow: bool
+
+    def apply(self, program: Program) -> Program:
+        return program.with_pool_targets(dict(self.targets)) if self.follow else program
+
+
+def _refill(scenario: Scenario) -> _Refill | None:
+    """The refill of ``scenario``'s pools (None: no refill or nothing pooled)."""
+    policy = scenario.pool_refill
+    if policy is None or not any(n > 0 for n in scenario.pools.values()):
+        return None
+    targets = pool_targets(
+        scenario.arrival_s, sandboxes=scenario.sandboxes, pools=scenario.pools, refill=policy
+    )
+    return _Refill(
+        gate=GateSpec(name=REFILL, permits=policy.concurrency),
+        copies=refill_copies(targets, arrival_s=scenario.arrival_s, initial=scenario.pools),
+        targets=targets,
+        follow=policy.follow_rate is not None,
     )
 
 
@@ -307,21 +350,30 @@ class ProgramCache:
         self._programs.move_to_end(key)
         memory = {p.name: p.memory_mib_per_device for p in template.pools}
         limits = tuple(GateSpec(name=s, permits=k) for s, k in scenario.limits.items())
-        return dataclasses.replace(
+        refill = _refill(scenario)
+        rest = template.gates[len(limits) :]
+        if refill is not None:  # the refill workers' gate comes last, as compiled
+            rest = (*rest[:-1], refill.gate)
+        program = dataclasses.replace(
             template,
             # The limits' gates come first; the vPorts' signal gates follow, as compiled.
-            gates=limits + template.gates[len(limits) :],
+            gates=limits + rest,
             pools=tuple(
                 PoolSpec(name=k, capacity=n, memory_mib_per_device=memory[k])
                 for k, n in scenario.pools.items()
             )
             + template.pools[len(scenario.pools) :],  # the shared vPorts' tickets
         )
+        return refill.apply(program) if refill is not None else program
 
     @staticmethod
     def _shape(scenario: Scenario, seed: int) -> str:
-        rest = scenario.model_dump_json(exclude={"limits", "pools", "seed"})
+        rest = scenario.model_dump_json(exclude={"limits", "pools", "seed", "pool_refill"})
         gated = list(scenario.limits)
         # Order matters too: it numbers the gates and pools the ops refer to.
         pooled = [(k, n > 0) for k, n in scenario.pools.items()]
-        return f"{rest}|{gated}|{pooled}|{seed}"
+        # A refill's shape: whether pools refill, whether targets move, and
+        # the turns per branch; its workers and targets are numbers in the copy.
+        refill = _refill(scenario)
+        shape = None if refill is None else (refill.follow, refill.copies)
+        return f"{rest}|{gated}|{pooled}|{shape}|{seed}"

@@ -16,7 +16,7 @@ from pydantic import (
 from ._errors import ConfigError, format_validation_error, load_yaml_model
 from .dataplane import PathName
 from .profile import MAX_CORES, MAX_MEMORY_MIB, MAX_NIC_VFS, MIN_VCPUS
-from .tuned import MAX_CONFIG_STAGES, MAX_RTNL_PRIORITY, NotBool, TunedConfig
+from .tuned import MAX_CONFIG_STAGES, MAX_RTNL_PRIORITY, NotBool, PoolRefill, TunedConfig
 
 __all__ = [
     "CNI_NAMES",
@@ -158,6 +158,11 @@ class Scenario(BaseModel):
         Per-stage concurrency limits: at most K sandboxes inside the stage.
     rtnl_priority:
         Grant priority of RTNL waiters by stage (lower first); empty is FIFO.
+    pool_refill:
+        How the pools refill while starts go on (:class:`PoolRefill`: refill
+        workers that take the same locks and CPU as the starts, a target
+        that may follow the start rate); ``None``: the pools are made
+        before the storm and never refilled (the papers' setup).
     arrival_s:
         Arrival time of each sandbox; ``None`` is the papers' burst at t=0.
     cores:
@@ -186,9 +191,10 @@ class Scenario(BaseModel):
         file) to apply. Its ``limits``, ``pools`` and ``rtnl_priority``
         override the scenario's maps key by key: a stage or device kind the
         config names takes the config's value, the others keep the
-        scenario's. The config is applied when the scenario is built and is
-        not kept (the scenario stays a plain what-if that dumps and loads
-        as before); its ``lease_ttl_s`` only concerns node agents.
+        scenario's; its ``pool_refill``, if set, replaces the scenario's.
+        The config is applied when the scenario is built and is not kept
+        (the scenario stays a plain what-if that dumps and loads as
+        before); its ``lease_ttl_s`` only concerns node agents.
 
     Every number has a range (the ``MAX_*`` constants of this module, each
     with where it comes from): a value outside it is refused with the field,
@@ -216,6 +222,7 @@ class Scenario(BaseModel):
     rtnl_priority: Annotated[dict[str, Priority], Field(max_length=MAX_CONFIG_STAGES)] = Field(
         default_factory=dict
     )
+    pool_refill: PoolRefill | None = None
     arrival_s: Annotated[tuple[Seconds, ...], Field(max_length=MAX_SANDBOXES)] | None = None
     cores: Annotated[int, NotBool, Field(ge=1, le=MAX_CORES)] | None = None
     nic_vfs: Annotated[int, NotBool, Field(ge=1, le=MAX_NIC_VFS)] | None = None
@@ -285,4 +292,6 @@ def _with_config(data: dict[str, Any], config: TunedConfig | str | Path | None) 
         given: dict[str, int] = getattr(config, key)
         if given:
             merged[key] = {**(data.get(key) or {}), **given}
+    if config.pool_refill is not None:
+        merged["pool_refill"] = config.pool_refill
     return merged

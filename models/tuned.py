@@ -24,32 +24,42 @@ from pydantic import ValidationError
 
 from ..traces._config import (
     MAX_CONFIG_STAGES,
+    MAX_FOLLOW_WINDOW_S,
     MAX_LEASE_TTL_S,
     MAX_LIMIT,
     MAX_POOL_SIZE,
+    MAX_REFILL_CONCURRENCY,
     MAX_RTNL_PRIORITY,
     MIN_LEASE_TTL_S,
     STAGE_NAME_PATTERN,
     TUNED_CONFIG_SCHEMA_VERSION,
     AppliedConfig,
     ConfigOrigin,
+    FollowRate,
     NotBool,
+    PoolRefill,
+    follow_rate_target,
 )
 from ._errors import ConfigError, format_validation_error, load_yaml_model
 
 __all__ = [
     "MAX_CONFIG_STAGES",
+    "MAX_FOLLOW_WINDOW_S",
     "MAX_LEASE_TTL_S",
     "MAX_LIMIT",
     "MAX_POOL_SIZE",
+    "MAX_REFILL_CONCURRENCY",
     "MAX_RTNL_PRIORITY",
     "MIN_LEASE_TTL_S",
     "STAGE_NAME_PATTERN",
     "TUNED_CONFIG_SCHEMA_VERSION",
     "AppliedConfig",
     "ConfigOrigin",
+    "FollowRate",
     "NotBool",
+    "PoolRefill",
     "TunedConfig",
+    "follow_rate_target",
 ]
 
 
@@ -72,6 +82,10 @@ class TunedConfig(AppliedConfig):  # type: ignore[misc]
         0..100 000 each.
     rtnl_priority:
         RTNL grant priority by stage (lower first, -10 000..10 000); empty is FIFO.
+    pool_refill:
+        How the pools refill while starts go on (:class:`PoolRefill`: refill
+        workers, a target that follows the start rate); absent: made before
+        the storm, never refilled.
     lease_ttl_s:
         How long a node agent keeps a stage permit for a client that went
         silent before it gives the permit back, seconds (0.1..3600).

@@ -10,7 +10,7 @@ several machines share it) and returns the best config(s) as :class:`~bootstorm.
 from ._evaluate import Evaluator, Robust, run_scenario
 from ._objectives import OBJECTIVES, Constraints, Metrics, ObjectiveName, check_objectives
 from ._samplers import SAMPLERS, SamplerPlugin, make_sampler
-from ._space import DEFAULT_STAGES, IntRange, SearchSpace
+from ._space import DEFAULT_STAGES, IntRange, RefillSpace, SearchSpace
 from ._storage import HeartbeatJournalStorage, open_storage
 from ._study import (
     Callback,
@@ -36,6 +36,7 @@ __all__ = [
     "Metrics",
     "ObjectiveName",
     "OptimizeResult",
+    "RefillSpace",
     "Robust",
     "SamplerPlugin",
     "SearchSpace",

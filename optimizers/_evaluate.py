@@ -102,5 +102,5 @@ class Evaluator:
             makespan_s=float(agg([r.makespan_s for r in summaries])),
             mean_s=float(agg([r.startup.mean for r in summaries])),
             p99_s=float(agg([r.startup.p99 for r in summaries])),
-            memory_mib=float(agg([r.pool_memory_mib for r in summaries])),
+            memory_mib=float(agg([r.held_memory_mib for r in summaries])),
         )

@@ -30,7 +30,9 @@ class Metrics:
     """The figures one config gets on the search's storm(s).
 
     ``makespan_s``: time until the last sandbox is up; ``mean_s`` and
-    ``p99_s``: per-sandbox startup latency; ``memory_mib``: pooled devices.
+    ``p99_s``: per-sandbox startup latency; ``memory_mib``: what the pooled
+    devices cost the node (made before the storm: all of them; refilled
+    while starts go on: the idle ones' mean over the run).
     """
 
     makespan_s: float

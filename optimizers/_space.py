@@ -15,12 +15,21 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .._params import Check, Depends, Interval, Keys, OneOf, Rules, Satisfies, Values, validate
-from ..models import ConfigError, Profile, TunedConfig, scenario_pool_kinds, scenario_stages
+from ..models import (
+    ConfigError,
+    FollowRate,
+    PoolRefill,
+    Profile,
+    TunedConfig,
+    scenario_pool_kinds,
+    scenario_stages,
+)
 from ..models.tuned import MAX_LIMIT, MAX_POOL_SIZE
 
 __all__ = [
     "DEFAULT_STAGES",
     "IntRange",
+    "RefillSpace",
     "SearchSpace",
 ]
 
@@ -35,6 +44,7 @@ DEFAULT_STAGES = ("AddCNI", "Cgroup", "AttachIf", "StartVM")
 
 LIMIT_PREFIX = "limit:"
 POOL_PREFIX = "pool:"
+REFILL_PREFIX = "refill:"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,6 +69,52 @@ class IntRange:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RefillSpace:
+    """How the pools refill, as a search may choose it.
+
+    ``workers``: refill workers (devices made at once); ``follow``: whether
+    the search may choose a target that follows the start rate (parameter
+    ``refill:follow``, 0 static, 1 following) against static targets;
+    ``cover_s``: the seconds of starts a following pool keeps ready;
+    ``window_s``: the window it counts starts over (fixed).
+    """
+
+    workers: IntRange = field(default_factory=lambda: IntRange(low=1, high=4, log=False))
+    follow: bool = True
+    cover_s: IntRange = field(default_factory=lambda: IntRange(low=1, high=120))
+    window_s: float = 60.0
+
+    __rules__: ClassVar[Rules] = Rules(
+        window_s=Interval(float, 1.0, 3600.0, unit="s"),
+        checks=(
+            Check("workers", lambda r: r.workers.low >= 1, "must have low >= 1 (one worker)"),
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def parameters(self) -> dict[str, IntRange]:
+        out = {f"{REFILL_PREFIX}workers": self.workers}
+        if self.follow:
+            out[f"{REFILL_PREFIX}follow"] = IntRange(low=0, high=1, log=False)
+            out[f"{REFILL_PREFIX}cover_s"] = self.cover_s
+        return out
+
+    def policy_of(self, params: Mapping[str, int], *, max_devices: int) -> PoolRefill:
+        """The refill policy of one point (``params`` as in :attr:`parameters`)."""
+        follow = None
+        if self.follow and int(params[f"{REFILL_PREFIX}follow"]):
+            follow = FollowRate(
+                window_s=self.window_s,
+                cover_s=float(params[f"{REFILL_PREFIX}cover_s"]),
+                max_devices=max_devices,
+            )
+        return PoolRefill(concurrency=int(params[f"{REFILL_PREFIX}workers"]), follow_rate=follow)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class SearchSpace:
     """Per-stage limits and per-kind pool sizes a search may choose.
 
@@ -73,12 +129,18 @@ class SearchSpace:
         Device kind → range of its pool size (0 = not pooled).
     pool_device_mib:
         Memory of one pooled device, by kind (from the profile).
+    refill:
+        How the pools refill while starts go on, if the search chooses that
+        too (a workload's search); ``None``: pools made before the storm.
+        With a refill, a pool size is the kind's target (or a following
+        pool's floor, at least 1).
     """
 
     cni: str
     limits: Mapping[str, IntRange] = field(default_factory=dict)
     pools: Mapping[str, IntRange] = field(default_factory=dict)
     pool_device_mib: Mapping[str, float] = field(default_factory=dict)
+    refill: RefillSpace | None = None
 
     __rules__: ClassVar[Rules] = Rules(
         limits=(
@@ -167,6 +229,8 @@ class SearchSpace:
         """Parameter name → range, the names a sampler sees (``limit:Cgroup``, ``pool:netns``)."""
         out = {f"{LIMIT_PREFIX}{s}": r for s, r in self.limits.items()}
         out.update({f"{POOL_PREFIX}{k}": r for k, r in self.pools.items()})
+        if self.refill is not None:
+            out.update(self.refill.parameters)
         return out
 
     def config_of(self, params: Mapping[str, int]) -> TunedConfig:
@@ -176,7 +240,16 @@ class SearchSpace:
             raise ConfigError(f"params: missing {', '.join(missing)}")
         limits = {s: int(params[f"{LIMIT_PREFIX}{s}"]) for s in self.limits}
         pools = {k: int(params[f"{POOL_PREFIX}{k}"]) for k in self.pools}
-        return TunedConfig(limits=limits, pools={k: n for k, n in pools.items() if n > 0})
+        if self.refill is None:
+            return TunedConfig(limits=limits, pools={k: n for k, n in pools.items() if n > 0})
+        highest = max((r.high for r in self.pools.values()), default=1)
+        refill = self.refill.policy_of(params, max_devices=max(highest, 1))
+        if refill.follow_rate is not None:
+            # A following pool is a kind pooled from a floor of at least one
+            # device: 0 would leave the kind unpooled, whatever the rate.
+            pools = {k: max(n, 1) for k, n in pools.items()}
+        kept = {k: n for k, n in pools.items() if n > 0}
+        return TunedConfig(limits=limits, pools=kept, pool_refill=refill if kept else None)
 
     def memory_mib(self, config: TunedConfig) -> float:
         """Memory the config's pools hold, MiB (pool size × memory per device)."""

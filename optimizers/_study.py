@@ -55,7 +55,7 @@ from ..simulator import ExecutorName, KernelCall
 from ._evaluate import Evaluator, Robust
 from ._objectives import Constraints, Metrics, check_objectives
 from ._samplers import make_sampler
-from ._space import LIMIT_PREFIX, POOL_PREFIX, SearchSpace
+from ._space import LIMIT_PREFIX, POOL_PREFIX, REFILL_PREFIX, IntRange, SearchSpace
 from ._storage import PROCESS_ATTR, open_storage, safe_storage_name, stamps_on_claim
 from ._workers import die_with_parent, is_dead, process_tag
 
@@ -275,6 +275,8 @@ class StudySpec:
             kind, _, key = name.partition(":")
             if kind + ":" == LIMIT_PREFIX:
                 params[name] = min(max(s.limits.get(key, rng.high), rng.low), rng.high)
+            elif kind + ":" == REFILL_PREFIX:
+                params[name] = _baseline_refill(s, key, rng)
             else:
                 params[name] = min(max(s.pools.get(key, rng.low), rng.low), rng.high)
         return params
@@ -331,6 +333,19 @@ class StudySpec:
                     f"or --sampler {theirs_sampler} to resume it"
                 )
         return study
+
+
+def _baseline_refill(s: Scenario, key: str, rng: IntRange) -> int:
+    """A refill parameter of the scenario as given (its own policy, or none)."""
+    policy = s.pool_refill
+    if key == "workers":
+        value = policy.concurrency if policy is not None else rng.low
+    elif key == "follow":
+        value = int(policy is not None and policy.follow_rate is not None)
+    else:  # cover_s
+        follow = policy.follow_rate if policy is not None else None
+        value = round(follow.cover_s) if follow is not None else rng.low
+    return min(max(value, rng.low), rng.high)
 
 
 def _wait_for_spec(study: Study) -> str | None:
@@ -732,6 +747,7 @@ class OptimizeResult:
             pools=storm.pools,
             rtnl_priority=storm.rtnl_priority,
             lease_ttl_s=chosen.config.lease_ttl_s,
+            pool_refill=storm.pool_refill,
         )
         if self.spec.sizes in ((), (s.sandboxes,)) and self.spec.seeds in ((), (s.seed,)):
             predicted = chosen.metrics  # the search ran this very storm

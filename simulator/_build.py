@@ -24,13 +24,17 @@ from .result import (
     CpuStats,
     GateStats,
     LockStats,
+    PoolEvent,
     PoolStats,
+    PoolTimeline,
     Result,
     StageStats,
     StartupStats,
 )
 
 __all__ = [
+    "PoolEvent",
+    "PoolLog",
     "RunCounts",
     "StartupSummary",
     "build_result",
@@ -57,6 +61,81 @@ def lock_priority_table(p: Program) -> npt.NDArray[np.int64]:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PoolLog:
+    """Every pool event of a run in the order it happened (:class:`PoolEvent`
+    codes), with the pool's ready and being-made devices after it."""
+
+    t_s: npt.NDArray[np.float64]
+    pool: npt.NDArray[np.int32]
+    event: npt.NDArray[np.int8]
+    ready: npt.NDArray[np.int32]
+    making: npt.NDArray[np.int32]
+
+    @classmethod
+    def empty(cls) -> PoolLog:
+        return cls.of([], [], [], [], [])
+
+    @classmethod
+    def of(
+        cls,
+        t_s: list[float],
+        pool: list[int],
+        event: list[int],
+        ready: list[int],
+        making: list[int],
+    ) -> PoolLog:
+        """A log from lists (the SimPy executor's)."""
+        return cls(
+            t_s=np.asarray(t_s, dtype=np.float64),
+            pool=np.asarray(pool, dtype=np.int32),
+            event=np.asarray(event, dtype=np.int8),
+            ready=np.asarray(ready, dtype=np.int32),
+            making=np.asarray(making, dtype=np.int32),
+        )
+
+    def timelines(self, p: Program, *, horizon_s: float) -> dict[str, PoolTimeline]:
+        """Per device pool (tickets left out), its events and levels."""
+        out = {}
+        for i, spec in enumerate(p.pools):
+            if spec.ticket:
+                continue
+            mine = self.pool == i
+            out[spec.name] = PoolTimeline(
+                initial=spec.capacity,
+                memory_mib_per_device=spec.memory_mib_per_device,
+                t_s=self.t_s[mine],
+                event=self.event[mine],
+                ready=self.ready[mine],
+                making=self.making[mine],
+            )
+        return out
+
+
+def horizon(finish: npt.NDArray[np.float64], log: PoolLog) -> float:
+    """When the run's last task ended (its last pool event, if later)."""
+    end = float(finish.max()) if finish.size else 0.0
+    return max(end, float(log.t_s.max())) if log.t_s.size else end
+
+
+def pool_stats(timelines: dict[str, PoolTimeline], *, horizon_s: float) -> dict[str, PoolStats]:
+    """:class:`PoolStats` of each pool over ``[0, horizon_s]``."""
+    out = {}
+    for name, line in timelines.items():
+        mib_h = line.memory_mib_h(until_s=horizon_s)
+        out[name] = PoolStats(
+            capacity=line.initial,
+            taken=line.count(PoolEvent.TAKE),
+            memory_mib=line.initial * line.memory_mib_per_device,
+            empty_starts=line.count(PoolEvent.MISS),
+            made=line.count(PoolEvent.MADE),
+            peak_memory_mib=line.peak_ready * line.memory_mib_per_device,
+            mean_memory_mib=mib_h * 3600.0 / horizon_s if horizon_s > 0 else 0.0,
+            memory_mib_h=mib_h,
+        )
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunCounts:
     """What a loop counted, in plain containers.
 
@@ -66,8 +145,8 @@ class RunCounts:
     ``counts``/``sums``: per lock then gate, a
     :class:`._contention.ContentionCounter`'s ``acquisitions, contended,
     waiters, max_waiters`` and ``wait_s, hold_s, contended_wall_s``;
-    ``acquisitions_by_stage``: per lock, per stage slot; ``pool_left``: per
-    pool; ``durations``: per stage, the durations in the order the stage
+    ``acquisitions_by_stage``: per lock, per stage slot; ``pool_log``: the
+    pools' events; ``durations``: per stage, the durations in the order the stage
     ended (the order the sums are made in); ``stage_time``: sandbox × stage.
     """
 
@@ -77,11 +156,11 @@ class RunCounts:
     counts: list[list[int]]
     sums: list[list[float]]
     acquisitions_by_stage: list[list[int]]
-    pool_left: list[int]
     durations: list[npt.NDArray[np.float64]]
     stage_time: npt.NDArray[np.float64]
     zeroed_bytes: float
     events: int
+    pool_log: PoolLog
 
 
 def check_finished(p: Program, finish: npt.NDArray[np.float64]) -> None:
@@ -108,6 +187,19 @@ class StartupSummary:
     makespan_s: float
     startup: StartupStats
     pool_memory_mib: float
+    #: What the idle pooled devices held on average over the run, MiB.
+    pool_mean_memory_mib: float = 0.0
+    #: Starts that found a pool empty.
+    empty_starts: int = 0
+    #: Whether refill workers made devices during the run.
+    refilled: bool = False
+
+    @property
+    def held_memory_mib(self) -> float:
+        """What the pools cost a node, MiB: made before the storm and held
+        until it (:attr:`pool_memory_mib`), or, where they refill while
+        starts go on, what the idle devices held on average over the run."""
+        return self.pool_mean_memory_mib if self.refilled else self.pool_memory_mib
 
     @classmethod
     def of(cls, result: Result) -> StartupSummary:
@@ -115,19 +207,31 @@ class StartupSummary:
             makespan_s=result.makespan_s,
             startup=result.startup,
             pool_memory_mib=result.pool_memory_mib,
+            pool_mean_memory_mib=result.pool_mean_memory_mib,
+            empty_starts=result.empty_starts,
+            refilled=any(p.made for p in result.pools.values()),
         )
 
 
-def startup_summary(p: Program, finish: npt.NDArray[np.float64]) -> StartupSummary:
+def startup_summary(
+    p: Program, finish: npt.NDArray[np.float64], log: PoolLog | None = None
+) -> StartupSummary:
     """The summary of a run whose tasks ended at ``finish`` (checked first), as
     :func:`build_result` computes those figures (the same operations in the same order)."""
     check_finished(p, finish)
     done = finish[: p.n_sandboxes]
     arrival = p.arrival_s
+    pools: dict[str, PoolStats] = {}
+    if log is not None:
+        horizon_s = horizon(finish, log)
+        pools = pool_stats(log.timelines(p, horizon_s=horizon_s), horizon_s=horizon_s)
     return StartupSummary(
         makespan_s=float(done.max() - arrival.min()),
         startup=StartupStats.of(done - arrival),
         pool_memory_mib=p.pool_memory_mib,
+        pool_mean_memory_mib=float(sum(s.mean_memory_mib for s in pools.values())),
+        empty_starts=sum(s.empty_starts for s in pools.values()),
+        refilled=any(s.made for s in pools.values()),
     )
 
 
@@ -180,13 +284,9 @@ def build_result(p: Program, raw: RunCounts, *, recording: Recording | None = No
             wait_s=wait_s,
             contended_wall_s=contended_wall_s,
         )
-    pools = {
-        spec.name: PoolStats(
-            capacity=spec.capacity, taken=spec.capacity - left, memory_mib=spec.memory_mib
-        )
-        for spec, left in zip(p.pools, raw.pool_left, strict=True)
-        if not spec.ticket  # a right to do something once, not devices
-    }
+    horizon_s = horizon(raw.finish, raw.pool_log)
+    timelines = raw.pool_log.timelines(p, horizon_s=horizon_s)
+    pools = pool_stats(timelines, horizon_s=horizon_s)
     cpu_acc = [raw.cpu_acc[3 * s : 3 * s + 3] for s in range(len(names))]
     by_stage = {
         names[s]: dict(zip(REASONS, acc, strict=True)) for s, acc in enumerate(cpu_acc) if any(acc)
@@ -235,6 +335,8 @@ def build_result(p: Program, raw: RunCounts, *, recording: Recording | None = No
         stage_time_s=stage_time,
         branch_finish_s=branch_finish,
         recording=recording,
+        pool_timelines=timelines,
+        horizon_s=horizon_s,
     )
 
 

@@ -82,6 +82,7 @@ import numpy as np
 from ._build import SPIN as _SPIN
 from ._build import WORK as _WORK
 from ._build import ZEROING as _ZEROING
+from ._build import PoolEvent
 from .program import LockKind, OpKind
 
 # This file runs two ways. Imported as itself, it is numba's: every function
@@ -104,6 +105,12 @@ _ZERO, _STAGE_BEGIN, _STAGE_END = int(OpKind.ZERO), int(OpKind.STAGE_BEGIN), int
 _GATE_ENTER, _GATE_EXIT = int(OpKind.GATE_ENTER), int(OpKind.GATE_EXIT)
 _POOL_TRY, _JUMP = int(OpKind.POOL_TRY), int(OpKind.JUMP)
 _SPAWN, _GUEST_CPU = int(OpKind.SPAWN), int(OpKind.GUEST_CPU)
+_POOL_ORDER, _POOL_PUT, _POOL_TARGET = (
+    int(OpKind.POOL_ORDER),
+    int(OpKind.POOL_PUT),
+    int(OpKind.POOL_TARGET),
+)
+_TAKE, _MISS, _ORDERED, _MADE, _RETARGET = (int(e) for e in PoolEvent)
 _MUTEX, _SPINLOCK, _RW = int(LockKind.MUTEX), int(LockKind.SPIN), int(LockKind.RW)
 OP_CODES: dict[OpKind, int] = {
     OpKind.CPU: _CPU,
@@ -120,6 +127,9 @@ OP_CODES: dict[OpKind, int] = {
     OpKind.JUMP: _JUMP,
     OpKind.SPAWN: _SPAWN,
     OpKind.GUEST_CPU: _GUEST_CPU,
+    OpKind.POOL_ORDER: _POOL_ORDER,
+    OpKind.POOL_PUT: _POOL_PUT,
+    OpKind.POOL_TARGET: _POOL_TARGET,
 }
 """The code the loop reads for each op kind (each is ``int(kind)``)."""
 LOCK_CODES: dict[LockKind, int] = {
@@ -203,6 +213,9 @@ def compiled_codes() -> Any:
         _JUMP,
         _SPAWN,
         _GUEST_CPU,
+        _POOL_ORDER,
+        _POOL_PUT,
+        _POOL_TARGET,
         _MUTEX,
         _SPINLOCK,
         _RW,
@@ -601,11 +614,34 @@ def _depth_bounds(kinds: Any, offsets: Any) -> Any:
 
 
 @_jit
+def _pool_log(pools: Any, now: float, pool: int, what: int) -> None:
+    """Append one pool event and the pool's state after it to the log."""
+    left, making, _, ev_t, ev_pool, ev_kind, ev_level, ev_making, ev_n = pools
+    i = ev_n[0]
+    ev_n[0] = i + 1
+    ev_t[i] = now
+    ev_pool[i] = pool
+    ev_kind[i] = what
+    ev_level[i] = left[pool]
+    ev_making[i] = making[pool]
+
+
+@_jit
+def _pool_log_size(kinds: Any) -> int:
+    """Pool ops in the program: each runs at most once, so the log's bound."""
+    size = 0
+    for k in kinds:
+        if k in (_POOL_TRY, _POOL_ORDER, _POOL_PUT, _POOL_TARGET):
+            size += 1
+    return size
+
+
+@_jit
 def _simulate(
     prog: Any,
     machine: Any,
     locks: Any,
-    pool_left: Any,
+    pools: Any,
     state: Any,
     tasks: Any,
     stage_log: Any,
@@ -635,6 +671,7 @@ def _simulate(
     l_owner, l_readers, l_waking, l_handoff = lock_state
     cnt, cnf, acq_by_stage, held_since = counters
     g_free, g_task, g_since, g_head, g_len = gates
+    pool_left, pool_making, pool_target = pools[0], pools[1], pools[2]
     n = arrival.shape[0]
     n_tasks = offsets.shape[0] - 1
     n_locks = lock_kind.shape[0]
@@ -910,10 +947,30 @@ def _simulate(
                     _settle(c, ci, machine, ht, hn, dl)
                     blocked = True
             elif kind == _POOL_TRY:
-                if pool_left[args[pc]] > 0:
-                    pool_left[args[pc]] -= 1
+                pi = args[pc]
+                if pool_left[pi] > 0:
+                    pool_left[pi] -= 1
+                    _pool_log(pools, now, pi, _TAKE)
                     pc += int(amounts[pc])
                     continue
+                _pool_log(pools, now, pi, _MISS)
+            elif kind == _POOL_ORDER:
+                pi = args[pc]
+                if pool_left[pi] + pool_making[pi] >= pool_target[pi]:
+                    pc += int(amounts[pc])
+                    continue
+                pool_making[pi] += 1
+                _pool_log(pools, now, pi, _ORDERED)
+            elif kind == _POOL_PUT:
+                pi = args[pc]
+                pool_making[pi] -= 1
+                pool_left[pi] = min(pool_left[pi] + 1, pool_target[pi])
+                _pool_log(pools, now, pi, _MADE)
+            elif kind == _POOL_TARGET:
+                pi = args[pc]
+                pool_target[pi] = int(amounts[pc])
+                pool_left[pi] = min(pool_left[pi], pool_target[pi])
+                _pool_log(pools, now, pi, _RETARGET)
             elif kind == _JUMP:
                 pc += int(amounts[pc])
                 continue
@@ -948,7 +1005,8 @@ def run_kernel(
     pool_left: Any,
     machine: Any,
 ) -> Any:
-    """Run the program; ``pool_left`` is updated in place.
+    """Run the program; ``pool_left`` (ready devices per pool, the capacities
+    to begin with) is updated in place.
 
     Tasks ``0 .. n - 1`` are the sandboxes (``n = len(arrival)``), the others
     branches; ``lock_prio[lock, stage]`` is a waiter's grant priority. This
@@ -1041,6 +1099,19 @@ def run_kernel(
     g_since = np.empty((n_gates, n_tasks))
     g_head = np.zeros(n_gates, dtype=np.int64)
     g_len = np.zeros(n_gates, dtype=np.int64)
+    # Pools: being made and the target (the capacity until a POOL_TARGET);
+    # the log of their events, bounded by their ops.
+    n_pools = pool_left.shape[0]
+    pool_making = np.zeros(n_pools, dtype=np.int64)
+    pool_target = pool_left.copy()
+    log_size = _pool_log_size(kinds)
+    ev_t = np.empty(log_size)
+    ev_pool = np.empty(log_size, dtype=np.int32)
+    ev_kind = np.empty(log_size, dtype=np.int8)
+    ev_level = np.empty(log_size, dtype=np.int32)
+    ev_making = np.empty(log_size, dtype=np.int32)
+    ev_n = np.zeros(1, dtype=np.int64)
+    pools = (pool_left, pool_making, pool_target, ev_t, ev_pool, ev_kind, ev_level, ev_making, ev_n)
     n_dur, zeroed, events = _simulate(
         (
             kinds,
@@ -1055,7 +1126,7 @@ def run_kernel(
         ),
         machine,
         (lock_kind, lock_level, lock_spin_s, lock_wake_s),
-        pool_left,
+        pools,
         (c, ci, cpu_acc, lock_spin),
         (pcs, stage_of, spin_depth, depth, st_stage, st_began, finish),
         (stage_time, dur_stage, dur_val),
@@ -1081,4 +1152,9 @@ def run_kernel(
         stage_time,
         zeroed,
         events,
+        ev_t[: ev_n[0]],
+        ev_pool[: ev_n[0]],
+        ev_kind[: ev_n[0]],
+        ev_level[: ev_n[0]],
+        ev_making[: ev_n[0]],
     )

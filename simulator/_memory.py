@@ -38,6 +38,9 @@ _KERNEL_BYTES_PER_TASK = 120 + 24 + 16 + 32 + 8 + 17 + 8 + 26 + 32
 # copies for the percentiles, and each stage's durations (copied out by stage).
 _RESULT_BYTES_PER_SANDBOX = 48
 _RESULT_BYTES_PER_STAGE_END = 24
+# A pool event in the log (time, pool, event, ready, being made: 8 + 4 + 1 +
+# 4 + 4), and the result's per-pool copy of it.
+_POOL_LOG_BYTES = 2 * 21
 
 
 _UNCHECKED_BYTES = 64 * MIB
@@ -80,9 +83,11 @@ class MemoryEstimate:
         stages: int,
         stage_ends: int,
         max_depth: int,
+        pool_ops: int = 0,
     ) -> MemoryEstimate:
         """The estimate for a program of these sizes (``stage_ends``: STAGE_END
-        ops run in all; ``max_depth``: the deepest nesting of stages)."""
+        ops run in all; ``max_depth``: the deepest nesting of stages;
+        ``pool_ops``: pool ops, each of which logs one event at most)."""
         tasks = sandboxes + branches
         program = (
             ops * (1 + 4 + 8)  # op_kind int8, op_arg int32, op_amount float64
@@ -95,6 +100,7 @@ class MemoryEstimate:
             tasks * per_task
             + sandboxes * (8 * stages + _RESULT_BYTES_PER_SANDBOX)
             + stage_ends * (16 + _RESULT_BYTES_PER_STAGE_END)
+            + pool_ops * _POOL_LOG_BYTES
         )
         return cls(sandboxes=sandboxes, ops=ops, program_bytes=program, run_bytes=run)
 

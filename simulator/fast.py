@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ._build import (
+    PoolLog,
     RunCounts,
     StartupSummary,
     build_result,
@@ -84,9 +85,9 @@ class FastExecutor:
         self.jit = jit
 
     def run(self, program: Program) -> Result:
-        out, pool_left = _kernel(program, jit=self.jit)
+        out = KernelCall(program, jit=self.jit).outputs
         finish, cpu_acc, lock_spin, cnt, cnf, by_stage, dur_stage, dur_val, stage_time = out[:9]
-        zeroed, events = out[9:]
+        zeroed, events = out[9:11]
         n_stages = len(program.stage_names)
         return build_result(
             program,
@@ -97,7 +98,7 @@ class FastExecutor:
                 counts=cnt.tolist(),
                 sums=cnf[:, :3].tolist(),
                 acquisitions_by_stage=by_stage.tolist(),
-                pool_left=pool_left.tolist(),
+                pool_log=pool_log(out),
                 durations=[dur_val[dur_stage == s] for s in range(n_stages)],
                 stage_time=stage_time,
                 zeroed_bytes=float(zeroed),
@@ -107,7 +108,8 @@ class FastExecutor:
 
     def summarise(self, program: Program) -> StartupSummary:
         """What :meth:`run` returns, cut to :class:`StartupSummary`'s figures."""
-        return startup_summary(program, _kernel(program, jit=self.jit)[0][0])
+        out = KernelCall(program, jit=self.jit).outputs
+        return startup_summary(program, out[0], pool_log(out))
 
 
 def run_program_fast(program: Program, *, jit: bool = True) -> Result:
@@ -225,13 +227,13 @@ class KernelCall:
 
     def summary(self) -> StartupSummary:
         """The run cut to :class:`StartupSummary`'s figures (as :meth:`FastExecutor.summarise`)."""
-        return startup_summary(self.program, self.outputs[0])
+        return startup_summary(self.program, self.outputs[0], pool_log(self.outputs))
 
 
-def _kernel(p: Program, *, jit: bool) -> tuple[tuple[Any, ...], np.ndarray]:
-    """The kernel's raw outputs for ``p`` and the pools' capacities left."""
-    call = KernelCall(p, jit=jit)
-    return call.outputs, call.pool_left
+def pool_log(outputs: tuple[Any, ...]) -> PoolLog:
+    """The pool log among the kernel's raw outputs."""
+    t_s, pool, event, ready, making = outputs[11:16]
+    return PoolLog(t_s=t_s, pool=pool, event=event, ready=ready, making=making)
 
 
 def summarise_concurrently(

@@ -12,6 +12,7 @@ resources with names, and stages are numbered spans with names.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -75,13 +76,23 @@ class OpKind(enum.IntEnum):
     GATE_EXIT = 9
     """Return the permit of gate ``arg`` (a signal gate: add ``amount`` permits, at least 1)."""
     POOL_TRY = 10
-    """Take a device from pool ``arg`` if one is left and jump ``amount`` ops ahead."""
+    """Take a device from pool ``arg`` if one is ready and jump ``amount`` ops ahead."""
     JUMP = 11
     """Jump ``amount`` ops ahead unconditionally."""
     SPAWN = 12
     """Start the sandbox's branch ``arg`` (its ``arg``-th) and go on without waiting."""
     GUEST_CPU = 13
     """Run ``amount`` core-seconds on the sandbox's vCPUs (within its CPU quota)."""
+    POOL_ORDER = 14
+    """Start making a device for pool ``arg`` if its ready devices plus those
+    being made are below its target (being made +1); else jump ``amount`` ops
+    ahead. A refill worker's decision (see :class:`~.steps.Refill`)."""
+    POOL_PUT = 15
+    """A device for pool ``arg`` is made: being made -1, ready +1; ready
+    devices above the target are removed."""
+    POOL_TARGET = 16
+    """Set pool ``arg``'s target to ``amount`` devices (truncated); ready
+    devices above it are removed."""
 
 
 # Plain ints for the walks and the executors' loops: comparing with IntEnum
@@ -100,6 +111,9 @@ _POOL_TRY = int(OpKind.POOL_TRY)
 _JUMP = int(OpKind.JUMP)
 _SPAWN = int(OpKind.SPAWN)
 _GUEST_CPU = int(OpKind.GUEST_CPU)
+_POOL_ORDER = int(OpKind.POOL_ORDER)
+_POOL_PUT = int(OpKind.POOL_PUT)
+_POOL_TARGET = int(OpKind.POOL_TARGET)
 
 
 class LockKind(enum.IntEnum):
@@ -194,7 +208,12 @@ class GateSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PoolSpec:
-    """Devices created before the storm; each costs ``memory_mib_per_device``.
+    """Devices made ahead of the starts; each costs ``memory_mib_per_device``.
+
+    ``capacity`` devices are ready at time 0, and the target is ``capacity``
+    until a ``POOL_TARGET`` op sets another. Refill work (``POOL_ORDER`` and
+    ``POOL_PUT``, see :class:`~.steps.Refill`) keeps it there; without any,
+    the pool is what was made before the storm.
 
     ``ticket``: not devices but the right to do something once (the first
     sandbox to try takes it, see :class:`~bootstorm.simulator.Once`); left
@@ -288,9 +307,11 @@ _SHIFT = np.uint64(31)
 
 def _jumps(kind: _I8, amount: _F64) -> _F64:
     """How far each op jumps as the executors read it (``int``, so truncated):
-    the amount of a POOL_TRY or JUMP, 0 for the other kinds."""
+    the amount of a POOL_TRY, POOL_ORDER or JUMP, 0 for the other kinds."""
     out = np.zeros(kind.shape[0])
-    at = np.flatnonzero((kind == OpKind.POOL_TRY) | (kind == OpKind.JUMP))
+    at = np.flatnonzero(
+        (kind == OpKind.POOL_TRY) | (kind == OpKind.JUMP) | (kind == OpKind.POOL_ORDER)
+    )
     out[at] = np.trunc(amount[at])
     return out
 
@@ -388,6 +409,38 @@ class Program:
     @property
     def pool_memory_mib(self) -> float:
         return float(sum(p.memory_mib for p in self.pools))
+
+    def with_pool_targets(self, targets: dict[str, npt.ArrayLike]) -> Program:
+        """This program with each sandbox's ``POOL_TARGET`` ops set: sandbox
+        ``i``'s target for pool ``name`` is ``targets[name][i]`` devices.
+
+        A rate-following pool's target at each start depends on the arrivals
+        before it, so it differs per sandbox, while the plans (and their
+        templates) stay shared: the compiled ops get their amounts here. The
+        structure is unchanged, so the copy is not walked again.
+        """
+        at = np.flatnonzero(self.op_kind == OpKind.POOL_TARGET)
+        task = np.searchsorted(self.offsets, at, side="right") - 1
+        if at.size and int(task.max()) >= self.n_sandboxes:
+            raise ProgramError("POOL_TARGET ops belong in sandboxes, not in branches")
+        amount = self.op_amount.copy()
+        pool_of = self.op_arg[at]
+        for i, spec in enumerate(self.pools):
+            mine = pool_of == i
+            if not mine.any():
+                continue
+            if spec.name not in targets:
+                raise ProgramError(f"targets: no target for pool {spec.name!r}")
+            given = np.asarray(targets[spec.name], dtype=np.float64)
+            if given.shape != (self.n_sandboxes,):
+                raise ProgramError(
+                    f"targets[{spec.name!r}]: must have one entry per sandbox "
+                    f"({self.n_sandboxes}), got shape {given.shape}"
+                )
+            if not np.all((given >= 0) & (given == np.floor(given))):
+                raise ProgramError(f"targets[{spec.name!r}]: must be whole numbers >= 0")
+            amount[at[mine]] = given[task[mine]]
+        return dataclasses.replace(self, op_amount=amount, validated=True)
 
     def lock_index(self, name: str) -> int:
         for i, spec in enumerate(self.locks):
@@ -630,6 +683,9 @@ class Program:
             OpKind.GATE_ENTER: n_gates,
             OpKind.GATE_EXIT: n_gates,
             OpKind.POOL_TRY: len(self.pools),
+            OpKind.POOL_ORDER: len(self.pools),
+            OpKind.POOL_PUT: len(self.pools),
+            OpKind.POOL_TARGET: len(self.pools),
         }
         known = frozenset(int(k) for k in OpKind)
         for j, (k, a) in enumerate(zip(kinds, args, strict=True)):
@@ -713,7 +769,7 @@ class Program:
                     raise ProgramError(f"sandbox {sandbox} op {pc}: exit of gate {a} not entered")
                 g = len(gates) - 1 - gates[::-1].index(a)  # one permit: the latest entry
                 gates = gates[:g] + gates[g + 1 :]
-            elif k in (_POOL_TRY, _JUMP):
+            elif k in (_POOL_TRY, _JUMP, _POOL_ORDER):
                 step = int(amounts[pc])
                 if step < 1 or pc + step > end:
                     raise ProgramError(

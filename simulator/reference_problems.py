@@ -23,7 +23,13 @@ Statistical problems (seeded, so each is deterministic):
   C(c, a)/(cμ−λ), Erlang C (Kleinrock §3.5);
 - :func:`mg1_processor_sharing`: one core shared by Poisson arrivals of any
   service distribution; the mean response is E[S]/(1−ρ) (Kleinrock,
-  *Queueing Systems II*, ch. 4).
+  *Queueing Systems II*, ch. 4);
+- :func:`refilled_pool`: a pool of ``S`` devices refilled, one device per
+  start, by unlimited workers that take ``L`` each (any distribution):
+  devices being made behave as the busy servers of an M/G/S/S loss system,
+  so a start finds the pool empty with probability Erlang B(S, λL)
+  (Palm's theorem: the occupancy is truncated Poisson, insensitive to L's
+  distribution; Kleinrock, *Queueing Systems I*, §3.6).
 
 A statistical answer is accepted when the estimate is within ``Z`` = 4 batch
 means standard errors of the theory (Law & Kelton, *Simulation Modeling and
@@ -41,9 +47,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from .program import GateSpec, LockSpec, MachineSpec, Program
-from .result import Result
-from .steps import Cpu, Hold, SandboxPlan, Sleep, Stage, compile_program
+from .program import GateSpec, LockSpec, MachineSpec, PoolSpec, Program
+from .result import PoolEvent, Result
+from .steps import (
+    Async,
+    Cpu,
+    Hold,
+    Pooled,
+    Refill,
+    SandboxPlan,
+    Sleep,
+    Stage,
+    compile_program,
+)
 
 __all__ = [
     "SEED",
@@ -51,6 +67,7 @@ __all__ = [
     "assert_near_theory",
     "batch_means_se",
     "deadlock_program",
+    "erlang_b",
     "erlang_c",
     "exact_problems",
     "fifo_servers_program",
@@ -60,6 +77,8 @@ __all__ = [
     "mmc",
     "processor_sharing_program",
     "processor_sharing_schedules",
+    "refilled_pool",
+    "refilled_pool_program",
     "service_times",
     "statistical_problems",
 ]
@@ -120,6 +139,15 @@ def erlang_c(c: int, a: float) -> float:
     """Probability of waiting in M/M/c with offered load ``a = λ/μ < c`` (Erlang C)."""
     top = a**c / math.factorial(c) * c / (c - a)
     return top / (sum(a**k / math.factorial(k) for k in range(c)) + top)
+
+
+def erlang_b(c: int, a: float) -> float:
+    """Probability that all ``c`` servers are busy in M/G/c/c with offered
+    load ``a = λ·E[S]`` (Erlang B, by its stable recursion)."""
+    b = 1.0
+    for k in range(1, c + 1):
+        b = a * b / (k + a * b)
+    return b
 
 
 def _close(got: float, want: float, what: str, rel: float = 1e-9) -> None:
@@ -432,6 +460,114 @@ def fig13_lock_order(policy: str) -> ReferenceProblem:
     )
 
 
+# -- a refilled pool: Erlang's loss system ------------------------------------------------
+
+
+def refilled_pool_program(
+    arrival_s: npt.ArrayLike,
+    refill_s: npt.ArrayLike,
+    *,
+    pool: int,
+    workers: int | None = None,
+    make_s: float = 0.0,
+) -> Program:
+    """Starts at ``arrival_s`` that each take one device from a pool of
+    ``pool`` (or make their own, ``make_s`` off-CPU, if it is empty), and a
+    refill branch per start whose device takes ``refill_s[i]`` to make
+    (``workers``: that many refill workers, a gate; None: unlimited)."""
+    gates = [] if workers is None else [GateSpec(name="refill", permits=workers)]
+    plans = [
+        (
+            Stage(
+                "start",
+                (
+                    Pooled("device", create=(Sleep(make_s),)),
+                    Async(
+                        "refill",
+                        (Refill("device", create=(Sleep(float(r)),)),),
+                        gate=None if workers is None else "refill",
+                    ),
+                ),
+            ),
+        )
+        for r in np.asarray(refill_s, dtype=np.float64)
+    ]
+    return compile_program(
+        plans,
+        machine=MachineSpec(cores=1),
+        locks=[],
+        gates=gates,
+        pools=[PoolSpec(name="device", capacity=pool, memory_mib_per_device=1.0)],
+        arrival_s=np.asarray(arrival_s, dtype=np.float64),
+    )
+
+
+def refilled_pool(
+    *,
+    n: int = 40_000,
+    arrival_rate: float = 2.0,
+    refill_s: float = 3.0,
+    pool: int = 8,
+    distribution: str = "deterministic",
+    seed: int = SEED + 3,
+) -> ReferenceProblem:
+    """A pool of ``pool`` devices, Poisson starts, one device per start,
+    unlimited refill workers, each device ``refill_s`` on average to make.
+
+    A start that takes a device lets a worker make one; a start that finds
+    the pool empty makes its own and orders none (ready plus being made is
+    already at the target: the node agent's rule). So the devices being made
+    are the busy servers of an M/G/S/S loss system with offered load
+    ``a = λ·L``, a start finds the pool empty with probability Erlang
+    B(S, a), and the devices a start finds ready average ``S − a(1 − B)``
+    (PASTA), whatever the distribution of the refill time (Palm's theorem).
+
+    The issue that asked for this problem states the backorder form, where a
+    start that finds the pool empty still orders and waits for its device:
+    there the devices out are Poisson(a) and the empty chance is the tail
+    P(N ≥ S). Starts never wait for a pool here (they make their own), so
+    the loss form is the one the model and the agent run; for S large
+    against ``a`` the two agree (both tails vanish).
+    """
+    lam, mean, s = arrival_rate, refill_s, pool
+    arrival_rng, refill_rng = _streams(seed)
+    arrivals = _poisson_arrivals(arrival_rng, lam, n)
+    if distribution == "deterministic":
+        refill = np.full(n, mean)
+    elif distribution == "exponential":
+        refill = refill_rng.exponential(mean, size=n)
+    else:
+        raise ValueError(f"distribution: unknown {distribution!r}")
+    program = refilled_pool_program(arrivals, refill, pool=s)
+    a = lam * mean
+    blocked = erlang_b(s, a)
+
+    def check(result: Result) -> None:
+        line = result.pool_timelines["device"]
+        starts = (line.event == PoolEvent.TAKE) | (line.event == PoolEvent.MISS)
+        stats = result.pools["device"]
+        assert stats.taken + stats.empty_starts == n, (
+            f"taken {stats.taken} + empty {stats.empty_starts}, want {n}"
+        )
+        assert stats.made == stats.taken, f"made {stats.made}, want one per take {stats.taken}"
+        missed = (line.event[starts] == PoolEvent.MISS).astype(np.float64)
+        assert_near_theory(missed[WARMUP:], blocked, max_rel_se=0.08, what="P(pool empty)")
+        # What each start found ready: one more than left after a take, none on a miss.
+        found = np.where(missed > 0, 0.0, line.ready[starts] + 1.0)
+        assert_near_theory(found[WARMUP:], s - a * (1.0 - blocked), max_rel_se=0.05, what="ready")
+
+    return ReferenceProblem(
+        name=f"refilled pool S={s} a={a:g} {distribution}",
+        program=program,
+        source=(
+            "Erlang B (M/G/S/S; Palm's insensitivity), Kleinrock, Queueing Systems I, §3.6: "
+            "P(empty) = B(S, λL), E[ready seen] = S − λL(1 − B)"
+        ),
+        statistical=True,
+        _check=check,
+    )
+
+
 def exact_problems() -> list[ReferenceProblem]:
     """Every exact problem (small: milliseconds on any executor)."""
     return [*processor_sharing_schedules(), *(fig13_lock_order(p) for p in ("s2", "s1", "fifo"))]
@@ -446,4 +582,5 @@ def statistical_problems() -> list[ReferenceProblem]:
             mg1_processor_sharing(distribution=d)
             for d in ("deterministic", "uniform", "hyperexponential")
         ),
+        *(refilled_pool(distribution=d) for d in ("deterministic", "exponential")),
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -16,7 +17,9 @@ __all__ = [
     "CpuStats",
     "GateStats",
     "LockStats",
+    "PoolEvent",
     "PoolStats",
+    "PoolTimeline",
     "Result",
     "StageStats",
     "StartupStats",
@@ -105,11 +108,87 @@ class GateStats:
     contended_wall_s: float
 
 
+class PoolEvent(enum.IntEnum):
+    """What happened to a pool (:attr:`PoolTimeline.event`)."""
+
+    TAKE = 0
+    """A start took a ready device."""
+    MISS = 1
+    """A start found no ready device and made its own."""
+    ORDERED = 2
+    """A refill worker began making a device."""
+    MADE = 3
+    """A refill worker's device is ready (or removed at once, above the target)."""
+    RETARGET = 4
+    """The target changed (a rate-following pool); ready devices above it removed."""
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class PoolTimeline:
+    """One pool over a run: its events in time order and its state after each.
+
+    ``ready[i]`` and ``making[i]`` are the devices ready and being made just
+    after event ``i`` (at ``t_s[i]``); before the first, ``initial`` are
+    ready and none is being made. Idle ready devices are the memory a pool
+    holds (``memory_mib_per_device`` each; a device handed out is its
+    sandbox's).
+    """
+
+    initial: int
+    memory_mib_per_device: float
+    t_s: npt.NDArray[np.float64] = field(repr=False)
+    event: npt.NDArray[np.int8] = field(repr=False)
+    ready: npt.NDArray[np.int32] = field(repr=False)
+    making: npt.NDArray[np.int32] = field(repr=False)
+
+    def count(self, event: PoolEvent) -> int:
+        return int(np.count_nonzero(self.event == event))
+
+    @property
+    def peak_ready(self) -> int:
+        return int(max(self.initial, int(self.ready.max()) if self.ready.size else 0))
+
+    def ready_at(self, times_s: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Devices ready at each of ``times_s`` (after every event at that time)."""
+        at = np.searchsorted(self.t_s, np.asarray(times_s, dtype=np.float64), side="right")
+        levels = np.concatenate(([self.initial], self.ready.astype(np.int64)))
+        return levels[at]
+
+    def ready_device_s(self, *, until_s: float, since_s: float = 0.0) -> float:
+        """Integral of ready devices over ``[since_s, until_s]`` (device-seconds)."""
+        if until_s <= since_s:
+            return 0.0
+        cut = (self.t_s > since_s) & (self.t_s < until_s)
+        edges = np.concatenate(([since_s], self.t_s[cut], [until_s]))
+        levels = self.ready_at(edges[:-1])
+        return float(np.dot(np.diff(edges), levels))
+
+    def memory_mib_h(self, *, until_s: float, since_s: float = 0.0) -> float:
+        """Memory the idle devices held over ``[since_s, until_s]``, MiB·h."""
+        device_s = self.ready_device_s(until_s=until_s, since_s=since_s)
+        return device_s * self.memory_mib_per_device / 3600.0
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PoolStats:
+    """A device pool over a run.
+
+    ``capacity``: devices ready at the start; ``taken``: starts that got
+    one; ``empty_starts``: starts that found none and made their own;
+    ``made``: devices the refill workers made; ``memory_mib``: what the
+    initial devices hold; ``peak_memory_mib`` and ``mean_memory_mib``: what
+    the idle devices held at most and on average over the run (its
+    ``horizon_s``); ``memory_mib_h``: their integral.
+    """
+
     capacity: int
     taken: int
     memory_mib: float
+    empty_starts: int = 0
+    made: int = 0
+    peak_memory_mib: float = 0.0
+    mean_memory_mib: float = 0.0
+    memory_mib_h: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,6 +241,20 @@ class Result:
     #: Per sandbox: when its branches of each kind were done (NaN: it has none).
     branch_finish_s: Mapping[str, npt.NDArray[np.float64]] = field(default_factory=dict, repr=False)
     recording: Recording | None = field(default=None, repr=False)
+    #: Per device pool: its events and levels over the run.
+    pool_timelines: Mapping[str, PoolTimeline] = field(default_factory=dict, repr=False)
+    #: When the last task (a sandbox or a branch: a refill) ended, s.
+    horizon_s: float = 0.0
+
+    @property
+    def empty_starts(self) -> int:
+        """Starts that found a pool empty, over all pools."""
+        return sum(p.empty_starts for p in self.pools.values())
+
+    @property
+    def pool_mean_memory_mib(self) -> float:
+        """Memory the idle pooled devices held on average over the run, MiB."""
+        return float(sum(p.mean_memory_mib for p in self.pools.values()))
 
     @property
     def startup_latency_s(self) -> npt.NDArray[np.float64]:
@@ -182,6 +275,9 @@ class Result:
                 "by_stage": {s: dict(r) for s, r in self.cpu.by_stage.items()},
             },
             "pool_memory_mib": self.pool_memory_mib,
+            "pool_mean_memory_mib": self.pool_mean_memory_mib,
+            "empty_starts": self.empty_starts,
+            "horizon_s": self.horizon_s,
             "events": self.events,
             "steps": {k: asdict(v) for k, v in self.steps.items()},
             **({"ready_s": asdict(self.ready)} if self.ready is not None else {}),

@@ -18,7 +18,7 @@ import simpy
 from ._build import SPIN as _SPIN
 from ._build import WORK as _WORK
 from ._build import ZEROING as _ZEROING
-from ._build import RunCounts, build_result, lock_priority_table
+from ._build import PoolEvent, PoolLog, RunCounts, build_result, lock_priority_table
 from ._errors import DeadlockError
 from .cpu import ProcessorSharingCPU, TimerEnvironment
 from .locks import Gate, Mutex, RWLock, SpinLock
@@ -30,6 +30,9 @@ from .program import (  # plain ints of OpKind, as the loops compare them
     _GATE_EXIT,
     _GUEST_CPU,
     _JUMP,
+    _POOL_ORDER,
+    _POOL_PUT,
+    _POOL_TARGET,
     _POOL_TRY,
     _RELEASE,
     _SLEEP,
@@ -110,7 +113,17 @@ class _Run:
                 self.locks.append(RWLock(env, **kw))
         self.is_spin = [spec.kind is LockKind.SPIN for spec in program.locks]
         self.gates = [Gate(env, g.permits) for g in program.gates]
+        # Per pool: devices ready, being made, the target; the log of events.
         self.pool_left = [pool.capacity for pool in program.pools]
+        self.pool_making = [0] * len(program.pools)
+        self.pool_target = list(self.pool_left)
+        self.pool_log: tuple[list[float], list[int], list[int], list[int], list[int]] = (
+            [],
+            [],
+            [],
+            [],
+            [],
+        )
         n = program.n_sandboxes
         self.n = n
         self.finish = np.full(n, np.nan)  # NaN until the sandbox's last op is done
@@ -143,6 +156,14 @@ class _Run:
             per_lock[lock] += core_s
 
         return add
+
+    def _log(self, pool: int, event: PoolEvent) -> None:
+        t_s, pools, events, ready, making = self.pool_log
+        t_s.append(self.env.now)
+        pools.append(pool)
+        events.append(int(event))
+        ready.append(self.pool_left[pool])
+        making.append(self.pool_making[pool])
 
     def _sandbox(self, i: int, arrival: float) -> Generator[simpy.Event, Any, None]:
         """Task ``i``: a sandbox (``i < n``) or a branch (``n + b``); locks know it as ``i``."""
@@ -208,8 +229,28 @@ class _Run:
                 pool = args[pc]
                 if self.pool_left[pool] > 0:
                     self.pool_left[pool] -= 1
+                    self._log(pool, PoolEvent.TAKE)
                     pc += int(amounts[pc])
                     continue
+                self._log(pool, PoolEvent.MISS)
+            elif kind == _POOL_ORDER:
+                pool = args[pc]
+                if self.pool_left[pool] + self.pool_making[pool] >= self.pool_target[pool]:
+                    pc += int(amounts[pc])  # enough ready or on the way: nothing to make
+                    continue
+                self.pool_making[pool] += 1
+                self._log(pool, PoolEvent.ORDERED)
+            elif kind == _POOL_PUT:
+                pool = args[pc]
+                self.pool_making[pool] -= 1
+                # A device made while the target fell is removed at once.
+                self.pool_left[pool] = min(self.pool_left[pool] + 1, self.pool_target[pool])
+                self._log(pool, PoolEvent.MADE)
+            elif kind == _POOL_TARGET:
+                pool = args[pc]
+                self.pool_target[pool] = int(amounts[pc])
+                self.pool_left[pool] = min(self.pool_left[pool], self.pool_target[pool])
+                self._log(pool, PoolEvent.RETARGET)
             elif kind == _JUMP:
                 pc += int(amounts[pc])
                 continue
@@ -238,7 +279,7 @@ class _Run:
             counts=[[c.acquisitions, c.contended, c.waiters, c.max_waiters] for c in counters],
             sums=[[c.wait_s, c.hold_s, c.contended_wall_s] for c in counters],
             acquisitions_by_stage=[lock.acquisitions_by_stage for lock in self.locks],
-            pool_left=self.pool_left,
+            pool_log=PoolLog.of(*self.pool_log),
             durations=[np.asarray(d) for d in self.stage_durations],
             stage_time=self.stage_time,
             zeroed_bytes=self.zeroed_bytes,

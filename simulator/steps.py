@@ -7,6 +7,8 @@ A sandbox's start is a sequence of stages; a stage is a sequence of steps:
 - :class:`Hold` — a lock-held section around more steps (nestable);
 - :class:`Zero` — clearing memory, at a per-core rate under shared bandwidth;
 - :class:`Pooled` — take a pre-created device if the pool has one, else create it;
+- :class:`Refill` — a refill worker makes a device for a pool if it is below target;
+- :class:`Retarget` — set a pool's target (a rate-following pool, per sandbox);
 - :class:`Async` — start a branch the sandbox does not wait for;
 - :class:`Wait` / :class:`Signal` — wait for another sandbox to get somewhere;
 - :class:`Once` — the first sandbox to get here does something, the others wait for it.
@@ -48,6 +50,8 @@ __all__ = [
     "Hold",
     "Once",
     "Pooled",
+    "Refill",
+    "Retarget",
     "SandboxPlan",
     "Signal",
     "Sleep",
@@ -153,6 +157,33 @@ class Pooled:
 
 
 @dataclass(frozen=True, slots=True)
+class Refill:
+    """A refill worker's turn for ``pool``: if the pool's ready devices plus
+    those being made are below its target, make one (``create``, through the
+    same locks and CPU as a start's) and put it in the pool; else nothing.
+    ``copies``: that many turns in a row (room for a target that rose by
+    more than one at a start)."""
+
+    pool: str
+    create: tuple[Step, ...]
+    copies: int = 1
+
+    __rules__: ClassVar[Rules] = Rules(copies=Interval(int, 1))
+
+    def __post_init__(self) -> None:
+        check_rules(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Retarget:
+    """Set ``pool``'s target. The number of devices is per sandbox, not per
+    plan (plans stay shared): :meth:`~.program.Program.with_pool_targets`
+    writes it into the compiled program."""
+
+    pool: str
+
+
+@dataclass(frozen=True, slots=True)
 class Async:
     """Start ``steps`` as a branch of kind ``kind`` and go on without waiting.
 
@@ -160,11 +191,14 @@ class Async:
     locks and CPU work count as the sandbox's). ``ready``: the sandbox is not
     ready for use until the branch is done (a NIC initialised in the
     background); otherwise the branch is housekeeping nobody waits for.
+    ``gate``: the branch runs inside that admission gate (a pool's refill
+    workers: at most as many branches at once as it has permits).
     """
 
     kind: str
     steps: tuple[Step, ...]
     ready: bool = False
+    gate: str | None = None
 
     __rules__: ClassVar[Rules] = Rules(kind=NonEmpty())
 
@@ -218,7 +252,9 @@ class Once:
         check_rules(self)
 
 
-Step: TypeAlias = Cpu | Sleep | Zero | Hold | Pooled | Async | Wait | Signal | Once
+Step: TypeAlias = (
+    Cpu | Sleep | Zero | Hold | Pooled | Refill | Retarget | Async | Wait | Signal | Once
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +339,18 @@ class _Flattener:
                 if fetch:
                     ops.append((OpKind.JUMP, 0, float(1 + len(fetch)), False, 0.0))
                     ops.extend(fetch)
+            elif isinstance(step, Refill):
+                pid = self._lookup(self.pool_ids, step.pool, "pool")
+                make: list[_Op] = []
+                self.steps(step.create, make)
+                for _ in range(step.copies):
+                    # Nothing to make: jump past this turn's work and its put.
+                    ops.append((OpKind.POOL_ORDER, pid, float(len(make) + 2), False, 0.0))
+                    ops.extend(make)
+                    ops.append((OpKind.POOL_PUT, pid, 0.0, False, 0.0))
+            elif isinstance(step, Retarget):
+                pid = self._lookup(self.pool_ids, step.pool, "pool")
+                ops.append((OpKind.POOL_TARGET, pid, 0.0, False, 0.0))
             elif isinstance(step, Wait):
                 ops.append((OpKind.GATE_ENTER, self._signal(step.gate), 0.0, False, 0.0))
             elif isinstance(step, Signal):
@@ -330,11 +378,20 @@ class _Flattener:
                 if self.in_branch:
                     raise ProgramError(f"a branch cannot start a branch, but got {step!r}")
                 sid = self.stage_ids.setdefault(step.kind, len(self.stage_ids))
-                body: list[_Op] = [(OpKind.STAGE_BEGIN, sid, 0.0, False, 0.0)]
+                body: list[_Op] = []
+                gid = None
+                if step.gate is not None:
+                    gid = self._lookup(self.gate_ids, step.gate, "gate")
+                    if step.gate in self.signals:
+                        raise ProgramError(f"branch {step.kind!r} is guarded by a signal gate")
+                    body.append((OpKind.GATE_ENTER, gid, 0.0, False, 0.0))
+                body.append((OpKind.STAGE_BEGIN, sid, 0.0, False, 0.0))
                 self.in_branch = True
                 self.steps(step.steps, body)
                 self.in_branch = False
                 body.append((OpKind.STAGE_END, sid, 0.0, False, 0.0))
+                if gid is not None:
+                    body.append((OpKind.GATE_EXIT, gid, 0.0, False, 0.0))
                 ops.append((OpKind.SPAWN, len(self.branches), 0.0, False, 0.0))
                 self.branches.append((step.kind, step.ready, body))
             else:  # pragma: no cover - the type alias is closed
@@ -711,7 +768,7 @@ class _Templates:
         self, counts: np.ndarray, *, locks: int, gates: int, sandboxes: int
     ) -> MemoryEstimate:
         """What the program takes when template ``t`` serves ``counts[t]`` sandboxes."""
-        ops = branches = stage_ends = 0
+        ops = branches = stage_ends = pool_ops = 0
         depth = 1
         for t, ids in enumerate(self.template_parts):
             times = int(counts[t])
@@ -721,6 +778,7 @@ class _Templates:
                 ops += times * len(part)
                 ends = sum(1 for o in part if o[0] == OpKind.STAGE_END)
                 stage_ends += times * ends
+                pool_ops += times * sum(1 for o in part if o[0] in _POOL_KINDS)
                 depth = max(depth, _stage_depth(part))
         return MemoryEstimate.of(
             sandboxes=sandboxes,
@@ -731,7 +789,12 @@ class _Templates:
             stages=len(self.flat.stage_ids),
             stage_ends=stage_ends,
             max_depth=depth,
+            pool_ops=pool_ops,
         )
+
+
+#: Ops that write the pools' log (one record each at most).
+_POOL_KINDS = frozenset((OpKind.POOL_TRY, OpKind.POOL_ORDER, OpKind.POOL_PUT, OpKind.POOL_TARGET))
 
 
 def _stage_depth(ops: Sequence[_Op]) -> int:

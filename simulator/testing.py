@@ -29,7 +29,7 @@ import pytest
 
 from ._errors import DeadlockError
 from .executors import Executor
-from .program import GateSpec, LockKind, LockSpec, MachineSpec, Program
+from .program import GateSpec, LockKind, LockSpec, MachineSpec, PoolSpec, Program
 from .reference_problems import (
     ReferenceProblem,
     deadlock_program,
@@ -38,9 +38,22 @@ from .reference_problems import (
     mg1_processor_sharing,
     mm1,
     mmc,
+    refilled_pool,
 )
 from .result import Result
-from .steps import Cpu, Hold, SandboxPlan, Sleep, Stage, Zero, compile_program
+from .steps import (
+    Async,
+    Cpu,
+    Hold,
+    Pooled,
+    Refill,
+    Retarget,
+    SandboxPlan,
+    Sleep,
+    Stage,
+    Zero,
+    compile_program,
+)
 
 __all__ = ["ExecutorContract", "assert_same_program", "assert_same_result"]
 
@@ -79,6 +92,12 @@ def assert_same_result(reference: Result, result: Result) -> None:
         assert list(got) == list(want), field
         for name in want:
             assert np.array_equal(got[name], want[name], equal_nan=True), f"{field}[{name}]"
+    assert list(result.pool_timelines) == list(reference.pool_timelines)
+    for name, line in reference.pool_timelines.items():
+        other = result.pool_timelines[name]
+        for array in ("t_s", "event", "ready", "making"):
+            x, y = getattr(line, array), getattr(other, array)
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), f"pool {name}: {array}"
 
 
 @functools.cache
@@ -89,6 +108,8 @@ def _statistical(name: str) -> ReferenceProblem:
         return mm1()
     if name == "M/M/c":
         return mmc()
+    if name == "refilled pool":
+        return refilled_pool(distribution="exponential")
     return mg1_processor_sharing(distribution="hyperexponential")
 
 
@@ -119,6 +140,45 @@ def _mixed_storm() -> Program:
     )
 
 
+def _refilling_storm() -> Program:
+    """Two pools refilled by two workers under RTNL while starts go on, one
+    of them with a target that moves per start (rises by up to two)."""
+    make = (Hold("rtnl", (Cpu(0.003),)), Sleep(0.002))
+    plan: SandboxPlan = (
+        Stage(
+            "net",
+            (
+                Retarget("netns"),
+                Pooled("netns", create=make, fetch=(Sleep(0.0005),)),
+                Async("refill", (Refill("netns", create=make, copies=3),), gate="workers"),
+                Pooled("tap", create=(Hold("rtnl", (Cpu(0.001),)),)),
+                Async(
+                    "refill",
+                    (Refill("tap", create=(Hold("rtnl", (Cpu(0.001),)),)),),
+                    gate="workers",
+                ),
+                Hold("rtnl", (Cpu(0.002),)),
+            ),
+        ),
+    )
+    n = 40
+    program = compile_program(
+        [plan] * n,
+        machine=MachineSpec(cores=2),
+        locks=[LockSpec(name="rtnl")],
+        gates=[GateSpec(name="workers", permits=2)],
+        pools=[
+            PoolSpec(name="netns", capacity=3, memory_mib_per_device=0.5),
+            PoolSpec(name="tap", capacity=2, memory_mib_per_device=0.25),
+        ],
+        arrival_s=np.sort(np.random.default_rng(7).uniform(0.0, 0.3, n)),
+        service_cv=0.3,
+        rng=np.random.default_rng(8),
+    )
+    targets = np.clip(np.arange(n) // 4 - np.arange(n) // 13, 0, None) + 1
+    return program.with_pool_targets({"netns": targets})
+
+
 class ExecutorContract:
     """Subclass as ``Test...`` and override :meth:`make_executor`.
 
@@ -144,7 +204,7 @@ class ExecutorContract:
         problem.check(self.make_executor().run(problem.program))
 
     @pytest.mark.slow
-    @pytest.mark.parametrize("name", ["M/M/1", "M/M/c", "M/G/1-PS"])
+    @pytest.mark.parametrize("name", ["M/M/1", "M/M/c", "M/G/1-PS", "refilled pool"])
     def test_statistical_reference_problem(self, name: str) -> None:
         if not self.statistical:
             pytest.skip("statistical problems are off for this executor class")
@@ -162,6 +222,7 @@ class ExecutorContract:
                 mg1_processor_sharing(distribution="uniform", n=400).program, id="M/G/1-PS small"
             ),
             pytest.param(_mixed_storm(), id="every step kind"),
+            pytest.param(_refilling_storm(), id="refilling pools"),
         ],
     )
     def test_gives_the_reference_result(self, program: Program) -> None:

@@ -14,6 +14,7 @@ taken for a number (YAML's ``true`` is not 1 sandbox).
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -28,9 +29,14 @@ __all__ = [
     "MIN_LEASE_TTL_S",
     "STAGE_NAME_PATTERN",
     "TUNED_CONFIG_SCHEMA_VERSION",
+    "MAX_FOLLOW_WINDOW_S",
+    "MAX_REFILL_CONCURRENCY",
     "AppliedConfig",
     "ConfigOrigin",
+    "FollowRate",
     "NotBool",
+    "PoolRefill",
+    "follow_rate_target",
 ]
 
 TUNED_CONFIG_SCHEMA_VERSION: Literal[1] = 1
@@ -61,6 +67,15 @@ MIN_LEASE_TTL_S = 0.1
 #: Longest lease TTL (s): the worst wait for the permit of a client that died.
 #: An hour is longer than any storm's stage; 1e308 meant "never given back".
 MAX_LEASE_TTL_S = 3600.0
+#: Most devices a node agent creates at once (its refill workers, all pool
+#: kinds together). Each worker holds its own netlink socket and takes RTNL
+#: for every device it makes; past a few the workers only queue on RTNL
+#: (seed 000 §4.1.3: device creation serialises there), so 64 is far past
+#: any useful value while a mistaken 10**6 threads is refused.
+MAX_REFILL_CONCURRENCY = 64
+#: Longest window over which a rate-following pool counts starts (s): an
+#: hour; a day's rhythm is better served by a planner changing the floor.
+MAX_FOLLOW_WINDOW_S = 3600.0
 #: Longest free-text field (a study name, a storage URL).
 _MAX_TEXT_CHARS = 1024
 
@@ -116,6 +131,54 @@ class ConfigOrigin(_Frozen):
     created_at: datetime | None = None
 
 
+class FollowRate(_Frozen):
+    """A pool target that follows the recent start rate: the demand
+    prediction seed 000 (§6) calls for instead of a pool sized for the peak.
+
+    At each start the target of every pooled kind becomes
+    ``max(floor, min(max_devices, ceil(starts * cover_s / window_s)))``:
+    ``starts`` counts the starts in the last ``window_s`` seconds (this one
+    included), ``cover_s`` is how many seconds of starts at that rate the
+    pool keeps ready (about one refill's duration, times a margin), and the
+    floor is the kind's ``pools`` entry. A target that falls lets surplus
+    devices go (they are removed, not handed out).
+    """
+
+    window_s: Annotated[
+        float, NotBool, Field(ge=1.0, le=MAX_FOLLOW_WINDOW_S, allow_inf_nan=False)
+    ] = 60.0
+    cover_s: Annotated[
+        float, NotBool, Field(ge=0.0, le=MAX_FOLLOW_WINDOW_S, allow_inf_nan=False)
+    ] = 10.0
+    max_devices: PoolSize = 1000
+
+
+def follow_rate_target(*, starts: int, rule: FollowRate, floor: int) -> int:
+    """The target a :class:`FollowRate` pool sets after ``starts`` starts in
+    its window (the model and the node agent both call this: one rule)."""
+    wanted = math.ceil(starts * rule.cover_s / rule.window_s - 1e-9)
+    return max(floor, min(rule.max_devices, wanted))
+
+
+class PoolRefill(_Frozen):
+    """How device pools are kept full while starts go on.
+
+    Without it (``pool_refill`` absent) a scenario's pools are made before
+    the storm and never refilled (the papers' setup, the testbed's own
+    pools). With it, every start that takes a device lets a refill worker
+    make another, through the same locks and CPU as the starts: a worker
+    that is free makes a device of a kind whenever the kind's ready devices
+    plus those being made are below its target, and removes ready devices
+    above it. ``concurrency`` is how many workers (devices made at once, all
+    kinds together; the node agent runs one netlink socket per worker).
+    ``follow_rate``: the target follows the start rate instead of staying at
+    the ``pools`` entry.
+    """
+
+    concurrency: Annotated[int, Field(strict=True, ge=1, le=MAX_REFILL_CONCURRENCY)] = 1
+    follow_rate: FollowRate | None = None
+
+
 class AppliedConfig(_Frozen):
     """The settings a storm ran under: a tuned config's fields and rules.
 
@@ -137,6 +200,8 @@ class AppliedConfig(_Frozen):
         Field(default_factory=dict)
     )
     lease_ttl_s: LeaseSeconds = 30.0
+    #: How the pools refill while starts go on (None: made before, never refilled).
+    pool_refill: PoolRefill | None = None
     origin: ConfigOrigin | None = None
 
     def __eq__(self, other: object) -> bool:

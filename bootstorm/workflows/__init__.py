@@ -13,7 +13,9 @@ storm a :class:`StormInterruptedError`.
 - **storms** (:func:`run_storm_here`, :func:`storm_trace`, :func:`candidate_runner`);
 - **validate** (:func:`validate_storm`, :func:`validate_candidates`);
 - **tune** (:func:`tune` and its steps in :mod:`bootstorm.workflows.tuning`);
-- **workload** (:func:`workload`): one node's sandbox starts from an invocation trace.
+- **workload** (:func:`workload`): one node's sandbox starts from an invocation trace;
+- **traffic** (:func:`traffic_what_if`): a scenario run on a workload's
+  starts, with pools that refill, read per window (p99, empty pools, memory).
 
 >>> from bootstorm.workflows import tune, RecordingProgress  # doctest: +SKIP
 >>> outcome = tune(sandboxes=150, ..., progress=RecordingProgress())  # doctest: +SKIP
@@ -62,6 +64,13 @@ if TYPE_CHECKING:
         measure_operations_here,
         run_storm_here,
         storm_trace,
+    )
+    from .traffic import (
+        DEFAULT_WINDOW_S,
+        RefillLoad,
+        TrafficWhatIf,
+        traffic_what_if,
+        workload_scenario,
     )
     from .tuning import CandidatesCompared, TuneOutcome, describe_config, tune
     from .validate import (
@@ -159,11 +168,22 @@ _SOURCES: dict[str, str] = {
     **dict.fromkeys(
         ("WorkloadOutcome", "WorkloadStats", "workload", "workload_stats"), ".workloads"
     ),
+    **dict.fromkeys(
+        (
+            "DEFAULT_WINDOW_S",
+            "RefillLoad",
+            "TrafficWhatIf",
+            "traffic_what_if",
+            "workload_scenario",
+        ),
+        ".traffic",
+    ),
 }
 
 __all__ = [
     "DEFAULT_CHECK_SEEDS",
     "DEFAULT_STORAGE",
+    "DEFAULT_WINDOW_S",
     "Background",
     "BootstrapPrediction",
     "CandidateValidation",
@@ -176,6 +196,7 @@ __all__ = [
     "ProfileFitted",
     "Progress",
     "RecordingProgress",
+    "RefillLoad",
     "SearchRun",
     "SilentProgress",
     "StormInterruptedError",
@@ -183,6 +204,7 @@ __all__ = [
     "SweepOutcome",
     "Tone",
     "TraceFit",
+    "TrafficWhatIf",
     "TuneOutcome",
     "WhatIf",
     "WorkloadOutcome",
@@ -212,11 +234,13 @@ __all__ = [
     "storm_trace",
     "study_spec",
     "sweep_grid",
+    "traffic_what_if",
     "tune",
     "validate_candidates",
     "validate_storm",
     "what_if",
     "workload",
+    "workload_scenario",
     "workload_stats",
 ]
 

@@ -3,6 +3,7 @@ and a what-if grid on Dask (``sweep``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -91,13 +92,19 @@ def study_spec(
     sampler_seed: int,
     heartbeat_s: float,
     executor: str,
+    refill: bool = False,
+    max_pool: int | None = None,
 ) -> StudySpec:
     """The study of a search on ``base``: the default space over ``stages``
     and ``pools`` (comma-separated names, ``all``, or None for the defaults),
     kept in ``storage`` (:data:`DEFAULT_STORAGE`, ``memory``, a journal file
-    or a database URL). Everything is checked before a study is made."""
+    or a database URL). ``refill``: the pools refill while starts go on, and
+    the search also chooses how (workers, a static or a rate-following
+    target: :class:`~bootstorm.optimizers.RefillSpace`); ``max_pool``: the
+    largest pool searched (default: the storm's size). Everything is checked
+    before a study is made."""
     from ..models import load_profile, scenario_pool_kinds, scenario_stages
-    from ..optimizers import Constraints, SearchSpace, StudySpec
+    from ..optimizers import Constraints, IntRange, RefillSpace, SearchSpace, StudySpec
     from ..optimizers._storage import is_url, prepare_journal
 
     space = SearchSpace.default(
@@ -107,6 +114,16 @@ def study_spec(
         stages=_names("stages", stages, scenario_stages(base.cni)),
         pool_kinds_searched=_names("pools", pools, scenario_pool_kinds(base.cni)) or (),
     )
+    if max_pool is not None:
+        space = dataclasses.replace(
+            space,
+            pools={
+                k: IntRange(low=r.low, high=max(min(r.high, max_pool), r.low), log=r.log)
+                for k, r in space.pools.items()
+            },
+        )
+    if refill:
+        space = dataclasses.replace(space, refill=RefillSpace())
     if storage == DEFAULT_STORAGE:
         journal = default_study_storage()
         try:

@@ -43,6 +43,9 @@ def test_op_and_lock_kinds_are_pinned() -> None:
         "JUMP": 11,
         "SPAWN": 12,
         "GUEST_CPU": 13,
+        "POOL_ORDER": 14,
+        "POOL_PUT": 15,
+        "POOL_TARGET": 16,
     }
     assert {k.name: k.value for k in LockKind} == {"MUTEX": 0, "SPIN": 1, "RW": 2}
 

@@ -1,0 +1,190 @@
+"""Pools that refill while starts go on: a scenario's ``pool_refill`` in its program.
+
+Every family builds its plans with :class:`~bootstorm.simulator.Pooled`
+steps (take a ready device, else make one). With a
+:class:`~bootstorm.models.PoolRefill`, :func:`with_refill` adds after each
+pooled step a refill branch per pooled kind the step may take: a refill
+worker's turn (:class:`~bootstorm.simulator.Refill`) that makes a device
+with the very steps a start that finds the pool empty runs (the same RTNL
+holds, CPU and daemon round trips) if the kind's ready devices plus those
+being made are below its target. The branches run inside one gate of
+``concurrency`` permits, the refill workers, and count as the stage
+:data:`REFILL`. That is the node agent's loop
+(``validation/agent/_pools.py``), so the model and the agent refill alike.
+
+A rate-following pool (``follow_rate``) sets its target at each start
+(:class:`~bootstorm.simulator.Retarget` before the pooled step) from the
+starts in the window before it (:func:`pool_targets`, the rule of
+:func:`~bootstorm.models.follow_rate_target` that the agent also calls).
+The model counts a start at its arrival; the agent counts it when the
+sandbox asks for its first pooled device, a stage later: the model's target
+moves that much earlier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+
+from ..simulator import (
+    Async,
+    CyclicPlans,
+    Hold,
+    Pooled,
+    Refill,
+    Retarget,
+    SandboxPlan,
+    Step,
+)
+from .tuned import PoolRefill, follow_rate_target
+
+__all__ = ["REFILL", "pool_targets", "refill_copies", "with_refill"]
+
+#: The refill workers' gate, and the stage their branches count as.
+REFILL = "pool-refill"
+
+
+def pool_targets(
+    arrival_s: npt.ArrayLike | None,
+    *,
+    sandboxes: int,
+    pools: Mapping[str, int],
+    refill: PoolRefill,
+) -> dict[str, npt.NDArray[np.int64]]:
+    """Each pooled kind's target at each sandbox's start (sandbox order).
+
+    Without ``follow_rate`` the targets are the ``pools`` entries. With it,
+    sandbox ``i``'s start sets ``follow_rate_target(starts, ...)``, where
+    ``starts`` counts the starts in the window ending at its arrival, itself
+    and the starts before it at the same time included (the order the
+    executors start them: by time, then by sandbox).
+    """
+    rule = refill.follow_rate
+    if rule is None:
+        return {k: np.full(sandboxes, n, dtype=np.int64) for k, n in pools.items() if n > 0}
+    times = np.zeros(sandboxes) if arrival_s is None else np.asarray(arrival_s, dtype=np.float64)
+    order = np.argsort(times, kind="stable")
+    ordered = times[order]
+    # Starts at or before this one that are still inside the window (t - window, t].
+    since = np.searchsorted(ordered, ordered - rule.window_s, side="right")
+    in_window = np.arange(1, sandboxes + 1, dtype=np.int64) - since
+    # The rule per distinct count (a handful), not per start.
+    counts, where = np.unique(in_window, return_inverse=True)
+    out = {}
+    for kind, floor in pools.items():
+        if floor <= 0:
+            continue
+        per_count = np.array(
+            [follow_rate_target(starts=int(c), rule=rule, floor=floor) for c in counts.tolist()],
+            dtype=np.int64,
+        )
+        target = np.empty(sandboxes, dtype=np.int64)
+        target[order] = per_count[where.reshape(-1)]
+        out[kind] = target
+    return out
+
+
+def refill_copies(
+    targets: Mapping[str, npt.NDArray[np.int64]],
+    *,
+    arrival_s: npt.ArrayLike | None,
+    initial: Mapping[str, int],
+) -> int:
+    """Turns a start's refill branch needs: one for the device it took, plus
+    the most any kind's target rose at one start (in start order)."""
+    if not targets:
+        return 1
+    n = len(next(iter(targets.values())))
+    times = np.zeros(n) if arrival_s is None else np.asarray(arrival_s, dtype=np.float64)
+    order = np.argsort(times, kind="stable")
+    rise = 0
+    for kind, target in targets.items():
+        ordered = np.concatenate(([initial[kind]], target[order]))
+        rise = max(rise, int(np.diff(ordered).max(initial=0)))
+    return 1 + rise
+
+
+def with_refill(
+    plans: Sequence[SandboxPlan],
+    *,
+    pooled: Collection[str],
+    follow: bool,
+    copies: int,
+) -> Sequence[SandboxPlan]:
+    """``plans`` with a refill branch after each pooled step, for each kind of
+    ``pooled`` it may take (its own and any nested in its creation: a
+    ``netns-veth`` falls back to the ``netns`` pool), and with ``follow`` a
+    :class:`Retarget` of each such kind before it."""
+    memo: dict[SandboxPlan, SandboxPlan] = {}
+
+    def plan(p: SandboxPlan) -> SandboxPlan:
+        done = memo.get(p)
+        if done is None:
+            done = memo[p] = tuple(
+                replace(stage, steps=_steps(stage.steps, pooled, follow, copies)) for stage in p
+            )
+        return done
+
+    if isinstance(plans, CyclicPlans):
+        cycled: Sequence[SandboxPlan] = CyclicPlans(
+            [plan(p) for p in plans.plans], sandboxes=len(plans)
+        )
+        return cycled
+    return [plan(p) for p in plans]
+
+
+def _steps(
+    steps: tuple[Step, ...], pooled: Collection[str], follow: bool, copies: int
+) -> tuple[Step, ...]:
+    out: list[Step] = []
+    for step in steps:
+        kinds = [k for k in _pool_kinds(step) if k in pooled] if isinstance(step, Pooled) else []
+        if not kinds:
+            out.append(step)
+            continue
+        if follow:
+            out.extend(Retarget(k) for k in kinds)
+        out.append(step)
+        for kind in kinds:
+            make = _creation(step, kind)
+            out.append(Async(REFILL, (Refill(kind, create=make, copies=copies),), gate=REFILL))
+    return tuple(out)
+
+
+def _pool_kinds(step: Step) -> list[str]:
+    """The pools ``step`` may take from, outermost first."""
+    if isinstance(step, Pooled):
+        found = [step.pool]
+        for inner in (*step.create, *step.fetch):
+            found += [k for k in _pool_kinds(inner) if k not in found]
+        return found
+    if isinstance(step, Hold):
+        return [k for inner in step.body for k in _pool_kinds(inner)]
+    return []
+
+
+def _creation(step: Pooled, kind: str) -> tuple[Step, ...]:
+    """What making a device of ``kind`` costs: the creation of the pooled step
+    that takes it, with any pool nested in it replaced by its own creation
+    (a refill worker makes, it does not take)."""
+    if step.pool == kind:
+        return _unpooled(step.create)
+    for inner in step.create:
+        if isinstance(inner, Pooled) and kind in _pool_kinds(inner):
+            return _creation(inner, kind)
+    raise ValueError(f"pool {kind!r} is not taken in {step!r}")  # pragma: no cover
+
+
+def _unpooled(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+    out: list[Step] = []
+    for step in steps:
+        if isinstance(step, Pooled):
+            out.extend(_unpooled(step.create))
+        elif isinstance(step, Hold):
+            out.append(replace(step, body=_unpooled(step.body)))
+        else:
+            out.append(step)
+    return tuple(out)
