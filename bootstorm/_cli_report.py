@@ -4,14 +4,17 @@ recorded storm or a study."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ._io import check_output_path, terminal_console
-from ._options import scenario_from_options
+from ._options import check_input_file, scenario_from_options
 from ._params import short_repr
 from .models import ConfigError
+
+if TYPE_CHECKING:
+    from .models import Scenario
 
 __all__ = ["report_cmd"]
 
@@ -33,6 +36,16 @@ StudyNameOption = Annotated[
 CniOption = Annotated[str | None, typer.Option(help="As for simulate.")]
 SandboxesOption = Annotated[int | None, typer.Option(help="As for simulate.")]
 ProfileOption = Annotated[str | None, typer.Option(help="As for simulate.")]
+WorkloadOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Report the scenario on this workload's starts (bootstorm workload --output): "
+        "starts per second, pool levels, p99 per window, memory held."
+    ),
+]
+ConfigOption = Annotated[
+    Path | None, typer.Option(help="Apply a tuned config (bootstorm optimize --output).")
+]
 
 
 def report_cmd(
@@ -42,16 +55,30 @@ def report_cmd(
     cni: CniOption = None,
     sandboxes: SandboxesOption = None,
     profile: ProfileOption = None,
+    workload: WorkloadOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Write one self-contained HTML report (opens offline): timeline, stage
-    breakdown, locks, CPU; for a study, its history and Pareto front."""
+    breakdown, locks, CPU; for a study, its history and Pareto front; for a
+    workload (or a study searched on one), its traffic timeline."""
     from .report import write_report
 
     check_output_path("output", output)
     title: str
     kw: dict[str, Any]
-    if source is not None and ("://" in source or source.endswith(".log")):
+    is_study = source is not None and ("://" in source or source.endswith(".log"))
+    if workload is not None and (is_study or (source or "").endswith((".jsonl", ".jsonl.gz"))):
+        raise ConfigError("workload: for a scenario only (a study brings its own workload)")
+    if config is not None and workload is None:
+        raise ConfigError("config: goes with --workload (a tuned config applied to its traffic)")
+    check_input_file("config", config)
+    if is_study:
+        assert source is not None
         title, kw = _study(source, study_name)
+    elif workload is not None:
+        title, kw = _traffic(
+            source, workload, config, cni=cni, sandboxes=sandboxes, profile=profile
+        )
     elif source is not None and source.endswith((".jsonl", ".jsonl.gz")):
         title, kw = _recorded(Path(source))
     else:
@@ -109,11 +136,78 @@ def _study(source: str, study_name: str | None) -> tuple[str, dict[str, Any]]:
             f"from {short_repr(source)}: {short_repr(str(exc))}"
         ) from None
     searched = searched_scenario(study)
-    return f"study {study.study_name}", {
+    kw: dict[str, Any] = {
         "study": study,
         "facts": [("trials", str(len(study.trials)))],
         "caveats": caveats(searched) if searched is not None else (),
     }
+    chosen = _chosen_traffic_trial(study)
+    if chosen is not None:
+        from .simulator.timeline import windows
+        from .workflows import DEFAULT_WINDOW_S, what_if
+
+        trial, scenario = chosen
+        result = what_if(scenario).result
+        kw["traffic"] = (result, windows(result, window_s=DEFAULT_WINDOW_S))
+        kw["facts"].append(("traffic timeline", f"trial {trial} (least memory that is feasible)"))
+    return f"study {study.study_name}", kw
+
+
+def _chosen_traffic_trial(study: Any) -> tuple[int, Scenario] | None:
+    """For a study searched on a workload's starts: the trial ``optimize``
+    writes (the feasible one best by the first objective) and its storm; None
+    for a study of a storm released at once, or with no feasible trial."""
+    from optuna.trial import TrialState
+
+    from .optimizers import trial_scenario
+    from .optimizers._study import _SPEC_ATTR, _recorded_scenario
+
+    record = study.user_attrs.get(_SPEC_ATTR)
+    if record is None:
+        return None
+    scenario = _recorded_scenario(study.study_name, record)
+    if scenario.arrival_s is None:
+        return None
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if all(c <= 0.0 for c in t.system_attrs.get("constraints", ()))
+    ]
+    if not done:
+        return None
+    best = min(done, key=lambda t: (t.values[0], t.number))
+    return best.number, trial_scenario(scenario, best)
+
+
+def _traffic(
+    source: str | None,
+    workload: Path,
+    config: Path | None,
+    **options: Any,
+) -> tuple[str, dict[str, Any]]:
+    """A scenario on a workload's starts: its title and report sections."""
+    from ._options import load_workload
+    from .workflows import traffic_what_if
+
+    starts = load_workload("workload", workload)
+    if options.get("sandboxes") is not None:
+        raise ConfigError("sandboxes: not with --workload (its starts are the sandboxes)")
+    scenario = scenario_from_options(Path(source) if source is not None else None, **options)
+    if config is not None:
+        scenario = scenario.replace(config=config)
+    what = traffic_what_if(scenario, starts)
+    r = what.result
+    facts = [
+        ("workload", f"{what.source}: {r.n_sandboxes:,} starts"),
+        (f"p99 per {what.window_s:g}-s window", f"median {what.p99_window_median_s:.2f} s"),
+        ("starts that found a pool empty", f"{r.empty_starts:,}"),
+        (
+            "memory held (mean / MiB·h)",
+            f"{r.pool_mean_memory_mib:,.1f} MiB / {what.memory_mib_h:,.2f}",
+        ),
+    ]
+    title = f"{scenario.cni} on {what.source} ({scenario.profile})"
+    return title, {"result": r, "facts": facts, "traffic": (r, what.windows)}
 
 
 def _recorded(path: Path) -> tuple[str, dict[str, Any]]:

@@ -13,7 +13,13 @@ import typer
 from rich.table import Table
 
 from ._io import check_output_path, terminal_console
-from ._options import check_count, check_directory, check_url
+from ._options import (
+    check_count,
+    check_directory,
+    check_finite,
+    check_url,
+    testbed_arrivals,
+)
 from .models import ConfigError
 from .models._errors import format_validation_error
 
@@ -36,7 +42,34 @@ MAX_VM_MEMORY_MIB = 1 << 20
 MAX_LOCK_SPANS = 10_000_000
 
 
-RunSandboxesOption = Annotated[int, typer.Option(help="Sandboxes started at once.")]
+#: Sandboxes of a storm started at once when neither --sandboxes nor --workload is given.
+DEFAULT_SANDBOXES = 8
+
+RunSandboxesOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Sandboxes started at once [default: 8]; with --workload, one per start "
+        "(leave it out, or give the workload's number of starts).",
+        show_default=False,
+    ),
+]
+RunWorkloadOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Start the sandboxes on this workload's schedule (a .csv workload file "
+        "from bootstorm workload -o): one sandbox per start, at its time after the "
+        "storm's origin; its startup counts from that time.",
+    ),
+]
+RunLifetimeOption = Annotated[
+    float | None,
+    typer.Option(
+        "--lifetime-s",
+        help="Stop each sandbox's VM this many seconds after it came up, so that a long "
+        "workload holds a bounded number of VMs [default: until the storm ends].",
+        show_default=False,
+    ),
+]
 RunConfigOption = Annotated[
     Path | None,
     typer.Option(
@@ -134,7 +167,9 @@ RunAsJsonOption = Annotated[
 
 @testbed_app.command("run")
 def run_cmd(
-    sandboxes: RunSandboxesOption = 8,
+    sandboxes: RunSandboxesOption = None,
+    workload: RunWorkloadOption = None,
+    lifetime_s: RunLifetimeOption = None,
     config: RunConfigOption = None,
     trace: RunTraceOption = None,
     chrome: RunChromeOption = None,
@@ -156,7 +191,8 @@ def run_cmd(
     cni_check: RunCniCheckOption = False,
     as_json: RunAsJsonOption = False,
 ) -> None:
-    """Start SANDBOXES sandboxes at once and print makespan, startup, stages and RTNL contention."""
+    """Start SANDBOXES sandboxes at once, or on a workload's schedule, and print
+    makespan, startup, stages and RTNL contention."""
     from pydantic import ValidationError
 
     from ._render_node import RichProgress, print_testbed_storm, testbed_storm_record
@@ -164,6 +200,7 @@ def run_cmd(
     from .traces import write_trace
     from .validation.recording import write_chrome_trace
     from .validation.testbed import StormOptions
+    from .validation.testbed.options import MAX_SCHEDULE_S
     from .workflows import agent_admission, run_storm_here
 
     console = terminal_console()
@@ -177,6 +214,12 @@ def run_cmd(
     check_url("agent", agent)
     check_count("vm_memory_mib", vm_memory_mib, low=16, high=MAX_VM_MEMORY_MIB)
     check_count("max_lock_spans", max_lock_spans, low=0, high=MAX_LOCK_SPANS)
+    check_finite("lifetime_s", lifetime_s, low=0.0, high=MAX_SCHEDULE_S)
+    arrival_s = testbed_arrivals(workload, sandboxes) if workload is not None else None
+    if arrival_s is not None:
+        sandboxes = len(arrival_s)
+    elif sandboxes is None:
+        sandboxes = DEFAULT_SANDBOXES
     if runtime == "cni" and not peer_in_netns:
         raise ConfigError(
             "peer_in_netns: --peer-moved applies to runtime threads only (runtime cni: the "
@@ -186,6 +229,8 @@ def run_cmd(
     try:
         options = StormOptions(
             sandboxes=sandboxes,
+            arrival_s=arrival_s,
+            lifetime_s=lifetime_s,
             endpoint=cast(Any, endpoint),  # StormOptions validates the name
             peer="in-netns" if peer_in_netns else "moved",
             netprio_ifpriomap=netprio_ifpriomap,
@@ -210,7 +255,7 @@ def run_cmd(
     if trace is not None:
         write_trace(result.trace, trace)
     if chrome is not None:
-        write_chrome_trace(chrome, result.trace, title=f"testbed {sandboxes} sandboxes")
+        write_chrome_trace(chrome, result.trace, title=f"testbed {options.sandboxes} sandboxes")
     if as_json:
         record = testbed_storm_record(result)
         sys.stdout.write(json.dumps(record, allow_nan=False, default=str) + "\n")
@@ -322,10 +367,11 @@ def measure_ops_cmd(
     output: MeasureOutputOption = None,
     as_json: MeasureAsJsonOption = False,
 ) -> None:
-    """Time each testbed operation alone (serial, idle host) and derive the catalog's costs."""
+    """Time each testbed operation alone (serial, idle host), measure the memory a
+    pooled device holds, and derive the catalog's costs."""
     from ._io import write_atomically
     from ._render_node import RichProgress
-    from .calibration.measured_ops import testbed_costs_from
+    from .calibration.measured_ops import POOL_MEMORY_PATH, testbed_costs_from
     from .workflows.storms import check_measure_options, measure_operations_here
 
     check_measure_options(repeats=repeats, warmup=warmup)
@@ -345,6 +391,11 @@ def measure_ops_cmd(
                 t.name: {"median_s": t.median_s, "q25_s": t.q25_s, "q75_s": t.q75_s}
                 for t in times.timings
             },
+            # Per device, MiB: what the catalog's testbed.pool_device_mib takes.
+            "pool_memory": {
+                m.kind: {"median_mib": m.median_mib, "q25_mib": m.q25_mib, "q75_mib": m.q75_mib}
+                for m in times.pool_memory
+            },
             "costs": {path: dataclasses.asdict(c) for path, c in costs.items()},
         }
         sys.stdout.write(json.dumps(payload, allow_nan=False) + "\n")
@@ -360,13 +411,43 @@ def measure_ops_cmd(
     for t in times.timings:
         table.add_row(t.name, _op_ms(t.median_s), _op_ms(t.q25_s), _op_ms(t.q75_s))
     console.print(table)
-    derived = Table(title="derived testbed costs")
+    if times.pool_memory:
+        first = times.pool_memory[0]
+        memory = Table(
+            title=f"memory of one pooled device: batches of {first.devices}, "
+            f"{first.rounds} rounds after {first.warmup} warm-up"
+        )
+        memory.add_column("kind")
+        for column in ("median KiB", "q25 KiB", "q75 KiB", "MemAvailable KiB", "Slab KiB"):
+            memory.add_column(column, justify="right")
+        for m in times.pool_memory:
+            memory.add_row(
+                m.kind,
+                *(
+                    f"{x * 1024:,.1f}"
+                    for x in (
+                        m.median_mib,
+                        m.q25_mib,
+                        m.q75_mib,
+                        m.per_device_mib(figure="mem_available_drop_kib"),
+                        m.per_device_mib(figure="slab_growth_kib"),
+                    )
+                ),
+            )
+        console.print(memory)
+    derived = Table(title="derived testbed costs (memory: MiB)")
     derived.add_column("cost")
     for column in ("value ms", "low ms", "high ms"):
         derived.add_column(column, justify="right")
     derived.add_column("how")
     for path, c in costs.items():
-        derived.add_row(path, _op_ms(c.value), _op_ms(c.low), _op_ms(c.high), c.how)
+        # A pooled device's memory is MiB, not seconds: shown as it is.
+        shown = (
+            (f"{x:.4f}" for x in (c.value, c.low, c.high))
+            if path.startswith(POOL_MEMORY_PATH)
+            else (_op_ms(x) for x in (c.value, c.low, c.high))
+        )
+        derived.add_row(path, *shown, c.how)
     console.print(derived)
     for note in times.notes:
         console.print(f"[dim]note: {note}[/]")

@@ -11,13 +11,29 @@ from typing import Annotated
 import typer
 
 from ._io import terminal_console
-from ._options import EXECUTOR_OPTION, RUNTIME_OPTION, RuntimeName
+from ._options import (
+    EXECUTOR_OPTION,
+    RUNTIME_OPTION,
+    RuntimeName,
+    check_finite,
+    testbed_arrivals,
+)
+from .models import ConfigError
 from .simulator import ExecutorName
 
 __all__ = ["validate_cmd"]
 
 
-SandboxesOption = Annotated[int, typer.Option(help="Sandboxes the testbed starts at once.")]
+#: Sandboxes of the storm when neither --sandboxes nor --workload says.
+DEFAULT_SANDBOXES = 100
+SandboxesOption = Annotated[
+    int | None,
+    typer.Option(
+        help=f"Sandboxes the testbed starts at once [default: {DEFAULT_SANDBOXES}]; with "
+        "--workload, its starts (leave it out or give their number).",
+        show_default=False,
+    ),
+]
 ConfigOption = Annotated[
     Path | None, typer.Option(help="Tuned config: stage limits and pools, both sides.")
 ]
@@ -103,10 +119,26 @@ AgentOption = Annotated[
 ]
 TokenFileOption = Annotated[Path | None, typer.Option(help="The agent's bearer token.")]
 AsJsonOption = Annotated[bool, typer.Option("--json", help="One JSON object.")]
+WorkloadOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Start the storm's sandboxes on this workload's schedule (bootstorm workload -o; "
+        "one sandbox per start) and compare it as traffic: p99 per 60-s window, empty-pool "
+        "takes, idle pooled device-seconds."
+    ),
+]
+LifetimeOption = Annotated[
+    float | None,
+    typer.Option(
+        "--lifetime-s",
+        help="With --workload: stop each VM this many seconds after it came up.",
+        show_default=False,
+    ),
+]
 
 
 def validate_cmd(
-    sandboxes: SandboxesOption = 100,
+    sandboxes: SandboxesOption = None,
     config: ConfigOption = None,
     candidates: CandidatesOption = None,
     baseline: BaselineOption = True,
@@ -127,8 +159,13 @@ def validate_cmd(
     as_json: AsJsonOption = False,
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
     runtime: Annotated[RuntimeName, RUNTIME_OPTION] = "cni",
+    workload: WorkloadOption = None,
+    lifetime_s: LifetimeOption = None,
 ) -> None:
     """Run the storm on this host (root), simulate it, print predicted vs measured.
+
+    With --workload: the storm starts on the workload's schedule, and is
+    compared as traffic (p99 per window, empty-pool starts, pooled memory).
 
     With --candidates: whether the model ranks tuned configs as this host
     does. Run them here (root), or give --measured-dir DIR (no root) with
@@ -149,6 +186,24 @@ def validate_cmd(
         validate_storm,
     )
 
+    arrival_s = None
+    if workload is not None:
+        from .validation.testbed.options import MAX_SCHEDULE_S
+
+        check_finite("lifetime-s", lifetime_s, low=0.0, high=MAX_SCHEDULE_S)
+        if candidates:
+            raise ConfigError("workload: not with --candidates (one config on a schedule)")
+        if measured or measured_dir is not None:
+            raise ConfigError(
+                "workload: not with --measured (a recorded storm brings its own schedule: "
+                "--measured alone compares one recorded on a workload as traffic)"
+            )
+        arrival_s = testbed_arrivals(workload, sandboxes)
+        sandboxes = len(arrival_s)
+    elif lifetime_s is not None:
+        raise ConfigError("lifetime-s: goes with --workload")
+    if sandboxes is None:
+        sandboxes = DEFAULT_SANDBOXES
     check_validate_options(
         candidates=candidates,
         config=config,
@@ -225,6 +280,8 @@ def validate_cmd(
         executor=executor,
         runtime=runtime,
         progress=progress,
+        arrival_s=arrival_s,
+        lifetime_s=lifetime_s,
     )
     if as_json:
         sys.stdout.write(json.dumps(outcome.to_dict()) + "\n")

@@ -32,6 +32,7 @@ __all__ = [
     "pairs",
     "pool_refill_from_options",
     "scenario_from_options",
+    "testbed_arrivals",
 ]
 
 #: The testbed's runtimes: ``threads`` (the harness's thread per sandbox does
@@ -121,6 +122,41 @@ def load_workload(field: str, path: Path) -> Workload:
     if len(workload) == 0:
         raise ConfigError(format_problem(field, "holds no sandbox start", shown_path(path)))
     return workload
+
+
+def testbed_arrivals(path: Path, sandboxes: int | None) -> tuple[float, ...]:
+    """The start times of the workload file at ``path``, one per sandbox of a
+    real storm, checked before it: a missing file, one that is not a
+    workload, an empty one or one of more starts than a storm takes is one
+    line naming ``workload`` (or ``sandboxes`` when it disagrees)."""
+    from .traces.files import shown_path
+    from .validation.testbed.options import MAX_SCHEDULE_S
+
+    starts = [float(t) for t in load_workload("workload", path).starts.tolist()]
+    shown = shown_path(path)
+    most = max_testbed_sandboxes()
+    if len(starts) > most:
+        raise ConfigError(
+            format_problem(
+                "workload",
+                f"holds {len(starts):,} starts, more than the {most:,} sandboxes a storm starts",
+                shown,
+            )
+        )
+    if not 0.0 <= starts[0] <= starts[-1] <= MAX_SCHEDULE_S:
+        bad = starts[0] if starts[0] < 0.0 else starts[-1]
+        raise ConfigError(
+            format_problem("workload", f"a start time must be in 0..{MAX_SCHEDULE_S:,.0f} s", bad)
+        )
+    if sandboxes is not None and sandboxes != len(starts):
+        raise ConfigError(
+            format_problem(
+                "sandboxes",
+                f"must be left out or equal the workload's {len(starts)} starts",
+                sandboxes,
+            )
+        )
+    return tuple(starts)
 
 
 def pool_refill_from_options(

@@ -444,6 +444,10 @@ def print_testbed_storm(
     )
     for stage, mean in s.stage_mean_s.items():
         table.add_row(f"  {stage} mean", f"{ms(mean)} ms")
+    if s.schedule_span_s > 0.0:  # a workload's schedule (startup counts from each arrival)
+        table.add_row("schedule span", f"{s.schedule_span_s:,.3f} s")
+    if s.schedule_span_s > 0.0 or s.pool_takes:
+        table.add_row("empty-pool starts", f"{s.empty_pool_starts} / {s.sandboxes}")
     if h.kernel_trace is not None:
         table.add_row("RTNL contention: waits", str(s.rtnl.waits))
         table.add_row("RTNL contention: total wait", f"{ms(s.rtnl.wait_s)} ms")

@@ -10,7 +10,10 @@ opens offline and can be mailed to a colleague:
 - the **CPU timeline**: busy and spinning cores, and the memory bandwidth
   zeroing takes (seed 000 Fig. 10c);
 - for an Optuna **study**: the optimisation history, parameter importances
-  and, with two objectives, the Pareto front.
+  and, with two objectives, the Pareto front;
+- for **traffic** (starts on a workload's schedule, pools that refill): starts
+  per second, each pool's ready devices, p50/p99 startup per window and the
+  memory the idle devices held, on one time axis.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from .simulator import LockStats, Recording, Result
 
 if TYPE_CHECKING:
     from .calibration import KnownMiss
+    from .simulator.timeline import Window
 
 __all__ = [
     "breakdown_figure",
@@ -43,8 +47,13 @@ __all__ = [
     "stage_comparison_figure",
     "study_figures",
     "timeline_figure",
+    "traffic_figure",
     "write_report",
 ]
+
+#: Points per pool-level line in the traffic figure: enough for a day in
+#: 30-s steps without a page of megabytes.
+MAX_LEVEL_POINTS = 3000
 
 # Enough rows to see the shape of a storm without a multi-megabyte page.
 MAX_TIMELINE_ROWS = 200
@@ -565,6 +574,65 @@ def _candidates(rows: Sequence[Any]) -> str:
     )
 
 
+def traffic_figure(result: Result, windows: Sequence[Window]) -> Any:
+    """Starts per second, ready devices per pool, p50/p99 startup per window
+    and memory held, stacked on one time axis (s from the first start)."""
+    go = _go()
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(
+        rows=4,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.04,
+        subplot_titles=(
+            "starts per second (per window)",
+            "ready devices",
+            "startup per window (s)",
+            "memory held by idle devices (MiB)",
+        ),
+    )
+    mid = [(w.start_s + w.end_s) / 2 for w in windows]
+    rate = [w.starts / (w.end_s - w.start_s) if w.end_s > w.start_s else 0.0 for w in windows]
+    fig.add_trace(go.Bar(x=mid, y=rate, name="starts/s", marker_color=_PALETTE[0]), row=1, col=1)
+    end = max([result.horizon_s, *(w.end_s for w in windows)])
+    grid = np.linspace(0.0, end, min(MAX_LEVEL_POINTS, max(2, len(windows) * 20)))
+    for k, (kind, line) in enumerate(result.pool_timelines.items()):
+        fig.add_trace(
+            go.Scatter(
+                x=grid,
+                y=line.ready_at(grid),
+                name=f"{kind} ready",
+                line={"shape": "hv", "color": _PALETTE[(k + 1) % len(_PALETTE)]},
+            ),
+            row=2,
+            col=1,
+        )
+    for name, values, color in (
+        ("p50", [w.p50_s for w in windows], _PALETTE[2]),
+        ("p99", [w.p99_s for w in windows], _PALETTE[3]),
+    ):
+        fig.add_trace(
+            go.Scatter(x=mid, y=values, name=name, mode="lines+markers", line={"color": color}),
+            row=3,
+            col=1,
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=mid,
+            y=[w.memory_mib for w in windows],
+            name="MiB held",
+            fill="tozeroy",
+            line={"color": _PALETTE[4]},
+        ),
+        row=4,
+        col=1,
+    )
+    fig.update_xaxes(title_text="s", row=4, col=1)
+    fig.update_layout(height=900, legend={"orientation": "h"})
+    return fig
+
+
 def report_html(
     *,
     title: str,
@@ -575,8 +643,12 @@ def report_html(
     caveats: Sequence[KnownMiss] = (),
     unidentified: Sequence[Any] = (),
     candidates: Sequence[Any] = (),
+    traffic: tuple[Result, Sequence[Window]] | None = None,
 ) -> str:
     """The report as one HTML document (plotly.js embedded once).
+
+    ``traffic``: a run on a workload's schedule and its windows
+    (:func:`bootstorm.simulator.timeline.windows`), drawn by :func:`traffic_figure`.
 
     ``caveats``: the known misses the what-if rests on
     (:func:`bootstorm.calibration.caveats`), shown under the headline;
@@ -586,9 +658,11 @@ def report_html(
     ``name``, ``measured_makespan_s``, ``predicted_makespan_s``,
     ``makespan_error``, ``measured_mean_s``, ``predicted_mean_s``,
     ``mean_error``, as ``bootstorm tune`` and ``validate --candidates`` make)."""
-    if recording is None and study is None and not candidates:
+    if recording is None and study is None and not candidates and traffic is None:
         raise ValueError("a report needs a recorded storm, a study, candidates, or more")
     sections: list[tuple[str, Any]] = []
+    if traffic is not None:
+        sections.append(("Traffic", traffic_figure(*traffic)))
     if recording is not None:
         sections += [
             ("Timeline", timeline_figure(recording)),

@@ -7,21 +7,28 @@ quartiles become costs of the catalog (``models/testbed.py``), each a
 (:mod:`.trace_fit`) and a calibration plan (:mod:`.plan`) weigh them as rows
 of their own: a what-if along these costs rests on a measurement instead of a
 start value.
+
+The memory one pooled device holds (the memory available, dropped over a
+batch of them, :class:`~bootstorm.traces.operations.PoolDeviceMemory`) becomes
+``testbed.pool_device_mib.<kind>``, in MiB: no storm sees it, so no fit
+weighs it; :func:`pool_memory_of` picks it out for the profile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..traces.operations import OperationTimes
+from ..traces.operations import OperationTimes, PoolDeviceMemory
 
 __all__ = [
     "CLIP_S",
+    "POOL_MEMORY_PATH",
     "RTNL_NETNS_HOLD_DEFAULT_S",
     "MeasuredCost",
+    "pool_memory_of",
     "testbed_costs_from",
 ]
 
@@ -31,12 +38,15 @@ CLIP_S = 1e-6
 #: the rest of ``unshare`` by timing it from user space, so the fit's start
 #: value (:func:`.trace_fit.testbed_template`) is subtracted.
 RTNL_NETNS_HOLD_DEFAULT_S = 5e-4
+#: Where the memory of one pooled device goes in the catalog, ``<kind>`` appended.
+POOL_MEMORY_PATH = "testbed.pool_device_mib."
 
 
 @dataclass(frozen=True, kw_only=True)
 class MeasuredCost:
     """One cost of the testbed catalog, as measured: ``value`` from medians,
-    ``low``/``high`` from the quartiles (all seconds), and ``how`` in one line.
+    ``low``/``high`` from the quartiles (all seconds; MiB for the memory of a
+    pooled device, ``testbed.pool_device_mib.<kind>``), and ``how`` in one line.
 
     ``path`` is the catalog's (``testbed.<field>``); ``testbed.vm_boot_total_s``
     is no field but the sum ``vm_boot_cpu_s + vm_boot_s`` a fit must respect."""
@@ -257,7 +267,45 @@ def testbed_costs_from(times: OperationTimes) -> dict[str, MeasuredCost]:
             f"vm_up − vm_spawn ({times.vm_mode}; the sum vm_boot_cpu_s + vm_boot_s; {_DIFF})",
         ),
     )
+    for memory in times.pool_memory:
+        path = f"{POOL_MEMORY_PATH}{memory.kind}"
+        out[path] = _memory_cost(path, memory)
     return out
+
+
+def _memory_cost(path: str, m: PoolDeviceMemory) -> MeasuredCost:
+    """The memory of one pooled device: what a batch held per device
+    (MemAvailable's drop with the per-CPU free lists'), median over the
+    rounds, quartiles as low/high, MiB (never below 0)."""
+    stat = (m.median_mib, m.q25_mib, m.q75_mib)
+    how = (
+        f"drop of MemAvailable plus the per-CPU free lists while {m.devices} {m.kind} "
+        f"devices were held, per device: median of {m.rounds} rounds (after {m.warmup} "
+        f"discarded), quartiles as low/high; per device, medians: MemAvailable alone "
+        f"{m.per_device_mib(figure='mem_available_drop_kib'):.4g} MiB, "
+        f"Slab {m.per_device_mib(figure='slab_growth_kib'):.4g} MiB, "
+        f"SUnreclaim {m.per_device_mib(figure='sunreclaim_growth_kib'):.4g} MiB, "
+        f"Percpu {m.per_device_mib(figure='percpu_growth_kib'):.4g} MiB"
+    )
+    # Other work on the host frees memory too: a drop below zero is noise, not a device.
+    clipped = [
+        f"{label} (was {x:.3g} MiB)"
+        for label, x in zip(("value", "low", "high"), stat, strict=True)
+        if x < 0.0
+    ]
+    if clipped:
+        how += f"; clipped at 0 MiB: {', '.join(clipped)}"
+    value, low, high = (max(0.0, x) for x in stat)
+    return MeasuredCost(path=path, value=value, low=low, high=high, how=how)
+
+
+def pool_memory_of(measured: Mapping[str, MeasuredCost]) -> dict[str, MeasuredCost]:
+    """The memory of one pooled device among ``measured`` costs, by kind."""
+    return {
+        path[len(POOL_MEMORY_PATH) :]: m
+        for path, m in measured.items()
+        if path.startswith(POOL_MEMORY_PATH)
+    }
 
 
 # Not a pytest test, despite its name (tests import it).

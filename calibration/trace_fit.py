@@ -44,6 +44,7 @@ from ..models import (
     CostEvidence,
     HostSpec,
     Identification,
+    PoolRefill,
     Profile,
     Scenario,
     TestbedCostTable,
@@ -76,6 +77,7 @@ __all__ = [
     "service_samples",
     "storm_name",
     "testbed_template",
+    "traffic_vs_measured",
     "validation_frame",
 ]
 
@@ -110,6 +112,11 @@ class StormStats:
     #: Core-seconds the host was busy during the storm (the trace header's;
     #: of several runs their median), None where a run did not measure it.
     busy_core_s: float | None = None
+    #: Each sandbox's arrival after the first (s), for a storm started on a
+    #: schedule (a workload's); None for one released at once.
+    arrival_s: tuple[float, ...] | None = None
+    #: How its pools refilled (the config's; None: made before, never refilled).
+    pool_refill: PoolRefill | None = None
 
     @classmethod
     def pooled(cls, traces: Sequence[Trace]) -> StormStats:
@@ -188,7 +195,15 @@ class StormStats:
         )
         kworker_waits = sum(1 for lk in rtnl_waits if lk.sandbox is None)
         config = h.config
+        offsets = arrival - arrival.min()
+        scheduled = bool(np.any(offsets > 0.0)) and sandboxes is None
+        # A storm on a schedule lasts from its first arrival to its last sandbox
+        # up, not as long as its slowest start.
+        span = (float(np.nanmax(end[complete]) - arrival.min()),) if scheduled else ()
         return cls(
+            makespans_s=span,
+            arrival_s=tuple(offsets.tolist()) if scheduled else None,
+            pool_refill=config.pool_refill if config is not None else None,
             sandboxes=n,
             cni=_CNI_OF_VARIANT[variant],
             cores=h.host.cores if h.host is not None else 1,
@@ -213,6 +228,8 @@ class StormStats:
         """The simulated storm this one is, or a what-if of it."""
         n = self.sandboxes if sandboxes is None else sandboxes
         chosen_pools = self.pools if pools is None else pools
+        # A schedule belongs to the storm it was measured on, not to a what-if of another size.
+        arrival = self.arrival_s if n == self.sandboxes else None
         return Scenario(
             cni=self.cni,
             sandboxes=n,
@@ -220,6 +237,8 @@ class StormStats:
             pools={k: min(v, n) for k, v in chosen_pools.items()},
             limits=self.limits,
             background_load=self.background_load,
+            arrival_s=arrival,
+            pool_refill=self.pool_refill,
         )
 
     @property
@@ -380,16 +399,25 @@ def testbed_template(
     name: str = "local",
     service_family: FamilyChoice | None = None,
     runtimes: Collection[str] = ("threads",),
+    measured: Mapping[str, MeasuredCost] | None = None,
 ) -> Profile:
     """A testbed profile at the fit's starting point, for a host of ``cores``;
     ``service_family``: the family chosen for its service times (lognormal
     with no stated choice if ``None``); ``runtimes``: the testbed runtimes
-    whose costs it has (the CNI runtime's are unset unless named)."""
+    whose costs it has (the CNI runtime's are unset unless named);
+    ``measured``: the costs measured alone (``testbed measure-ops``), by
+    path, of which it takes the memory of a pooled device
+    (``testbed.pool_device_mib.<kind>``: no storm sees it, so the fit keeps
+    it as measured); the times are the fit's to weigh."""
+    from .measured_ops import pool_memory_of
+
     params = (*TRACE_FREE_PARAMETERS, *(CNI_FREE_PARAMETERS if "cni" in runtimes else ()))
+    memory = pool_memory_of(measured or {})
     testbed = TestbedCostTable(
         **{p.path.split(".", 1)[1]: p.start for p in params},
         vm_tap_ioctls=vm_tap_ioctls,
         kworker_rtnl_ops=kworker_rtnl_ops,
+        pool_device_mib={kind: m.value for kind, m in memory.items()},
     )
     host = HostSpec(
         cores=cores,
@@ -415,6 +443,11 @@ def testbed_template(
     )
     if service_family is not None:
         sources["service_family"] = f"the recorded storm: {service_family.describe()}"
+    for kind, m in memory.items():
+        sources[f"testbed.pool_device_mib.{kind}"] = (
+            f"measured alone (bootstorm testbed measure-ops): {m.how}; "
+            f"{m.low:.4g}..{m.high:.4g} MiB"
+        )
     return Profile(
         schema_version=1,
         name=name,
@@ -635,6 +668,7 @@ def fit_storms(
         vm_tap_ioctls=max(st.vm_rtnl_waits for st in stats) or 4,
         kworker_rtnl_ops=round(float(np.mean([st.kworker_rtnl_waits for st in stats]))),
         runtimes=runtimes,
+        measured=measured,  # the pooled devices' memory, measured alone
     )
     targets: list[PaperTarget] = []
     many = len(stats) > 1
@@ -1010,7 +1044,9 @@ class Comparison:
 
     @property
     def rel_error(self) -> float:
-        return (self.predicted - self.measured) / self.measured if self.measured else float("inf")
+        if not self.measured:  # none measured: right if none predicted (no empty pool)
+            return 0.0 if not self.predicted else float("inf")
+        return (self.predicted - self.measured) / self.measured
 
 
 def predicted_vs_measured(
@@ -1044,6 +1080,100 @@ def predicted_vs_measured(
         )
         for stage, times in stats.stage_s.items()
     ]
+    return rows
+
+
+#: The SLO window of a traffic comparison: p99 per minute.
+TRAFFIC_WINDOW_S = 60.0
+
+
+def _window_p99_median(arrival_s: np.ndarray, latency_s: np.ndarray, window_s: float) -> float:
+    """The median over windows (by arrival, from 0) of each window's p99 startup."""
+    which = np.floor(arrival_s / window_s).astype(np.int64)
+    p99 = [float(np.percentile(latency_s[which == w], 99.0)) for w in np.unique(which)]
+    return float(np.median(p99))
+
+
+def _idle_device_s(trace: Trace, *, until_s: float) -> float | None:
+    """Device-seconds the pools' idle devices held from the storm's start to
+    ``until_s`` (s after it), read from its takes: exact for pools made
+    before the storm (their level only falls, at each take); None where
+    they refilled (an agent's, between takes unseen) or none were made."""
+    h = trace.header
+    made = dict(h.scenario.pools)
+    if not made or (h.config is not None and h.config.pool_refill is not None):
+        return None
+    origin = min([a.t_s for a in trace.arrivals] or [h.origin_s])
+    total = 0.0
+    for kind, count in made.items():
+        taken = sorted(t.t_s - origin for t in trace.pool_takes if t.kind == kind and t.taken)
+        level, since = count, 0.0
+        for at in taken:
+            at = min(max(at, 0.0), until_s)
+            total += level * (at - since)
+            level, since = level - 1, at
+        total += level * (until_s - since)
+    return total
+
+
+def traffic_vs_measured(
+    traces: Sequence[Trace],
+    profile: Profile,
+    *,
+    window_s: float = TRAFFIC_WINDOW_S,
+    seed: int = 0,
+    executor: str = "compiled",
+) -> list[Comparison]:
+    """A storm started on a workload's schedule, read as traffic, measured
+    against predicted: the median over ``window_s`` windows of the p99
+    startup, the starts that found a pool empty, and the idle pooled
+    device-seconds (where the measurement sees them whole: pools made
+    before). Several recordings of one schedule: the median of each figure."""
+    from ..models import run_scenario
+    from ..simulator.timeline import windows
+
+    stats = StormStats.pooled(traces)
+    if stats.arrival_s is None:
+        raise ValueError("trace: a storm released at once has no windows to compare")
+    result = run_scenario(stats.scenario(), seed=seed, profile=profile, executor=executor)
+    predicted_p99 = float(
+        np.median([w.p99_s for w in windows(result, window_s=window_s) if w.starts])
+    )
+    measured_p99, measured_empty, measured_held, predicted_held = [], [], [], []
+    for trace in traces:
+        one = StormStats.of(trace)
+        assert one.arrival_s is not None
+        arrival = np.asarray(one.arrival_s)[one.complete]
+        measured_p99.append(_window_p99_median(arrival, one.latency_s, window_s))
+        # Starts that found a pool empty: each sandbox once, as the model counts.
+        measured_empty.append(len({t.sandbox for t in trace.pool_takes if not t.taken}))
+        end_s = float((arrival + one.latency_s).max())
+        held = _idle_device_s(trace, until_s=end_s)
+        if held is not None:
+            measured_held.append(held)
+            predicted_held.append(
+                sum(line.ready_device_s(until_s=end_s) for line in result.pool_timelines.values())
+            )
+    rows = [
+        Comparison(
+            metric=f"p99 per {window_s:g}-s window, median_s",
+            measured=float(np.median(measured_p99)),
+            predicted=predicted_p99,
+        ),
+        Comparison(
+            metric="empty-pool starts",
+            measured=float(np.median(measured_empty)),
+            predicted=float(result.empty_starts),
+        ),
+    ]
+    if measured_held:
+        rows.append(
+            Comparison(
+                metric="idle pooled device-s",
+                measured=float(np.median(measured_held)),
+                predicted=float(np.median(predicted_held)),
+            )
+        )
     return rows
 
 

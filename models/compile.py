@@ -199,7 +199,10 @@ def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
     pool_memory = (
         prof.costs.pool_device_mib
         if prof.costs is not None
-        else dict.fromkeys(TESTBED_POOL_KINDS, 0.0)
+        else {
+            kind: prof.testbed.pool_device_mib.get(kind, 0.0) if prof.testbed is not None else 0.0
+            for kind in TESTBED_POOL_KINDS
+        }
     )
     _check_names("limits", scenario.limits, family.stages(cni), "stage")
     _check_names("rtnl_priority", scenario.rtnl_priority, family.stages(cni), "stage")

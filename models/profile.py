@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..traces.operations import POOL_DEVICE_KINDS
 from ._errors import ConfigError, format_validation_error, load_yaml_model_shared
 from .dataplane import DataplaneCostTable
 
@@ -268,6 +269,22 @@ class TestbedCostTable(_Frozen):
     #: The driver thread's Python work to spawn a process and read its
     #: answer (``subprocess``, under the GIL).
     spawn_cpu_s: Seconds | None = None
+    #: Kernel memory one pooled device holds, MiB, by kind (the node agent's:
+    #: netns, veth, tap, netns-veth): the drop of the memory available
+    #: (MemAvailable with the per-CPU free lists) per device over a batch held
+    #: (``bootstorm testbed measure-ops``). A kind not measured is absent, and
+    #: a what-if prices its pool at 0 MiB.
+    pool_device_mib: dict[str, MiB] = Field(default_factory=dict)
+
+    @field_validator("pool_device_mib")
+    @classmethod
+    def _pooled_kinds(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(POOL_DEVICE_KINDS))
+        if unknown:
+            raise ValueError(
+                f"unknown pool kind {unknown[0]!r}; a node pools {', '.join(POOL_DEVICE_KINDS)}"
+            )
+        return value
 
 
 CostStatus = Literal["measured", "fitted", "unidentified"]
@@ -410,12 +427,14 @@ class Profile(_Frozen):
         if self.sriov is not None:
             paths += [f"sriov.{k}" for k in SriovCostTable.model_fields]
         if self.testbed is not None:
-            # The CNI runtime's costs need a source only where they are set.
-            paths += [
-                f"testbed.{k}"
-                for k in TestbedCostTable.model_fields
-                if getattr(self.testbed, k) is not None
-            ]
+            # The CNI runtime's costs need a source only where they are set;
+            # a pooled device's memory only for the kinds measured.
+            for k in TestbedCostTable.model_fields:
+                value = getattr(self.testbed, k)
+                if isinstance(value, dict):
+                    paths += [f"testbed.{k}.{kind}" for kind in value]
+                elif value is not None:
+                    paths.append(f"testbed.{k}")
         if self.dataplane is not None:
             for k in DataplaneCostTable.model_fields:
                 if k == "stages":

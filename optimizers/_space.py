@@ -86,9 +86,7 @@ class RefillSpace:
 
     __rules__: ClassVar[Rules] = Rules(
         window_s=Interval(float, 1.0, 3600.0, unit="s"),
-        checks=(
-            Check("workers", lambda r: r.workers.low >= 1, "must have low >= 1 (one worker)"),
-        ),
+        checks=(Check("workers", lambda r: r.workers.low >= 1, "must have low >= 1 (one worker)"),),
     )
 
     def __post_init__(self) -> None:
@@ -163,7 +161,7 @@ class SearchSpace:
                     )
                 )
             ),
-            Values(Satisfies(lambda r: not r.log, "must not be log (a pool range includes 0)")),
+            # A log scale cannot hold 0 (no pool): IntRange refuses low 0 with log.
         ),
         checks=(
             Check(
@@ -209,7 +207,12 @@ class SearchSpace:
         memory = (
             profile.costs.pool_device_mib
             if profile.costs is not None
-            else dict.fromkeys(scenario_pool_kinds(cni), 0.0)
+            else {
+                kind: profile.testbed.pool_device_mib.get(kind, 0.0)
+                if profile.testbed is not None
+                else 0.0
+                for kind in scenario_pool_kinds(cni)
+            }
         )
         # A config's limits and pools have bounds of their own (a node agent
         # must accept what a search writes); past them a limit no longer

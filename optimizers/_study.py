@@ -68,6 +68,7 @@ __all__ = [
     "read_study",
     "run_worker",
     "searched_scenario",
+    "trial_scenario",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ Callback = Callable[[Study, FrozenTrial], None]
 _T = TypeVar("_T")
 
 _SPEC_ATTR = "bootstorm:search"
+#: A trial's tuned config (searches that choose a refill policy record it).
+CONFIG_ATTR = "config"
 _SURPLUS_ATTR = "bootstorm:surplus"
 _SAMPLER_ATTR = "bootstorm:sampler"
 _RETRIES = 3
@@ -464,6 +467,11 @@ def run_worker(
                     if tag is not None:
                         study._storage.set_trial_system_attr(trial._trial_id, PROCESS_ATTR, tag)
                     config = suggest(trial)
+                    if space.refill is not None:
+                        # The whole config, refill policy included: a report of the
+                        # study re-runs a trial's storm from it (its params alone
+                        # need the space to read).
+                        trial.set_user_attr(CONFIG_ATTR, config.model_dump(mode="json"))
                 except BaseException:
                     study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
                     heartbeat.close()
@@ -798,6 +806,16 @@ def searched_scenario(study: Study) -> Scenario | None:
     if not done:
         return scenario
     best = min(done, key=lambda t: (t.values[0], t.number))
+    return trial_scenario(scenario, best)
+
+
+def trial_scenario(scenario: Scenario, trial: FrozenTrial) -> Scenario:
+    """``scenario`` as ``trial`` ran it: its recorded config if it has one
+    (a search that chose a refill policy), else its limits and pools."""
+    recorded = trial.user_attrs.get(CONFIG_ATTR)
+    if isinstance(recorded, dict):
+        return scenario.replace(config=TunedConfig(**recorded))
+    best = trial
     limits, pools = dict(scenario.limits), dict(scenario.pools)
     for name, value in best.params.items():
         if name.startswith(LIMIT_PREFIX):

@@ -63,17 +63,19 @@ def lock_priority_table(p: Program) -> npt.NDArray[np.int64]:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PoolLog:
     """Every pool event of a run in the order it happened (:class:`PoolEvent`
-    codes), with the pool's ready and being-made devices after it."""
+    codes), with the pool's ready and being-made devices after it and the
+    task whose op it was (a sandbox for a take or an empty pool)."""
 
     t_s: npt.NDArray[np.float64]
     pool: npt.NDArray[np.int32]
     event: npt.NDArray[np.int8]
     ready: npt.NDArray[np.int32]
     making: npt.NDArray[np.int32]
+    task: npt.NDArray[np.int64]
 
     @classmethod
     def empty(cls) -> PoolLog:
-        return cls.of([], [], [], [], [])
+        return cls.of([], [], [], [], [], [])
 
     @classmethod
     def of(
@@ -83,6 +85,7 @@ class PoolLog:
         event: list[int],
         ready: list[int],
         making: list[int],
+        task: list[int],
     ) -> PoolLog:
         """A log from lists (the SimPy executor's)."""
         return cls(
@@ -91,7 +94,14 @@ class PoolLog:
             event=np.asarray(event, dtype=np.int8),
             ready=np.asarray(ready, dtype=np.int32),
             making=np.asarray(making, dtype=np.int32),
+            task=np.asarray(task, dtype=np.int64),
         )
+
+    def empty_starts(self, p: Program) -> npt.NDArray[np.int64]:
+        """The sandboxes that found a device pool empty (any pool, once each)."""
+        devices = np.array([not spec.ticket for spec in p.pools], dtype=bool)
+        missed = (self.event == PoolEvent.MISS) & devices[self.pool]
+        return np.unique(self.task[missed]) if missed.any() else np.zeros(0, dtype=np.int64)
 
     def timelines(self, p: Program, *, horizon_s: float) -> dict[str, PoolTimeline]:
         """Per device pool (tickets left out), its events and levels."""
@@ -107,6 +117,7 @@ class PoolLog:
                 event=self.event[mine],
                 ready=self.ready[mine],
                 making=self.making[mine],
+                task=self.task[mine],
             )
         return out
 
@@ -222,15 +233,17 @@ def startup_summary(
     done = finish[: p.n_sandboxes]
     arrival = p.arrival_s
     pools: dict[str, PoolStats] = {}
+    empty = 0
     if log is not None:
         horizon_s = horizon(finish, log)
         pools = pool_stats(log.timelines(p, horizon_s=horizon_s), horizon_s=horizon_s)
+        empty = int(log.empty_starts(p).size)
     return StartupSummary(
         makespan_s=float(done.max() - arrival.min()),
         startup=StartupStats.of(done - arrival),
         pool_memory_mib=p.pool_memory_mib,
         pool_mean_memory_mib=float(sum(s.mean_memory_mib for s in pools.values())),
-        empty_starts=sum(s.empty_starts for s in pools.values()),
+        empty_starts=empty,
         refilled=any(s.made for s in pools.values()),
     )
 
@@ -337,6 +350,7 @@ def build_result(p: Program, raw: RunCounts, *, recording: Recording | None = No
         recording=recording,
         pool_timelines=timelines,
         horizon_s=horizon_s,
+        empty_start_sandboxes=raw.pool_log.empty_starts(p),
     )
 
 

@@ -614,12 +614,13 @@ def _depth_bounds(kinds: Any, offsets: Any) -> Any:
 
 
 @_jit
-def _pool_log(pools: Any, now: float, pool: int, what: int) -> None:
-    """Append one pool event and the pool's state after it to the log."""
-    left, making, _, ev_t, ev_pool, ev_kind, ev_level, ev_making, ev_n = pools
+def _pool_log(pools: Any, now: float, pool: int, what: int, task: int) -> None:
+    """Append one pool event (of task ``task``) and the pool's state after it to the log."""
+    left, making, _, ev_t, ev_pool, ev_kind, ev_level, ev_making, ev_n, ev_task = pools
     i = ev_n[0]
     ev_n[0] = i + 1
     ev_t[i] = now
+    ev_task[i] = task
     ev_pool[i] = pool
     ev_kind[i] = what
     ev_level[i] = left[pool]
@@ -950,27 +951,27 @@ def _simulate(
                 pi = args[pc]
                 if pool_left[pi] > 0:
                     pool_left[pi] -= 1
-                    _pool_log(pools, now, pi, _TAKE)
+                    _pool_log(pools, now, pi, _TAKE, task)
                     pc += int(amounts[pc])
                     continue
-                _pool_log(pools, now, pi, _MISS)
+                _pool_log(pools, now, pi, _MISS, task)
             elif kind == _POOL_ORDER:
                 pi = args[pc]
                 if pool_left[pi] + pool_making[pi] >= pool_target[pi]:
                     pc += int(amounts[pc])
                     continue
                 pool_making[pi] += 1
-                _pool_log(pools, now, pi, _ORDERED)
+                _pool_log(pools, now, pi, _ORDERED, task)
             elif kind == _POOL_PUT:
                 pi = args[pc]
                 pool_making[pi] -= 1
                 pool_left[pi] = min(pool_left[pi] + 1, pool_target[pi])
-                _pool_log(pools, now, pi, _MADE)
+                _pool_log(pools, now, pi, _MADE, task)
             elif kind == _POOL_TARGET:
                 pi = args[pc]
                 pool_target[pi] = int(amounts[pc])
                 pool_left[pi] = min(pool_left[pi], pool_target[pi])
-                _pool_log(pools, now, pi, _RETARGET)
+                _pool_log(pools, now, pi, _RETARGET, task)
             elif kind == _JUMP:
                 pc += int(amounts[pc])
                 continue
@@ -1110,8 +1111,20 @@ def run_kernel(
     ev_kind = np.empty(log_size, dtype=np.int8)
     ev_level = np.empty(log_size, dtype=np.int32)
     ev_making = np.empty(log_size, dtype=np.int32)
+    ev_task = np.empty(log_size, dtype=np.int64)
     ev_n = np.zeros(1, dtype=np.int64)
-    pools = (pool_left, pool_making, pool_target, ev_t, ev_pool, ev_kind, ev_level, ev_making, ev_n)
+    pools = (
+        pool_left,
+        pool_making,
+        pool_target,
+        ev_t,
+        ev_pool,
+        ev_kind,
+        ev_level,
+        ev_making,
+        ev_n,
+        ev_task,
+    )
     n_dur, zeroed, events = _simulate(
         (
             kinds,
@@ -1157,4 +1170,5 @@ def run_kernel(
         ev_kind[: ev_n[0]],
         ev_level[: ev_n[0]],
         ev_making[: ev_n[0]],
+        ev_task[: ev_n[0]],
     )

@@ -38,9 +38,9 @@ _KERNEL_BYTES_PER_TASK = 120 + 24 + 16 + 32 + 8 + 17 + 8 + 26 + 32
 # copies for the percentiles, and each stage's durations (copied out by stage).
 _RESULT_BYTES_PER_SANDBOX = 48
 _RESULT_BYTES_PER_STAGE_END = 24
-# A pool event in the log (time, pool, event, ready, being made: 8 + 4 + 1 +
-# 4 + 4), and the result's per-pool copy of it.
-_POOL_LOG_BYTES = 2 * 21
+# A pool event in the log (time, pool, event, ready, being made, task: 8 + 4
+# + 1 + 4 + 4 + 8), and the result's per-pool copy of it.
+_POOL_LOG_BYTES = 2 * 29
 
 
 _UNCHECKED_BYTES = 64 * MIB

@@ -232,8 +232,8 @@ class KernelCall:
 
 def pool_log(outputs: tuple[Any, ...]) -> PoolLog:
     """The pool log among the kernel's raw outputs."""
-    t_s, pool, event, ready, making = outputs[11:16]
-    return PoolLog(t_s=t_s, pool=pool, event=event, ready=ready, making=making)
+    t_s, pool, event, ready, making, task = outputs[11:17]
+    return PoolLog(t_s=t_s, pool=pool, event=event, ready=ready, making=making, task=task)
 
 
 def summarise_concurrently(

@@ -140,6 +140,9 @@ class PoolTimeline:
     event: npt.NDArray[np.int8] = field(repr=False)
     ready: npt.NDArray[np.int32] = field(repr=False)
     making: npt.NDArray[np.int32] = field(repr=False)
+    #: The task of each event: the sandbox that took or found the pool empty,
+    #: the refill branch that made a device (tasks from ``n_sandboxes`` on).
+    task: npt.NDArray[np.int64] = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
 
     def count(self, event: PoolEvent) -> int:
         return int(np.count_nonzero(self.event == event))
@@ -174,7 +177,8 @@ class PoolStats:
     """A device pool over a run.
 
     ``capacity``: devices ready at the start; ``taken``: starts that got
-    one; ``empty_starts``: starts that found none and made their own;
+    one; ``empty_starts``: starts that found this pool empty and made their
+    own device;
     ``made``: devices the refill workers made; ``memory_mib``: what the
     initial devices hold; ``peak_memory_mib`` and ``mean_memory_mib``: what
     the idle devices held at most and on average over the run (its
@@ -245,11 +249,16 @@ class Result:
     pool_timelines: Mapping[str, PoolTimeline] = field(default_factory=dict, repr=False)
     #: When the last task (a sandbox or a branch: a refill) ended, s.
     horizon_s: float = 0.0
+    #: The sandboxes that found a device pool empty (any of its pools), sorted.
+    empty_start_sandboxes: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(0, np.int64), repr=False
+    )
 
     @property
     def empty_starts(self) -> int:
-        """Starts that found a pool empty, over all pools."""
-        return sum(p.empty_starts for p in self.pools.values())
+        """Starts that found a device pool empty (a start that found two
+        kinds empty counts once; :attr:`PoolStats.empty_starts` per pool)."""
+        return int(self.empty_start_sandboxes.size)
 
     @property
     def pool_mean_memory_mib(self) -> float:

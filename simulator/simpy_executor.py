@@ -117,7 +117,8 @@ class _Run:
         self.pool_left = [pool.capacity for pool in program.pools]
         self.pool_making = [0] * len(program.pools)
         self.pool_target = list(self.pool_left)
-        self.pool_log: tuple[list[float], list[int], list[int], list[int], list[int]] = (
+        self.pool_log: tuple[list[float], list[int], list[int], list[int], list[int], list[int]] = (
+            [],
             [],
             [],
             [],
@@ -157,8 +158,9 @@ class _Run:
 
         return add
 
-    def _log(self, pool: int, event: PoolEvent) -> None:
-        t_s, pools, events, ready, making = self.pool_log
+    def _log(self, pool: int, event: PoolEvent, task: int) -> None:
+        t_s, pools, events, ready, making, tasks = self.pool_log
+        tasks.append(task)
         t_s.append(self.env.now)
         pools.append(pool)
         events.append(int(event))
@@ -229,28 +231,28 @@ class _Run:
                 pool = args[pc]
                 if self.pool_left[pool] > 0:
                     self.pool_left[pool] -= 1
-                    self._log(pool, PoolEvent.TAKE)
+                    self._log(pool, PoolEvent.TAKE, i)
                     pc += int(amounts[pc])
                     continue
-                self._log(pool, PoolEvent.MISS)
+                self._log(pool, PoolEvent.MISS, i)
             elif kind == _POOL_ORDER:
                 pool = args[pc]
                 if self.pool_left[pool] + self.pool_making[pool] >= self.pool_target[pool]:
                     pc += int(amounts[pc])  # enough ready or on the way: nothing to make
                     continue
                 self.pool_making[pool] += 1
-                self._log(pool, PoolEvent.ORDERED)
+                self._log(pool, PoolEvent.ORDERED, i)
             elif kind == _POOL_PUT:
                 pool = args[pc]
                 self.pool_making[pool] -= 1
                 # A device made while the target fell is removed at once.
                 self.pool_left[pool] = min(self.pool_left[pool] + 1, self.pool_target[pool])
-                self._log(pool, PoolEvent.MADE)
+                self._log(pool, PoolEvent.MADE, i)
             elif kind == _POOL_TARGET:
                 pool = args[pc]
                 self.pool_target[pool] = int(amounts[pc])
                 self.pool_left[pool] = min(self.pool_left[pool], self.pool_target[pool])
-                self._log(pool, PoolEvent.RETARGET)
+                self._log(pool, PoolEvent.RETARGET, i)
             elif kind == _JUMP:
                 pc += int(amounts[pc])
                 continue

@@ -92,10 +92,11 @@ def assert_same_result(reference: Result, result: Result) -> None:
         assert list(got) == list(want), field
         for name in want:
             assert np.array_equal(got[name], want[name], equal_nan=True), f"{field}[{name}]"
+    assert np.array_equal(result.empty_start_sandboxes, reference.empty_start_sandboxes)
     assert list(result.pool_timelines) == list(reference.pool_timelines)
     for name, line in reference.pool_timelines.items():
         other = result.pool_timelines[name]
-        for array in ("t_s", "event", "ready", "making"):
+        for array in ("t_s", "event", "ready", "making", "task"):
             x, y = getattr(line, array), getattr(other, array)
             assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), f"pool {name}: {array}"
 

@@ -26,8 +26,8 @@ class Window:
     """The starts that arrived in ``[start_s, end_s)`` and the pools meanwhile.
 
     ``p50_s``/``p99_s``: startup latency percentiles of those starts (NaN:
-    none arrived); ``empty_starts``: those that found a pool empty (over
-    all pools); ``made``: devices the refill workers finished;
+    none arrived); ``empty_starts``: those that found a pool empty (any
+    pool, each start once); ``made``: devices the refill workers finished;
     ``ready``: devices ready at the window's end, over all pools;
     ``memory_mib``: what the idle pooled devices held on average over the
     window.
@@ -73,12 +73,12 @@ def windows(result: Result, *, window_s: float, until_s: float | None = None) ->
     order = np.argsort(which, kind="stable")
     bounds = np.searchsorted(which[order], np.arange(count + 1))
     lines = list(result.pool_timelines.values())
-    empty = np.zeros(count, dtype=np.int64)
+    # A start that found a pool empty counts once, in its arrival's window.
+    empty = np.bincount(which[result.empty_start_sandboxes], minlength=count)
     made = np.zeros(count, dtype=np.int64)
     for line in lines:
         # Events after the last window (refills finishing) count in it.
         at = np.minimum(np.searchsorted(edges, line.t_s, side="right") - 1, count - 1)
-        empty += np.bincount(at[line.event == PoolEvent.MISS], minlength=count)
         made += np.bincount(at[line.event == PoolEvent.MADE], minlength=count)
     out = []
     for w in range(count):

@@ -80,6 +80,13 @@ DATA = REPO / "traces" / "data"
 TRACE = DATA / "testbed-veth-qemu-25.jsonl.gz"  # a recorded storm (25 sandboxes)
 PROFILE = DATA / "plan" / "local.yaml"  # a fitted testbed profile
 TUNED = DATA / "cni" / "heldout" / "pool-netns.yaml"  # a tuned config
+#: A workload file (``bootstorm workload -o``): three starts over two seconds.
+WORKLOAD = (
+    "# bootstorm workload 1\n"
+    '# {"duration_s": 2.0, "invocations": 3, "memory_mib": {}, "parameters": {}, '
+    '"source": "fuzz", "starts": 3}\n'
+    "start_s,function\n0.000000,a\n1.000000,a\n2.000000,b\n"
+)
 
 CASE_LIMIT_S = 8.0
 """No case may take longer: the slowest valid one (a report of a recorded
@@ -258,6 +265,17 @@ COMPANIONS: dict[tuple[str, str], list[str]] = {
     ("calibrate", "--check"): ["--check"],
     ("calibrate", "--plan"): ["--plan"],
     ("validate", "--candidates"): ["--candidates", "@tuned", "--profile", "@profile"],
+    ("simulate", "--workload"): ["--workload", "@workload"],
+    # Refused in one line (a recorded storm brings its own schedule): the
+    # fuzz never runs a real storm, and --lifetime-s is checked before.
+    ("validate", "--workload"): [
+        "--workload",
+        "@workload",
+        "--measured",
+        "@trace",
+        "--profile",
+        "@profile",
+    ],
 }
 
 
@@ -838,6 +856,10 @@ def _fixture(name: str, root: Path, env: Env, devices: list[Path], fifos: list[P
         return str(fixed[name])
     if name == "agent":
         return f"http://127.0.0.1:{env.port}"  # nothing listens there
+    if name == "workload":
+        path = inputs / "workload.csv"
+        path.write_text(WORKLOAD)
+        return str(path)
     if name == "journal":
         path = inputs / "studies.log"
         path.write_bytes(env.journal.read_bytes())

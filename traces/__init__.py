@@ -2,7 +2,7 @@
 
 One versioned schema holds a boot storm, measured on a testbed or simulated:
 a :class:`TraceHeader` then typed records (stage spans, lock spans, softirq
-spans, admission waits, arrivals). :func:`read_trace` refuses a malformed
+spans, admission waits, arrivals, pool takes). :func:`read_trace` refuses a malformed
 file naming line and field; :func:`write_trace` writes whole files or none.
 This is the bottom layer: it imports nothing else of bootstorm. A trace's
 bridge to the simulator's recording and the side-by-side Chrome export
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         HostFacts,
         KernelTraceFacts,
         LockSpan,
+        PoolTake,
         Record,
         ScenarioFacts,
         SoftirqSpan,
@@ -49,6 +50,7 @@ __all__ = [
     "HostFacts",
     "KernelTraceFacts",
     "LockSpan",
+    "PoolTake",
     "Record",
     "ScenarioFacts",
     "SoftirqSpan",
@@ -68,6 +70,7 @@ _SOURCES: dict[str, str] = {
     "HostFacts": ".schema",
     "KernelTraceFacts": ".schema",
     "LockSpan": ".schema",
+    "PoolTake": ".schema",
     "Record": ".schema",
     "ScenarioFacts": ".schema",
     "SoftirqSpan": ".schema",

@@ -22,15 +22,15 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 __all__ = [
     "MAX_CONFIG_STAGES",
+    "MAX_FOLLOW_WINDOW_S",
     "MAX_LEASE_TTL_S",
     "MAX_LIMIT",
     "MAX_POOL_SIZE",
+    "MAX_REFILL_CONCURRENCY",
     "MAX_RTNL_PRIORITY",
     "MIN_LEASE_TTL_S",
     "STAGE_NAME_PATTERN",
     "TUNED_CONFIG_SCHEMA_VERSION",
-    "MAX_FOLLOW_WINDOW_S",
-    "MAX_REFILL_CONCURRENCY",
     "AppliedConfig",
     "ConfigOrigin",
     "FollowRate",

@@ -1,6 +1,11 @@
 """One measurement of a node's operations, each timed alone: the record a
 calibration reads (``bootstorm testbed measure-ops --output``).
 
+With the timings it may hold the kernel memory one pooled device of each
+kind holds (:class:`PoolDeviceMemory`): a batch of devices made, the memory
+available read before and after. A file without that part (written before
+it was measured) still reads, with none.
+
 The testbed's bench (:func:`bootstorm.validation.testbed.ops.measure_operations`)
 times each operation ``repeats`` times on an otherwise idle host; what it
 returns is :class:`OperationTimes`, a recorded measurement like a trace, so it
@@ -19,15 +24,18 @@ from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
-from .._params import Depends, Each, Interval, NonEmpty, OneOf, Rules, Satisfies, validate
+from .._params import Check, Depends, Each, Interval, NonEmpty, OneOf, Rules, Satisfies, validate
+from ._config import MAX_POOL_SIZE
 from .schema import HostFacts
 
 __all__ = [
     "CNI_OPERATIONS",
     "OPERATIONS",
+    "POOL_DEVICE_KINDS",
     "VM_MODES",
     "OperationTimes",
     "OperationTiming",
+    "PoolDeviceMemory",
     "VmMode",
     "check_count",
 ]
@@ -60,6 +68,17 @@ CNI_OPERATIONS = frozenset({"process_spawn", "cni_exec", "ipam_add", "tc_exec", 
 VmMode = Literal["qemu-microvm", "process"]
 VM_MODES: tuple[VmMode, ...] = ("qemu-microvm", "process")
 
+#: The kinds of device a node agent pools (``validation/agent/_pools.py``),
+#: whose memory ``measure-ops`` measures: a named namespace; a veth pair,
+#: both ends on the host, down; a persistent tap, down; a namespace made with
+#: a veth pair whose peer is inside it.
+POOL_DEVICE_KINDS: tuple[str, ...] = ("netns", "veth", "tap", "netns-veth")
+#: Largest change of a meminfo figure over one batch, KiB: 64 TiB, what
+#: x86-64's 46-bit physical addresses reach (a profile's MAX_MEMORY_MIB).
+MAX_MEMINFO_DELTA_KIB = 64 * 1024**3
+
+# Version 1 with or without ``pool_memory``: a reader that predates it
+# ignores the key, and this one reads a file without it as none measured.
 _SCHEMA_VERSION = 1
 
 
@@ -95,6 +114,99 @@ class OperationTiming:
         return self._percentile_s(75.0)
 
 
+_MEMINFO_DELTAS = Each(Interval(int, -MAX_MEMINFO_DELTA_KIB, MAX_MEMINFO_DELTA_KIB, unit="KiB"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolDeviceMemory:
+    """The kernel memory a batch of ``devices`` pooled devices of ``kind`` held,
+    one entry per round (warm-up rounds excluded), KiB.
+
+    Each round read ``/proc/meminfo`` and ``/proc/zoneinfo`` on a settled
+    host, made the batch, settled again, read them again and removed the
+    batch. ``mem_available_drop_kib`` is MemAvailable before less after;
+    ``pcp_growth_kib`` is the growth of the pages on the per-CPU free lists
+    (``count:`` of ``/proc/zoneinfo``'s pagesets), which MemAvailable counts
+    as in use: a batch served from those lists leaves MemAvailable where it
+    was. What the batch held, :attr:`held_kib`, is the drop of both together.
+    The other ``*_growth_kib`` (after less before) are the allocators' share
+    of it: Slab, its unreclaimable part, per-CPU areas. Other work on the host
+    moves every figure too, so a round can be negative: the median over the
+    rounds is the measurement.
+    """
+
+    kind: str
+    devices: int
+    mem_available_drop_kib: tuple[int, ...]
+    pcp_growth_kib: tuple[int, ...]
+    slab_growth_kib: tuple[int, ...]
+    sunreclaim_growth_kib: tuple[int, ...]
+    percpu_growth_kib: tuple[int, ...]
+    #: Rounds made and discarded first (one-time costs: a module loaded, caches grown).
+    warmup: int = 0
+
+    __rules__: ClassVar[Rules] = Rules(
+        kind=OneOf(POOL_DEVICE_KINDS),
+        devices=Interval(int, 1, MAX_POOL_SIZE),
+        warmup=Interval(int, 0),
+        mem_available_drop_kib=(NonEmpty(), _MEMINFO_DELTAS),
+        pcp_growth_kib=_MEMINFO_DELTAS,
+        slab_growth_kib=_MEMINFO_DELTAS,
+        sunreclaim_growth_kib=_MEMINFO_DELTAS,
+        percpu_growth_kib=_MEMINFO_DELTAS,
+        checks=tuple(
+            Check(
+                name,
+                lambda m, name=name: len(getattr(m, name)) == len(m.mem_available_drop_kib),
+                lambda m, name=name: (
+                    f"must hold one entry per round ({len(m.mem_available_drop_kib)}, as "
+                    f"mem_available_drop_kib), but holds {len(getattr(m, name))}"
+                ),
+            )
+            for name in (
+                "pcp_growth_kib",
+                "slab_growth_kib",
+                "sunreclaim_growth_kib",
+                "percpu_growth_kib",
+            )
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.mem_available_drop_kib)
+
+    @property
+    def held_kib(self) -> tuple[int, ...]:
+        """What the batch held, per round: MemAvailable's drop less the growth
+        of the per-CPU free lists (MemAvailable plus those lists, before less after)."""
+        return tuple(
+            d - p for d, p in zip(self.mem_available_drop_kib, self.pcp_growth_kib, strict=True)
+        )
+
+    def per_device_mib(self, q: float = 50.0, *, figure: str = "held_kib") -> float:
+        """Percentile ``q`` over the rounds of ``figure`` (:attr:`held_kib` or a
+        field) per device, MiB."""
+        kib = np.asarray(getattr(self, figure), dtype=float) / self.devices
+        return float(np.percentile(kib, q)) / 1024.0
+
+    @property
+    def median_mib(self) -> float:
+        """What one device held, median over the rounds, MiB."""
+        return self.per_device_mib(50.0)
+
+    @property
+    def q25_mib(self) -> float:
+        return self.per_device_mib(25.0)
+
+    @property
+    def q75_mib(self) -> float:
+        return self.per_device_mib(75.0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class OperationTimes:
     """One measurement of the operations on one host: what :func:`measure_operations` returns
@@ -109,8 +221,15 @@ class OperationTimes:
     #: The run id its objects were named with (``bst-<run>-…``).
     run: str | None = None
     notes: tuple[str, ...] = ()
+    #: The memory of one pooled device, by kind; () where not measured.
+    pool_memory: tuple[PoolDeviceMemory, ...] = ()
 
     __rules__: ClassVar[Rules] = Rules(
+        pool_memory=Satisfies(
+            lambda ps: len({p.kind for p in ps}) == len(ps),
+            "must measure each kind once",
+            shown=lambda ps: f"{_repeated(p.kind for p in ps)} twice",
+        ),
         repeats=Interval(int, 1),
         warmup=Interval(int, 0),
         vm_mode=OneOf(VM_MODES),
@@ -149,6 +268,10 @@ class OperationTimes:
     def names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.timings)
 
+    def memory_of(self, kind: str) -> PoolDeviceMemory | None:
+        """The memory measured for pooled ``kind`` devices, or None."""
+        return next((m for m in self.pool_memory if m.kind == kind), None)
+
     def to_json(self) -> str:
         data = {
             "schema_version": _SCHEMA_VERSION,
@@ -160,6 +283,15 @@ class OperationTimes:
             "warmup": self.warmup,
             "notes": list(self.notes),
             "timings": [{"name": t.name, "samples_s": list(t.samples_s)} for t in self.timings],
+            "pool_memory": [
+                {
+                    "kind": m.kind,
+                    "devices": m.devices,
+                    "warmup": m.warmup,
+                    **{name: list(getattr(m, name)) for name in _MEMINFO_FIELDS},
+                }
+                for m in self.pool_memory
+            ],
         }
         return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
@@ -228,7 +360,66 @@ class OperationTimes:
             else 0,
             run=run,
             notes=tuple(_string(n, f"notes[{k}]") for k, n in enumerate(notes)),
+            # A file written before the memory was measured has none.
+            pool_memory=_pool_memory(obj.get("pool_memory", [])),
         )
+
+
+_MEMINFO_FIELDS = (
+    "mem_available_drop_kib",
+    "pcp_growth_kib",
+    "slab_growth_kib",
+    "sunreclaim_growth_kib",
+    "percpu_growth_kib",
+)
+
+
+def _pool_memory(raw: object) -> tuple[PoolDeviceMemory, ...]:
+    """``pool_memory`` of a JSON file, checked field by field."""
+    if not isinstance(raw, list):
+        raise ValueError(f"pool_memory: expected a list, but got {_short(raw)}")
+    out = []
+    kinds: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"pool_memory[{i}]"
+        entry = _object(item, where)
+        kind = _string(_get(entry, "kind", f"{where}."), f"{where}.kind")
+        if kind not in POOL_DEVICE_KINDS:
+            raise ValueError(
+                f"{where}.kind: unknown pool kind {kind!r}; known: {', '.join(POOL_DEVICE_KINDS)}"
+            )
+        if kind in kinds:
+            raise ValueError(f"{where}.kind: {kind!r} measured twice")
+        kinds.add(kind)
+        devices = check_count(_get(entry, "devices", f"{where}."), f"{where}.devices", minimum=1)
+        if devices > MAX_POOL_SIZE:
+            raise ValueError(
+                f"{where}.devices: expected at most {MAX_POOL_SIZE:,}, but got {devices!r}"
+            )
+        warmup = check_count(entry.get("warmup", 0), f"{where}.warmup", minimum=0)
+        deltas: dict[str, tuple[int, ...]] = {}
+        for name in _MEMINFO_FIELDS:
+            values = _get(entry, name, f"{where}.")
+            if not isinstance(values, list):
+                raise ValueError(f"{where}.{name}: expected a list, but got {_short(values)}")
+            for j, x in enumerate(values):
+                if isinstance(x, bool) or not isinstance(x, int) or abs(x) > MAX_MEMINFO_DELTA_KIB:
+                    raise ValueError(
+                        f"{where}.{name}[{j}]: expected an integer of KiB within "
+                        f"±{MAX_MEMINFO_DELTA_KIB}, but got {_short(x)}"
+                    )
+            deltas[name] = tuple(values)
+        rounds = len(deltas["mem_available_drop_kib"])
+        if rounds == 0:
+            raise ValueError(f"{where}.mem_available_drop_kib: expected at least one round")
+        for name, values in deltas.items():
+            if len(values) != rounds:
+                raise ValueError(
+                    f"{where}.{name}: expected {rounds} rounds (as mem_available_drop_kib), "
+                    f"but got {len(values)}"
+                )
+        out.append(PoolDeviceMemory(kind=kind, devices=devices, warmup=warmup, **deltas))
+    return tuple(out)
 
 
 def _short(value: object) -> str:

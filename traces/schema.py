@@ -8,6 +8,8 @@ other line one record, told apart by its ``record`` field:
 - ``softirq`` — :class:`SoftirqSpan`, a softirq handler run on one CPU;
 - ``admit``   — :class:`AdmitSpan`, a wait at an admission gate (stage limit);
 - ``arrival`` — :class:`Arrival`, when a sandbox was asked to start;
+- ``pool_take`` — :class:`PoolTake`, a sandbox asking a pool for a device
+  made before the storm: handed one or found the pool empty;
 - ``exec``    — :class:`ExecSpan`, a process a sandbox ran (a CNI plugin
   call, its shim, the shim's ``tc`` calls, its VMM): the ``cni`` runtime.
 
@@ -38,6 +40,7 @@ __all__ = [
     "HostFacts",
     "KernelTraceFacts",
     "LockSpan",
+    "PoolTake",
     "Record",
     "ScenarioFacts",
     "SoftirqSpan",
@@ -243,6 +246,29 @@ class Arrival(_Frozen):
     t_s: Seconds
 
 
+class PoolTake(_Frozen):
+    """Sandbox ``sandbox`` asked pool ``kind`` (``netns``, ``veth``, ``tap``,
+    ``netns-veth``) for a device made before the storm; ``t_s`` is when the
+    answer came. ``taken``: it was handed one (False: the pool was empty,
+    so the sandbox made its own on its critical path). ``ready``: devices
+    left ready in the pool after this take, and ``target``: the level the
+    pool is kept at (made to, or refilled to), where the pool says; None
+    where it does not (an agent that does not report them).
+
+    Added within schema version 1: a file without one reads as it always
+    did; a reader older than this kind refuses a file with one in one line
+    (``record: unknown record kind``) rather than misread it.
+    """
+
+    record: Literal["pool_take"] = "pool_take"
+    sandbox: SandboxIndex
+    kind: Name
+    t_s: Seconds
+    taken: bool
+    ready: NonNegativeInt | None = None
+    target: NonNegativeInt | None = None
+
+
 class ExecSpan(_Span):
     """A process sandbox ``sandbox`` ran, from its start to its exit.
 
@@ -266,6 +292,6 @@ class ExecSpan(_Span):
 
 
 Record = Annotated[
-    StageSpan | LockSpan | SoftirqSpan | AdmitSpan | Arrival | ExecSpan,
+    StageSpan | LockSpan | SoftirqSpan | AdmitSpan | Arrival | ExecSpan | PoolTake,
     Field(discriminator="record"),
 ]

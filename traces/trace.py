@@ -31,6 +31,7 @@ from .schema import (
     Arrival,
     ExecSpan,
     LockSpan,
+    PoolTake,
     Record,
     SoftirqSpan,
     StageSpan,
@@ -64,6 +65,8 @@ class Trace:
     #: Processes the sandboxes ran (the ``cni`` runtime); readers that
     #: look at the other kinds never see them.
     execs: tuple[ExecSpan, ...] = ()
+    #: Sandboxes' takes from device pools, in time order (a storm with pools).
+    pool_takes: tuple[PoolTake, ...] = ()
 
     @classmethod
     def of(cls, header: TraceHeader, records: Iterable[Record]) -> Trace:
@@ -75,6 +78,7 @@ class Trace:
             AdmitSpan: [],
             Arrival: [],
             ExecSpan: [],
+            PoolTake: [],
         }
         for rec in records:
             groups[type(rec)].append(rec)
@@ -86,6 +90,7 @@ class Trace:
             admits=tuple(groups[AdmitSpan]),
             arrivals=tuple(groups[Arrival]),
             execs=tuple(groups[ExecSpan]),
+            pool_takes=tuple(groups[PoolTake]),
         )
 
     def records(self) -> Iterator[Record]:
@@ -93,6 +98,7 @@ class Trace:
         yield from self.arrivals
         yield from self.spans
         yield from self.admits
+        yield from self.pool_takes
         yield from self.locks
         yield from self.softirqs
         yield from self.execs

@@ -123,7 +123,17 @@ def study_spec(
             },
         )
     if refill:
-        space = dataclasses.replace(space, refill=RefillSpace())
+        # Refilled pools are searched on a log scale from one device: the
+        # least memory is a few devices per kind, which a linear range up to
+        # twice the largest burst all but never samples (a 60-trial search
+        # held 4-7x the memory of a hand-picked small floor).
+        space = dataclasses.replace(
+            space,
+            pools={
+                k: IntRange(low=1, high=max(r.high, 2), log=True) for k, r in space.pools.items()
+            },
+            refill=RefillSpace(),
+        )
     if storage == DEFAULT_STORAGE:
         journal = default_study_storage()
         try:

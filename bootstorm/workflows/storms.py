@@ -82,16 +82,27 @@ def storm_trace(
     peer: str = "in-netns",
     runtime: str = "threads",
     progress: Progress | None = None,
+    arrival_s: tuple[float, ...] | None = None,
+    lifetime_s: float | None = None,
 ) -> Trace:
     """The trace of one real storm of ``sandboxes`` under ``config``; a
-    failed sandbox is a :class:`ConfigError` line (``what`` names the storm)."""
+    failed sandbox is a :class:`ConfigError` line (``what`` names the storm).
+    ``arrival_s``: start each sandbox at its time (a workload's schedule)
+    instead of all at once; ``lifetime_s``: stop each VM that long after it
+    came up."""
     from pydantic import ValidationError
 
     from ..validation.testbed import StormOptions
 
     try:
         options = StormOptions(
-            sandboxes=sandboxes, vm=vm, config=config, peer=peer, runtime=runtime
+            sandboxes=sandboxes,
+            vm=vm,
+            config=config,
+            peer=peer,
+            runtime=runtime,
+            arrival_s=arrival_s,
+            lifetime_s=lifetime_s,
         )
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, prefix="testbed: ")) from None

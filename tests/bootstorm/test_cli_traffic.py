@@ -7,19 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_runner import run_main
 
-from bootstorm.cli import main
 from bootstorm.models import TunedConfig
 
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_main
 
 
 @pytest.fixture
@@ -91,7 +83,7 @@ def test_without_refill_options_the_pools_are_made_before(
 def test_simulate_workload_bad_options_are_one_line(
     workload: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
-    code, out, err = run(["simulate", "--workload", str(workload), *extra], capsys)
+    code, _, err = run(["simulate", "--workload", str(workload), *extra], capsys)
     assert code == 2
     assert message in err
     assert len(err.strip().splitlines()) == 1
@@ -132,3 +124,43 @@ def test_optimize_workload_refuses_sizes(
         capsys,
     )
     assert code == 2 and "sizes: not with --workload" in err
+
+
+def test_report_draws_the_traffic_of_a_workload_and_of_a_study_on_one(
+    workload: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "traffic.html"
+    code, _, err = run(["report", "--workload", str(workload), "-o", str(page)], capsys)
+    assert code == 0, err
+    text = page.read_text()
+    assert "<h2>Traffic</h2>" in text and "ready devices" in text
+    journal = tmp_path / "studies.log"
+    code, _, err = run(
+        ["optimize", "--workload", str(workload), "--slo-p99", "30s", "--trials", "8",
+         "--storage", str(journal), "--study-name", "w", "--output", str(tmp_path / "t.yaml")],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    study_page = tmp_path / "study.html"
+    code, _, err = run(["report", str(journal), "--study-name", "w", "-o", str(study_page)], capsys)
+    assert code == 0, err
+    text = study_page.read_text()
+    assert "<h2>Traffic</h2>" in text and "<h2>Pareto front</h2>" in text
+    assert "least memory that is feasible" in text
+
+
+def test_report_workload_refuses_a_study_source(
+    workload: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(
+        [
+            "report",
+            str(tmp_path / "s.log"),
+            "--workload",
+            str(workload),
+            "-o",
+            str(tmp_path / "r.html"),
+        ],
+        capsys,
+    )
+    assert code == 2 and "workload: for a scenario only" in err

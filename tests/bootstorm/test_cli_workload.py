@@ -6,19 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_runner import run_main
 
-from bootstorm.cli import main
 from bootstorm.traces.workload import AZURE_2019_INVOCATION_COLUMNS, read_workload
 
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_main
 
 
 def write_2019(path: Path) -> Path:

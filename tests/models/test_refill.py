@@ -119,9 +119,9 @@ def test_nested_pools_refill_each_kind() -> None:
 
 
 def test_bad_refill_values_name_the_field() -> None:
-    with pytest.raises(ConfigError, match="pool_refill.concurrency"):
+    with pytest.raises(ConfigError, match=r"pool_refill\.concurrency"):
         TunedConfig(pool_refill={"concurrency": 0})
     with pytest.raises(ConfigError, match="window_s"):
         TunedConfig(pool_refill={"follow_rate": {"window_s": 0.5}})
-    with pytest.raises(ConfigError, match="pool_refill.concurrency"):
+    with pytest.raises(ConfigError, match=r"pool_refill\.concurrency"):
         Scenario(pool_refill={"concurrency": True})

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 import httpx
 import pytest
-from conftest import TOKEN
+from conftest import TOKEN, NoDevices, free_pool_id
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import SecretStr
 
-from bootstorm.models import TunedConfig
-from bootstorm.validation.agent import AgentClient, AgentError
+from bootstorm.models import FollowRate, PoolRefill, TunedConfig
+from bootstorm.validation.agent import AgentClient, AgentError, AgentSettings, agent_in_thread
+from bootstorm.validation.agent._pools import Device, DeviceOps
+from bootstorm.validation.agent.client import PoolLevel
 
 AgentFactory = Callable[..., AbstractContextManager[AgentClient]]
 
@@ -47,7 +53,7 @@ def test_every_mutating_call_needs_the_token(agent: AgentFactory, headers: dict[
 
 def test_reads_need_no_token(agent: AgentFactory) -> None:
     with agent() as client:
-        for path in ("/config", "/metrics", "/healthz"):
+        for path in ("/config", "/metrics", "/healthz", "/v1/pools"):
             assert httpx.get(client.base_url + path).status_code == 200
 
 
@@ -180,3 +186,159 @@ def test_a_closed_client_says_so(agent: AgentFactory) -> None:
         other.close()
         with pytest.raises(AgentError, match="client is closed"):
             other.healthz()
+
+
+# -- pool levels: the take answers, GET /v1/pools, the pool metrics ------------------------
+
+
+@contextmanager
+def fake_agent(config: TunedConfig, ops: DeviceOps) -> Iterator[AgentClient]:
+    settings = AgentSettings(token=SecretStr(TOKEN), port=0, pool_id=free_pool_id())
+    with (
+        agent_in_thread(settings, config, device_ops=ops) as url,
+        AgentClient(url, token=TOKEN) as client,
+    ):
+        yield client
+
+
+def pools_of(client: AgentClient) -> dict[str, Any]:
+    r = httpx.get(client.base_url + "/v1/pools")
+    assert r.status_code == 200, r.text
+    data: dict[str, Any] = r.json()
+    return data
+
+
+def wait_ready(client: AgentClient, kind: str, want: int, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = {p["kind"]: p["ready"] for p in pools_of(client)["pools"]}[kind]
+        if got == want:
+            return
+        assert time.monotonic() < deadline, f"{kind}: {got} ready, wanted {want}"
+        time.sleep(0.01)
+
+
+def test_take_answers_carry_the_pools_ready_devices_and_target() -> None:
+    with fake_agent(TunedConfig(pools={"tap": 2}), NoDevices()) as client:
+        wait_ready(client, "tap", 2)
+        device = client.take("tap", "sb-1")
+        assert device is not None and (device.ready, device.target) == (1, 2)
+        assert client.last_pool_level == PoolLevel(kind="tap", ready=1, target=2)
+        assert client.take("veth", "sb-1") is None  # not pooled
+        assert client.last_pool_level == PoolLevel(kind="veth", ready=0, target=0)
+        r = httpx.post(
+            client.base_url + "/v1/pools/veth/take",
+            json={"holder": "sb-1"},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        assert r.status_code == 404
+        assert r.json() == {"error": "pool empty", "kind": "veth", "ready": 0, "target": 0}
+        # Rate-following: each take of the first pooled kind (veth) is a start,
+        # and the answer carries the target that start set, empty or not.
+        rule = FollowRate(window_s=60.0, cover_s=60.0, max_devices=100)  # target = starts
+        refill = PoolRefill(follow_rate=rule)
+        client.put_config(TunedConfig(pools={"veth": 1, "tap": 1}, pool_refill=refill))
+        assert client.take("veth", "sb-2") is None  # no device can be made here
+        assert client.last_pool_level == PoolLevel(kind="veth", ready=0, target=1)
+        client.take("veth", "sb-3")
+        level = client.last_pool_level
+        assert level is not None and level.target == 2
+        client.take("tap", "sb-3")  # the same sandbox's second kind: no start
+        level = client.last_pool_level
+        assert level is not None and level.target == 2
+        # A failed take leaves no level behind.
+        with pytest.raises(AgentError):
+            client.take("ipvtap", "sb-4")
+        assert client.last_pool_level is None
+
+
+def test_last_pool_level_is_per_thread_and_none_from_an_older_agent() -> None:
+    def old_agent(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/veth/take"):
+            return httpx.Response(404, json={"error": "pool empty", "kind": "veth"})
+        return httpx.Response(200, json={"kind": "tap", "name": "t0", "holder": "sb-1"})
+
+    transport = httpx.MockTransport(old_agent)
+    with AgentClient("http://agent", token=TOKEN, transport=transport) as client:
+        device = client.take("tap", "sb-1")
+        assert device is not None and device.ready is None and device.target is None
+        assert client.last_pool_level is None
+        assert client.take("veth", "sb-1") is None
+        assert client.last_pool_level is None
+
+    def new_agent(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"error": "pool empty", "ready": 0, "target": 5})
+
+    seen: list[PoolLevel | None] = []
+    transport = httpx.MockTransport(new_agent)
+    with AgentClient("http://agent", token=TOKEN, transport=transport) as client:
+        client.take("netns", "sb-1")
+        other = threading.Thread(target=lambda: seen.append(client.last_pool_level))
+        other.start()
+        other.join()
+        assert seen == [None]  # that thread took nothing
+        assert client.last_pool_level == PoolLevel(kind="netns", ready=0, target=5)
+
+
+class GatedDevices(NoDevices):
+    """Creates nothing until ``go`` is set: devices being made, seen from outside."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+
+    def create(self, device: Device) -> Device:
+        assert self.go.wait(10), "a create held for 10 s"
+        return device
+
+
+def test_pool_metrics_and_get_pools_show_ready_target_and_making() -> None:
+    ops = GatedDevices()
+    # Asks for 4 workers; a fake without a factory is refilled by one.
+    config = TunedConfig(pools={"netns": 2}, pool_refill=PoolRefill(concurrency=4))
+    try:
+        with fake_agent(config, ops) as client:
+            deadline = time.monotonic() + 5
+            while (got := pools_of(client))["pools"][0]["making"] != 1:
+                assert time.monotonic() < deadline, got
+                time.sleep(0.01)
+            assert got["concurrency"] == 1 and got["workers"] == 1
+            assert got["pools"][0] == {"kind": "netns", "ready": 0, "target": 2, "making": 1}
+            families = {f.name: f for f in text_string_to_metric_families(client.metrics())}
+            making = {
+                s.labels["kind"]: s.value for s in families["bootstorm_agent_pool_making"].samples
+            }
+            assert making == {"netns": 1, "veth": 0, "tap": 0, "netns-veth": 0}
+            assert families["bootstorm_agent_pool_making"].type == "gauge"
+            ops.go.set()
+            wait_ready(client, "netns", 2)
+            assert client.take("tap", "sb-1") is None
+            assert client.take("tap", "sb-1") is None
+            families = {f.name: f for f in text_string_to_metric_families(client.metrics())}
+
+            def by_kind(family: str, sample: str) -> dict[str, float]:
+                return {
+                    s.labels["kind"]: s.value for s in families[family].samples if s.name == sample
+                }
+
+            assert by_kind("bootstorm_agent_pool_making", "bootstorm_agent_pool_making") == {
+                "netns": 0,
+                "veth": 0,
+                "tap": 0,
+                "netns-veth": 0,
+            }
+            assert by_kind("bootstorm_agent_pool_level", "bootstorm_agent_pool_level")["netns"] == 2
+            assert by_kind("bootstorm_agent_pool_target", "bootstorm_agent_pool_target") == {
+                "netns": 2,
+                "veth": 0,
+                "tap": 0,
+                "netns-veth": 0,
+            }
+            assert by_kind("bootstorm_agent_pool_empty", "bootstorm_agent_pool_empty_total") == {
+                "tap": 2
+            }
+            refill_counts = by_kind(
+                "bootstorm_agent_pool_refill_seconds", "bootstorm_agent_pool_refill_seconds_count"
+            )
+            assert refill_counts == {"netns": 2}
+    finally:
+        ops.go.set()  # a held create would hold the agent's shutdown

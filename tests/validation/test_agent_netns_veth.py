@@ -111,6 +111,8 @@ def test_the_agent_pools_hands_out_and_sweeps_netns_veth() -> None:
                 "name": first.name,
                 "peer": first.peer,
                 "holder": "sb-1",
+                "ready": 1,  # left after the take, of the target 2
+                "target": 2,
             }
             await _wait_level(client, "netns-veth", 2)  # refilled
             text = await (await client.get("/metrics")).text()

@@ -49,8 +49,13 @@ class StageSnapshot:
 @dataclass(frozen=True, slots=True)
 class PoolSnapshot:
     kind: str
+    #: Devices ready to hand out.
     level: int
+    #: The size the agent keeps the pool at now: the config's, or what its
+    #: ``pool_refill.follow_rate`` made of the recent starts.
     target: int
+    #: Devices a refill worker is making now.
+    making: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,21 +93,29 @@ class _Live(Collector):
             high.add_metric([s.stage], s.high_water)
             if s.limit is not None:
                 limit.add_metric([s.stage], s.limit)
+        # The ready devices are ``pool_level`` (its name since the first
+        # agent; dashboards and tests read it), not a second ``pool_ready``.
         level = GaugeMetricFamily(
             "bootstorm_agent_pool_level", "Pre-created devices ready.", labels=["kind"]
         )
         target = GaugeMetricFamily(
-            "bootstorm_agent_pool_target", "Pool size the config asks for.", labels=["kind"]
+            "bootstorm_agent_pool_target",
+            "Pool size the agent keeps now: the config's, or the one its follow_rate set.",
+            labels=["kind"],
+        )
+        making = GaugeMetricFamily(
+            "bootstorm_agent_pool_making", "Devices refill workers are making.", labels=["kind"]
         )
         for p in snap.pools:
             level.add_metric([p.kind], p.level)
             target.add_metric([p.kind], p.target)
+            making.add_metric([p.kind], p.making)
         generation = GaugeMetricFamily(
             "bootstorm_agent_config_generation",
             "Configs applied since start (1 = the start-up config).",
         )
         generation.add_metric([], snap.config_generation)
-        yield from (in_use, limit, queued, high, level, target, generation)
+        yield from (in_use, limit, queued, high, level, target, making, generation)
 
 
 class AgentMetrics:

@@ -28,8 +28,18 @@ One agent per ``pool_id`` and host: an agent holds an ``flock`` on
 before its sweep; a second agent with the same id refuses to start, naming
 the holder's PID. The kernel drops the lock of a killed agent.
 
-All netlink work runs on one executor thread that owns the one netlink
-socket (pyroute2 sockets are not thread-safe), so the event loop never blocks.
+Refill workers (the config's ``pool_refill.concurrency``; one without
+``pool_refill``) make and remove devices, all kinds together: each worker owns one
+executor thread and its own :class:`DeviceOps`, so its own netlink socket
+(pyroute2 sockets are not thread-safe), and the event loop never blocks. A
+free worker makes a device of a kind while the kind's ready devices plus
+those being made are below its target, and removes a ready one while the
+ready ones are above it, taking the kinds in turn. The target is the kind's
+``pools`` entry, or, with ``pool_refill.follow_rate``, what
+:func:`~bootstorm.models.follow_rate_target` makes of the starts seen in its
+window (one start per sandbox: :meth:`PoolManager.take`). The sweep, the
+listing of what is left and the record's compaction run on the first
+worker's ops (the one the manager was made with).
 """
 
 from __future__ import annotations
@@ -40,18 +50,20 @@ import errno
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import stat
 import tempfile
+import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ...models import ConfigError
+from ...models import ConfigError, FollowRate, PoolRefill, follow_rate_target
 from .._names import AGENT_POOL_LINK_PREFIX, AGENT_POOL_NETNS_PREFIX, owned_link, owned_netns
 from ._metrics import AgentMetrics, PoolSnapshot
 from ._protocol import NETNS_VETH_PEER, POOL_KINDS
@@ -82,6 +94,10 @@ AGENT_RUN_DIR = Path("/run/bootstorm-agent")
 #: The record is compacted (devices their clients removed dropped) once it
 #: holds this many names, then again each time it doubles.
 _COMPACT_MIN = 1024
+#: Most start times a rate-following pool remembers: a target that reaches
+#: ``max_devices`` needs no more, and this bounds the memory a client that
+#: hammers empty takes can make the agent hold (about 30 MB at the cap).
+_MAX_STARTS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,6 +438,15 @@ class NetlinkDevices:
             self._ipr = None
 
 
+@dataclass(eq=False)
+class _Worker:
+    """One refill worker: its own ops (its own netlink socket) on its own thread."""
+
+    index: int
+    ops: DeviceOps
+    executor: ThreadPoolExecutor
+
+
 class PoolManager:
     """Keeps each pool at its target size in the background; hands devices out.
 
@@ -430,6 +455,13 @@ class PoolManager:
     made through netlink (real ones, host-wide), none for other DeviceOps (a
     test's fakes); None: neither lock nor record (what is handed out is
     remembered in memory only, so a restart may sweep it).
+
+    ``ops`` is the first refill worker's, and the sweep's and the record's;
+    ``ops_factory`` makes the ops of each further worker (a config's
+    ``pool_refill.concurrency`` above 1). Without one the manager runs one
+    worker whatever the config asks (logged), as sharing ``ops`` between
+    threads is not safe. ``clock``: monotonic seconds, for the start window
+    of a rate-following target.
     """
 
     def __init__(
@@ -439,10 +471,14 @@ class PoolManager:
         *,
         pool_id: int,
         run_dir: Path | Literal["auto"] | None = "auto",
+        ops_factory: Callable[[], DeviceOps] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not 0 <= pool_id <= MAX_POOL_ID:
             raise ValueError(f"pool_id: must be within 0..{MAX_POOL_ID} (got {pool_id})")
         self._ops = ops
+        self._ops_factory = ops_factory
+        self._clock = clock
         self._metrics = metrics
         self._pool_id = pool_id
         if run_dir == "auto":
@@ -456,10 +492,33 @@ class PoolManager:
         self._takes = 0
         self._compact_at = _COMPACT_MIN
         self._ready: dict[str, deque[Device]] = {k: deque() for k in POOL_KINDS}
+        #: Devices a worker is making now, by kind (counted against the target).
+        self._making: dict[str, int] = dict.fromkeys(POOL_KINDS, 0)
         self._targets: dict[str, int] = dict.fromkeys(POOL_KINDS, 0)
+        #: The config's ``pools`` entries of the kinds made here: the targets
+        #: without ``follow_rate``, the floors with it.
+        self._floors: dict[str, int] = dict.fromkeys(POOL_KINDS, 0)
+        #: The kinds the config pools (its ``pools`` keys), in POOL_KINDS order.
+        self._pooled: tuple[str, ...] = ()
+        self._follow: FollowRate | None = None
+        #: Times (``clock``) of the starts in the follow-rate window, oldest first.
+        self._starts: deque[float] = deque()
+        self._concurrency = 1
         self._next: dict[str, int] = dict.fromkeys(POOL_KINDS, 0)
-        # One thread owns the netlink socket; it also keeps slow RTNL work off the loop.
+        # Per kind, so a kind that cannot be made (no root, no tun module) neither
+        # blocks the others nor floods the log.
+        self._failures: dict[str, int] = dict.fromkeys(POOL_KINDS, 0)
+        self._retry_at: dict[str, float] = dict.fromkeys(POOL_KINDS, 0.0)
+        #: The kind the next free worker looks at first (kinds in turn, so one
+        #: big pool does not starve the others).
+        self._turn = 0
+        # One thread owns each netlink socket; it also keeps slow RTNL work off the loop.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bootstorm-netlink")
+        self._main = _Worker(0, ops, self._executor)
+        #: The workers in service, by index (0: the main one, always there).
+        self._workers: dict[int, _Worker] = {0: self._main}
+        #: The tasks of the other workers, in service or closing their socket.
+        self._extra_tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -468,6 +527,15 @@ class PoolManager:
     def owner_lock(self) -> PoolOwnerLock | None:
         """The pool id's owner lock once :meth:`start` took it."""
         return self._owner
+
+    @property
+    def concurrency(self) -> int:
+        """Refill workers the config in force asks for (capped at 1 without an ``ops_factory``)."""
+        return self._concurrency
+
+    def workers(self) -> int:
+        """Refill workers in service now (those asked to stop finish their device first)."""
+        return len(self._workers)
 
     def handed_out(self) -> list[Device]:
         """Devices handed out and not known to be gone, oldest first."""
@@ -496,7 +564,10 @@ class PoolManager:
         except BaseException:
             self.release_claim()
             raise
-        self._task = asyncio.create_task(self._run(), name="bootstorm-pool-refill")
+        self._task = asyncio.create_task(self._work(self._main), name="bootstorm-pool-refill")
+        # Extra workers also stop when the main one is cancelled (a test's "kill").
+        self._task.add_done_callback(lambda _: self._wake.set())
+        self._scale()
 
     def _claim(self, run_dir: Path) -> None:
         try:
@@ -565,20 +636,83 @@ class PoolManager:
                 log.warning("cannot sweep leftover %s %s: %s", device.kind, device.name, exc)
 
     def set_targets(self, pools: Mapping[str, int]) -> None:
-        """New sizes; kinds the agent cannot make are ignored (logged once per config)."""
+        """New sizes, refilled by one worker (:meth:`set_policy` without ``refill``)."""
+        self.set_policy(pools=pools, refill=None)
+
+    def set_policy(self, *, pools: Mapping[str, int], refill: PoolRefill | None) -> None:
+        """A config's ``pools`` and ``pool_refill`` (None: one worker, targets =
+        ``pools``); kinds the agent cannot make are ignored (logged once per config).
+
+        Workers are started at once or stop after the device they are making;
+        the start window of a rate-following target is kept across configs.
+        """
         unknown = sorted(set(pools) - set(POOL_KINDS))
         if unknown:
             log.info("pool kinds %s are not pre-created by this agent; ignored", unknown)
-        for kind in POOL_KINDS:
-            self._targets[kind] = pools.get(kind, 0)
+        refill = refill if refill is not None else PoolRefill()
+        self._floors = {kind: pools.get(kind, 0) for kind in POOL_KINDS}
+        # A kind is pooled from one device up, as in the model (a sandbox's
+        # plan takes from a pool only where its entry is >= 1): an entry of 0
+        # pools nothing, whatever a rate-following target would ask.
+        self._pooled = tuple(kind for kind in POOL_KINDS if pools.get(kind, 0) > 0)
+        self._follow = refill.follow_rate
+        concurrency = refill.concurrency
+        if concurrency > 1 and self._ops_factory is None:
+            log.warning(
+                "pool_refill.concurrency: %d asked, but this agent's devices are made "
+                "through one set of device ops (a --cni agent's one CNI network); "
+                "refilling with one worker",
+                concurrency,
+            )
+            concurrency = 1
+        self._concurrency = concurrency
+        if self._follow is not None:
+            self._starts = deque(self._starts, maxlen=_starts_kept(self._follow))
+        self._retarget(started=False)
+        self._scale()
         self._wake.set()
+
+    def _retarget(self, *, started: bool) -> None:
+        """The targets from the floors, and with ``follow_rate`` from the starts
+        in its window (``started``: one more start, now)."""
+        rule = self._follow
+        if rule is None:
+            self._targets = dict(self._floors)
+            return
+        now = self._clock()
+        if started:
+            self._starts.append(now)
+        horizon = now - rule.window_s
+        while self._starts and self._starts[0] <= horizon:
+            self._starts.popleft()
+        count = len(self._starts)
+        self._targets = {
+            kind: (
+                follow_rate_target(starts=count, rule=rule, floor=self._floors[kind])
+                if kind in self._pooled
+                else 0
+            )
+            for kind in POOL_KINDS
+        }
 
     def take(self, kind: str) -> Device | None:
         """A ready device, now the caller's, or None if the pool is empty.
 
         The take is recorded (module doc) before it returns; a device that
         cannot be recorded stays pooled, and the caller gets None.
+
+        With ``follow_rate``, a take (or an empty one) of the first kind the
+        config pools, in :data:`POOL_KINDS` order, is one start, and sets every
+        pooled kind's target (the simulator's rule).
         """
+        # One start per sandbox, not per kind: a sandbox takes each kind it
+        # uses once, so counting every take would count a sandbox with a veth
+        # and a netns twice. Every sandbox takes the first pooled kind (the
+        # testbed asks for its kinds in POOL_KINDS order), so its takes are
+        # the starts. Empty takes count too: the demand is what they measure.
+        if self._follow is not None and self._pooled and kind == self._pooled[0]:
+            self._retarget(started=True)
+            self._wake.set()
         ready = self._ready[kind]
         if not ready:
             self._metrics.pool_empty.labels(kind).inc()
@@ -599,17 +733,24 @@ class PoolManager:
         self._wake.set()
         return device
 
+    def level(self, kind: str) -> PoolSnapshot:
+        """The pool of ``kind`` now: ready devices, target, devices being made."""
+        return PoolSnapshot(kind, len(self._ready[kind]), self._targets[kind], self._making[kind])
+
     def snapshot(self) -> list[PoolSnapshot]:
-        return [PoolSnapshot(k, len(self._ready[k]), self._targets[k]) for k in POOL_KINDS]
+        return [self.level(k) for k in POOL_KINDS]
 
     async def close(self) -> None:
-        """Stop refilling and remove every device still in a pool."""
+        """Stop refilling (every worker ends the device it is making) and
+        remove every device still in a pool."""
         self._stopping = True
         self._wake.set()
-        if self._task is not None:
-            # Not cancelled: the refill loop stops between two netlink calls, so a
-            # device created in the executor is never lost to a cancellation.
-            await self._task
+        # Not cancelled: a worker stops between two netlink calls, so a device
+        # created in an executor is never lost to a cancellation.
+        tasks = [t for t in (self._task, *self._extra_tasks) if t is not None]
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                log.error("pool refill worker failed: %r", outcome)
         loop = asyncio.get_running_loop()
         for kind in POOL_KINDS:
             while self._ready[kind]:
@@ -626,56 +767,121 @@ class PoolManager:
         # Last: no other agent of this id sweeps while this one removes.
         self.release_claim(tidy=True)
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        # Per kind, so a kind that cannot be made (no root, no tun module) neither
-        # blocks the others nor floods the log.
-        failures = dict.fromkeys(POOL_KINDS, 0)
-        retry_at = dict.fromkeys(POOL_KINDS, 0.0)
-        while not self._stopping:
-            self._wake.clear()
-            if len(self._handed) >= self._compact_at:
-                await self._compact()
-            worked = False
-            # One device per kind per pass, so one big pool does not starve the others.
-            for kind in POOL_KINDS:
-                if self._stopping:
-                    break
-                if retry_at[kind] > loop.time():
-                    continue
-                try:
-                    worked |= await self._step(kind)
-                    failures[kind] = 0
-                except Exception as exc:
-                    delay = _BACKOFF_S[min(failures[kind], len(_BACKOFF_S) - 1)]
-                    failures[kind] += 1
-                    retry_at[kind] = loop.time() + delay
-                    log.error("%s pool: refill failed (%s); retrying in %gs", kind, exc, delay)
-            if worked or self._stopping:
+    def _scale(self) -> None:
+        """Start the workers the concurrency asks for and that are not there
+        (those above it stop by themselves: :meth:`_in_service`)."""
+        if self._task is None or self._task.done() or self._stopping:
+            return
+        for index in range(1, self._concurrency):
+            if index in self._workers or self._ops_factory is None:
                 continue
-            # Idle until a take, a new config, a shutdown, or the next retry is due.
-            due = [t - loop.time() for t in retry_at.values() if t > loop.time()]
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=min(due) if due else None)
-
-    async def _step(self, kind: str) -> bool:
-        loop = asyncio.get_running_loop()
-        ready = self._ready[kind]
-        if len(ready) > self._targets[kind]:
-            device = ready.pop()  # newest first: the oldest go out on the next take
             try:
-                await self._call(kind, self._ops.remove, device)
-            except Exception:
-                ready.append(device)  # still ours: retried, and removed at shutdown
-                raise
-            return True
-        if len(ready) == self._targets[kind]:
+                ops = self._ops_factory()
+            except Exception as exc:
+                log.error(
+                    "refill worker %d not started: cannot make its device ops (%s)", index, exc
+                )
+                return
+            executor = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"bootstorm-netlink-{index}"
+            )
+            worker = _Worker(index, ops, executor)
+            self._workers[index] = worker
+            task = asyncio.create_task(
+                self._work_extra(worker), name=f"bootstorm-pool-refill-{index}"
+            )
+            self._extra_tasks.add(task)
+            task.add_done_callback(self._extra_tasks.discard)
+
+    def _in_service(self, worker: _Worker) -> bool:
+        if self._stopping or self._workers.get(worker.index) is not worker:
             return False
+        if worker is self._main:
+            return True
+        return worker.index < self._concurrency and self._task is not None and not self._task.done()
+
+    async def _work_extra(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await self._work(worker)
+        finally:
+            # Out of service at once (no await since _work saw it so): a worker
+            # started meanwhile for this index is a new one, with its own socket.
+            if self._workers.get(worker.index) is worker:
+                del self._workers[worker.index]
+            try:
+                await loop.run_in_executor(worker.executor, worker.ops.close)
+            except Exception as exc:
+                log.warning("refill worker %d: cannot close its device ops: %s", worker.index, exc)
+            worker.executor.shutdown(wait=True)  # idle: every call on it was awaited
+
+    async def _work(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        while self._in_service(worker):
+            self._wake.clear()
+            if worker is self._main and len(self._handed) >= self._compact_at:
+                await self._compact()
+                continue
+            job = self._next_job(loop.time())
+            if job is None:
+                # Idle until a take, a new config, a shutdown, or the next retry is due.
+                due = [t - loop.time() for t in self._retry_at.values() if t > loop.time()]
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=min(due) if due else None)
+                continue
+            kind, surplus = job
+            try:
+                if surplus is None:
+                    await self._make(worker, kind)
+                else:
+                    await self._trim(worker, kind, surplus)
+                self._failures[kind] = 0
+            except Exception as exc:
+                delay = _BACKOFF_S[min(self._failures[kind], len(_BACKOFF_S) - 1)]
+                self._failures[kind] += 1
+                self._retry_at[kind] = loop.time() + delay
+                log.error("%s pool: refill failed (%s); retrying in %gs", kind, exc, delay)
+            # Another worker may have work now (a kind's backoff ended, a device
+            # removed): each looks again before it waits.
+
+    def _next_job(self, now: float) -> tuple[str, Device | None] | None:
+        """The next job of a free worker, the kinds taken in turn: ``(kind,
+        None)``, make one (counted as being made from now), or ``(kind,
+        device)``, remove this surplus ready device (out of the pool from now)."""
+        count = len(POOL_KINDS)
+        for step in range(count):
+            at = (self._turn + step) % count
+            kind = POOL_KINDS[at]
+            if self._retry_at[kind] > now:
+                continue
+            ready = self._ready[kind]
+            target = self._targets[kind]
+            if len(ready) > target:
+                self._turn = (at + 1) % count
+                return kind, ready.pop()  # newest first: the oldest go out on the next take
+            if len(ready) + self._making[kind] < target:
+                self._turn = (at + 1) % count
+                self._making[kind] += 1
+                return kind, None
+        return None
+
+    async def _make(self, worker: _Worker, kind: str) -> None:
+        loop = asyncio.get_running_loop()
         started = loop.time()
-        device = await self._create(kind)
+        try:
+            device = await self._create(worker, kind)
+        finally:
+            self._making[kind] -= 1
         self._metrics.pool_refill_s.labels(kind).observe(loop.time() - started)
-        ready.append(device)
-        return True
+        # Pooled even if the target fell meanwhile: the rule removes the surplus.
+        self._ready[kind].append(device)
+
+    async def _trim(self, worker: _Worker, kind: str, device: Device) -> None:
+        try:
+            await self._call(worker, kind, worker.ops.remove, device)
+        except Exception:
+            self._ready[kind].append(device)  # still ours: retried, and removed at shutdown
+            raise
 
     async def _compact(self) -> None:
         """Drop from the record the handed-out devices that are gone."""
@@ -701,9 +907,10 @@ class PoolManager:
             except OSError as exc:  # the old record stays whole; it is only longer
                 log.error("cannot compact %s: %s", self._record.path, exc)
 
-    async def _create(self, kind: str) -> Device:
+    async def _create(self, worker: _Worker, kind: str) -> Device:
         # A device a client kept may still hold a name; skip to the next free one.
         # Names handed out are skipped without a try (after a restart, many may be).
+        # Names are drawn on the loop, so two workers never try the same one.
         tries = 0
         for _ in range(_MAX_INDEX):
             if tries == 64:
@@ -714,21 +921,30 @@ class PoolManager:
                 continue
             tries += 1
             try:
-                made: Device = await self._call(kind, self._ops.create, device)
+                made: Device = await self._call(worker, kind, worker.ops.create, device)
                 return made
             except _NameTakenError:
                 continue
         raise RuntimeError(f"no free {kind} name after 64 tries")
 
-    async def _call(self, kind: str, fn: Any, device: Device) -> Any:
+    async def _call(self, worker: _Worker, kind: str, fn: Any, device: Device) -> Any:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, fn, device)
+            return await loop.run_in_executor(worker.executor, fn, device)
         except Exception as exc:
             if _exists(exc):
                 raise _NameTakenError(device.name) from exc
             self._metrics.pool_errors.labels(kind).inc()
             raise
+
+
+def _starts_kept(rule: FollowRate) -> int:
+    """How many starts decide a target under ``rule``: with this many in the
+    window it is ``max_devices`` already, and more change nothing."""
+    if rule.cover_s <= 0:
+        return 0  # the target is the floor whatever the starts
+    kept: int = math.ceil(rule.max_devices * rule.window_s / rule.cover_s) + 1
+    return min(_MAX_STARTS, kept)
 
 
 class _NameTakenError(Exception):

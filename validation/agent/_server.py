@@ -10,7 +10,10 @@ POST     /v1/stages/{stage}/acquire          200 lease, 408 none within ``wait_s
                                              stages without a limit held at once, 503 stopping
 POST     /v1/leases/{lease_id}/release       200, 404 unknown / expired / released
 POST     /v1/leases/{lease_id}/renew         200 lease with a new expiry, 404 as above
-POST     /v1/pools/{kind}/take               200 device, 404 ``pool empty``
+POST     /v1/pools/{kind}/take               200 device, 404 ``pool empty``; both with the
+                                             kind's ``ready`` devices after it and ``target``
+GET      /v1/pools                           ``{concurrency, workers, pools: [{kind, ready,
+                                             target, making}]}``
 PUT      /config                             200 ``{generation, config}`` once saved, 422 refused,
                                              503 not saved (nothing changed)
 GET      /config                             the TunedConfig in force (generation, source:
@@ -35,6 +38,7 @@ answered, and is the config in force after a restart (``_state``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import ipaddress
 import json
@@ -235,7 +239,7 @@ class _Agent:
         # validated whole (bounded maps, ranged numbers) before this is called.
         config = saved.config
         self.leases.apply(limits=config.limits, lease_ttl_s=config.lease_ttl_s)
-        self.pools.set_targets(config.pools)
+        self.pools.set_policy(pools=config.pools, refill=config.pool_refill)
         self.saved = saved
 
 
@@ -386,14 +390,20 @@ async def _take(request: web.Request) -> web.Response:
         return _error(422, f"kind: unknown pool kind {kind!r}; known: {', '.join(POOL_KINDS)}")
     body = await _body(request, TakeRequest)
     device = agent.pools.take(kind)
+    # After the take, with no await between: the level this take left, and the
+    # target it set (a rate-following pool's target moves with each start).
+    level = agent.pools.level(kind)
     if device is None:
-        return _error(404, "pool empty", kind=kind)
+        # The message stays "pool empty": clients match on it.
+        return _error(404, "pool empty", kind=kind, ready=level.level, target=level.target)
     log.info("%s %s handed to %s", kind, device.name, body.holder)
     answer: dict[str, Any] = {
         "kind": device.kind,
         "name": device.name,
         "peer": device.peer,
         "holder": body.holder,
+        "ready": level.level,
+        "target": level.target,
     }
     if device.cni is not None:
         answer["cni"] = {
@@ -505,6 +515,20 @@ async def _get_config(request: web.Request) -> web.Response:
     )
 
 
+async def _get_pools(request: web.Request) -> web.Response:
+    pools = request.app[AGENT].pools
+    return web.json_response(
+        {
+            "concurrency": pools.concurrency,
+            "workers": pools.workers(),
+            "pools": [
+                {"kind": p.kind, "ready": p.level, "target": p.target, "making": p.making}
+                for p in pools.snapshot()
+            ],
+        }
+    )
+
+
 async def _metrics(request: web.Request) -> web.Response:
     body = request.app[AGENT].metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
@@ -555,33 +579,43 @@ def create_app(
     config: TunedConfig | StartupConfig | None = None,
     *,
     device_ops: DeviceOps | None = None,
+    device_ops_factory: Callable[[], DeviceOps] | None = None,
 ) -> web.Application:
     """The agent as an aiohttp application; pools start and stop with it.
 
     ``config``: the start-up config (a :class:`StartupConfig` says which file
     and when it was modified); with ``settings.state_dir`` a saved config may
     win over it (see ``_state``). ConfigError if the state directory cannot
-    be used.
+    be used. ``device_ops`` replaces the real devices (tests);
+    ``device_ops_factory`` makes the ops of each further refill worker
+    (``pool_refill.concurrency``); without it a ``device_ops`` is refilled
+    by one worker.
     """
     saved, store, save_at_start = _startup_config(settings, config)
     tuned = saved.config
     metrics = AgentMetrics()
     ops: DeviceOps
+    ops_factory = device_ops_factory
     if device_ops is not None:
         ops = device_ops
     elif settings.cni is not None:
+        # One worker: a CniDevices holds the agent's one CNI network (claimed
+        # on first use, removed at close), which a second instance would claim again.
         ops = CniDevices(settings.pool_id, settings.cni)
     else:
         ops = NetlinkDevices(settings.pool_id)
+        if ops_factory is None:
+            # A socket per worker (pyroute2 sockets are not thread-safe), opened on first use.
+            ops_factory = functools.partial(NetlinkDevices, settings.pool_id)
     app = web.Application(
         middlewares=[_json_errors, _token_middleware(settings.token)],
         client_max_size=settings.max_body_bytes,
     )
 
     leases = LeaseTable(limits=tuned.limits, lease_ttl_s=tuned.lease_ttl_s, metrics=metrics)
-    pools = PoolManager(ops, metrics, pool_id=settings.pool_id)
+    pools = PoolManager(ops, metrics, pool_id=settings.pool_id, ops_factory=ops_factory)
     agent = _Agent(settings, metrics, leases, pools, saved, store, save_at_start)
-    pools.set_targets(tuned.pools)
+    pools.set_policy(pools=tuned.pools, refill=tuned.pool_refill)
     metrics.watch(agent.snapshot)
     app[AGENT] = agent
 
@@ -617,6 +651,7 @@ def create_app(
     app.router.add_post("/v1/leases/{lease_id}/release", _release)
     app.router.add_post("/v1/leases/{lease_id}/renew", _renew)
     app.router.add_post("/v1/pools/{kind}/take", _take)
+    app.router.add_get("/v1/pools", _get_pools)
     app.router.add_put("/config", _put_config)
     app.router.add_get("/config", _get_config)
     app.router.add_get("/metrics", _metrics)
@@ -631,12 +666,14 @@ async def serve(
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
     device_ops: DeviceOps | None = None,
+    device_ops_factory: Callable[[], DeviceOps] | None = None,
 ) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when run in the main thread).
 
     ``on_ready`` gets the base URL once the socket listens (port 0 picks a free one).
     Shutdown removes every pooled device the agent still holds. ``device_ops``
-    replaces the real devices (tests), as in :func:`create_app`.
+    replaces the real devices (tests), and ``device_ops_factory`` makes more
+    of them, as in :func:`create_app`.
     """
     # Loaded before anything listens: a bad certificate is one line, not a half-started agent.
     tls = None
@@ -646,7 +683,7 @@ async def serve(
         log.warning(
             "serving %s over plain HTTP: bearer tokens cross the network in clear", settings.host
         )
-    app = create_app(settings, config, device_ops=device_ops)
+    app = create_app(settings, config, device_ops=device_ops, device_ops_factory=device_ops_factory)
     stop = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
     handled: list[signal.Signals] = []

@@ -13,7 +13,7 @@ import contextlib
 import functools
 from collections.abc import Iterator
 
-from ..testbed.admission import CniPooledNetns
+from ..testbed.admission import CniPooledNetns, PoolLevel
 from .client import AgentClient, AgentError
 
 __all__ = ["AgentAdmission"]
@@ -45,6 +45,21 @@ class AgentAdmission:
     def take(self, kind: str, holder: str) -> str | None:
         device = self.client.take(kind, holder)
         return None if device is None else device.name
+
+    def level_after_take(self, kind: str, holder: str) -> PoolLevel | None:
+        """The level this thread's last take left ``kind``'s pool at (the
+        testbed's ``PoolLevels``, for the trace's pool takes): the client keeps
+        each answer's ``ready`` and ``target`` per thread, and the testbed asks
+        on the sandbox's thread right after its take. Another kind's answer (a
+        take that never reached the agent) is no answer: unknown. A pool kept
+        at nothing and holding nothing is none, as the testbed's own pools: not
+        recorded (None)."""
+        level = self.client.last_pool_level
+        if level is None or level.kind != kind:
+            return PoolLevel()
+        if level.ready == 0 and level.target == 0:
+            return None
+        return PoolLevel(ready=level.ready, target=level.target)
 
     def take_pair(self, kind: str, holder: str) -> tuple[str, str] | None:
         device = self.client.take(kind, holder)

@@ -4,6 +4,7 @@
 ...     with agent.stage("StartVM", holder="sb-17") as lease:
 ...         boot()  # may outlast the lease's TTL: the lease is renewed meanwhile
 ...     device = agent.take("veth", holder="sb-17")  # None: make your own
+...     level = agent.last_pool_level  # the pool after that take: ready, target
 
 Every refusal raises :class:`AgentError` with the HTTP status and the agent's
 message; a network failure raises it with ``status=None``.
@@ -38,7 +39,15 @@ from pydantic import BaseModel, ConfigDict
 from ...models import TunedConfig
 from ._protocol import DEFAULT_WAIT_S, AcquireRequest, TakeRequest
 
-__all__ = ["AgentClient", "AgentError", "Lease", "PooledCni", "PooledDevice", "StageLease"]
+__all__ = [
+    "AgentClient",
+    "AgentError",
+    "Lease",
+    "PoolLevel",
+    "PooledCni",
+    "PooledDevice",
+    "StageLease",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +62,22 @@ _RETRY_FRACTION = 1 / 10
 class AgentError(Exception):
     """The agent refused a request (``status``) or could not be reached (``status=None``)."""
 
-    def __init__(self, status: int | None, message: str, *, reason: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int | None,
+        message: str,
+        *,
+        reason: str | None = None,
+        answer: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(f"{status or 'unreachable'}: {message}")
         self.status = status
         self.message = message
         #: The agent's machine-readable reason, when it gives one (``expired``, ``timeout``...).
         self.reason = reason
+        #: The agent's JSON error object whole (its other fields: a 404 ``pool
+        #: empty``'s ``ready`` and ``target``), when it sent one.
+        self.answer = answer
 
 
 class _Answer(BaseModel):
@@ -96,6 +115,22 @@ class PooledDevice(_Answer):
     holder: str
     #: A ``netns-veth`` whose interface a CNI ADD made (an agent with ``--cni``).
     cni: PooledCni | None = None
+    #: Devices of the kind still ready after this take (None: an agent too old to say).
+    ready: int | None = None
+    #: The size the agent keeps the pool at after this take (it follows the
+    #: start rate under ``pool_refill.follow_rate``); None: an agent too old to say.
+    target: int | None = None
+
+
+class PoolLevel(_Answer):
+    """A pool as the agent left it when it answered a take (the device's or
+    ``pool empty``): :attr:`AgentClient.last_pool_level`."""
+
+    kind: str
+    #: Devices of the kind ready after the take.
+    ready: int
+    #: The size the agent keeps the pool at now.
+    target: int
 
 
 class StageLease:
@@ -404,15 +439,33 @@ class AgentClient:
     # -- pools ------------------------------------------------------------------
 
     def take(self, kind: str, holder: str) -> PooledDevice | None:
-        """A pre-created device, or None when the pool is empty (make one yourself)."""
+        """A pre-created device, or None when the pool is empty (make one yourself).
+
+        The pool's level after the take (its ``ready`` devices and ``target``)
+        is on the device, and, empty or not, in :attr:`last_pool_level`.
+        """
+        self._local.pool_level = None
         body = TakeRequest(holder=holder).model_dump()
         try:
             data = self._call("POST", f"/v1/pools/{kind}/take", json=body)
         except AgentError as exc:
             if exc.status == 404 and exc.message == "pool empty":
+                self._local.pool_level = _pool_level(kind, exc.answer)
                 return None
             raise
-        return PooledDevice.model_validate(data)
+        device = PooledDevice.model_validate(data)
+        self._local.pool_level = _pool_level(kind, data)
+        return device
+
+    @property
+    def last_pool_level(self) -> PoolLevel | None:
+        """The pool level the agent answered this thread's last :meth:`take`
+        with, a device or ``pool empty``; None before any, after a take that
+        failed otherwise, or from an agent too old to say. Per thread, as the
+        client is shared between threads: another thread's take never shows here.
+        """
+        level: PoolLevel | None = getattr(self._local, "pool_level", None)
+        return level
 
     # -- config and observation ---------------------------------------------------
 
@@ -466,21 +519,30 @@ class AgentClient:
         except httpx.HTTPError as exc:
             raise AgentError(None, f"{method} {self.base_url}{path}: {exc}") from None
         if response.status_code >= 400:
-            message, reason = _error_of(response)
-            raise AgentError(response.status_code, message, reason=reason)
+            message, reason, answer = _error_of(response)
+            raise AgentError(response.status_code, message, reason=reason, answer=answer)
         return response
+
+
+def _pool_level(kind: str, data: dict[str, Any] | None) -> PoolLevel | None:
+    if data is None:
+        return None
+    ready, target = data.get("ready"), data.get("target")
+    if type(ready) is not int or type(target) is not int:
+        return None  # an agent from before the pool levels (or a malformed answer)
+    return PoolLevel(kind=kind, ready=ready, target=target)
 
 
 def _lease_id(lease: Lease | str) -> str:
     return lease.lease_id if isinstance(lease, Lease) else lease
 
 
-def _error_of(response: httpx.Response) -> tuple[str, str | None]:
+def _error_of(response: httpx.Response) -> tuple[str, str | None, dict[str, Any] | None]:
     try:
         data = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return response.text.strip() or response.reason_phrase, None
+        return response.text.strip() or response.reason_phrase, None, None
     if isinstance(data, dict) and isinstance(data.get("error"), str):
         reason = data.get("reason")
-        return data["error"], reason if isinstance(reason, str) else None
-    return response.text.strip(), None
+        return data["error"], reason if isinstance(reason, str) else None, data
+    return response.text.strip(), None, None

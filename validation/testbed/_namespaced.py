@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from ...traces import PoolTake
 from ._netns import create_netns_here, remove_netns
-from .admission import Admission
+from .admission import Admission, level_after_take
 from .runtime import Sandbox, StormContext, StormRuntime
 
 __all__ = ["NamespacedRuntime", "NamespacedSandbox"]
@@ -35,10 +37,12 @@ class NamespacedSandbox(Sandbox):
 
 
 N = TypeVar("N", bound=NamespacedSandbox)
+T = TypeVar("T")
 
 
 class NamespacedRuntime(StormRuntime[N]):
-    """NetNS's fallbacks, Cgroup, the ``netns`` pool, and their removal."""
+    """NetNS's fallbacks, Cgroup, the ``netns`` pool, their removal, and
+    the record of every take from a pool."""
 
     def __init__(self, *, context: StormContext) -> None:
         super().__init__(context=context)
@@ -50,6 +54,28 @@ class NamespacedRuntime(StormRuntime[N]):
     def holder(self, sb: N) -> str:
         """The sandbox's name in admission calls (an agent's leases and pools)."""
         return f"{self.context.run}/{sb.index}"
+
+    def took(self, sb: N, kind: str, got: T) -> T:
+        """Record ``sb``'s take from pool ``kind`` (``got``: what it was
+        handed, None if the pool was empty) with the level it left, where
+        the admission says it; returns ``got``. Not recorded where the
+        admission has no pool of ``kind``: a storm without pools would
+        otherwise say every sandbox found one empty."""
+        assert self.admission is not None
+        t_s = time.monotonic()
+        level = level_after_take(self.admission, kind, self.holder(sb))
+        if level is not None:
+            sb.takes.append(
+                PoolTake(
+                    sandbox=sb.index,
+                    kind=kind,
+                    t_s=t_s,
+                    taken=got is not None,
+                    ready=level.ready,
+                    target=level.target,
+                )
+            )
+        return got
 
     def make_netns_pool(self, n: int) -> None:
         """The ``netns`` pool: ``n`` namespaces made before the storm."""
@@ -66,7 +92,7 @@ class NamespacedRuntime(StormRuntime[N]):
     def pooled_or_new_netns(self, sb: N) -> None:
         """A namespace from the ``netns`` pool, else one made now (``bst-<run>-<i>``)."""
         assert self.admission is not None
-        pooled = self.admission.take("netns", self.holder(sb))
+        pooled = self.took(sb, "netns", self.admission.take("netns", self.holder(sb)))
         if pooled is not None:
             self.open_netns(sb, pooled)
             return

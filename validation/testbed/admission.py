@@ -15,9 +15,16 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Admission", "CniPooledNetns", "LocalAdmission"]
+__all__ = [
+    "Admission",
+    "CniPooledNetns",
+    "LocalAdmission",
+    "PoolLevel",
+    "PoolLevels",
+    "level_after_take",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +80,38 @@ class Admission(Protocol):
         ...
 
 
+@dataclass(frozen=True, kw_only=True)
+class PoolLevel:
+    """A pool's level as a take left it: ``ready`` devices left after the
+    take, ``target`` the level it is kept at; None where the pool does not say."""
+
+    ready: int | None = None
+    target: int | None = None
+
+
+@runtime_checkable
+class PoolLevels(Protocol):
+    """What an admission may offer beside :class:`Admission`: the level a
+    holder's latest take of a kind left its pool at. Optional, so that an
+    admission without it (an agent's of an older build) still is one."""
+
+    def level_after_take(self, kind: str, holder: str) -> PoolLevel | None:
+        """The level ``holder``'s latest take from pool ``kind`` (``take``,
+        ``take_pair``, ``take_netns_veth`` and ``take_cni_netns`` as
+        ``netns-veth``) left the pool at; None: this admission has no pool
+        of ``kind`` (the take asked nothing worth recording)."""
+        ...
+
+
+def level_after_take(admission: Admission, kind: str, holder: str) -> PoolLevel | None:
+    """The pool's level after ``holder``'s take of ``kind`` where
+    ``admission`` reports levels (:class:`PoolLevels`); else an unknown
+    level (the take is still recorded: the pool may exist)."""
+    if isinstance(admission, PoolLevels):
+        return admission.level_after_take(kind, holder)
+    return PoolLevel()
+
+
 class LocalAdmission:
     """Threading semaphores per limited stage and in-process device pools.
 
@@ -81,7 +120,10 @@ class LocalAdmission:
     devices already created, ``pairs`` a kind of pair to its two names: a
     ``veth`` pair's (host end, peer), a ``netns-veth``'s (namespace, host
     end) (the driver creates them before the storm); ``cni_netns`` the
-    ``cni`` runtime's namespaces with their ADD done.
+    ``cni`` runtime's namespaces with their ADD done (kind ``netns-veth``).
+
+    A pool's target is what it was made with (nothing refills it); a kind
+    made with none is no pool (:meth:`level_after_take` says None).
     """
 
     def __init__(
@@ -98,6 +140,12 @@ class LocalAdmission:
         self._pools = {kind: deque(names) for kind, names in (pools or {}).items()}
         self._pairs = {kind: deque(both) for kind, both in (pairs or {}).items()}
         self._cni_netns = deque(cni_netns)
+        self._targets: dict[tuple[str, str], int] = {
+            **{("pool", kind): len(q) for kind, q in self._pools.items()},
+            **{("pair", kind): len(q) for kind, q in self._pairs.items()},
+            ("cni", "netns-veth"): len(self._cni_netns),
+        }
+        self._levels: dict[tuple[str, str], PoolLevel | None] = {}
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
@@ -113,15 +161,25 @@ class LocalAdmission:
         gate = self._gates.get(name)
         return contextlib.nullcontext() if gate is None else self._gated(gate)
 
+    def _note_level(self, which: str, kind: str, holder: str, left: int) -> None:
+        """Under the lock: what ``holder``'s take of ``kind`` left its pool at."""
+        target = self._targets.get((which, kind), 0)
+        level = PoolLevel(ready=left, target=target) if target else None
+        self._levels[(kind, holder)] = level
+
     def take(self, kind: str, holder: str) -> str | None:
         with self._lock:
             pool = self._pools.get(kind)
-            return pool.popleft() if pool else None
+            got = pool.popleft() if pool else None
+            self._note_level("pool", kind, holder, len(pool or ()))
+            return got
 
     def take_pair(self, kind: str, holder: str) -> tuple[str, str] | None:
         with self._lock:
             pool = self._pairs.get(kind)
-            return pool.popleft() if pool else None
+            got = pool.popleft() if pool else None
+            self._note_level("pair", kind, holder, len(pool or ()))
+            return got
 
     def take_netns_veth(self, holder: str) -> tuple[str, str] | None:
         return self.take_pair("netns-veth", holder)
@@ -132,7 +190,15 @@ class LocalAdmission:
 
     def take_cni_netns(self, holder: str) -> CniPooledNetns | None:
         with self._lock:
-            return self._cni_netns.popleft() if self._cni_netns else None
+            got = self._cni_netns.popleft() if self._cni_netns else None
+            self._note_level("cni", "netns-veth", holder, len(self._cni_netns))
+            return got
+
+    def level_after_take(self, kind: str, holder: str) -> PoolLevel | None:
+        """:class:`PoolLevels`: the level ``holder``'s latest take of ``kind``
+        left, or None where the kind had no pool (none asked of it either)."""
+        with self._lock:
+            return self._levels.get((kind, holder))
 
     def left(self, kind: str) -> list[str]:
         """Devices of ``kind`` still in the pool (the driver removes them after)."""

@@ -102,7 +102,7 @@ class CniStormRuntime(NamespacedRuntime[CniStormSandbox]):
     def netns(self, sb: CniStormSandbox, /) -> None:
         assert self.admission is not None
         if self._wants_netns_veth:
-            plumbed = self.admission.take_cni_netns(self.holder(sb))
+            plumbed = self.took(sb, "netns-veth", self.admission.take_cni_netns(self.holder(sb)))
             if plumbed is not None:
                 self.cni.take_pooled(sb.cni, plumbed)
                 self.open_netns(sb, plumbed.netns)
@@ -121,6 +121,13 @@ class CniStormRuntime(NamespacedRuntime[CniStormSandbox]):
 
     def start_vm(self, sb: CniStormSandbox, /) -> Stamps:
         return self.cni.start_vm(sb.cni)
+
+    def stop_vm(self, *, sandbox: CniStormSandbox) -> None:
+        """Its shim stopped (stdin closed: it stops its VMM and exits, as
+        containerd stops a sandbox's shim), recorded as at the end of the
+        storm; its CNI DEL and namespace wait for teardown."""
+        with contextlib.suppress(Exception):
+            self.cni.stop_shims([sandbox.cni])
 
     # -- after the storm --------------------------------------------------------
 

@@ -1,14 +1,23 @@
 """The testbed driver: a real boot storm of seed 000's pipeline on this host.
 
-Each sandbox is one thread; all threads wait at a barrier and start at once.
-Each runs the five stages (seed 000 §4.1.1), each entered through admission
-(a stage limit, a pool) and timed on CLOCK_MONOTONIC with the thread id.
+Each sandbox is one thread. All at once (the default), every thread waits
+at a barrier and they start together; on a schedule
+(``StormOptions.arrival_s``, a workload's starts), the driver's thread
+starts sandbox ``i``'s thread just before ``arrival_s[i]`` past the origin
+(:class:`StartSchedule`), so that only the sandboxes under way hold a
+thread. Each runs the five stages (seed 000 §4.1.1), each entered through
+admission (a stage limit, a pool) and timed on CLOCK_MONOTONIC with the
+thread id.
 What a stage does is the runtime's (:class:`~.runtime.StormRuntime`, picked
 once by ``StormOptions.runtime``): ``threads`` makes the kernel objects a
 Kata sandbox's network start makes through in-process netlink
 (:mod:`.threads_runtime`); ``cni`` runs them as containerd and Kata do, real
 CNI plugins exec'd in AddCNI and one shim process per sandbox for AttachIf
 and StartVM (:mod:`.cni_runtime`). The driver knows no runtime by name.
+
+With ``StormOptions.lifetime_s`` one reaper thread stops each sandbox's VM
+that long after it came up (:meth:`.runtime.StormRuntime.stop_vm`), so that
+a long schedule holds a bounded number of VMs.
 
 Everything created is removed on success, failure and interrupt; a killed
 run's leftovers are swept by the next run (see :mod:`._leftovers`).
@@ -17,14 +26,18 @@ run's leftovers are swept by the next run (see :mod:`._leftovers`).
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 from ...traces import (
     AdmitSpan,
@@ -56,12 +69,156 @@ from .admission import Admission, LocalAdmission
 from .options import STAGES, StormOptions, StormResult
 from .runtime import Sandbox, StageBody, StormContext, StormRuntime, runtime_class
 
-__all__ = ["STAGES", "StormOptions", "StormResult", "TestbedError", "run_storm"]
+__all__ = [
+    "STAGES",
+    "StartSchedule",
+    "StormOptions",
+    "StormResult",
+    "TestbedError",
+    "run_storm",
+]
 
 log = logging.getLogger(__name__)
 
 #: Locks named in the file in full when kernel spans are sampled.
 KEY_LOCKS = ("rtnl", "cgroup_mutex", "css_set_lock")
+#: On a schedule, a sandbox's thread is started this long before its start
+#: time: the thread's own start and its setup (a netlink socket opened) are
+#: done by then, and its first stage is asked for on time. The origin is as
+#: far past the schedule's beginning, so the first start is on time too.
+SETUP_LEAD_S = 0.05
+#: A sandbox that began its first stage more than this after its arrival
+#: is counted late in the trace's note (a thread woken a scheduler tick
+#: late is not the host falling behind).
+LATE_S = 0.01
+#: How long the storm's end waits for the reaper's stop under way (a shim
+#: gets 5 s, then SIGTERM and SIGKILL: see ``_cni_stages.SHIM_STOP_WAIT_S``).
+REAPER_JOIN_S = 30.0
+
+
+class _Stop(Protocol):
+    """What :class:`StartSchedule` waits on: a :class:`threading.Event`, or a test's fake."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class StartSchedule:
+    """When each sandbox of a schedule is started: sandbox ``i`` at
+    ``origin_s + arrival_s[i] - lead_s`` on ``clock``, in index order.
+
+    :meth:`due` yields each index at its time, waiting on ``stop`` until
+    then; once ``stop`` is set it yields no more (the storm is being
+    stopped: those not yielded were never started). A start it reaches late
+    (the host, or the caller's work on the last one, ran past it) is
+    yielded at once, never skipped or moved: its arrival stays its
+    scheduled time, and :attr:`behind_s` says how late the latest was at
+    worst. ``clock`` and ``stop`` are the monotonic clock and an event,
+    or a test's fakes.
+    """
+
+    def __init__(
+        self,
+        *,
+        arrival_s: Sequence[float],
+        stop: _Stop,
+        lead_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if any(b < a for a, b in itertools.pairwise(arrival_s)):
+            raise ValueError("arrival_s: must be sorted")
+        self.arrival_s = tuple(arrival_s)
+        self.lead_s = lead_s
+        self._clock = clock
+        self._stop = stop
+        #: Most seconds a start was yielded after its time (0: none late).
+        self.behind_s = 0.0
+        #: Starts yielded so far.
+        self.started = 0
+
+    def due(self, *, origin_s: float) -> Iterator[int]:
+        """Each sandbox's index at its start time (see the class)."""
+        for i, arrival in enumerate(self.arrival_s):
+            at = origin_s + arrival - self.lead_s
+            while True:
+                if self._stop.is_set():
+                    return
+                left = at - self._clock()
+                if left <= 0.0:
+                    break
+                if self._stop.wait(left):
+                    return
+            self.behind_s = max(self.behind_s, self._clock() - at)
+            self.started += 1
+            yield i
+
+
+class _Reaper:
+    """Stops each sandbox's VM ``lifetime_s`` after it came up, on one thread
+    (one sleeping thread per live VM would be thousands on a long schedule),
+    in the order their lifetimes end."""
+
+    def __init__(self, *, lifetime_s: float, stop_vm: Callable[[Sandbox], None]) -> None:
+        self.lifetime_s = lifetime_s
+        self._stop_vm = stop_vm
+        self._due: list[tuple[float, int, Sandbox]] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        #: VMs stopped at the end of their lifetime, during the storm.
+        self.stopped = 0
+        #: Most VMs up and not yet stopped at once, during the storm.
+        self.peak = 0
+        self._held = 0
+        self._thread = threading.Thread(target=self._run, name="lifetime-reaper", daemon=True)
+        self._thread.start()
+
+    def add(self, sb: Sandbox, *, up_s: float) -> None:
+        """``sb``'s VM came up at ``up_s`` (CLOCK_MONOTONIC): stop it a lifetime later."""
+        with self._cond:
+            if self._closed:
+                return  # the storm is ending: teardown stops it
+            heapq.heappush(self._due, (up_s + self.lifetime_s, sb.index, sb))
+            self._held += 1
+            self.peak = max(self.peak, self._held)
+            self._cond.notify()
+
+    def _next(self) -> Sandbox | None:
+        """The next sandbox whose lifetime is over, once it is; None once closed."""
+        with self._cond:
+            while not self._closed:
+                if self._due:
+                    left = self._due[0][0] - time.monotonic()
+                    if left <= 0.0:
+                        return heapq.heappop(self._due)[2]
+                    self._cond.wait(left)
+                else:
+                    self._cond.wait()
+            return None
+
+    def _run(self) -> None:
+        while (sb := self._next()) is not None:
+            self._stop_vm(sb)  # outside the lock: a shim's stop may take seconds
+            with self._cond:
+                self.stopped += 1
+                self._held -= 1
+
+    def close(self) -> None:
+        """No more stops (the rest are teardown's); waits for one under way."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=REAPER_JOIN_S)
+        if self._thread.is_alive():
+            log.warning("a VM's stop at the end of its lifetime outlasted %.0f s", REAPER_JOIN_S)
+
+    def note(self) -> str:
+        left = len(self._due)
+        return (
+            f"lifetime {self.lifetime_s:g} s: each VM stopped that long after it came up "
+            f"({self.stopped} during the storm, {left} at its end; at most {self.peak} "
+            "up at once); network devices stay until the end of the run"
+        )
 
 
 class _Storm:
@@ -77,7 +234,7 @@ class _Storm:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{self.run}-"))
         self.runner = self._runner()
         limits = options.config.limits if options.config else {}
-        self._own_admission = admission is None
+        self.own_admission = admission is None
         self.admission: Admission = admission or LocalAdmission(limits=limits)
         context = StormContext(
             options=options,
@@ -86,7 +243,7 @@ class _Storm:
             runner=self.runner,
             notes=self.notes,
             stop=self.stop,
-            own_admission=self._own_admission,
+            own_admission=self.own_admission,
         )
         try:
             self.runtime: StormRuntime[Sandbox] = runtime_class(options.runtime)(context=context)
@@ -94,6 +251,8 @@ class _Storm:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
         self.sandboxes = [self.runtime.new_sandbox(index=i) for i in range(options.sandboxes)]
+        #: Stops VMs at the end of their lifetime (``lifetime_s``); None: at the storm's end.
+        self.reaper: _Reaper | None = None
 
     def _runner(self) -> VmRunner:
         opts = self.options
@@ -158,22 +317,49 @@ class _Storm:
             )
         )
 
+    def _stages(self, sb: Sandbox) -> None:
+        """The five stages; then, with a lifetime, its VM's stop is due."""
+        sb.began_s = time.monotonic()
+        try:
+            for name, body in zip(STAGES, self.runtime.stage_bodies(), strict=True):
+                self._stage(sb, name, body)
+        except Exception as exc:
+            sb.error = f"{type(exc).__name__}: {exc}"
+            log.debug("sandbox %d failed", sb.index, exc_info=True)
+            return
+        if self.reaper is not None:
+            self.reaper.add(sb, up_s=sb.spans[-1].end_s)
+
     def sandbox_thread(self, sb: Sandbox, barrier: threading.Barrier) -> None:
+        """All at once: set up, wait at the barrier with every other, run."""
         try:
             self.runtime.setup_sandbox(sandbox=sb)
         except Exception as exc:
             sb.error = f"setup: {type(exc).__name__}: {exc}"
         try:
             barrier.wait()  # even after a failed setup: the others must not wait forever
-            if sb.error is not None:
-                return
-            for name, body in zip(STAGES, self.runtime.stage_bodies(), strict=True):
-                self._stage(sb, name, body)
+            if sb.error is None:
+                self._stages(sb)
         except threading.BrokenBarrierError:
             sb.error = "storm aborted before it started"
-        except Exception as exc:
-            sb.error = f"{type(exc).__name__}: {exc}"
-            log.debug("sandbox %d failed", sb.index, exc_info=True)
+        finally:
+            self.runtime.end_sandbox(sandbox=sb)
+
+    def scheduled_thread(self, sb: Sandbox, at_s: float) -> None:
+        """On a schedule: started :data:`SETUP_LEAD_S` early, set up, wait
+        until ``at_s`` (its arrival), run; late, it runs at once."""
+        try:
+            try:
+                self.runtime.setup_sandbox(sandbox=sb)
+            except Exception as exc:
+                sb.error = f"setup: {type(exc).__name__}: {exc}"
+                return
+            left = at_s - time.monotonic()
+            stopped = self.stop.wait(left) if left > 0.0 else self.stop.is_set()
+            if stopped:
+                sb.error = "storm stopped before it started"
+                return
+            self._stages(sb)
         finally:
             self.runtime.end_sandbox(sandbox=sb)
 
@@ -223,6 +409,34 @@ def _sample(locks: list[LockSpan], cap: int | None) -> tuple[list[LockSpan], str
     return sorted(kept, key=lambda lk: lk.start_s), note
 
 
+def _arrival(options: StormOptions, index: int) -> float:
+    """Sandbox ``index``'s start, seconds after the origin (0: all at once)."""
+    return 0.0 if options.arrival_s is None else options.arrival_s[index]
+
+
+def _schedule_note(
+    schedule: StartSchedule, sandboxes: Sequence[Sandbox], options: StormOptions, origin_s: float
+) -> str:
+    """The trace's note on a schedule: its span, and how far behind it the
+    host ran (arrivals stay the scheduled times, late or not)."""
+    times = options.arrival_s or (0.0,)
+    late = [
+        sb.began_s - (origin_s + _arrival(options, sb.index))
+        for sb in sandboxes
+        if sb.began_s is not None
+    ]
+    worst = max(late, default=0.0)
+    over = sum(1 for x in late if x > LATE_S)
+    return (
+        f"scheduled starts: {schedule.started} of {len(times)} over {times[-1] - times[0]:.3f} s "
+        f"(arrival_s); sandboxes began their first stage up to {max(worst, 0.0) * 1e3:.1f} ms "
+        f"after their arrival ({over} more than {LATE_S * 1e3:.0f} ms late); the scheduler "
+        f"ran up to {schedule.behind_s * 1e3:.1f} ms behind (it starts each sandbox's thread "
+        f"{SETUP_LEAD_S * 1e3:.0f} ms ahead); each arrival is the scheduled time, startup "
+        "counts from it"
+    )
+
+
 def run_storm(options: StormOptions, *, admission: Admission | None = None) -> StormResult:
     """Run one storm and return its trace; everything made is removed before returning.
 
@@ -264,17 +478,29 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
         busy = settle(options.settle_s)
         storm.notes.append(f"cores busy before the storm: {busy:.2f}")
         storm.prepare()
-        barrier = threading.Barrier(options.sandboxes + 1)
-        meter = CpuMeter()  # the storm's CPU work: barrier to the last sandbox
-        threads = [
-            threading.Thread(
-                target=storm.sandbox_thread,
-                args=(sb, barrier),
-                name=f"sandbox-{sb.index}",
-                daemon=True,
+        meter = CpuMeter()  # the storm's CPU work: origin to the last sandbox
+        barrier: threading.Barrier | None = None
+        schedule: StartSchedule | None = None
+        threads: list[threading.Thread] = []
+        if options.arrival_s is None:
+            barrier = threading.Barrier(options.sandboxes + 1)
+            threads = [
+                threading.Thread(
+                    target=storm.sandbox_thread,
+                    args=(sb, barrier),
+                    name=f"sandbox-{sb.index}",
+                    daemon=True,
+                )
+                for sb in storm.sandboxes
+            ]
+        else:
+            schedule = StartSchedule(
+                arrival_s=options.arrival_s, stop=storm.stop, lead_s=SETUP_LEAD_S
             )
-            for sb in storm.sandboxes
-        ]
+        if options.lifetime_s is not None:
+            storm.reaper = _Reaper(
+                lifetime_s=options.lifetime_s, stop_vm=lambda sb: runtime.stop_vm(sandbox=sb)
+            )
         try:
             for t in threads:
                 t.start()
@@ -284,8 +510,24 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                 )
                 collector.start()
             meter.start()
-            origin_s = time.monotonic()
-            barrier.wait()
+            if schedule is None:
+                assert barrier is not None
+                origin_s = time.monotonic()
+                barrier.wait()
+            else:
+                # Sandboxes start on this thread's schedule, each thread made
+                # when its time comes: only those under way hold one.
+                origin_s = time.monotonic() + SETUP_LEAD_S
+                for i in schedule.due(origin_s=origin_s):
+                    sb = storm.sandboxes[i]
+                    t = threading.Thread(
+                        target=storm.scheduled_thread,
+                        args=(sb, origin_s + _arrival(options, i)),
+                        name=f"sandbox-{sb.index}",
+                        daemon=True,
+                    )
+                    threads.append(t)
+                    t.start()
             for t in threads:
                 while t.is_alive():
                     t.join(timeout=0.2)
@@ -293,13 +535,19 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
         except BaseException:
             meter.stop()
             storm.stop.set()
-            barrier.abort()
+            if barrier is not None:
+                barrier.abort()
             runtime.interrupt(sandboxes=storm.sandboxes)
             deadline = time.monotonic() + 10.0
             for t in threads:
                 if t.is_alive():
                     t.join(timeout=max(0.0, deadline - time.monotonic()))
             raise
+        if storm.reaper is not None:
+            storm.reaper.close()  # before finish: the VMs left are the runtime's to stop
+            storm.notes.append(storm.reaper.note())
+        if schedule is not None:
+            storm.notes.append(_schedule_note(schedule, storm.sandboxes, options, origin_s))
         capture = collector.stop() if collector is not None else None
         execs: tuple[ExecSpan, ...] = runtime.finish(sandboxes=storm.sandboxes)
         spans = sorted((s for sb in storm.sandboxes for s in sb.spans), key=lambda s: s.start_s)
@@ -327,6 +575,16 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             )
             if sampled is not None:
                 storm.notes.append(sampled)
+        in_force = options.config
+        if in_force is not None and in_force.pool_refill is not None and storm.own_admission:
+            # The testbed's own pools are made before the storm and never
+            # refilled: the config's refill policy was not in force (a node
+            # agent's pools refill: --agent).
+            in_force = in_force.model_copy(update={"pool_refill": None})
+            storm.notes.append(
+                "pool_refill: not in force (the testbed's own pools are made before the "
+                "storm; a node agent refills them: --agent)"
+            )
         header = TraceHeader(
             source="testbed",
             clock="monotonic",
@@ -334,7 +592,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             stages=STAGES,
             host=host_facts(),
             busy_core_s=busy_core_s,
-            config=options.config,
+            config=in_force,
             scenario=ScenarioFacts(
                 sandboxes=options.sandboxes,
                 cni=options.variant,
@@ -359,13 +617,21 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             admits=tuple(
                 sorted((a for sb in storm.sandboxes for a in sb.admits), key=lambda a: a.start_s)
             ),
-            arrivals=tuple(Arrival(sandbox=sb.index, t_s=origin_s) for sb in storm.sandboxes),
+            arrivals=tuple(
+                Arrival(sandbox=sb.index, t_s=origin_s + _arrival(options, sb.index))
+                for sb in storm.sandboxes
+            ),
             execs=execs,
+            pool_takes=tuple(
+                sorted((p for sb in storm.sandboxes for p in sb.takes), key=lambda p: p.t_s)
+            ),
         )
         failures = tuple(f"{sb.index}: {sb.error}" for sb in storm.sandboxes if sb.error)
         return StormResult(trace=trace, failures=failures, run=storm.run)
     finally:
         try:
+            if storm.reaper is not None:
+                storm.reaper.close()  # no stop of its may race the teardown
             if collector is not None:
                 collector.close()
         finally:

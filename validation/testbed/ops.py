@@ -28,6 +28,14 @@ are deleted after each repetition, which is synchronous); only
 block ends so that their asynchronous teardown overlaps none of its samples.
 The run is registered like a storm, so a killed measurement is swept.
 
+After the operations, the bench measures the kernel memory one pooled
+device of each kind holds (:func:`pool_memory_rounds`): the devices the node
+agent pools, made as its ``NetlinkDevices.create`` makes them, in batches of
+``pool_devices``, the memory available (MemAvailable and the pages on the
+per-CPU free lists) read before and after each batch, rounds interleaved
+across kinds. The batches are named as the run's pools
+(``bst-<run>-p<k>``, ``bst<run>t<k>`` ...), so a sweep finds them too.
+
 What the bench returns is a recorded measurement,
 :class:`~bootstorm.traces.operations.OperationTimes` (the bottom layer, with
 its JSON form); the catalog's costs it determines are the calibration's
@@ -49,20 +57,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from pyroute2 import IPRoute
 
+from ...traces._config import MAX_POOL_SIZE
 from ...traces.operations import (
     CNI_OPERATIONS,
     OPERATIONS,
+    POOL_DEVICE_KINDS,
     OperationTimes,
     OperationTiming,
+    PoolDeviceMemory,
     VmMode,
     check_count,
 )
@@ -82,7 +93,17 @@ from ._netns import create_netns_here, entered, remove_netns
 from ._tap import TUNSETIFF, ifreq
 from ._vm import VmRunner, build_stub, stop, vm_available
 
-__all__ = ["measure_operations"]
+__all__ = [
+    "POOL_MEMORY_DEVICES",
+    "POOL_MEMORY_ROUNDS",
+    "POOL_MEMORY_SETTLE_S",
+    "POOL_MEMORY_WARMUP",
+    "PoolDeviceMaker",
+    "measure_operations",
+    "measure_pool_memory",
+    "pool_memory_rounds",
+    "read_memory_kib",
+]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +123,27 @@ _SETTLE_MAX_S = 10.0
 _BUSY_CORES = 0.25
 #: A helper process moved into a cgroup lives at most this long (it is killed sooner).
 _HELPER_SLEEP_S = 60
+
+#: Pooled devices of one kind per batch. A netns holds ~0.18 MiB (paper-000's
+#: ``costs.pool_device_mib.netns``: MemAvailable over 200 ``ip netns add`` on
+#: this project's machine), a tap ~0.04 MiB (docs/research-log.md, 2026-11-28),
+#: so a batch moves the memory available by 7-49 MiB, well above how far the
+#: rounds of one kind spread there (under 1.5 MiB a batch).
+POOL_MEMORY_DEVICES = 200
+#: Rounds per kind, interleaved across kinds; the median per device is the value.
+POOL_MEMORY_ROUNDS = 5
+#: Rounds made first and discarded: the first veth pair or tap may load its
+#: module, and every kind grows its slab caches and this process's heap once.
+POOL_MEMORY_WARMUP = 1
+#: Pause before each /proc/meminfo read, after the host is quiet: the kernel
+#: folds the per-CPU page counters into the global ones every second
+#: (vmstat_update, ``vm.stat_interval`` = 1 s by default), and RCU frees
+#: what a removal queued.
+POOL_MEMORY_SETTLE_S = 1.0
+#: The figures read around each batch, in KiB: /proc/meminfo's, and
+#: ``PcpFree``, the pages on the per-CPU free lists (/proc/zoneinfo).
+_MEMINFO_FIGURES = ("MemAvailable", "PcpFree", "Slab", "SUnreclaim", "Percpu")
+_PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 # -- the measurement ------------------------------------------------------------
@@ -508,6 +550,251 @@ class _Bench:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+# -- the memory of a pooled device ---------------------------------------------
+
+
+def read_memory_kib(
+    meminfo: Path = Path("/proc/meminfo"), zoneinfo: Path = Path("/proc/zoneinfo")
+) -> dict[str, int]:
+    """The figures of ``/proc/meminfo`` (``MemAvailable`` ...) in KiB (its
+    ``kB``), and ``PcpFree``: the pages on the per-CPU free lists, KiB.
+
+    Those lists are free pages the page allocator keeps per CPU, counted as
+    in use by MemAvailable; since Linux 6.7 their size is tuned to the
+    allocation rate, ~100 MiB on this project's 2-core host, so a batch of
+    devices served from them moves MemAvailable by nothing (the research log,
+    2026-11-28). /proc/zoneinfo lists each CPU's pageset with its ``count:``
+    of pages.
+    """
+    out: dict[str, int] = {}
+    with open(meminfo, encoding="ascii") as fh:
+        for line in fh:
+            name, _, rest = line.partition(":")
+            fields = rest.split()
+            if fields and fields[0].isdigit():
+                out[name] = int(fields[0])
+    pages = 0
+    with open(zoneinfo, encoding="ascii") as fh:
+        for line in fh:
+            fields = line.split()
+            if len(fields) == 2 and fields[0] == "count:" and fields[1].isdigit():
+                pages += int(fields[1])
+    out["PcpFree"] = pages * _PAGE_KIB
+    return out
+
+
+class PoolDeviceMaker(Protocol):
+    """Makes and removes device ``index`` of a pool ``kind``; removing one
+    that is not there (never made, or made in part) does nothing."""
+
+    def make(self, kind: str, index: int) -> None: ...
+
+    def remove(self, kind: str, index: int) -> None: ...
+
+
+@dataclass
+class _PoolDevices:
+    """The node agent's pooled devices (``NetlinkDevices.create`` in
+    ``validation/agent/_pools.py``) as the testbed's threads runtime pools
+    them, the same kernel objects: a named namespace (unshare and a bind
+    mount); a veth pair with both ends on the host, down; a persistent tap,
+    down (pyroute2's ``tuntap``: TUNSETIFF and TUNSETPERSIST); a namespace
+    made with a veth pair whose peer is its ``eth0``. Named as the run's
+    pools (:class:`RunNames`), so a killed measurement's are swept."""
+
+    names: RunNames
+    ipr: Any  # pyroute2 IPRoute on the host
+
+    def make(self, kind: str, index: int) -> None:
+        if kind == "netns":
+            os.close(create_netns_here(self.names.pool_netns(index)))
+        elif kind == "veth":
+            host_end, peer = self.names.pool_veth(index)
+            self.ipr.link("add", ifname=host_end, kind="veth", peer={"ifname": peer})
+        elif kind == "tap":
+            self.ipr.link("add", ifname=self.names.pool_tap(index), kind="tuntap", mode="tap")
+        elif kind == "netns-veth":
+            netns, host_end = self.names.pool_netns_veth(index)
+            fd = create_netns_here(netns)
+            try:
+                self.ipr.link(
+                    "add", ifname=host_end, kind="veth", peer={"ifname": _INNER_IF, "net_ns_fd": fd}
+                )
+            finally:
+                os.close(fd)
+        else:
+            raise ValueError(f"kind: unknown pool kind {kind!r}")
+
+    def _del_link(self, name: str) -> None:
+        for idx in self.ipr.link_lookup(ifname=name):
+            self.ipr.link("del", index=idx)  # a veth's peer goes with it
+
+    def remove(self, kind: str, index: int) -> None:
+        if kind == "netns":
+            remove_netns(self.names.pool_netns(index))
+        elif kind == "veth":
+            self._del_link(self.names.pool_veth(index)[0])
+        elif kind == "tap":
+            self._del_link(self.names.pool_tap(index))
+        elif kind == "netns-veth":
+            netns, host_end = self.names.pool_netns_veth(index)
+            self._del_link(host_end)
+            remove_netns(netns)
+        else:
+            raise ValueError(f"kind: unknown pool kind {kind!r}")
+
+
+def _checked_pool_args(*, devices: int, rounds: int, warmup: int, kinds: Sequence[str]) -> None:
+    check_count(devices, "pool_devices", minimum=1)
+    if devices > MAX_POOL_SIZE:
+        raise ValueError(f"pool_devices: expected at most {MAX_POOL_SIZE:,}, but got {devices!r}")
+    check_count(rounds, "pool_rounds", minimum=1)
+    check_count(warmup, "pool_warmup", minimum=0)
+    if not kinds:
+        raise ValueError("pool_kinds: expected at least one kind, but got none")
+    for kind in kinds:
+        if kind not in POOL_DEVICE_KINDS:
+            raise ValueError(
+                f"pool_kinds: unknown pool kind {kind!r}; known: {', '.join(POOL_DEVICE_KINDS)}"
+            )
+    if len(set(kinds)) != len(kinds):
+        raise ValueError(f"pool_kinds: each kind once, but got {', '.join(kinds)}")
+
+
+def pool_memory_rounds(
+    maker: PoolDeviceMaker,
+    *,
+    devices: int,
+    rounds: int,
+    warmup: int = 0,
+    kinds: Sequence[str] = POOL_DEVICE_KINDS,
+    read_memory: Callable[[], Mapping[str, int]] = read_memory_kib,
+    wait: Callable[[], None] = lambda: None,
+) -> tuple[PoolDeviceMemory, ...]:
+    """The memory a batch of ``devices`` devices of each kind holds, ``rounds``
+    times after ``warmup`` discarded rounds, interleaved across ``kinds``
+    (each round starts one kind further, so none always follows the same
+    one's teardown).
+
+    A batch: ``wait()`` (a quiet, settled host), ``read_memory()``, make the
+    batch, ``wait()``, ``read_memory()``, remove the batch (also on error;
+    signals are held off meanwhile). Needs MemAvailable, PcpFree, Slab,
+    SUnreclaim and Percpu in KiB (:func:`read_memory_kib`); a missing one is
+    a :class:`ValueError` naming it.
+    """
+    _checked_pool_args(devices=devices, rounds=rounds, warmup=warmup, kinds=kinds)
+    deltas: dict[str, dict[str, list[int]]] = {
+        kind: {figure: [] for figure in _MEMINFO_FIGURES} for kind in kinds
+    }
+
+    def read() -> Mapping[str, int]:
+        figures = read_memory()
+        for figure in _MEMINFO_FIGURES:
+            if figure not in figures:
+                raise ValueError(f"read_memory: no {figure} figure (MemAvailable needs Linux 3.14)")
+        return figures
+
+    for r in range(warmup + rounds):
+        shift = r % len(kinds)
+        for kind in (*kinds[shift:], *kinds[:shift]):
+            wait()
+            before = read()
+            made = 0
+            try:
+                for index in range(devices):
+                    made = index + 1  # counted before: a device made in part is removed too
+                    maker.make(kind, index)
+                wait()
+                after = read()
+            finally:
+                with signals_deferred():
+                    for index in range(made):
+                        try:
+                            maker.remove(kind, index)
+                        except Exception as exc:  # the rest still go; a sweep finds this one
+                            log.warning("pool memory: remove %s %d: %s", kind, index, exc)
+            if r < warmup:
+                continue
+            for figure in _MEMINFO_FIGURES:
+                deltas[kind][figure].append(after[figure] - before[figure])
+    return tuple(
+        PoolDeviceMemory(
+            kind=kind,
+            devices=devices,
+            warmup=warmup,
+            # MemAvailable falls as the batch takes memory: its drop is before − after.
+            mem_available_drop_kib=tuple(-d for d in deltas[kind]["MemAvailable"]),
+            pcp_growth_kib=tuple(deltas[kind]["PcpFree"]),
+            slab_growth_kib=tuple(deltas[kind]["Slab"]),
+            sunreclaim_growth_kib=tuple(deltas[kind]["SUnreclaim"]),
+            percpu_growth_kib=tuple(deltas[kind]["Percpu"]),
+        )
+        for kind in kinds
+    )
+
+
+def _measure_pool_memory_of(
+    names: RunNames, *, devices: int, rounds: int, warmup: int, kinds: Sequence[str]
+) -> tuple[tuple[PoolDeviceMemory, ...], str]:
+    """:func:`pool_memory_rounds` on this host's real devices, and a note."""
+    busiest = 0.0
+
+    def wait() -> None:
+        nonlocal busiest
+        # Quiet first (namespaces are torn down by kworkers after their
+        # removal returned), then the counters' fold; our garbage collected.
+        busiest = max(busiest, settle(_SETTLE_MAX_S))
+        gc.collect()
+        time.sleep(POOL_MEMORY_SETTLE_S)
+
+    with IPRoute() as ipr:
+        memory = pool_memory_rounds(
+            _PoolDevices(names=names, ipr=ipr),
+            devices=devices,
+            rounds=rounds,
+            warmup=warmup,
+            kinds=kinds,
+            wait=wait,
+        )
+    note = (
+        f"pool memory: {devices} devices of each kind per batch, {rounds} rounds after "
+        f"{warmup} discarded, interleaved; /proc/meminfo and /proc/zoneinfo read "
+        f"{POOL_MEMORY_SETTLE_S:g} s after a quiet host (at most {busiest:.2f} of "
+        f"{os.cpu_count()} cores busy)"
+    )
+    return memory, note
+
+
+def measure_pool_memory(
+    *,
+    devices: int = POOL_MEMORY_DEVICES,
+    rounds: int = POOL_MEMORY_ROUNDS,
+    warmup: int = POOL_MEMORY_WARMUP,
+    kinds: Sequence[str] = POOL_DEVICE_KINDS,
+) -> tuple[PoolDeviceMemory, ...]:
+    """The memory one pooled device of each kind holds on this host, alone
+    (what :func:`measure_operations` adds to its timings).
+
+    Needs root (:class:`TestbedError` otherwise); bad arguments are a
+    :class:`ValueError` naming them. The run is registered like a storm's,
+    so what a killed measurement leaves is swept; everything made is removed
+    before returning.
+    """
+    _checked_pool_args(devices=devices, rounds=rounds, warmup=warmup, kinds=kinds)
+    if os.geteuid() != 0:
+        raise TestbedError("measuring pooled devices' memory needs root (namespaces, links)")
+    run = new_run_id()
+    register_run(run)
+    try:
+        sweep_leftovers(keep={run})
+        memory, _ = _measure_pool_memory_of(
+            RunNames(run), devices=devices, rounds=rounds, warmup=warmup, kinds=kinds
+        )
+        return memory
+    finally:
+        unregister_run(run)
+
+
 def _checked_ops(ops: Sequence[str] | None) -> tuple[str, ...]:
     if ops is None:
         return tuple(OPERATIONS)
@@ -527,8 +814,15 @@ def measure_operations(
     vm: bool = True,
     ops: tuple[str, ...] | None = None,
     cni_bin_dir: Path | None = None,
+    pool_devices: int | None = None,
+    pool_rounds: int = POOL_MEMORY_ROUNDS,
 ) -> OperationTimes:
-    """Time each operation alone, ``repeats`` times after ``warmup`` discarded ones.
+    """Time each operation alone, ``repeats`` times after ``warmup`` discarded ones;
+    then measure the memory one pooled device of each kind holds
+    (:func:`pool_memory_rounds`: batches of ``pool_devices``, ``pool_rounds``
+    rounds after :data:`POOL_MEMORY_WARMUP`). ``pool_devices``: ``None`` for
+    :data:`POOL_MEMORY_DEVICES` when every operation is timed (``ops`` None)
+    and none measured when ``ops`` picks some; 0 for none.
 
     Needs root (:class:`TestbedError` otherwise); bad arguments are a
     :class:`ValueError` naming them. ``vm=False`` (or no QEMU/KVM here) times
@@ -539,6 +833,16 @@ def measure_operations(
     check_count(repeats, "repeats", minimum=1)
     check_count(warmup, "warmup", minimum=0)
     chosen = _checked_ops(ops)
+    if pool_devices is None:
+        pool_devices = POOL_MEMORY_DEVICES if ops is None else 0
+    check_count(pool_devices, "pool_devices", minimum=0)
+    if pool_devices:
+        _checked_pool_args(
+            devices=pool_devices,
+            rounds=pool_rounds,
+            warmup=POOL_MEMORY_WARMUP,
+            kinds=POOL_DEVICE_KINDS,
+        )
     if os.geteuid() != 0:
         raise TestbedError("measure-ops needs root (network namespaces, links, cgroups)")
     plugins: Path | None = None
@@ -590,6 +894,18 @@ def measure_operations(
             f"other work before each block: at most {busiest[0]:.2f} of {os.cpu_count()} "
             f"cores busy (before {busiest[1]})"
         )
+        memory: tuple[PoolDeviceMemory, ...] = ()
+        if pool_devices:
+            memory, note = _measure_pool_memory_of(
+                bench.names,
+                devices=pool_devices,
+                rounds=pool_rounds,
+                warmup=POOL_MEMORY_WARMUP,
+                kinds=POOL_DEVICE_KINDS,
+            )
+            bench.notes.append(note)
+            for m in memory:
+                log.info("pool memory %s: median %.4f MiB per device", m.kind, m.median_mib)
         return OperationTimes(
             timings=tuple(timings),
             host=host_facts(),
@@ -599,6 +915,7 @@ def measure_operations(
             warmup=warmup,
             run=run,
             notes=tuple(bench.notes),
+            pool_memory=memory,
         )
     finally:
         if was_enabled:

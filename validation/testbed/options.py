@@ -5,19 +5,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..._params import format_problem
 from ...models.tuned import TunedConfig
 from ...traces import Trace
 
-__all__ = ["CNI_POOLS", "STAGES", "StormOptions", "StormResult"]
+__all__ = ["CNI_POOLS", "MAX_SCHEDULE_S", "STAGES", "StormOptions", "StormResult"]
 
 STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
 #: Pools the ``cni`` runtime makes: plain namespaces, and namespaces whose
 #: CNI ADD was done before the storm.
 CNI_POOLS = ("netns", "netns-veth")
+#: Latest start of a schedule and longest lifetime, seconds: 366 days, the
+#: longest published function trace (Azure's, 14 days) many times over; a
+#: time past it is a unit mistake (milliseconds given as seconds), not a storm.
+MAX_SCHEDULE_S = 366 * 86_400.0
+
+#: One start time of a schedule: seconds after the storm's origin.
+_StartTime = Annotated[float, Field(ge=0.0, le=MAX_SCHEDULE_S, allow_inf_nan=False)]
 
 
 class StormOptions(BaseModel):
@@ -26,7 +34,19 @@ class StormOptions(BaseModel):
     Parameters
     ----------
     sandboxes:
-        Sandboxes started at once.
+        Sandboxes started: all at once, or one per time of ``arrival_s``.
+    arrival_s:
+        None: every sandbox starts at once, released by a barrier at the
+        storm's origin. Else sandbox ``i`` starts ``arrival_s[i]`` seconds
+        after the origin (one time per sandbox, sorted, finite, at least 0):
+        a workload's schedule. Its trace's arrival is that time, late or
+        not; startup counts from it.
+    lifetime_s:
+        How long a sandbox keeps its VM once StartVM ended (its VM up),
+        after which the VM is stopped (the ``cni`` runtime's shim and VMM,
+        the ``threads`` runtime's VMM and its tap): a long schedule then
+        holds a bounded number of VMs. Its network devices stay until the
+        end of the run. None: every VM stays until the storm ends.
     endpoint:
         What AddCNI makes for the sandbox: ``veth`` (a pair), ``tap`` (a
         persistent tap in the namespace) or ``macvtap`` (on the run's shared
@@ -88,6 +108,8 @@ class StormOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     sandboxes: int = Field(default=8, ge=1, le=9999)
+    arrival_s: tuple[_StartTime, ...] | None = None
+    lifetime_s: float | None = Field(default=None, ge=0.0, le=MAX_SCHEDULE_S, allow_inf_nan=False)
     endpoint: Literal["veth", "tap", "macvtap"] = "veth"
     peer: Literal["in-netns", "moved"] = "in-netns"
     netprio_ifpriomap: bool = False
@@ -105,6 +127,29 @@ class StormOptions(BaseModel):
     cni_plugin: Literal["bridge", "ptp", "macvlan", "ipvlan"] = "bridge"
     cni_chain: tuple[Literal["tuning", "bandwidth"], ...] = ()
     cni_check: bool = False
+
+    @model_validator(mode="after")
+    def _one_time_per_sandbox(self) -> StormOptions:
+        times = self.arrival_s
+        if times is None:
+            return self
+        if len(times) != self.sandboxes:
+            # The count, not the times: a schedule may be thousands long.
+            got = f"{len(times)} time{'' if len(times) == 1 else 's'}"
+            raise ValueError(
+                f"arrival_s: must hold one time per sandbox, {self.sandboxes} (got {got})"
+            )
+        for i in range(1, len(times)):
+            if times[i] < times[i - 1]:
+                raise ValueError(
+                    format_problem(
+                        f"arrival_s.{i}",
+                        f"must not be before the time before it ({times[i - 1]!r}): "
+                        "the times are sorted",
+                        times[i],
+                    )
+                )
+        return self
 
     @model_validator(mode="after")
     def _runtime_options(self) -> StormOptions:

@@ -22,13 +22,16 @@ environment):
 4. :meth:`~StormRuntime.prepare`: the run's network and pools; returns the
    admission the stages run under.
 5. On each sandbox's thread: :meth:`~StormRuntime.setup_sandbox`, the
-   barrier, the five stage bodies in :data:`~.options.STAGES` order (each
-   inside its admission gate), :meth:`~StormRuntime.end_sandbox`.
-6. If the storm is interrupted: :meth:`~StormRuntime.interrupt`.
-7. After a storm that ran: :meth:`~StormRuntime.finish` (the processes it
+   barrier (or, on a schedule, the wait until the sandbox's start time),
+   the five stage bodies in :data:`~.options.STAGES` order (each inside its
+   admission gate), :meth:`~StormRuntime.end_sandbox`.
+6. With ``StormOptions.lifetime_s``, on the driver's reaper thread once a
+   sandbox's lifetime is over: :meth:`~StormRuntime.stop_vm`.
+7. If the storm is interrupted: :meth:`~StormRuntime.interrupt`.
+8. After a storm that ran: :meth:`~StormRuntime.finish` (the processes it
    ran, as exec spans), :meth:`~StormRuntime.kernel_owners`,
    :meth:`~StormRuntime.pools_made`.
-8. Always, also after a failure or an interrupt:
+9. Always, also after a failure or an interrupt:
    :meth:`~StormRuntime.teardown`.
 
 What a runtime must record, clean up and report is checked by
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Generic, TypeVar
 
-from ...traces import AdmitSpan, ExecSpan, StageSpan
+from ...traces import AdmitSpan, ExecSpan, PoolTake, StageSpan
 from ._leftovers import RunNames
 from ._vm import VmRunner
 from .admission import Admission
@@ -74,13 +77,19 @@ class Sandbox:
     """One sandbox as the driver records it; a runtime subclasses it with its
     own objects (its namespace, sockets, processes), which only it touches.
 
-    The driver fills ``spans`` and ``admits`` around the stage bodies and
-    sets ``error`` when one raises: a runtime leaves them alone.
+    The driver fills ``spans`` and ``admits`` around the stage bodies, sets
+    ``began_s`` when the sandbox's first stage is asked for and ``error``
+    when a body raises: a runtime leaves them alone. ``takes`` is the
+    runtime's: each take from a pool, as it asked it
+    (:meth:`._namespaced.NamespacedRuntime.took` records them).
     """
 
     index: int
     spans: list[StageSpan] = field(default_factory=list)
     admits: list[AdmitSpan] = field(default_factory=list)
+    takes: list[PoolTake] = field(default_factory=list)
+    #: CLOCK_MONOTONIC seconds its first stage was asked for (None: never).
+    began_s: float | None = None
     error: str | None = None
 
 
@@ -193,6 +202,14 @@ class StormRuntime(abc.ABC, Generic[S]):
     def end_sandbox(self, *, sandbox: S) -> None:
         """On the sandbox's thread after its stages, or after it failed:
         release what only its thread may hold (sockets). Must not raise."""
+
+    def stop_vm(self, *, sandbox: S) -> None:
+        """The sandbox's lifetime (``StormOptions.lifetime_s``) is over:
+        stop its VM and what holds it, as its end would (the VMM, a shim, the
+        VM's tap). Called on the driver's reaper thread, once, only for a
+        sandbox whose five stages all ran, never after :meth:`finish` or
+        :meth:`teardown` began; its namespace and devices stay for
+        :meth:`teardown`. Must not raise. Default: nothing."""
 
     @abc.abstractmethod
     def interrupt(self, *, sandboxes: Sequence[S]) -> None:

@@ -24,7 +24,9 @@ class LockSummary:
 
 @dataclass(frozen=True, kw_only=True)
 class StormSummary:
-    """Makespan (t=0 to the last sandbox up), startup latency, per-stage means, locks."""
+    """Makespan (t=0 to the last sandbox up), startup latency (each
+    sandbox's from its own arrival), per-stage means, locks; the schedule's
+    span and the takes from pools."""
 
     sandboxes: int
     completed: int
@@ -34,6 +36,13 @@ class StormSummary:
     startup_p99_s: float
     stage_mean_s: dict[str, float]
     locks: dict[str, LockSummary]
+    #: First arrival to the last: 0 for a storm started at once.
+    schedule_span_s: float = 0.0
+    #: Takes from pools recorded (none where the storm had no pools).
+    pool_takes: int = 0
+    #: Sandboxes that found a pool empty at least once (and made that device
+    #: on their own critical path).
+    empty_pool_starts: int = 0
 
     @property
     def rtnl(self) -> LockSummary:
@@ -43,7 +52,9 @@ class StormSummary:
 
 
 def summarize(trace: Trace) -> StormSummary:
-    """Summary of a trace; a sandbox counts as completed when it has a span of every stage."""
+    """Summary of a trace; a sandbox counts as completed when it has a span of
+    every stage, and its startup runs from its own arrival (its scheduled
+    start: late starts count against it) to the end of its last stage."""
     origin = trace.header.origin_s
     stages = trace.header.stages
     by_sandbox: dict[int, dict[str, tuple[float, float]]] = defaultdict(dict)
@@ -65,7 +76,11 @@ def summarize(trace: Trace) -> StormSummary:
     for lk in trace.locks:
         if lk.what == "wait":
             locks[lk.lock].append((lk.end_s - lk.start_s, lk.sandbox is not None))
+    times = [a.t_s for a in trace.arrivals]
     return StormSummary(
+        schedule_span_s=max(times) - min(times) if times else 0.0,
+        pool_takes=len(trace.pool_takes),
+        empty_pool_starts=len({p.sandbox for p in trace.pool_takes if not p.taken}),
         sandboxes=trace.header.scenario.sandboxes,
         completed=len(done),
         makespan_s=float(ends.max() - origin) if len(ends) else float("nan"),

@@ -186,7 +186,7 @@ class ThreadsRuntime(NamespacedRuntime[ThreadsSandbox]):
     def netns(self, sb: ThreadsSandbox, /) -> None:
         assert self.admission is not None
         if self._wants_netns_veth:
-            both = self.admission.take_netns_veth(self.holder(sb))
+            both = self.took(sb, "netns-veth", self.admission.take_netns_veth(self.holder(sb)))
             if both is not None:
                 netns, sb.host_end = both
                 self.open_netns(sb, netns)
@@ -226,7 +226,7 @@ class ThreadsRuntime(NamespacedRuntime[ThreadsSandbox]):
             host.link("set", index=hidx, state="up")
             return
         host_link = self.names.host_link(sb.index)
-        pair = self.admission.take_pair("veth", self.holder(sb))
+        pair = self.took(sb, "veth", self.admission.take_pair("veth", self.holder(sb)))
         if pair is not None:
             # The host end takes this sandbox's name, so that cleanup and the
             # sweep know it (a pooled pair is down: it can be renamed).
@@ -251,7 +251,7 @@ class ThreadsRuntime(NamespacedRuntime[ThreadsSandbox]):
     def _tap(self, sb: ThreadsSandbox) -> None:
         """A persistent tap: taken from the pool and moved in, or made in the namespace."""
         assert self.admission is not None
-        pooled = self.admission.take("tap", self.holder(sb))
+        pooled = self.took(sb, "tap", self.admission.take("tap", self.holder(sb)))
         if pooled is not None:
             self._move_in(sb, pooled)
             return
@@ -336,6 +336,18 @@ class ThreadsRuntime(NamespacedRuntime[ThreadsSandbox]):
                 with contextlib.suppress(Exception):
                     ipr.close()
         sandbox.ns_ipr = sandbox.host_ipr = None
+
+    def stop_vm(self, *, sandbox: ThreadsSandbox) -> None:
+        """Its VMM stopped (the stub guest has exited already, as a rule)
+        and the VM's tap fd closed, as a VMM's exit closes it: AttachIf's
+        tap goes with it (RTNL); the namespace and the veth stay for teardown."""
+        if sandbox.proc is not None:
+            with contextlib.suppress(Exception):
+                stop(sandbox.proc)
+        if sandbox.tap_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(sandbox.tap_fd)
+            sandbox.tap_fd = None
 
     # -- after the storm -----------------------------------------------------
 

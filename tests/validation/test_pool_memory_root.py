@@ -1,0 +1,40 @@
+"""The memory a pooled namespace holds, measured on this host (root).
+
+Other root tests may run storms at the same moment, which moves the memory
+figures too: the check is a plausible range, not a value, and leftovers are
+looked for under this measurement's own names only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import pytest
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)"),
+    pytest.mark.skipif(sys.platform != "linux", reason="Linux only"),
+]
+
+#: A pool namespace of a testbed run (``RunNames.pool_netns``): ``bst-<run>-p<k>``.
+POOL_NETNS = re.compile(r"^bst-[a-z0-9]{4}-p\d+$")
+
+
+def test_fifty_namespaces_hold_a_plausible_amount_each() -> None:
+    from bootstorm.validation.testbed._netns import list_netns
+    from bootstorm.validation.testbed.ops import measure_pool_memory
+
+    before = {n for n in list_netns() if POOL_NETNS.match(n)}
+    (m,) = measure_pool_memory(devices=50, rounds=3, warmup=1, kinds=("netns",))
+    assert (m.kind, m.devices, m.rounds, m.warmup) == ("netns", 50, 3, 1)
+    # paper-000's netns: 147-218 KiB each on this project's machine; a
+    # namespace is tens of slab objects and per-CPU counters, never 10 MiB.
+    assert 0.005 <= m.median_mib <= 10.0, m
+    # Its slab objects (struct net, sysctl tables, the loopback) show in Slab.
+    assert m.per_device_mib(figure="slab_growth_kib") > 0.005, m
+    left = {n for n in list_netns() if POOL_NETNS.match(n)} - before
+    assert left == set()
