@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
-from ._params import format_problem, short_repr
+from ._params import Shown, format_problem, short_repr
 from .models import ConfigError
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def load_workload(field: str, path: Path) -> Workload:
     except (ConfigError, OSError, ValueError) as exc:
         raise ConfigError(f"{field}: {exc}") from None
     if len(workload) == 0:
-        raise ConfigError(format_problem(field, "holds no sandbox start", shown_path(path)))
+        raise ConfigError(format_problem(field, "holds no sandbox start", Shown(shown_path(path))))
     return workload
 
 
@@ -140,7 +140,7 @@ def testbed_arrivals(path: Path, sandboxes: int | None) -> tuple[float, ...]:
             format_problem(
                 "workload",
                 f"holds {len(starts):,} starts, more than the {most:,} sandboxes a storm starts",
-                shown,
+                Shown(shown),
             )
         )
     if not 0.0 <= starts[0] <= starts[-1] <= MAX_SCHEDULE_S:

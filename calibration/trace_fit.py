@@ -207,7 +207,7 @@ class StormStats:
             sandboxes=n,
             cni=_CNI_OF_VARIANT[variant],
             cores=h.host.cores if h.host is not None else 1,
-            pools=dict(h.scenario.pools) or (dict(config.pools) if config else {}),
+            pools=dict(h.scenario.pools) or _agent_pools(trace),
             limits=dict(config.limits) if config else {},
             latency_s=(end - arrival)[chosen],
             stage_s={s: v[chosen] for s, v in per_stage.items()},
@@ -1041,12 +1041,28 @@ class Comparison:
     metric: str
     measured: float
     predicted: float
+    #: The least denominator of the relative error: 1 for a count (0 measured
+    #: against 2 predicted is 200 % off, not infinitely), 0 for a time.
+    floor: float = 0.0
 
     @property
     def rel_error(self) -> float:
-        if not self.measured:  # none measured: right if none predicted (no empty pool)
+        scale = max(self.measured, self.floor)
+        if not scale:  # none measured: right if none predicted
             return 0.0 if not self.predicted else float("inf")
-        return (self.predicted - self.measured) / self.measured
+        return (self.predicted - self.measured) / scale
+
+
+def _agent_pools(trace: Trace) -> dict[str, int]:
+    """The pools an agent served a storm from: its config's, but only the
+    kinds the sandboxes asked for (a runtime that cannot use a kind, such as
+    the cni runtime with an agent's netns-veth namespaces not CNI-plumbed,
+    never takes it); all of the config's where no take was recorded."""
+    config = trace.header.config
+    if config is None:
+        return {}
+    asked = {t.kind for t in trace.pool_takes}
+    return {k: n for k, n in config.pools.items() if not asked or k in asked}
 
 
 def predicted_vs_measured(
@@ -1164,6 +1180,7 @@ def traffic_vs_measured(
             metric="empty-pool starts",
             measured=float(np.median(measured_empty)),
             predicted=float(result.empty_starts),
+            floor=1.0,
         ),
     ]
     if measured_held:

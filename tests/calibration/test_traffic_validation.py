@@ -105,3 +105,5 @@ def test_a_burst_has_no_traffic_to_compare() -> None:
 def test_relative_error_of_nothing_against_nothing_is_none() -> None:
     assert Comparison(metric="x", measured=0.0, predicted=0.0).rel_error == 0.0
     assert Comparison(metric="x", measured=0.0, predicted=2.0).rel_error == float("inf")
+    # A count: nothing measured against 2 predicted is 200 % off, not infinitely.
+    assert Comparison(metric="n", measured=0.0, predicted=2.0, floor=1.0).rel_error == 2.0

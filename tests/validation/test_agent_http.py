@@ -238,7 +238,9 @@ def test_take_answers_carry_the_pools_ready_devices_and_target() -> None:
         rule = FollowRate(window_s=60.0, cover_s=60.0, max_devices=100)  # target = starts
         refill = PoolRefill(follow_rate=rule)
         client.put_config(TunedConfig(pools={"veth": 1, "tap": 1}, pool_refill=refill))
-        assert client.take("veth", "sb-2") is None  # no device can be made here
+        wait_ready(client, "veth", 1)  # the floor, made at once (fake devices)
+        taken = client.take("veth", "sb-2")
+        assert taken is not None and (taken.ready, taken.target) == (0, 1)  # one start: 1
         assert client.last_pool_level == PoolLevel(kind="veth", ready=0, target=1)
         client.take("veth", "sb-3")
         level = client.last_pool_level
