@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
-from ._params import Shown, format_problem, short_repr
+from ._params import format_problem, short_repr
 from .models import ConfigError
 
 if TYPE_CHECKING:
@@ -120,7 +120,8 @@ def load_workload(field: str, path: Path) -> Workload:
     except (ConfigError, OSError, ValueError) as exc:
         raise ConfigError(f"{field}: {exc}") from None
     if len(workload) == 0:
-        raise ConfigError(format_problem(field, "holds no sandbox start", Shown(shown_path(path))))
+        # A file's fault: its path first, whole, as every file error says it.
+        raise ConfigError(f"{field}: {shown_path(path)}: holds no sandbox start")
     return workload
 
 
@@ -137,11 +138,8 @@ def testbed_arrivals(path: Path, sandboxes: int | None) -> tuple[float, ...]:
     most = max_testbed_sandboxes()
     if len(starts) > most:
         raise ConfigError(
-            format_problem(
-                "workload",
-                f"holds {len(starts):,} starts, more than the {most:,} sandboxes a storm starts",
-                Shown(shown),
-            )
+            f"workload: {shown}: holds {len(starts):,} starts, more than the {most:,} "
+            "sandboxes a storm starts"
         )
     if not 0.0 <= starts[0] <= starts[-1] <= MAX_SCHEDULE_S:
         bad = starts[0] if starts[0] < 0.0 else starts[-1]

@@ -144,11 +144,11 @@ def test_bad_workloads_are_refused_in_one_line_before_any_storm(
     )
     empty = write_workload(tmp_path / "empty.csv", [])
     assert _refused(["--workload", str(empty)], capsys) == (
-        f"workload: holds no sandbox start (got {empty})"
+        f"workload: {empty}: holds no sandbox start"
     )
     many = write_workload(tmp_path / "many.csv", [i * 0.001 for i in range(10_000)])
     assert _refused(["--workload", str(many)], capsys) == (
-        f"workload: holds 10,000 starts, more than the 9,999 sandboxes a storm starts (got {many})"
+        f"workload: {many}: holds 10,000 starts, more than the 9,999 sandboxes a storm starts"
     )
     late = write_workload(tmp_path / "late.csv", [0.0, 1e9])
     assert _refused(["--workload", str(late)], capsys) == (
