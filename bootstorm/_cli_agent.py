@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["TOKEN_ENV", "register"]
 
 #: Environment variable holding the agent's bearer token when no file is given.
-TOKEN_ENV = "BOOTSTORM_AGENT_TOKEN"
+TOKEN_ENV = "BOOTSTORM_AGENT_TOKEN"  # as validation.agent.TOKEN_ENV (not imported: aiohttp)
 #: Bounds of ``config push --timeout-s`` (per node, seconds): a node that has
 #: not answered a PUT in ten minutes (the longest long-poll an agent grants)
 #: is down; beyond it, and at inf, httpx's timer overflows.
@@ -249,13 +249,10 @@ def _modified_at_s(path: Path) -> float | None:
 def _cni_settings(plugin: str, bin_dir: Path | None) -> CniPoolSettings:
     """The agent's CNI plumbing, its plugins found now: one line (exit 2) if not."""
     from .validation.agent import CniPoolSettings
-    from .validation.testbed.cni import IPAM_PLUGIN, CniSetupError, discover_bin_dir
 
     try:
-        CniPoolSettings(plugin=plugin, bin_dir=Path("."))  # the plugin's name first
-        found = discover_bin_dir(bin_dir, [plugin, IPAM_PLUGIN])
-        return CniPoolSettings(plugin=plugin, bin_dir=found)
-    except (CniSetupError, ValueError) as exc:
+        return CniPoolSettings.discover(plugin, bin_dir)
+    except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
 

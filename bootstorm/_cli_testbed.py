@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ._io import check_output_path, terminal_console
 from ._options import (
+    LIFETIME_OPTION,
     check_count,
     check_directory,
     check_finite,
@@ -61,15 +62,7 @@ RunWorkloadOption = Annotated[
         "storm's origin; its startup counts from that time.",
     ),
 ]
-RunLifetimeOption = Annotated[
-    float | None,
-    typer.Option(
-        "--lifetime-s",
-        help="Stop each sandbox's VM this many seconds after it came up, so that a long "
-        "workload holds a bounded number of VMs [default: until the storm ends].",
-        show_default=False,
-    ),
-]
+RunLifetimeOption = Annotated[float | None, LIFETIME_OPTION]
 RunConfigOption = Annotated[
     Path | None,
     typer.Option(

@@ -4,17 +4,45 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ._io import terminal_console
-from ._options import RUNTIME_OPTION, RuntimeName
+from ._options import LIFETIME_OPTION, RUNTIME_OPTION, RuntimeName
+from .models import ConfigError
+
+if TYPE_CHECKING:
+    from .traces.workload import Workload
 
 __all__ = ["tune_cmd"]
 
 
-SandboxesOption = Annotated[int, typer.Option(help="The storm to shorten: sandboxes at once.")]
+SandboxesOption = Annotated[
+    int | None,
+    typer.Option(
+        help="The storm to shorten: sandboxes at once [default: 150; not with --workload].",
+        show_default=False,
+    ),
+]
+WorkloadOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Tune for this workload's traffic (bootstorm workload -o) instead of a storm "
+        "released at once: search pool policies and limits for the least memory held that "
+        "meets --slo-p99, then run the best, a peak-burst pool and the baseline for real on "
+        "its schedule through a node agent that refills its pools.",
+    ),
+]
+SloOption = Annotated[
+    str | None,
+    typer.Option(
+        "--slo-p99", "--p99-slo", help="With --workload: p99 startup at most this (15s, 800ms)."
+    ),
+]
+WindowOption = Annotated[
+    float, typer.Option("--window-s", help="With --workload: the window of p99 per window.")
+]
 BudgetOption = Annotated[int, typer.Option(help="TPE trials of the search on the model.")]
 CandidatesOption = Annotated[
     int, typer.Option(help="The best configs of the search to run for real.")
@@ -53,7 +81,7 @@ VmOption = Annotated[bool, typer.Option(help="QEMU microVMs in StartVM.")]
 
 
 def tune_cmd(
-    sandboxes: SandboxesOption = 150,
+    sandboxes: SandboxesOption = None,
     budget: BudgetOption = 60,
     candidates: CandidatesOption = 3,
     repeats: RepeatsOption = 5,
@@ -68,16 +96,36 @@ def tune_cmd(
     report: ReportOption = None,
     vm: VmOption = True,
     runtime: Annotated[RuntimeName, RUNTIME_OPTION] = "cni",
+    workload: WorkloadOption = None,
+    slo_p99: SloOption = None,
+    lifetime_s: Annotated[float | None, LIFETIME_OPTION] = None,
+    window_s: WindowOption = 60.0,
 ) -> None:
     """Root: calibrate this node, search pools and limits on its model, run the
     best candidates and the baseline for real, and write the config that was
-    measured faster than the baseline (and none otherwise)."""
+    measured faster than the baseline (and none otherwise).
+
+    With --workload and --slo-p99: the config that met the SLO for real on
+    that traffic at the least memory held by idle pooled devices.
+    """
     from ._render_node import RichProgress
     from .optimizers import DEFAULT_STAGES
-    from .workflows import tune
+    from .workflows import tune, tune_traffic
 
+    traffic = workload is not None or slo_p99 is not None
+    if traffic:
+        workload_starts, slo_s = _traffic_options(
+            workload=workload,
+            slo_p99=slo_p99,
+            sandboxes=sandboxes,
+            lifetime_s=lifetime_s,
+            window_s=window_s,
+        )
+    elif lifetime_s is not None:
+        raise ConfigError("lifetime-s: goes with --workload")
+    sandboxes = 150 if sandboxes is None else sandboxes
     _check_options(
-        sandboxes=sandboxes,
+        sandboxes=2 if traffic else sandboxes,
         budget=budget,
         candidates=candidates,
         repeats=repeats,
@@ -89,24 +137,66 @@ def tune_cmd(
         report=report,
         trace_dir=trace_dir,
     )
-    tune(
-        sandboxes=sandboxes,
-        trials=budget,
-        candidates=candidates,
-        repeats=repeats,
-        profile_path=profile,
-        measured_ops=measured_ops,
-        plan_sandboxes=plan_sandboxes,
-        plan_runs=plan_runs,
-        pool_kinds=tuple(pool_kind) if pool_kind else None,
-        limit_stages=tuple(limit_stage or DEFAULT_STAGES),
-        output=output,
-        trace_dir=trace_dir,
-        report=report,
-        vm=vm,
-        progress=RichProgress(terminal_console()),
-        runtime=runtime,
-    )
+    # What both loops take, every option checked before the first storm.
+    loop = {
+        "trials": budget,
+        "candidates": candidates,
+        "repeats": repeats,
+        "profile_path": profile,
+        "measured_ops": measured_ops,
+        "plan_sandboxes": plan_sandboxes,
+        "plan_runs": plan_runs,
+        "pool_kinds": tuple(pool_kind) if pool_kind else None,
+        "limit_stages": tuple(limit_stage or DEFAULT_STAGES),
+        "output": output,
+        "trace_dir": trace_dir,
+        "report": report,
+        "vm": vm,
+        "progress": RichProgress(terminal_console()),
+        "runtime": runtime,
+    }
+    if traffic:
+        tune_traffic(
+            workload=workload_starts,
+            slo_p99_s=slo_s,
+            lifetime_s=lifetime_s,
+            window_s=window_s,
+            **loop,  # type: ignore[arg-type]
+        )
+    else:
+        tune(sandboxes=sandboxes, **loop)  # type: ignore[arg-type]
+
+
+def _traffic_options(
+    *,
+    workload: Path | None,
+    slo_p99: str | None,
+    sandboxes: int | None,
+    lifetime_s: float | None,
+    window_s: float,
+) -> tuple[Workload, float]:
+    """``--workload W --slo-p99 S``'s own options, checked, and the workload
+    read: its starts and the SLO in seconds."""
+    from ._options import check_finite, load_workload, testbed_arrivals
+    from ._units import parse_seconds
+    from .validation.testbed.options import MAX_SCHEDULE_S
+
+    if workload is None:
+        raise ConfigError("slo-p99: goes with --workload (the SLO of that traffic)")
+    if slo_p99 is None:
+        raise ConfigError("slo-p99: --workload needs the p99 startup to meet (--slo-p99 15s)")
+    if sandboxes is not None:
+        raise ConfigError(
+            f"sandboxes: {sandboxes} given with --workload (its starts are the storm: "
+            "leave --sandboxes out)"
+        )
+    slo_s = parse_seconds("slo_p99", slo_p99)
+    if not slo_s > 0:
+        raise ConfigError(f"slo_p99: must be a duration > 0, but got {slo_p99!r}")
+    check_finite("lifetime_s", lifetime_s, low=0.0, high=MAX_SCHEDULE_S)
+    check_finite("window_s", window_s, low=1e-3, high=MAX_SCHEDULE_S)
+    testbed_arrivals(workload, None)  # a schedule the testbed can run, or one line
+    return load_workload("workload", workload), slo_s
 
 
 #: Most TPE trials of tune's search on the model (--budget): 60 is the

@@ -13,6 +13,7 @@ import typer
 from ._io import terminal_console
 from ._options import (
     EXECUTOR_OPTION,
+    LIFETIME_OPTION,
     RUNTIME_OPTION,
     RuntimeName,
     check_finite,
@@ -127,14 +128,7 @@ WorkloadOption = Annotated[
         "takes, idle pooled device-seconds."
     ),
 ]
-LifetimeOption = Annotated[
-    float | None,
-    typer.Option(
-        "--lifetime-s",
-        help="With --workload: stop each VM this many seconds after it came up.",
-        show_default=False,
-    ),
-]
+LifetimeOption = Annotated[float | None, LIFETIME_OPTION]
 
 
 def validate_cmd(

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXECUTOR_OPTION",
+    "LIFETIME_OPTION",
     "RUNTIME_OPTION",
     "SCENARIO_DEFAULTS",
     "RuntimeName",
@@ -39,6 +40,13 @@ __all__ = [
 #: the kernel operations) and ``cni`` (real CNI plugins and a shim process per
 #: sandbox, as containerd and Kata start one).
 RuntimeName = Literal["threads", "cni"]
+#: A real storm on a workload's schedule: how long each VM lives.
+LIFETIME_OPTION = typer.Option(
+    "--lifetime-s",
+    help="With --workload: stop each sandbox's VM this many seconds after it came up, so "
+    "that a long workload holds a bounded number of VMs [default: until the storm ends].",
+    show_default=False,
+)
 RUNTIME_OPTION = typer.Option(
     help="How the testbed starts a sandbox: cni (real CNI plugin binaries and a shim "
     "process per sandbox, as containerd + Kata; needs containernetworking-plugins) or "

@@ -25,6 +25,7 @@ from .workflows import (
     ProfileFitted,
     StormValidation,
     Tone,
+    TrafficTuneOutcome,
     describe_config,
 )
 
@@ -39,6 +40,7 @@ __all__ = [
     "print_testbed_storm",
     "storm_validation_table",
     "testbed_storm_record",
+    "traffic_tune_table",
 ]
 
 _TONE_STYLE: dict[str, str | None] = {
@@ -114,6 +116,44 @@ def _(outcome: ProfileFitted, console: Console) -> None:
 @show.register
 def _(outcome: CandidatesCompared, console: Console) -> None:
     console.print(candidates_table(outcome.title, outcome.comparison))
+
+
+@show.register
+def _(outcome: TrafficTuneOutcome, console: Console) -> None:
+    console.print(traffic_tune_table(outcome))
+
+
+def traffic_tune_table(outcome: TrafficTuneOutcome) -> Table:
+    """Each config run on the workload: predicted and measured p99, empty-pool
+    starts and memory held, and how many runs met the SLO. Five narrow
+    columns (two figures to a cell), so that it reads whole at 80 columns."""
+    from .workflows.tuning_traffic import describe_refill
+
+    def pair(p: float | None, m: float | None, fmt: str) -> str:
+        shown = ["—" if v is None else format(v, fmt) for v in (p, m)]
+        return f"{shown[0]} / {shown[1]}"
+
+    t = Table(
+        title=f"predicted / measured on the workload (p99 SLO {outcome.slo_p99_s:g} s)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    t.add_column("config", overflow="fold")
+    t.add_column("p99 s", justify="right")
+    t.add_column("empty starts", justify="right")
+    t.add_column("MiB held", justify="right")
+    t.add_column("met SLO", justify="right")
+    for r in outcome.rows:
+        name = f"[bold]{r.name}[/]" if r.name == outcome.chosen else r.name
+        settings = "\n".join(filter(None, (describe_config(r.config), describe_refill(r.config))))
+        t.add_row(
+            f"{name}\n[dim]{escape(settings)}[/]",
+            pair(r.predicted.p99_s, r.measured.p99_s, ".3f"),
+            pair(r.predicted.empty_starts, r.measured.empty_starts, ".0f"),
+            pair(r.predicted.memory_mib, r.measured.memory_mib, ".1f"),
+            f"{r.runs_meeting_slo} of {len(r.run_p99_s)}",
+        )
+    return t
 
 
 def _ms(seconds: float) -> str:

@@ -43,6 +43,7 @@ __all__ = [
     "lock_figure",
     "lock_rows",
     "lock_table_html",
+    "memory_p99_figure",
     "report_html",
     "stage_comparison_figure",
     "study_figures",
@@ -535,13 +536,22 @@ def _unidentified(cautions: Sequence[Any]) -> str:
     )
 
 
+def _table(title: str, head: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A titled HTML table of ``rows`` (cells escaped)."""
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in row) + "</tr>" for row in rows
+    )
+    return f"<h2>{html.escape(title)}</h2><table class='facts'><tr>{cells}</tr>{body}</table>"
+
+
 def _candidates(rows: Sequence[Any]) -> str:
     """Predicted against measured, one row per candidate config."""
     if not rows:
         return ""
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in (
+    return _table(
+        "Candidates: predicted against measured on real storms",
+        (
             "config",
             "measured makespan (s)",
             "predicted (s)",
@@ -549,13 +559,9 @@ def _candidates(rows: Sequence[Any]) -> str:
             "measured mean startup (s)",
             "predicted (s)",
             "error",
-        )
-    )
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{html.escape(str(x))}</td>"
-            for x in (
+        ),
+        [
+            (
                 r.name,
                 f"{r.measured_makespan_s:.3f}",
                 f"{r.predicted_makespan_s:.3f}",
@@ -564,14 +570,84 @@ def _candidates(rows: Sequence[Any]) -> str:
                 f"{r.predicted_mean_s:.3f}",
                 f"{r.mean_error:+.1%}",
             )
+            for r in rows
+        ],
+    )
+
+
+def _traffic_candidates(rows: Sequence[Any], slo_p99_s: float | None) -> str:
+    """Configs run on a workload: predicted and measured p99, empty-pool
+    starts and memory held (rows as ``tune --workload`` makes them)."""
+    if not rows:
+        return ""
+
+    def num(x: float | None, fmt: str) -> str:
+        return "—" if x is None else format(x, fmt)
+
+    slo = "" if slo_p99_s is None else f" (p99 SLO {slo_p99_s:g} s)"
+    return _table(
+        f"Configs run on the workload: predicted against measured{slo}",
+        (
+            "config",
+            "settings",
+            "p99 (s) measured",
+            "predicted",
+            "empty-pool starts measured",
+            "predicted",
+            "MiB held measured",
+            "predicted",
+            "runs within the SLO",
+        ),
+        [
+            (
+                r.name,
+                _describe(r.config),
+                num(r.measured.p99_s, ".3f"),
+                num(r.predicted.p99_s, ".3f"),
+                num(r.measured.empty_starts, ".0f"),
+                num(r.predicted.empty_starts, ".0f"),
+                num(r.measured.memory_mib, ".1f"),
+                num(r.predicted.memory_mib, ".1f"),
+                f"{r.runs_meeting_slo} of {len(r.run_p99_s)}",
+            )
+            for r in rows
+        ],
+    )
+
+
+def _describe(config: Any) -> str:
+    from .workflows import describe_config
+
+    return str(describe_config(config))
+
+
+def memory_p99_figure(rows: Sequence[Any], slo_p99_s: float) -> Any:
+    """Memory held against p99 startup for each config run on a workload,
+    predicted (open) and measured (filled), joined per config, with the SLO."""
+    go = _go()
+    fig = go.Figure()
+    for r in rows:
+        if r.measured.memory_mib is None or r.predicted.memory_mib is None:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[r.predicted.p99_s, r.measured.p99_s],
+                y=[r.predicted.memory_mib, r.measured.memory_mib],
+                mode="lines+markers+text",
+                marker={"symbol": ["circle-open", "circle"], "size": 11},
+                text=["", r.name],
+                textposition="top center",
+                name=r.name,
+            )
         )
-        + "</tr>"
-        for r in rows
+    fig.add_vline(x=slo_p99_s, line_dash="dash", annotation_text=f"SLO {slo_p99_s:g} s")
+    fig.update_layout(
+        xaxis_title="p99 startup (s): open predicted, filled measured",
+        yaxis_title="memory held by idle pooled devices (MiB, mean)",
+        height=420,
+        margin={"t": 30},
     )
-    return (
-        "<h2>Candidates: predicted against measured on real storms</h2>"
-        f"<table class='facts'><tr>{head}</tr>{body}</table>"
-    )
+    return fig
 
 
 def traffic_figure(result: Result, windows: Sequence[Window]) -> Any:
@@ -644,6 +720,8 @@ def report_html(
     unidentified: Sequence[Any] = (),
     candidates: Sequence[Any] = (),
     traffic: tuple[Result, Sequence[Window]] | None = None,
+    traffic_candidates: Sequence[Any] = (),
+    slo_p99_s: float | None = None,
 ) -> str:
     """The report as one HTML document (plotly.js embedded once).
 
@@ -657,10 +735,22 @@ def report_html(
     configs measured on real storms against their predictions (rows with
     ``name``, ``measured_makespan_s``, ``predicted_makespan_s``,
     ``makespan_error``, ``measured_mean_s``, ``predicted_mean_s``,
-    ``mean_error``, as ``bootstorm tune`` and ``validate --candidates`` make)."""
-    if recording is None and study is None and not candidates and traffic is None:
+    ``mean_error``, as ``bootstorm tune`` and ``validate --candidates`` make);
+    ``traffic_candidates``: configs run on a workload (``tune --workload``'s
+    rows), with ``slo_p99_s`` drawn as memory held against p99."""
+    if (
+        recording is None
+        and study is None
+        and not candidates
+        and traffic is None
+        and not traffic_candidates
+    ):
         raise ValueError("a report needs a recorded storm, a study, candidates, or more")
     sections: list[tuple[str, Any]] = []
+    if traffic_candidates and slo_p99_s is not None:
+        sections.append(
+            ("Memory held against p99 startup", memory_p99_figure(traffic_candidates, slo_p99_s))
+        )
     if traffic is not None:
         sections.append(("Traffic", traffic_figure(*traffic)))
     if recording is not None:
@@ -689,6 +779,7 @@ def report_html(
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
         f"<h1>{html.escape(title)}</h1>{_headline(result, facts)}{_caution(caveats)}"
         f"{_unidentified(unidentified)}{_candidates(candidates)}"
+        f"{_traffic_candidates(traffic_candidates, slo_p99_s)}"
         + "\n".join(parts)
         + "<footer>bootstorm report — opens offline (plotly.js embedded)</footer></body></html>\n"
     )

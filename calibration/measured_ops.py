@@ -21,13 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..traces.operations import OperationTimes, PoolDeviceMemory
+from ..traces.operations import AgentCallCost, OperationTimes, PoolDeviceMemory
 
 __all__ = [
+    "AGENT_CALL_PATHS",
     "CLIP_S",
     "POOL_MEMORY_PATH",
     "RTNL_NETNS_HOLD_DEFAULT_S",
     "MeasuredCost",
+    "agent_costs_of",
     "pool_memory_of",
     "testbed_costs_from",
 ]
@@ -270,7 +272,43 @@ def testbed_costs_from(times: OperationTimes) -> dict[str, MeasuredCost]:
     for memory in times.pool_memory:
         path = f"{POOL_MEMORY_PATH}{memory.kind}"
         out[path] = _memory_cost(path, memory)
+    if times.agent_calls is not None:
+        out.update(_agent_call_costs(times.agent_calls))
     return out
+
+
+#: The costs of a call to a node agent (:class:`~bootstorm.traces.operations.AgentCallCost`).
+AGENT_CALL_PATHS = ("testbed.agent_call_cpu_s", "testbed.agent_serve_cpu_s")
+
+
+def _agent_call_costs(calls: AgentCallCost) -> dict[str, MeasuredCost]:
+    """Per call to a node agent: the caller's CPU and the agent's, medians
+    over the batches, quartiles as low/high."""
+    out = {}
+    for path, figure, whose in zip(
+        AGENT_CALL_PATHS,
+        ("client_cpu_s", "agent_cpu_s"),
+        ("the caller's thread (the testbed's Python, under its GIL)", "the agent process"),
+        strict=True,
+    ):
+        out[path] = MeasuredCost(
+            path=path,
+            value=calls.per_call_s(figure),
+            low=calls.per_call_s(figure, 25.0),
+            high=calls.per_call_s(figure, 75.0),
+            how=(
+                f"CPU of {whose} per HTTP call to a node agent on loopback (stage leases and "
+                f"pool takes), median of {len(calls.wall_s)} batches of "
+                f"{calls.calls_per_batch} calls; a call's round trip "
+                f"{calls.per_call_s('wall_s') * 1e3:.3g} ms"
+            ),
+        )
+    return out
+
+
+def agent_costs_of(measured: Mapping[str, MeasuredCost]) -> dict[str, MeasuredCost]:
+    """The costs of a call to a node agent among ``measured`` costs, by path."""
+    return {path: measured[path] for path in AGENT_CALL_PATHS if path in measured}
 
 
 def _memory_cost(path: str, m: PoolDeviceMemory) -> MeasuredCost:

@@ -72,6 +72,7 @@ __all__ = [
     "fit_trace",
     "free_parameters",
     "group_storms",
+    "idle_device_s_by_kind",
     "measurement_sigma",
     "predicted_vs_measured",
     "service_samples",
@@ -79,6 +80,7 @@ __all__ = [
     "testbed_template",
     "traffic_vs_measured",
     "validation_frame",
+    "window_p99_median",
 ]
 
 log = logging.getLogger(__name__)
@@ -117,6 +119,8 @@ class StormStats:
     arrival_s: tuple[float, ...] | None = None
     #: How its pools refilled (the config's; None: made before, never refilled).
     pool_refill: PoolRefill | None = None
+    #: Its sandboxes went through a node agent (leases and takes over HTTP).
+    through_agent: bool = False
 
     @classmethod
     def pooled(cls, traces: Sequence[Trace]) -> StormStats:
@@ -204,6 +208,7 @@ class StormStats:
             makespans_s=span,
             arrival_s=tuple(offsets.tolist()) if scheduled else None,
             pool_refill=config.pool_refill if config is not None else None,
+            through_agent=h.scenario.through_agent,
             sandboxes=n,
             cni=_CNI_OF_VARIANT[variant],
             cores=h.host.cores if h.host is not None else 1,
@@ -239,6 +244,7 @@ class StormStats:
             background_load=self.background_load,
             arrival_s=arrival,
             pool_refill=self.pool_refill,
+            through_agent=self.through_agent,
         )
 
     @property
@@ -409,15 +415,19 @@ def testbed_template(
     path, of which it takes the memory of a pooled device
     (``testbed.pool_device_mib.<kind>``: no storm sees it, so the fit keeps
     it as measured); the times are the fit's to weigh."""
-    from .measured_ops import pool_memory_of
+    from .measured_ops import agent_costs_of, pool_memory_of
 
     params = (*TRACE_FREE_PARAMETERS, *(CNI_FREE_PARAMETERS if "cni" in runtimes else ()))
     memory = pool_memory_of(measured or {})
+    # A node agent's call costs: no storm of the plan runs through an agent,
+    # so, like the memory, they stay as measured.
+    agent = agent_costs_of(measured or {})
     testbed = TestbedCostTable(
         **{p.path.split(".", 1)[1]: p.start for p in params},
         vm_tap_ioctls=vm_tap_ioctls,
         kworker_rtnl_ops=kworker_rtnl_ops,
         pool_device_mib={kind: m.value for kind, m in memory.items()},
+        **{path.split(".", 1)[1]: m.value for path, m in agent.items()},
     )
     host = HostSpec(
         cores=cores,
@@ -447,6 +457,11 @@ def testbed_template(
         sources[f"testbed.pool_device_mib.{kind}"] = (
             f"measured alone (bootstorm testbed measure-ops): {m.how}; "
             f"{m.low:.4g}..{m.high:.4g} MiB"
+        )
+    for path, m in agent.items():
+        sources[path] = (
+            f"measured alone (bootstorm testbed measure-ops): {m.how}; "
+            f"{m.low * 1e3:.3g}..{m.high * 1e3:.3g} ms"
         )
     return Profile(
         schema_version=1,
@@ -1103,33 +1118,70 @@ def predicted_vs_measured(
 TRAFFIC_WINDOW_S = 60.0
 
 
-def _window_p99_median(arrival_s: np.ndarray, latency_s: np.ndarray, window_s: float) -> float:
+def window_p99_median(arrival_s: np.ndarray, latency_s: np.ndarray, window_s: float) -> float:
     """The median over windows (by arrival, from 0) of each window's p99 startup."""
     which = np.floor(arrival_s / window_s).astype(np.int64)
     p99 = [float(np.percentile(latency_s[which == w], 99.0)) for w in np.unique(which)]
     return float(np.median(p99))
 
 
-def _idle_device_s(trace: Trace, *, until_s: float) -> float | None:
-    """Device-seconds the pools' idle devices held from the storm's start to
-    ``until_s`` (s after it), read from its takes: exact for pools made
-    before the storm (their level only falls, at each take); None where
-    they refilled (an agent's, between takes unseen) or none were made."""
+def idle_device_s_by_kind(trace: Trace, *, until_s: float) -> dict[str, float] | None:
+    """Per pool kind, the device-seconds its idle devices held from the storm's start
+    (its first arrival) to ``until_s`` (s after it).
+
+    Pools made before the storm and never refilled (the testbed's own): read
+    from the takes, exactly (their level only falls, at each take). Pools
+    that refilled (a node agent's): integrated step-wise from the trace's
+    ``pool_level`` samples, each sample's ready devices held until the next
+    (the last's until ``until_s``, the first's from the start where it came
+    after it), over every kind the config pools (asked for or not); exact up
+    to what happened between two samples. None where neither tells: no pools, or
+    refilled pools without samples (a trace of before them).
+    """
     h = trace.header
     made = dict(h.scenario.pools)
-    if not made or (h.config is not None and h.config.pool_refill is not None):
-        return None
+    refilled = h.config is not None and h.config.pool_refill is not None
     origin = min([a.t_s for a in trace.arrivals] or [h.origin_s])
-    total = 0.0
-    for kind, count in made.items():
-        taken = sorted(t.t_s - origin for t in trace.pool_takes if t.kind == kind and t.taken)
-        level, since = count, 0.0
-        for at in taken:
-            at = min(max(at, 0.0), until_s)
-            total += level * (at - since)
-            level, since = level - 1, at
-        total += level * (until_s - since)
-    return total
+    if made and not refilled:
+        held: dict[str, float] = {}
+        for kind, count in made.items():
+            total = 0.0
+            taken = sorted(t.t_s - origin for t in trace.pool_takes if t.kind == kind and t.taken)
+            level, since = count, 0.0
+            for at in taken:
+                at = min(max(at, 0.0), until_s)
+                total += level * (at - since)
+                level, since = level - 1, at
+            held[kind] = total + level * (until_s - since)
+        return held
+    if not trace.pool_levels:
+        return None
+    # Every kind the agent kept (its config pools it), taken from or not: an
+    # idle device holds its memory whether a sandbox ever asks for its kind.
+    kinds = {s.kind for s in trace.pool_levels}
+    if h.config is not None:
+        kinds &= {k for k, n in h.config.pools.items() if n > 0}
+    return {
+        kind: _sampled_device_s(trace, kind, origin=origin, until_s=until_s)
+        for kind in sorted(kinds)
+    }
+
+
+def _sampled_device_s(trace: Trace, kind: str, *, origin: float, until_s: float) -> float:
+    """The integral over [0, ``until_s``] (s after ``origin``) of pool
+    ``kind``'s sampled ready level, step-wise: each sample's level held from
+    it until the next; before the first, the first's."""
+    samples: list[tuple[float, float]] = sorted(
+        (s.t_s - origin, float(s.ready)) for s in trace.pool_levels if s.kind == kind
+    )
+    if not samples or until_s <= 0.0:
+        return 0.0
+    total, since, level = 0.0, 0.0, samples[0][1]
+    for at, ready in samples:
+        at = min(max(at, 0.0), until_s)
+        total += level * (at - since)
+        level, since = ready, at
+    return total + level * (until_s - since)
 
 
 def traffic_vs_measured(
@@ -1143,8 +1195,11 @@ def traffic_vs_measured(
     """A storm started on a workload's schedule, read as traffic, measured
     against predicted: the median over ``window_s`` windows of the p99
     startup, the starts that found a pool empty, and the idle pooled
-    device-seconds (where the measurement sees them whole: pools made
-    before). Several recordings of one schedule: the median of each figure."""
+    device-seconds where the measurement sees them: exactly for pools made
+    before the storm (from the takes), step-wise for refilled ones (a node
+    agent's, from the trace's ``pool_level`` samples); a recording that
+    sees neither is left out of that row. Several recordings of one
+    schedule: the median of each figure."""
     from ..models import run_scenario
     from ..simulator.timeline import windows
 
@@ -1160,16 +1215,16 @@ def traffic_vs_measured(
         one = StormStats.of(trace)
         assert one.arrival_s is not None
         arrival = np.asarray(one.arrival_s)[one.complete]
-        measured_p99.append(_window_p99_median(arrival, one.latency_s, window_s))
+        measured_p99.append(window_p99_median(arrival, one.latency_s, window_s))
         # Starts that found a pool empty: each sandbox once, as the model counts.
         measured_empty.append(len({t.sandbox for t in trace.pool_takes if not t.taken}))
         end_s = float((arrival + one.latency_s).max())
-        held = _idle_device_s(trace, until_s=end_s)
+        held = idle_device_s_by_kind(trace, until_s=end_s)
         if held is not None:
-            measured_held.append(held)
-            predicted_held.append(
-                sum(line.ready_device_s(until_s=end_s) for line in result.pool_timelines.values())
-            )
+            # The kinds the prediction runs (an agent's: those the sandboxes asked for).
+            lines = {k: v for k, v in result.pool_timelines.items() if k in held}
+            measured_held.append(sum(held[k] for k in lines))
+            predicted_held.append(sum(v.ready_device_s(until_s=end_s) for v in lines.values()))
     rows = [
         Comparison(
             metric=f"p99 per {window_s:g}-s window, median_s",

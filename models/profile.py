@@ -275,6 +275,13 @@ class TestbedCostTable(_Frozen):
     #: (``bootstorm testbed measure-ops``). A kind not measured is absent, and
     #: a what-if prices its pool at 0 MiB.
     pool_device_mib: dict[str, MiB] = Field(default_factory=dict)
+    #: One HTTP call to a node agent (a stage lease's acquire or release, a
+    #: pool take), for storms whose sandboxes go through one
+    #: (``Scenario.through_agent``): the caller's CPU, under the testbed's
+    #: GIL, and the agent process's. None: not measured; such storms are
+    #: simulated without the calls' cost.
+    agent_call_cpu_s: Seconds | None = None
+    agent_serve_cpu_s: Seconds | None = None
 
     @field_validator("pool_device_mib")
     @classmethod

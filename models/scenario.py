@@ -163,6 +163,14 @@ class Scenario(BaseModel):
         workers that take the same locks and CPU as the starts, a target
         that may follow the start rate); ``None``: the pools are made
         before the storm and never refilled (the papers' setup).
+    through_agent:
+        The testbed's sandboxes take their permits and pooled devices from a
+        node agent over HTTP (``testbed run --agent``, ``tune --workload``):
+        each lease of a limited stage is two calls (acquire, release) and
+        each pool take one, at the profile's measured
+        ``testbed.agent_call_cpu_s`` (the caller's CPU, under the testbed's
+        GIL) and ``agent_serve_cpu_s`` (the agent's). ``False``: the
+        testbed's own in-process admission (no calls); other CNIs ignore it.
     arrival_s:
         Arrival time of each sandbox; ``None`` is the papers' burst at t=0.
     cores:
@@ -223,6 +231,7 @@ class Scenario(BaseModel):
         default_factory=dict
     )
     pool_refill: PoolRefill | None = None
+    through_agent: bool = False
     arrival_s: Annotated[tuple[Seconds, ...], Field(max_length=MAX_SANDBOXES)] | None = None
     cores: Annotated[int, NotBool, Field(ge=1, le=MAX_CORES)] | None = None
     nic_vfs: Annotated[int, NotBool, Field(ge=1, le=MAX_NIC_VFS)] | None = None

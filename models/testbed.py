@@ -215,12 +215,48 @@ def _vm_up(c: TestbedCostTable) -> tuple[Step, ...]:
     )
 
 
-def _stages(scenario: Scenario, steps: dict[str, tuple[Step, ...]]) -> tuple[Stage, ...]:
-    """The five stages, each gated where the scenario limits it."""
+def _stages(
+    scenario: Scenario, steps: dict[str, tuple[Step, ...]], c: TestbedCostTable
+) -> tuple[Stage, ...]:
+    """The five stages, each gated where the scenario limits it (and, through
+    a node agent, with the calls to it: :func:`_through_agent`)."""
+    if scenario.through_agent:
+        steps = _through_agent(scenario, steps, c)
     return tuple(
         Stage(name, steps[name], gate=name if name in scenario.limits else None)
         for name in TESTBED_STAGES
     )
+
+
+def _through_agent(
+    scenario: Scenario, steps: dict[str, tuple[Step, ...]], c: TestbedCostTable
+) -> dict[str, tuple[Step, ...]]:
+    """The stages of a sandbox that takes permits and devices from a node
+    agent over HTTP (``AgentAdmission``): a limited stage's lease is a call
+    before its work (acquire) and one after (release), a take from a pool
+    one call whether the pool had a device or not. A call is the caller's
+    CPU under the GIL (the testbed's Python and its HTTP client) and the
+    agent's CPU in its own process; both measured alone (``measure-ops``),
+    0 where they were not."""
+    client_s = c.agent_call_cpu_s or 0.0
+    agent_s = c.agent_serve_cpu_s or 0.0
+    call = (Hold(GIL, (Cpu(client_s, "agent call"),)), Cpu(agent_s, "agent serves"))
+
+    def with_takes(body: tuple[Step, ...]) -> tuple[Step, ...]:
+        out: list[Step] = []
+        for step in body:
+            if isinstance(step, Pooled):
+                step = Pooled(
+                    step.pool, create=with_takes(step.create), fetch=with_takes(step.fetch)
+                )
+                out += call
+            out.append(step)
+        return tuple(out)
+
+    return {
+        name: (*call, *with_takes(body), *call) if name in scenario.limits else with_takes(body)
+        for name, body in steps.items()
+    }
 
 
 def _threads_plan(scenario: Scenario, c: TestbedCostTable, *, peer: Peer) -> tuple[Stage, ...]:
@@ -287,6 +323,7 @@ def _threads_plan(scenario: Scenario, c: TestbedCostTable, *, peer: Peer) -> tup
             "AttachIf": attach,
             "StartVM": start,
         },
+        c,
     )
 
 
@@ -376,4 +413,5 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable) -> tuple[Stage, ...]:
             "AttachIf": attach,
             "StartVM": start,
         },
+        c,
     )

@@ -100,6 +100,19 @@ class RefillSpace:
             out[f"{REFILL_PREFIX}cover_s"] = self.cover_s
         return out
 
+    def params_of(self, policy: PoolRefill | None) -> dict[str, int]:
+        """The point of this space nearest ``policy`` (None: one worker, static)."""
+        policy = policy if policy is not None else PoolRefill()
+        r = self.workers
+        out = {f"{REFILL_PREFIX}workers": min(max(policy.concurrency, r.low), r.high)}
+        if self.follow:
+            follow = policy.follow_rate
+            out[f"{REFILL_PREFIX}follow"] = int(follow is not None)
+            cover = self.cover_s
+            wanted = cover.low if follow is None else round(follow.cover_s)
+            out[f"{REFILL_PREFIX}cover_s"] = min(max(wanted, cover.low), cover.high)
+        return out
+
     def policy_of(self, params: Mapping[str, int], *, max_devices: int) -> PoolRefill:
         """The refill policy of one point (``params`` as in :attr:`parameters`)."""
         follow = None
@@ -132,6 +145,12 @@ class SearchSpace:
         too (a workload's search); ``None``: pools made before the storm.
         With a refill, a pool size is the kind's target (or a following
         pool's floor, at least 1).
+    unbound_limit:
+        A limit at or above this many sandboxes binds nothing the space was
+        made for (its storm's or workload's size): the config leaves it out
+        rather than write a limit a node would still enforce (through a node
+        agent, a lease of two HTTP calls per sandbox for no permit to wait
+        for). ``None``: every searched limit is written.
     """
 
     cni: str
@@ -139,6 +158,7 @@ class SearchSpace:
     pools: Mapping[str, IntRange] = field(default_factory=dict)
     pool_device_mib: Mapping[str, float] = field(default_factory=dict)
     refill: RefillSpace | None = None
+    unbound_limit: int | None = None
 
     __rules__: ClassVar[Rules] = Rules(
         limits=(
@@ -242,6 +262,8 @@ class SearchSpace:
         if missing:
             raise ConfigError(f"params: missing {', '.join(missing)}")
         limits = {s: int(params[f"{LIMIT_PREFIX}{s}"]) for s in self.limits}
+        if self.unbound_limit is not None:
+            limits = {s: k for s, k in limits.items() if k < self.unbound_limit}
         pools = {k: int(params[f"{POOL_PREFIX}{k}"]) for k in self.pools}
         if self.refill is None:
             return TunedConfig(limits=limits, pools={k: n for k, n in pools.items() if n > 0})
@@ -253,6 +275,29 @@ class SearchSpace:
             pools = {k: max(n, 1) for k, n in pools.items()}
         kept = {k: n for k, n in pools.items() if n > 0}
         return TunedConfig(limits=limits, pools=kept, pool_refill=refill if kept else None)
+
+    def params_of(self, config: TunedConfig) -> dict[str, int]:
+        """The point of the space nearest ``config`` (each value clamped to
+        its range): a limit it does not set at its range's high end, a pool
+        it does not have at the low end; its refill policy where the space
+        searches one (no policy: one worker, static targets)."""
+
+        def clamp(value: int, r: IntRange) -> int:
+            return min(max(value, r.low), r.high)
+
+        params = {
+            f"{LIMIT_PREFIX}{s}": clamp(config.limits.get(s, r.high), r)
+            for s, r in self.limits.items()
+        }
+        params.update(
+            {
+                f"{POOL_PREFIX}{k}": clamp(config.pools.get(k, r.low), r)
+                for k, r in self.pools.items()
+            }
+        )
+        if self.refill is not None:
+            params.update(self.refill.params_of(config.pool_refill))
+        return params
 
     def memory_mib(self, config: TunedConfig) -> float:
         """Memory the config's pools hold, MiB (pool size × memory per device)."""

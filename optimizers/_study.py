@@ -156,6 +156,12 @@ class StudySpec:
     executor:
         What runs each storm: ``compiled`` (default) or ``simpy``. Both give the
         same numbers, so it is not part of what makes a search (the fingerprint).
+    starts_from:
+        Configs the study tries first, after the storm as it is (each as the
+        space's parameters: :meth:`SearchSpace.params_of`): a point known to
+        meet a constraint that random starts rarely hit (a pool sized for the
+        workload's largest burst), from which the sampler looks for cheaper
+        ones. Not part of the fingerprint (they are trials like others).
     """
 
     scenario: Scenario
@@ -172,6 +178,7 @@ class StudySpec:
     sampler_seed: int = 0
     heartbeat_interval_s: int = 10
     executor: ExecutorName = "compiled"
+    starts_from: tuple[TunedConfig, ...] = ()
 
     __rules__: ClassVar[Rules] = Rules(
         trials=Interval(int, 1, MAX_TRIALS),
@@ -257,6 +264,12 @@ class StudySpec:
                 "robust": self.robust,
                 "memory_budget_mib": self.constraints.memory_budget_mib,
                 "p99_slo_s": self.constraints.p99_slo_s,
+                # Only where set: a study kept before it existed is still the same search.
+                **(
+                    {"unbound_limit": self.space.unbound_limit}
+                    if self.space.unbound_limit is not None
+                    else {}
+                ),
             },
             sort_keys=True,
         )
@@ -313,6 +326,9 @@ class StudySpec:
             # The first trial is the storm as it is (no limit binds, pools as
             # given), so a search never recommends something worse than it.
             study.enqueue_trial(self.baseline_params(), skip_if_exists=True)
+            assert self.space is not None
+            for config in self.starts_from:
+                study.enqueue_trial(self.space.params_of(config), skip_if_exists=True)
             # Named objectives: Optuna's own plots and dashboard label their axes
             # (an "experimental" API since Optuna 3.2, stable in use: no warning).
             with warnings.catch_warnings():

@@ -2,8 +2,9 @@
 
 One versioned schema holds a boot storm, measured on a testbed or simulated:
 a :class:`TraceHeader` then typed records (stage spans, lock spans, softirq
-spans, admission waits, arrivals, pool takes). :func:`read_trace` refuses a malformed
-file naming line and field; :func:`write_trace` writes whole files or none.
+spans, admission waits, arrivals, pool takes, pool levels). :func:`read_trace`
+refuses a malformed file naming line and field; :func:`write_trace` writes
+whole files or none.
 This is the bottom layer: it imports nothing else of bootstorm. A trace's
 bridge to the simulator's recording and the side-by-side Chrome export
 (measured and simulated) are :mod:`bootstorm.validation.recording`.
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         HostFacts,
         KernelTraceFacts,
         LockSpan,
+        PoolLevelSample,
         PoolTake,
         Record,
         ScenarioFacts,
@@ -50,6 +52,7 @@ __all__ = [
     "HostFacts",
     "KernelTraceFacts",
     "LockSpan",
+    "PoolLevelSample",
     "PoolTake",
     "Record",
     "ScenarioFacts",
@@ -70,6 +73,7 @@ _SOURCES: dict[str, str] = {
     "HostFacts": ".schema",
     "KernelTraceFacts": ".schema",
     "LockSpan": ".schema",
+    "PoolLevelSample": ".schema",
     "PoolTake": ".schema",
     "Record": ".schema",
     "ScenarioFacts": ".schema",

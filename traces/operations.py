@@ -30,9 +30,11 @@ from .schema import HostFacts
 
 __all__ = [
     "CNI_OPERATIONS",
+    "MAX_AGENT_CALLS_PER_BATCH",
     "OPERATIONS",
     "POOL_DEVICE_KINDS",
     "VM_MODES",
+    "AgentCallCost",
     "OperationTimes",
     "OperationTiming",
     "PoolDeviceMemory",
@@ -207,6 +209,85 @@ class PoolDeviceMemory:
         return self.per_device_mib(75.0)
 
 
+#: Most calls in one batch of :class:`AgentCallCost` (a batch is timed as one).
+MAX_AGENT_CALLS_PER_BATCH = 100_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentCallCost:
+    """What one HTTP call to a node agent costs on this host, on loopback to
+    ``bootstorm agent serve`` in its own process: a stage lease's acquire or
+    release, or a pool take, as a sandbox through the agent makes them.
+
+    One sample per batch of ``calls_per_batch`` calls, each the batch's total
+    over its calls: ``client_cpu_s`` the caller's CPU (its thread's: the
+    testbed's Python, under its GIL), ``agent_cpu_s`` the agent process's
+    (``/proc/PID/stat``), ``wall_s`` the round trip.
+    """
+
+    calls_per_batch: int
+    client_cpu_s: tuple[float, ...]
+    agent_cpu_s: tuple[float, ...]
+    wall_s: tuple[float, ...]
+
+    __rules__: ClassVar[Rules] = Rules(
+        calls_per_batch=Interval(int, 1, MAX_AGENT_CALLS_PER_BATCH),
+        client_cpu_s=(NonEmpty(), Each(Interval(float, 0, unit="s"))),
+        agent_cpu_s=(NonEmpty(), Each(Interval(float, 0, unit="s"))),
+        wall_s=(NonEmpty(), Each(Interval(float, 0, closed="neither", unit="s"))),
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if not len(self.client_cpu_s) == len(self.agent_cpu_s) == len(self.wall_s):
+            raise ValueError(
+                "agent_calls: client_cpu_s, agent_cpu_s and wall_s must hold one sample per "
+                f"batch each, but got {len(self.client_cpu_s)}, {len(self.agent_cpu_s)} "
+                f"and {len(self.wall_s)}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "calls_per_batch": self.calls_per_batch,
+            "client_cpu_s": list(self.client_cpu_s),
+            "agent_cpu_s": list(self.agent_cpu_s),
+            "wall_s": list(self.wall_s),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object) -> AgentCallCost:
+        """``agent_calls`` of a JSON file, checked field by field."""
+        entry = _object(raw, "agent_calls")
+        calls = check_count(
+            _get(entry, "calls_per_batch", "agent_calls."),
+            "agent_calls.calls_per_batch",
+            minimum=1,
+        )
+        figures: dict[str, tuple[float, ...]] = {}
+        for name in ("client_cpu_s", "agent_cpu_s", "wall_s"):
+            values = _get(entry, name, "agent_calls.")
+            if not isinstance(values, list) or not values:
+                raise ValueError(
+                    f"agent_calls.{name}: expected a non-empty list, but got {_short(values)}"
+                )
+            for j, x in enumerate(values):
+                if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x < 1e6:
+                    raise ValueError(
+                        f"agent_calls.{name}[{j}]: expected seconds >= 0, but got {_short(x)}"
+                    )
+            figures[name] = tuple(float(x) for x in values)
+        try:
+            return cls(calls_per_batch=calls, **figures)
+        except ValueError as exc:
+            raise ValueError(str(exc).removeprefix("agent_calls: ")) from None
+
+    def per_call_s(self, figure: str, q: float = 50.0) -> float:
+        """``figure`` (``client_cpu_s``, ``agent_cpu_s``, ``wall_s``) per call,
+        the ``q``-th percentile over the batches."""
+        batches = np.asarray(getattr(self, figure), dtype=float)
+        return float(np.percentile(batches, q)) / self.calls_per_batch
+
+
 @dataclass(frozen=True, kw_only=True)
 class OperationTimes:
     """One measurement of the operations on one host: what :func:`measure_operations` returns
@@ -223,6 +304,10 @@ class OperationTimes:
     notes: tuple[str, ...] = ()
     #: The memory of one pooled device, by kind; () where not measured.
     pool_memory: tuple[PoolDeviceMemory, ...] = ()
+    #: A node agent's call cost here, where one was measured (the workflow
+    #: layer does it beside the testbed's operations: the testbed never
+    #: imports the agent); None in a file of before, or without an agent.
+    agent_calls: AgentCallCost | None = None
 
     __rules__: ClassVar[Rules] = Rules(
         pool_memory=Satisfies(
@@ -292,6 +377,7 @@ class OperationTimes:
                 }
                 for m in self.pool_memory
             ],
+            **({"agent_calls": self.agent_calls.to_dict()} if self.agent_calls else {}),
         }
         return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
@@ -362,6 +448,9 @@ class OperationTimes:
             notes=tuple(_string(n, f"notes[{k}]") for k, n in enumerate(notes)),
             # A file written before the memory was measured has none.
             pool_memory=_pool_memory(obj.get("pool_memory", [])),
+            agent_calls=AgentCallCost.from_dict(obj["agent_calls"])
+            if obj.get("agent_calls") is not None
+            else None,
         )
 
 

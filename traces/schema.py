@@ -10,6 +10,8 @@ other line one record, told apart by its ``record`` field:
 - ``arrival`` — :class:`Arrival`, when a sandbox was asked to start;
 - ``pool_take`` — :class:`PoolTake`, a sandbox asking a pool for a device
   made before the storm: handed one or found the pool empty;
+- ``pool_level`` — :class:`PoolLevelSample`, a node agent's pool level
+  sampled while the storm ran (its pools refill between takes);
 - ``exec``    — :class:`ExecSpan`, a process a sandbox ran (a CNI plugin
   call, its shim, the shim's ``tc`` calls, its VMM): the ``cni`` runtime.
 
@@ -40,6 +42,7 @@ __all__ = [
     "HostFacts",
     "KernelTraceFacts",
     "LockSpan",
+    "PoolLevelSample",
     "PoolTake",
     "Record",
     "ScenarioFacts",
@@ -124,6 +127,11 @@ class ScenarioFacts(_Frozen):
     ``cni`` (one thread exec'ing real CNI plugins and one shim process per
     sandbox, as containerd and Kata do); then ``cni`` is ``cni-<plugin>``
     and ``+<plugin>`` per chained plugin in order (``cni-bridge+bandwidth``).
+
+    ``through_agent``: the sandboxes took their permits (of the config's
+    limited stages) and pooled devices from a node agent over HTTP; False:
+    from the testbed's own in-process admission. Added within schema
+    version 1: a file without it reads as the testbed's own.
     """
 
     sandboxes: Annotated[int, Field(ge=1, le=MAX_TRACE_SANDBOXES)]
@@ -134,6 +142,7 @@ class ScenarioFacts(_Frozen):
     mem_prealloc: bool = False
     netprio_ifpriomap: bool = False
     pools: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    through_agent: bool = False
 
 
 class KernelTraceFacts(_Frozen):
@@ -269,6 +278,32 @@ class PoolTake(_Frozen):
     target: NonNegativeInt | None = None
 
 
+class PoolLevelSample(_Frozen):
+    """A node agent's pool ``kind`` as sampled while the storm ran
+    (``GET /v1/pools``): ``ready`` devices in it at ``t_s`` (when the
+    answer came, on the trace's clock, as a :class:`PoolTake`'s),
+    ``making`` more being made by its refill workers, and ``target`` the
+    level it is kept at; None where the agent does not say.
+
+    An agent's pools refill between takes, so that the takes alone do not
+    tell the pool's level over the storm: these samples do, step-wise (a
+    level holds from its sample until the next), and with them the idle
+    devices' memory held over the run.
+
+    Added within schema version 1, as :class:`PoolTake` was: a file without
+    one reads as it always did; a reader older than this kind refuses a file
+    with one in one line (``record: unknown record kind``) rather than
+    misread it.
+    """
+
+    record: Literal["pool_level"] = "pool_level"
+    kind: Name
+    t_s: Seconds
+    ready: NonNegativeInt
+    making: NonNegativeInt | None = None
+    target: NonNegativeInt | None = None
+
+
 class ExecSpan(_Span):
     """A process sandbox ``sandbox`` ran, from its start to its exit.
 
@@ -292,6 +327,13 @@ class ExecSpan(_Span):
 
 
 Record = Annotated[
-    StageSpan | LockSpan | SoftirqSpan | AdmitSpan | Arrival | ExecSpan | PoolTake,
+    StageSpan
+    | LockSpan
+    | SoftirqSpan
+    | AdmitSpan
+    | Arrival
+    | ExecSpan
+    | PoolTake
+    | PoolLevelSample,
     Field(discriminator="record"),
 ]

@@ -31,6 +31,7 @@ from .schema import (
     Arrival,
     ExecSpan,
     LockSpan,
+    PoolLevelSample,
     PoolTake,
     Record,
     SoftirqSpan,
@@ -67,6 +68,9 @@ class Trace:
     execs: tuple[ExecSpan, ...] = ()
     #: Sandboxes' takes from device pools, in time order (a storm with pools).
     pool_takes: tuple[PoolTake, ...] = ()
+    #: A node agent's pool levels sampled while the storm ran, in time order
+    #: (a storm through an agent: its pools refill between takes).
+    pool_levels: tuple[PoolLevelSample, ...] = ()
 
     @classmethod
     def of(cls, header: TraceHeader, records: Iterable[Record]) -> Trace:
@@ -79,6 +83,7 @@ class Trace:
             Arrival: [],
             ExecSpan: [],
             PoolTake: [],
+            PoolLevelSample: [],
         }
         for rec in records:
             groups[type(rec)].append(rec)
@@ -91,6 +96,7 @@ class Trace:
             arrivals=tuple(groups[Arrival]),
             execs=tuple(groups[ExecSpan]),
             pool_takes=tuple(groups[PoolTake]),
+            pool_levels=tuple(groups[PoolLevelSample]),
         )
 
     def records(self) -> Iterator[Record]:
@@ -99,6 +105,7 @@ class Trace:
         yield from self.spans
         yield from self.admits
         yield from self.pool_takes
+        yield from self.pool_levels
         yield from self.locks
         yield from self.softirqs
         yield from self.execs

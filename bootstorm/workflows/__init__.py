@@ -12,7 +12,8 @@ storm a :class:`StormInterruptedError`.
   :func:`node_profile`, :func:`check_paper`, :func:`fit_paper`);
 - **storms** (:func:`run_storm_here`, :func:`storm_trace`, :func:`candidate_runner`);
 - **validate** (:func:`validate_storm`, :func:`validate_candidates`);
-- **tune** (:func:`tune` and its steps in :mod:`bootstorm.workflows.tuning`);
+- **tune** (:func:`tune` and its steps in :mod:`bootstorm.workflows.tuning`;
+  :func:`tune_traffic`, the same loop on a workload's traffic against a p99 SLO);
 - **workload** (:func:`workload`): one node's sandbox starts from an invocation trace;
 - **traffic** (:func:`traffic_what_if`): a scenario run on a workload's
   starts, with pools that refill, read per window (p99, empty pools, memory).
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
         workload_scenario,
     )
     from .tuning import CandidatesCompared, TuneOutcome, describe_config, tune
+    from .tuning_traffic import TrafficRow, TrafficTuneOutcome, tune_traffic
     from .validate import (
         CandidateValidation,
         StormValidation,
@@ -141,6 +143,7 @@ _SOURCES: dict[str, str] = {
         ".search",
     ),
     **dict.fromkeys(("CandidatesCompared", "TuneOutcome", "describe_config", "tune"), ".tuning"),
+    **dict.fromkeys(("TrafficRow", "TrafficTuneOutcome", "tune_traffic"), ".tuning_traffic"),
     **dict.fromkeys(
         (
             "CandidateValidation",
@@ -204,6 +207,8 @@ __all__ = [
     "SweepOutcome",
     "Tone",
     "TraceFit",
+    "TrafficRow",
+    "TrafficTuneOutcome",
     "TrafficWhatIf",
     "TuneOutcome",
     "WhatIf",
@@ -236,6 +241,7 @@ __all__ = [
     "sweep_grid",
     "traffic_what_if",
     "tune",
+    "tune_traffic",
     "validate_candidates",
     "validate_storm",
     "what_if",

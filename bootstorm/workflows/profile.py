@@ -171,11 +171,12 @@ def measure_here(
     """Time each operation alone on this node (root) and return the costs it
     gives (the timings kept as ``trace_dir/ops.json``)."""
     from ..calibration.measured_ops import testbed_costs_from
-    from ..validation.testbed.ops import measure_operations
+    from ..validation.testbed.ops import DEFAULT_REPEATS, DEFAULT_WARMUP
+    from .storms import measure_operations_here
 
-    progress = progress or SilentProgress()
-    with progress.status("timing each operation alone (measure-ops) …"):
-        times = measure_operations(vm=vm)
+    times = measure_operations_here(
+        repeats=DEFAULT_REPEATS, warmup=DEFAULT_WARMUP, vm=vm, progress=progress
+    )
     if trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(trace_dir / "ops.json", times.to_json())

@@ -133,6 +133,8 @@ def study_spec(
                 k: IntRange(low=1, high=max(r.high, 2), log=True) for k, r in space.pools.items()
             },
             refill=RefillSpace(),
+            # A limit of a workload's every start binds nothing: left out.
+            unbound_limit=max((*sizes, base.sandboxes)),
         )
     if storage == DEFAULT_STORAGE:
         journal = default_study_storage()

@@ -134,9 +134,15 @@ def candidate_runner(*, runtime: str = "threads", progress: Progress | None = No
 def agent_admission(url: str, token_file: Path | None, tuned: TunedConfig | None) -> Any:
     """An admission through the node agent at ``url`` (token from
     ``token_file`` or ``$BOOTSTORM_AGENT_TOKEN``); the tuned config, if given,
-    is pushed to it first so that both ends run the same limits and pools."""
+    is pushed to it first so that both ends run the same limits and pools,
+    and, where it has pools, its pools are waited for until each holds its
+    target (the agent fills them in the background): the storm then starts
+    with its pools full, as the model's does. Only the stages the config in
+    force limits (pushed, or the agent's own) are leased: the others have no
+    permit to wait for, and a lease costs two HTTP calls (a config pushed
+    during the storm is not seen)."""
     from ..validation.agent import AgentAdmission
-    from ..validation.agent.client import AgentClient, AgentError
+    from ..validation.agent.client import AgentClient, AgentError, wait_pools_ready
 
     if token_file is not None:
         # Bounded, a regular file only (a FIFO hung), never echoed: a secret.
@@ -149,10 +155,15 @@ def agent_admission(url: str, token_file: Path | None, tuned: TunedConfig | None
     try:
         if tuned is not None:
             client.put_config(tuned)
+        else:
+            tuned = client.get_config()  # the one in force: its limits are leased
+        if any(n > 0 for n in tuned.pools.values()):
+            wait_pools_ready(client)
         client.healthz()
     except AgentError as exc:
+        client.close()
         raise ConfigError(f"agent: {url}: {exc}") from None
-    return AgentAdmission(client)
+    return AgentAdmission(client, limited=tuple(tuned.limits))
 
 
 def check_measure_options(*, repeats: int, warmup: int) -> None:
@@ -181,6 +192,24 @@ def measure_operations_here(
     progress = progress or SilentProgress()
     try:
         with interruptible("measurement"), progress.status("timing each operation alone …"):
-            return measure_operations(repeats=repeats, warmup=warmup, vm=vm)
+            times = measure_operations(repeats=repeats, warmup=warmup, vm=vm)
     except (TestbedError, VmError, OSError) as exc:
         raise ConfigError(f"testbed: {exc}") from None
+    return _with_agent_calls(times, progress)
+
+
+def _with_agent_calls(times: OperationTimes, progress: Progress) -> OperationTimes:
+    """``times`` with what a call to a node agent costs here (an agent of its
+    own on loopback; the testbed never imports the agent, so it is measured
+    here), or with a note saying why it was not."""
+    import dataclasses
+
+    from ..validation.agent import AgentError, AgentProcessError, measure_agent_calls
+
+    try:
+        with interruptible("measurement"), progress.status("timing calls to a node agent …"):
+            calls = measure_agent_calls()
+    except (AgentProcessError, AgentError, OSError) as exc:
+        note = f"a node agent's calls were not timed: {exc}"
+        return dataclasses.replace(times, notes=(*times.notes, note))
+    return dataclasses.replace(times, agent_calls=calls)

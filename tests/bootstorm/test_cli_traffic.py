@@ -164,3 +164,76 @@ def test_report_workload_refuses_a_study_source(
         capsys,
     )
     assert code == 2 and "workload: for a scenario only" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "slo-p99: --workload needs the p99 startup to meet"),
+        (["--slo-p99", "0"], "slo_p99"),
+        (["--slo-p99", "fast"], "slo_p99"),
+        (["--slo-p99", "2s", "--sandboxes", "7"], "sandboxes: 7 given with --workload"),
+        (["--slo-p99", "2s", "--lifetime-s", "-1"], "lifetime_s"),
+        (["--slo-p99", "2s", "--window-s", "0"], "window_s"),
+        (["--slo-p99", "2s", "--budget", "0"], "budget"),
+    ],
+)
+def test_tune_workload_bad_options_are_one_line_before_any_storm(
+    workload: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    """Refused before the node is calibrated (the first real storm), as root or not."""
+    code, _, err = run(["tune", "--workload", str(workload), *extra], capsys)
+    assert code == 2, err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_tune_slo_without_a_workload_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["tune", "--slo-p99", "2s"], capsys)
+    assert code == 2 and "slo-p99: goes with --workload" in err
+
+
+def test_tune_workload_table_reads_whole_at_80_columns() -> None:
+    """Every config's predicted and measured figures, no cell cut."""
+    import io
+
+    from rich.console import Console
+
+    from bootstorm._render_node import traffic_tune_table
+    from bootstorm.models import PoolRefill
+    from bootstorm.workflows import TrafficRow, TrafficTuneOutcome
+    from bootstorm.workflows.tuning_traffic import TrafficFigures
+
+    def figures(p99: float, mib: float | None) -> TrafficFigures:
+        return TrafficFigures(p99_s=p99, p99_window_median_s=p99, empty_starts=12, memory_mib=mib)
+
+    config = TunedConfig(
+        pools={"netns": 17, "netns-veth": 23},
+        limits={"AddCNI": 3, "AttachIf": 2},
+        pool_refill=PoolRefill(concurrency=4),
+    )
+    rows = tuple(
+        TrafficRow(
+            name=name,
+            config=c,
+            predicted=figures(1.234, 10.5),
+            measured=figures(12.345, None if c is None else 123.4),
+            run_p99_s=(1.0, 2.0, 3.0),
+            slo_p99_s=2.5,
+        )
+        for name, c in (("baseline", None), ("peak-burst", config), ("candidate-1", config))
+    )
+    outcome = TrafficTuneOutcome(
+        rows=rows,
+        chosen="candidate-1",
+        why="",
+        slo_p99_s=2.5,
+        rounds=3,
+        profile=None,  # type: ignore[arg-type]
+    )
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=False).print(traffic_tune_table(outcome))
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    for cell in ("1.234 / 12.345", "10.5 / 123.4", "10.5 / —", "2 of 3", "netns-veth=23"):
+        assert cell in text, text

@@ -135,11 +135,11 @@ def test_the_sweep_groups_a_netns_veths_namespace_and_host_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Whatever is left of one (its namespace, its host end, or both) is one device."""
-    from pyroute2 import netns
+    from bootstorm.validation.agent import _pools
 
     names = ["bstpool-netns-veth-5-0", "bstpool-netns-veth-5-2", "bstpool-netns-5-4"]
     names += ["bstpool-netns-veth-6-0", "bst-abcd-v0"]  # another agent's, a testbed run's
-    monkeypatch.setattr(netns, "listnetns", lambda: list(names))
+    monkeypatch.setattr(_pools, "list_netns", lambda: list(names))
 
     class Links:
         def get_links(self) -> list[dict[str, str]]:

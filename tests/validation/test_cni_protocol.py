@@ -499,3 +499,19 @@ def test_the_shim_imports_nothing_of_bootstorm() -> None:
         env={**os.environ},
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_storm_larger_than_one_bridge_holds_is_refused_before_it_starts() -> None:
+    """The run's bridge takes 1 023 ports; the 1 024th sandbox failed mid-storm
+    ("exchange full") after 1 023 had started. Pooled namespaces are ports too."""
+    from bootstorm.models import TunedConfig
+    from bootstorm.validation.testbed.options import MAX_BRIDGE_PORTS
+
+    assert StormOptions(runtime="cni", sandboxes=MAX_BRIDGE_PORTS).sandboxes == MAX_BRIDGE_PORTS
+    with pytest.raises(ValueError, match=r"sandboxes: 1024 sandboxes .* 1024 ports"):
+        StormOptions(runtime="cni", sandboxes=MAX_BRIDGE_PORTS + 1)
+    pooled = TunedConfig(pools={"netns-veth": 24})
+    with pytest.raises(ValueError, match="24 pooled namespaces"):
+        StormOptions(runtime="cni", sandboxes=1000, config=pooled)
+    assert StormOptions(runtime="cni", cni_plugin="ptp", sandboxes=2000).sandboxes == 2000
+    assert StormOptions(sandboxes=2000).sandboxes == 2000  # threads: no bridge

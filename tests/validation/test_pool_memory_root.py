@@ -25,7 +25,7 @@ POOL_NETNS = re.compile(r"^bst-[a-z0-9]{4}-p\d+$")
 
 
 def test_fifty_namespaces_hold_a_plausible_amount_each() -> None:
-    from bootstorm.validation.testbed._netns import list_netns
+    from bootstorm.validation._netns import list_netns
     from bootstorm.validation.testbed.ops import measure_pool_memory
 
     before = {n for n in list_netns() if POOL_NETNS.match(n)}

@@ -117,7 +117,8 @@ def test_sigint_before_most_sandboxes_started_leaves_nothing(tmp_path: Path) -> 
 def test_an_agents_pool_takes_carry_its_levels(tmp_path: Path) -> None:
     """Through a node agent (as ``testbed run --agent`` passes it), each take
     of its netns pool is recorded with the ready level and target the agent
-    answered, a device or ``pool empty``."""
+    answered, a device or ``pool empty``; and its pools' levels are sampled
+    while the storm runs."""
     import time
 
     from conftest import TOKEN, free_pool_id, process_agent
@@ -157,4 +158,13 @@ def test_an_agents_pool_takes_carry_its_levels(tmp_path: Path) -> None:
     netns = [p for p in result.trace.pool_takes if p.kind == "netns"]
     assert len(netns) == 4 and sum(p.taken for p in netns) >= 2
     assert all(p.target == 2 and p.ready is not None and 0 <= p.ready <= 2 for p in netns)
+    # Its pools' levels sampled while the storm ran (they refill between
+    # takes): the first before the origin, the last once every sandbox was up.
+    levels = result.trace.pool_levels
+    assert {s.kind for s in levels} == {"netns"} and len(levels) >= 3
+    assert all(s.target == 2 and 0 <= s.ready <= 2 and s.making is not None for s in levels)
+    assert [s.t_s for s in levels] == sorted(s.t_s for s in levels)
+    assert levels[0].t_s <= result.trace.header.origin_s
+    assert levels[-1].t_s >= max(s.end_s for s in result.trace.spans)
+    assert not any("pool levels" in n for n in result.trace.header.notes)
     assert leftovers_of(result.run) == []

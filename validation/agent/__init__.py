@@ -8,33 +8,57 @@ every call that changes something.
 """
 
 from ._cni_pool import CniPoolSettings
+from ._process import (
+    TOKEN_ENV,
+    AgentProcess,
+    AgentProcessError,
+    agent_process,
+    measure_agent_calls,
+)
 from ._protocol import DEFAULT_WAIT_S, MAX_WAIT_S, POOL_KINDS
 from ._runner import agent_in_thread
 from ._server import AgentSettings, create_app, serve
 from ._state import StartupConfig, default_state_dir
 from .admission import AgentAdmission
-from .client import AgentClient, AgentError, Lease, PooledDevice, StageLease
+from .client import (
+    AgentClient,
+    AgentError,
+    Lease,
+    PooledDevice,
+    PoolsNotReadyError,
+    PoolState,
+    StageLease,
+    wait_pools_ready,
+)
 from .inventory import Inventory, InventoryNode, PushResult, push_config
 
 __all__ = [
     "DEFAULT_WAIT_S",
     "MAX_WAIT_S",
     "POOL_KINDS",
+    "TOKEN_ENV",
     "AgentAdmission",
     "AgentClient",
     "AgentError",
+    "AgentProcess",
+    "AgentProcessError",
     "AgentSettings",
     "CniPoolSettings",
     "Inventory",
     "InventoryNode",
     "Lease",
+    "PoolState",
     "PooledDevice",
+    "PoolsNotReadyError",
     "PushResult",
     "StageLease",
     "StartupConfig",
     "agent_in_thread",
+    "agent_process",
     "create_app",
     "default_state_dir",
+    "measure_agent_calls",
     "push_config",
     "serve",
+    "wait_pools_ready",
 ]

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from typing import Any, ClassVar
 
 from ..._params import OneOf, Rules, validate
 from .._names import AGENT_POOL_LINK_PREFIX, owned_netns
+from .._netns import create_netns_here, list_netns, remove_netns
 from ._pools import CniPlumbing, Device, NetlinkDevices
 from ._protocol import NETNS_VETH_PEER
 
@@ -65,6 +67,19 @@ class CniPoolSettings:
 
     def __post_init__(self) -> None:
         validate(self)
+
+    @classmethod
+    def discover(cls, plugin: str, bin_dir: Path | None = None) -> CniPoolSettings:
+        """``plugin`` and host-local from ``bin_dir``, or from the first default
+        plugin directory that has them; ``ValueError`` (one line: an unknown
+        plugin, or a missing one with the install command) otherwise."""
+        from ..testbed.cni import IPAM_PLUGIN, CniSetupError, discover_bin_dir
+
+        cls(plugin=plugin, bin_dir=Path("."))  # the plugin's name first
+        try:
+            return cls(plugin=plugin, bin_dir=discover_bin_dir(bin_dir, [plugin, IPAM_PLUGIN]))
+        except CniSetupError as exc:
+            raise ValueError(str(exc)) from None
 
 
 def agent_bridge(pool_id: int) -> str:
@@ -102,9 +117,7 @@ class CniDevices(NetlinkDevices):
         """This agent's ``netns-veth`` namespaces on the host. Once the start's
         sweep is done (before any is made) or the pool is emptied (at close),
         these are the handed-out ones."""
-        from pyroute2 import netns
-
-        return [n for n in netns.listnetns() if self._netns_veth_re.match(n)]
+        return [n for n in list_netns() if self._netns_veth_re.match(n)]
 
     def _adopt_network(self) -> Any:
         """The saved network of an earlier agent of this id, its bridge made
@@ -191,12 +204,10 @@ class CniDevices(NetlinkDevices):
     def create(self, device: Device) -> Device:
         if device.kind != "netns-veth":
             return super().create(device)
-        from pyroute2 import netns
-
         from ..testbed.cni import add
 
         network = self._ensure_network()
-        netns.create(device.name)
+        os.close(create_netns_here(device.name))
         try:
             result = add(
                 network,
@@ -209,7 +220,7 @@ class CniDevices(NetlinkDevices):
         except BaseException:
             self._del(network, device.name, None)
             with contextlib.suppress(Exception):
-                netns.remove(device.name)
+                remove_netns(device.name)
             raise
         # The bridge plugin reports its bridge first, then the host veth.
         host_end = next(
@@ -229,14 +240,11 @@ class CniDevices(NetlinkDevices):
         if device.kind != "netns-veth":
             super().remove(device)
             return
-        from pyroute2 import netns
-
         assert owned_netns(device.name)
         network = self._network or self._saved_network()
         if network is not None:
             self._del(network, device.name, device.cni.result if device.cni else None)
-        if device.name in netns.listnetns():
-            netns.remove(device.name)  # eth0 goes with it, and its host veth
+        remove_netns(device.name)  # eth0 goes with it, and its host veth
 
     def _del(self, network: Any, container_id: str, result_text: str | None) -> None:
         from ..testbed.cni import CniError, delete_logged, parse_result

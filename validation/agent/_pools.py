@@ -65,6 +65,7 @@ from typing import Any, Literal, Protocol
 
 from ...models import ConfigError, FollowRate, PoolRefill, follow_rate_target
 from .._names import AGENT_POOL_LINK_PREFIX, AGENT_POOL_NETNS_PREFIX, owned_link, owned_netns
+from .._netns import create_netns_here, list_netns, remove_netns
 from ._metrics import AgentMetrics, PoolSnapshot
 from ._protocol import NETNS_VETH_PEER, POOL_KINDS
 
@@ -343,9 +344,7 @@ class NetlinkDevices:
 
     def create(self, device: Device) -> Device:
         if device.kind == "netns":
-            from pyroute2 import netns
-
-            netns.create(device.name)
+            os.close(create_netns_here(device.name))
         elif device.kind == "veth":
             self._route().link("add", ifname=device.name, kind="veth", peer={"ifname": device.peer})
         elif device.kind == "tap":
@@ -359,11 +358,8 @@ class NetlinkDevices:
     def _create_netns_veth(self, device: Device) -> None:
         """The namespace, then the pair made with its peer inside it; the
         namespace goes again if the pair cannot be made (its name taken)."""
-        from pyroute2 import netns
-
-        netns.create(device.name)
+        fd = create_netns_here(device.name)
         try:
-            fd = os.open(f"/run/netns/{device.name}", os.O_RDONLY | os.O_CLOEXEC)
             try:
                 self._route().link(
                     "add",
@@ -375,23 +371,20 @@ class NetlinkDevices:
                 os.close(fd)
         except BaseException:
             with contextlib.suppress(Exception):
-                netns.remove(device.name)
+                remove_netns(device.name)
             raise
 
     def remove(self, device: Device) -> None:
-        from pyroute2 import netns
-
         if device.kind == "netns":
             assert owned_netns(device.name)
-            netns.remove(device.name)
+            remove_netns(device.name)
             return
         if device.kind == "netns-veth":
             # The host end first (its peer goes with it, now, under RTNL);
             # either may be gone already (a sweep finds what is left).
             assert owned_netns(device.name) and device.peer is not None
             self._remove_link(device.peer)
-            if device.name in netns.listnetns():
-                netns.remove(device.name)
+            remove_netns(device.name)
             return
         self._remove_link(device.name)
 
@@ -410,11 +403,9 @@ class NetlinkDevices:
                 raise
 
     def leftovers(self) -> list[Device]:
-        from pyroute2 import netns
-
         found: list[Device] = []
         netns_veth: set[int] = set()  # by index: its namespace, its host end, or both
-        for name in netns.listnetns():
+        for name in list_netns():
             if self._netns_re.match(name):
                 found.append(Device("netns", name))
             elif m := self._netns_veth_re.match(name):

@@ -5,6 +5,7 @@
 ...         boot()  # may outlast the lease's TTL: the lease is renewed meanwhile
 ...     device = agent.take("veth", holder="sb-17")  # None: make your own
 ...     level = agent.last_pool_level  # the pool after that take: ready, target
+...     levels = agent.pools()  # every pool now: ready, target, making
 
 Every refusal raises :class:`AgentError` with the HTTP status and the agent's
 message; a network failure raises it with ``status=None``.
@@ -44,9 +45,12 @@ __all__ = [
     "AgentError",
     "Lease",
     "PoolLevel",
+    "PoolState",
     "PooledCni",
     "PooledDevice",
+    "PoolsNotReadyError",
     "StageLease",
+    "wait_pools_ready",
 ]
 
 log = logging.getLogger(__name__)
@@ -78,6 +82,21 @@ class AgentError(Exception):
         #: The agent's JSON error object whole (its other fields: a 404 ``pool
         #: empty``'s ``ready`` and ``target``), when it sent one.
         self.answer = answer
+
+
+class PoolsNotReadyError(AgentError):
+    """:func:`wait_pools_ready` ran out of time: pool ``kind`` held ``ready``
+    of its ``target`` devices when it did (status 408, reason ``timeout``,
+    as a stage's wait that runs out). Its text is the one line alone."""
+
+    def __init__(self, kind: str, ready: int, target: int, *, waited_s: float) -> None:
+        super().__init__(
+            408, f"pools.{kind}: {ready} of {target} ready after {waited_s:g} s", reason="timeout"
+        )
+        self.args = (self.message,)
+        self.kind = kind
+        self.ready = ready
+        self.target = target
 
 
 class _Answer(BaseModel):
@@ -131,6 +150,19 @@ class PoolLevel(_Answer):
     ready: int
     #: The size the agent keeps the pool at now.
     target: int
+
+
+class PoolState(_Answer):
+    """A pool as the agent holds it now (:meth:`AgentClient.pools`)."""
+
+    kind: str
+    #: Devices of the kind ready in the pool.
+    ready: int
+    #: The size the agent keeps the pool at now.
+    target: int
+    #: Devices of the kind its refill workers are making now (counted
+    #: against the target); None: an agent too old to say.
+    making: int | None = None
 
 
 class StageLease:
@@ -467,6 +499,19 @@ class AgentClient:
         level: PoolLevel | None = getattr(self._local, "pool_level", None)
         return level
 
+    def pools(self) -> list[PoolState]:
+        """Every pool of the agent as it is now (``GET /v1/pools``): its ready
+        devices, its target and the devices being made, one per kind."""
+        data = self._call("GET", "/v1/pools")
+        pools = data.get("pools")
+        if not isinstance(pools, list):
+            raise AgentError(200, "GET /v1/pools: answer has no list of pools")
+        try:
+            return [PoolState.model_validate(p) for p in pools]
+        except ValueError as exc:
+            first = str(exc).splitlines()
+            raise AgentError(200, f"GET /v1/pools: malformed pool ({first[0]})") from None
+
     # -- config and observation ---------------------------------------------------
 
     def put_config(self, config: TunedConfig) -> int:
@@ -522,6 +567,40 @@ class AgentClient:
             message, reason, answer = _error_of(response)
             raise AgentError(response.status_code, message, reason=reason, answer=answer)
         return response
+
+
+#: Longest wait :func:`wait_pools_ready` accepts, seconds: an hour is many
+#: times what a node takes to make a pool of thousands of devices.
+MAX_POOL_WAIT_S = 3600.0
+
+
+def wait_pools_ready(client: AgentClient, *, timeout_s: float = 120.0, poll_s: float = 0.1) -> None:
+    """Return once every pool of the agent kept at a target above 0 holds
+    at least that many ready devices (an agent fills its pools in the
+    background after a ``PUT /config``: a storm that starts before is not
+    the storm the model predicts, whose pools start full).
+
+    Asks ``GET /v1/pools`` every ``poll_s`` seconds for at most
+    ``timeout_s``; then raises :class:`PoolsNotReadyError` (an
+    :class:`AgentError`) naming the first pool short of its target in one
+    line (``pools.netns: 3 of 8 ready after 120 s``). A failed call raises
+    :class:`AgentError` at once. Bounded: it never waits past ``timeout_s`` (and one call's own
+    HTTP timeout).
+    """
+    if not 0.0 <= timeout_s <= MAX_POOL_WAIT_S:  # also refuses NaN
+        raise ValueError(f"timeout_s: must be in 0..{MAX_POOL_WAIT_S:g}, but got {timeout_s!r}")
+    if not 0.0 < poll_s <= MAX_POOL_WAIT_S:
+        raise ValueError(f"poll_s: must be in (0, {MAX_POOL_WAIT_S:g}], but got {poll_s!r}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        short = [p for p in client.pools() if p.target > 0 and p.ready < p.target]
+        if not short:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0.0:
+            p = short[0]
+            raise PoolsNotReadyError(p.kind, p.ready, p.target, waited_s=timeout_s)
+        time.sleep(min(poll_s, left))
 
 
 def _pool_level(kind: str, data: dict[str, Any] | None) -> PoolLevel | None:

@@ -45,8 +45,8 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ...traces import ExecSpan, StageSpan
+from .._netns import NETNS_RUN_DIR, create_netns_here
 from ._leftovers import SHIM_SCRIPT, RunNames
-from ._netns import NETNS_RUN_DIR, create_netns_here
 from ._vm import BOOT_TIMEOUT_S, MARKER, VmRunner
 from .admission import CniPooledNetns
 from .cni import (

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING
 from pyroute2 import IPRoute
 
 from .._names import CGROUP_PARENT, LINK_PREFIX, NETNS_PREFIX
+from .._netns import list_netns, remove_netns
 from ._cgroup import CgroupError, cgroup2_root, kill_and_remove
-from ._netns import list_netns, remove_netns
 
 if TYPE_CHECKING:
     from .cni import CniNetwork

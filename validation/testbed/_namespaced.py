@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ...traces import PoolTake
-from ._netns import create_netns_here, remove_netns
+from .._netns import create_netns_here, remove_netns
 from .admission import Admission, level_after_take
 from .runtime import Sandbox, StormContext, StormRuntime
 

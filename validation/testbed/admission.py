@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -22,7 +22,9 @@ __all__ = [
     "CniPooledNetns",
     "LocalAdmission",
     "PoolLevel",
+    "PoolLevelNow",
     "PoolLevels",
+    "PoolSampling",
     "level_after_take",
 ]
 
@@ -100,6 +102,34 @@ class PoolLevels(Protocol):
         ``take_pair``, ``take_netns_veth`` and ``take_cni_netns`` as
         ``netns-veth``) left the pool at; None: this admission has no pool
         of ``kind`` (the take asked nothing worth recording)."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolLevelNow:
+    """A pool's level as its admission sees it now: ``ready`` devices in
+    it, ``making`` more being made (refilled) and ``target`` the level it is
+    kept at; None where the admission does not say."""
+
+    kind: str
+    ready: int
+    making: int | None = None
+    target: int | None = None
+
+
+@runtime_checkable
+class PoolSampling(Protocol):
+    """What an admission whose pools refill during the storm (a node
+    agent's) may offer beside :class:`Admission`: every pool's level now, so
+    that the driver samples them while the storm runs (the trace's
+    ``pool_level`` records). Optional: the testbed's own pools
+    (:class:`LocalAdmission`) only fall, at each take, and their takes tell
+    their level whole."""
+
+    def pool_levels(self) -> Sequence[PoolLevelNow]:
+        """Each pool's level now, one per kind (those kept at nothing and
+        holding nothing may be left out). Raises on a failed ask (an HTTP
+        error): the driver skips that sample."""
         ...
 
 

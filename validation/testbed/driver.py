@@ -19,6 +19,12 @@ With ``StormOptions.lifetime_s`` one reaper thread stops each sandbox's VM
 that long after it came up (:meth:`.runtime.StormRuntime.stop_vm`), so that
 a long schedule holds a bounded number of VMs.
 
+Through an admission whose pools refill during the storm (a node agent's:
+:class:`~.admission.PoolSampling`), one sampler thread
+(:class:`PoolSampler`) asks every pool's level each
+``StormOptions.pool_sample_s`` from just before the first sandbox starts
+until the last is done: the trace's ``pool_level`` records.
+
 Everything created is removed on success, failure and interrupt; a killed
 run's leftovers are swept by the next run (see :mod:`._leftovers`).
 """
@@ -45,6 +51,7 @@ from ...traces import (
     ExecSpan,
     KernelTraceFacts,
     LockSpan,
+    PoolLevelSample,
     ScenarioFacts,
     StageSpan,
     Trace,
@@ -65,12 +72,13 @@ from ._leftovers import (
     unregister_run,
 )
 from ._vm import VmRunner, build_stub, vm_available
-from .admission import Admission, LocalAdmission
+from .admission import Admission, LocalAdmission, PoolSampling
 from .options import STAGES, StormOptions, StormResult
 from .runtime import Sandbox, StageBody, StormContext, StormRuntime, runtime_class
 
 __all__ = [
     "STAGES",
+    "PoolSampler",
     "StartSchedule",
     "StormOptions",
     "StormResult",
@@ -94,6 +102,9 @@ LATE_S = 0.01
 #: How long the storm's end waits for the reaper's stop under way (a shim
 #: gets 5 s, then SIGTERM and SIGKILL: see ``_cni_stages.SHIM_STOP_WAIT_S``).
 REAPER_JOIN_S = 30.0
+#: How long the storm's end waits for the pool sampler's ask under way (an
+#: agent's HTTP call times out after 10 s: ``AgentClient(timeout_s=...)``).
+SAMPLER_JOIN_S = 30.0
 
 
 class _Stop(Protocol):
@@ -219,6 +230,118 @@ class _Reaper:
             f"({self.stopped} during the storm, {left} at its end; at most {self.peak} "
             "up at once); network devices stay until the end of the run"
         )
+
+
+class PoolSampler:
+    """Samples ``source``'s pool levels (:class:`~.admission.PoolSampling`)
+    every ``interval_s`` on one thread, from :meth:`start` (which takes the
+    first sample on the caller's thread, before the storm's origin) until
+    :meth:`stop` (which takes a last one).
+
+    Each sample is a :class:`~bootstorm.traces.PoolLevelSample` per pool
+    kept at a target above 0 or holding a device, stamped with ``clock``
+    (CLOCK_MONOTONIC, the trace's clock) when the answer came, as a pool
+    take is. A sample whose ask failed (the agent did not answer) is
+    skipped and counted (:meth:`note`): it never fails the storm. A tick
+    missed (an ask slower than ``interval_s``) is skipped, not caught up.
+    """
+
+    def __init__(
+        self,
+        source: PoolSampling,
+        *,
+        interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not interval_s > 0.0:
+            raise ValueError(f"interval_s: must be above 0, but got {interval_s!r}")
+        self.source = source
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._samples: list[PoolLevelSample] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        #: Asks made, and those that failed (skipped).
+        self.asked = 0
+        self.failed = 0
+        self._last_error: str | None = None
+
+    @property
+    def samples(self) -> tuple[PoolLevelSample, ...]:
+        """The samples so far, in time order."""
+        with self._lock:
+            return tuple(self._samples)
+
+    def sample(self) -> None:
+        """Ask the levels once and record them (a failure: counted, skipped)."""
+        try:
+            levels = list(self.source.pool_levels())
+        except Exception as exc:  # an HTTP error, a malformed answer: skip this one
+            with self._lock:
+                self.asked += 1
+                self.failed += 1
+                self._last_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            return
+        t_s = self._clock()
+        with self._lock:
+            self.asked += 1
+            for level in levels:
+                if level.ready > 0 or (level.target or 0) > 0:
+                    self._samples.append(
+                        PoolLevelSample(
+                            kind=level.kind,
+                            t_s=t_s,
+                            ready=level.ready,
+                            making=level.making,
+                            target=level.target,
+                        )
+                    )
+
+    def start(self) -> None:
+        """Take the first sample now, then one every ``interval_s`` on a thread."""
+        if self._thread is not None or self._stopped:
+            raise RuntimeError("pool sampler: started already")
+        self.sample()
+        self._thread = threading.Thread(target=self._run, name="pool-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        next_at = self._clock() + self.interval_s
+        while not self._stop.wait(max(0.0, next_at - self._clock())):
+            self.sample()
+            next_at += self.interval_s
+            now = self._clock()
+            if next_at < now:  # fell behind (a slow ask): the next tick from now
+                next_at = now + self.interval_s
+
+    def stop(self, *, last: bool = True) -> None:
+        """No more samples after a ``last`` one (the levels at the storm's
+        end); waits for an ask under way. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        thread.join(timeout=SAMPLER_JOIN_S)
+        if thread.is_alive():
+            log.warning("the pool sampler's ask outlasted %.0f s", SAMPLER_JOIN_S)
+            return
+        if last:
+            self.sample()
+
+    def note(self) -> str | None:
+        """The trace's note on failed samples, or None if none failed."""
+        with self._lock:
+            if not self.failed:
+                return None
+            return (
+                f"pool levels: {self.failed} of {self.asked} samples failed and were skipped "
+                f"(the levels held from the sample before; latest: {self._last_error})"
+            )
 
 
 class _Storm:
@@ -465,6 +588,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
         raise
     runtime = storm.runtime
     collector: KernelCollector | None = None
+    sampler: PoolSampler | None = None
     try:
         sweep_leftovers(keep={storm.run})
         load = os.getloadavg()
@@ -510,6 +634,11 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                 )
                 collector.start()
             meter.start()
+            if not storm.own_admission and isinstance(storm.admission, PoolSampling):
+                # An agent's pools refill during the storm: their levels are
+                # sampled from here (its first, before the origin) to its end.
+                sampler = PoolSampler(storm.admission, interval_s=options.pool_sample_s)
+                sampler.start()
             if schedule is None:
                 assert barrier is not None
                 origin_s = time.monotonic()
@@ -532,6 +661,8 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                 while t.is_alive():
                     t.join(timeout=0.2)
             meter.stop()
+            if sampler is not None:
+                sampler.stop()  # with the levels at the storm's end
         except BaseException:
             meter.stop()
             storm.stop.set()
@@ -548,6 +679,8 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             storm.notes.append(storm.reaper.note())
         if schedule is not None:
             storm.notes.append(_schedule_note(schedule, storm.sandboxes, options, origin_s))
+        if sampler is not None and (failed := sampler.note()) is not None:
+            storm.notes.append(failed)
         capture = collector.stop() if collector is not None else None
         execs: tuple[ExecSpan, ...] = runtime.finish(sandboxes=storm.sandboxes)
         spans = sorted((s for sb in storm.sandboxes for s in sb.spans), key=lambda s: s.start_s)
@@ -604,6 +737,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                 mem_prealloc=options.mem_prealloc and storm.runner.mode == "qemu-microvm",
                 netprio_ifpriomap=options.netprio_ifpriomap,
                 pools=runtime.pools_made(),
+                through_agent=not storm.own_admission,
             ),
             kernel_trace=kernel_facts,
             created_at=datetime.now(UTC),
@@ -625,11 +759,14 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             pool_takes=tuple(
                 sorted((p for sb in storm.sandboxes for p in sb.takes), key=lambda p: p.t_s)
             ),
+            pool_levels=sampler.samples if sampler is not None else (),
         )
         failures = tuple(f"{sb.index}: {sb.error}" for sb in storm.sandboxes if sb.error)
         return StormResult(trace=trace, failures=failures, run=storm.run)
     finally:
         try:
+            if sampler is not None:
+                sampler.stop(last=False)  # stopped already, unless the storm failed
             if storm.reaper is not None:
                 storm.reaper.close()  # no stop of its may race the teardown
             if collector is not None:

@@ -78,6 +78,7 @@ from ...traces.operations import (
     check_count,
 )
 from .._names import CGROUP_PARENT
+from .._netns import create_netns_here, entered, remove_netns
 from ._cgroup import CgroupError, add_process, cgroup2_root, remove_tree
 from ._errors import TestbedError
 from ._host import host_facts, settle, signals_deferred
@@ -89,7 +90,6 @@ from ._leftovers import (
     sweep_leftovers,
     unregister_run,
 )
-from ._netns import create_netns_here, entered, remove_netns
 from ._tap import TUNSETIFF, ifreq
 from ._vm import VmRunner, build_stub, stop, vm_available
 
@@ -807,10 +807,15 @@ def _checked_ops(ops: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(o for o in OPERATIONS if o in chosen)  # always in OPERATIONS' order
 
 
+#: Timed repetitions of each operation, and discarded ones before them.
+DEFAULT_REPEATS = 30
+DEFAULT_WARMUP = 3
+
+
 def measure_operations(
     *,
-    repeats: int = 30,
-    warmup: int = 3,
+    repeats: int = DEFAULT_REPEATS,
+    warmup: int = DEFAULT_WARMUP,
     vm: bool = True,
     ops: tuple[str, ...] | None = None,
     cni_bin_dir: Path | None = None,

@@ -13,7 +13,14 @@ from ..._params import format_problem
 from ...models.tuned import TunedConfig
 from ...traces import Trace
 
-__all__ = ["CNI_POOLS", "MAX_SCHEDULE_S", "STAGES", "StormOptions", "StormResult"]
+__all__ = [
+    "CNI_POOLS",
+    "MAX_BRIDGE_PORTS",
+    "MAX_SCHEDULE_S",
+    "STAGES",
+    "StormOptions",
+    "StormResult",
+]
 
 STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
 #: Pools the ``cni`` runtime makes: plain namespaces, and namespaces whose
@@ -26,6 +33,10 @@ MAX_SCHEDULE_S = 366 * 86_400.0
 
 #: One start time of a schedule: seconds after the storm's origin.
 _StartTime = Annotated[float, Field(ge=0.0, le=MAX_SCHEDULE_S, allow_inf_nan=False)]
+
+
+#: Ports one Linux bridge takes (``BR_MAX_PORTS`` is 1 024, port numbers 1..1023).
+MAX_BRIDGE_PORTS = 1023
 
 
 class StormOptions(BaseModel):
@@ -103,6 +114,12 @@ class StormOptions(BaseModel):
         shaping; needs a veth: bridge or ptp).
     cni_check:
         CHECK each sandbox's network after its ADD (in AddCNI).
+    pool_sample_s:
+        Through an admission whose pools refill during the storm (a node
+        agent's: ``PoolSampling``), how often the driver samples every
+        pool's level, seconds, from just before the first sandbox starts
+        until the last is done (the trace's ``pool_level`` records). The
+        testbed's own pools are not sampled: their takes tell their level.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -127,6 +144,7 @@ class StormOptions(BaseModel):
     cni_plugin: Literal["bridge", "ptp", "macvlan", "ipvlan"] = "bridge"
     cni_chain: tuple[Literal["tuning", "bandwidth"], ...] = ()
     cni_check: bool = False
+    pool_sample_s: float = Field(default=0.2, ge=0.01, le=10.0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _one_time_per_sandbox(self) -> StormOptions:
@@ -190,6 +208,18 @@ class StormOptions(BaseModel):
                 raise ValueError(
                     f"config.pools.{kind}: {n} does not apply to runtime 'cni' "
                     f"(its pools: {', '.join(CNI_POOLS)})"
+                )
+        if self.cni_plugin == "bridge":
+            # Every sandbox's host end, and every namespace the run plumbs for
+            # its own pool, is a port of the run's one bridge until the run
+            # ends; the kernel refuses the 1 024th (BR_MAX_PORTS: "exchange full").
+            ports = self.sandboxes + pools.get("netns-veth", 0)
+            if ports > MAX_BRIDGE_PORTS:
+                raise ValueError(
+                    f"sandboxes: {self.sandboxes} sandboxes (and "
+                    f"{pools.get('netns-veth', 0)} pooled namespaces) would be {ports} ports "
+                    f"of the run's one bridge, more than the {MAX_BRIDGE_PORTS} Linux allows "
+                    "(BR_MAX_PORTS); run fewer, or cni_plugin ptp"
                 )
         return self
 

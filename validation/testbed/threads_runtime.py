@@ -43,10 +43,10 @@ from pyroute2 import IPRoute
 
 from ...traces import ExecSpan, StageSpan
 from .._names import CGROUP_PARENT
+from .._netns import create_netns_here, entered
 from ._cgroup import add_process, netprio_root, remove_tree, write_ifpriomap
 from ._errors import TestbedError
 from ._namespaced import NamespacedRuntime, NamespacedSandbox
-from ._netns import create_netns_here, entered
 from ._tap import TUNSETIFF, TUNSETPERSIST, attach_tap, ifreq
 from ._vm import stop
 from .admission import Admission, LocalAdmission

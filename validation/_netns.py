@@ -1,4 +1,5 @@
-"""Named network namespaces made and entered by one thread, in-process.
+"""Named network namespaces made and entered by one thread, in-process (the
+testbed's sandboxes and the node agent's pools make them the same way).
 
 Linux keeps the network namespace per *task* (thread), so a sandbox thread
 can ``unshare(CLONE_NEWNET)``, bind-mount its new namespace on

@@ -1,0 +1,84 @@
+"""The agent as a node runs it (``bootstorm agent serve`` in a process of
+its own), what a call to it costs, and a testbed admission that leases only
+the stages its config limits."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+
+from bootstorm.models import TunedConfig
+from bootstorm.validation.agent import (
+    AgentAdmission,
+    AgentClient,
+    AgentProcessError,
+    agent_process,
+    measure_agent_calls,
+)
+
+TOKEN = "test-token-0123456789abcdef"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_an_agent_process_serves_its_config_and_is_gone_after_the_block() -> None:
+    config = TunedConfig(limits={"AddCNI": 3})
+    with agent_process(token=TOKEN, pool_id=91, config=config) as agent:
+        assert agent.url.startswith("http://127.0.0.1:")
+        with AgentClient(agent.url, token=TOKEN) as client:
+            assert client.get_config().limits == {"AddCNI": 3}
+        assert agent.cpu_s() > 0.0
+        pid = agent.pid
+    assert not _alive(pid)
+
+
+def test_an_agent_that_cannot_start_is_one_line() -> None:
+    with pytest.raises(AgentProcessError, match="did not start") as err:  # noqa: SIM117
+        with agent_process(token="short", pool_id=92):
+            pass
+    assert "\n" not in str(err.value)
+
+
+def test_measuring_calls_gives_a_cost_per_call() -> None:
+    cost = measure_agent_calls(batches=2, calls_per_batch=8, pool_id=93)
+    assert cost.calls_per_batch == 8 and len(cost.wall_s) == 2
+    assert 0.0 < cost.per_call_s("client_cpu_s") < cost.per_call_s("wall_s") * 5
+    assert cost.per_call_s("wall_s") > 0.0
+
+
+def test_only_the_limited_stages_are_leased() -> None:
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if request.url.path.endswith("/release"):
+            return httpx.Response(200, json={})
+        return httpx.Response(
+            200,
+            json={
+                "lease_id": "l1",
+                "stage": "AddCNI",
+                "holder": "s/0",
+                "ttl_s": 30.0,
+                "expires_at_s": 1e9,
+                "generation": 1,
+            },
+        )
+
+    client = AgentClient("http://agent", token=TOKEN, transport=httpx.MockTransport(handler))
+    admission = AgentAdmission(client, limited=("AddCNI",))
+    assert admission.gated("AddCNI") and not admission.gated("StartVM")
+    with admission.stage("StartVM", "s/0"):
+        pass
+    assert calls == []  # no permit to wait for: no call
+    everything = AgentAdmission(client)
+    assert everything.gated("StartVM")  # a config may be pushed during the storm
+    client.close()

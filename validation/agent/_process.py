@@ -1,0 +1,189 @@
+"""An agent in a process of its own (``bootstorm agent serve``), as on a node.
+
+:func:`agent_in_thread` shares its process, and so its GIL, with the caller:
+a testbed storm through it measures the agent's request handling on the
+sandboxes' own threads (2.5x the p99 startup of the same storm without an
+agent, on this project's 2-core host), a cost no node pays. Here the agent is
+the command a node runs, on loopback, with a token passed in its environment
+only, its state in a folder of its own, and stopped by its PID (SIGTERM:
+it removes its pooled devices on the way out) when the block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...models import TunedConfig
+from ...traces.operations import AgentCallCost
+
+__all__ = ["AgentProcess", "AgentProcessError", "agent_process", "measure_agent_calls"]
+
+#: The environment variable ``agent serve`` reads its token from.
+TOKEN_ENV = "BOOTSTORM_AGENT_TOKEN"
+_LISTENING = re.compile(r"listening on (\S+)")
+
+
+class AgentProcessError(RuntimeError):
+    """The agent did not start (its log's last line says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentProcess:
+    """A running agent: its base URL and its process id."""
+
+    url: str
+    pid: int
+
+    def cpu_s(self) -> float:
+        """CPU seconds the agent process has used (user + system)."""
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def agent_process(
+    *,
+    token: str,
+    pool_id: int,
+    config: TunedConfig | None = None,
+    cni_plugin: str | None = None,
+    start_timeout_s: float = 60.0,
+    stop_timeout_s: float = 120.0,
+) -> Iterator[AgentProcess]:
+    """Run ``bootstorm agent serve`` on a free loopback port until the block
+    ends; yields its URL and PID. ``config``: the config it starts with;
+    ``cni_plugin``: plumb its ``netns-veth`` pool with that plugin (``--cni``).
+    """
+    with tempfile.TemporaryDirectory(prefix="bootstorm-agent-") as tmp:
+        folder = Path(tmp)
+        args = [
+            sys.executable,
+            "-c",
+            "from bootstorm.cli import main; main()",
+            "agent",
+            "serve",
+            "--port",
+            "0",
+            "--pool-id",
+            str(pool_id),
+            "--state-dir",
+            str(folder / "state"),
+        ]
+        if config is not None:
+            (folder / "config.yaml").write_text(config.to_yaml())
+            args += ["--config", str(folder / "config.yaml"), "--force-config"]
+        if cni_plugin is not None:
+            args += ["--cni", cni_plugin]
+        log_path = folder / "agent.log"
+        env = {**os.environ, TOKEN_ENV: token, "COLUMNS": "200"}
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(
+                args, stdout=subprocess.PIPE, stderr=log, env=env, text=True, bufsize=1
+            )
+        try:
+            url = _wait_listening(proc, log_path, timeout_s=start_timeout_s)
+            yield AgentProcess(url=url, pid=proc.pid)
+        finally:
+            _stop(proc, timeout_s=stop_timeout_s)
+
+
+def _wait_listening(proc: subprocess.Popen[str], log_path: Path, *, timeout_s: float) -> str:
+    """The URL the agent prints once it listens; its stdout is drained from
+    then on (a full pipe would block it)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, name="agent-stdout", daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.0))
+        except queue.Empty:
+            raise AgentProcessError(f"agent: not listening after {timeout_s:g} s") from None
+        if line is None:
+            proc.wait()
+            said = [s for s in log_path.read_text().splitlines() if s.strip()]
+            why = said[-1] if said else f"exit status {proc.returncode}"
+            raise AgentProcessError(f"agent: did not start: {why}")
+        if m := _LISTENING.search(line):
+            return m.group(1)
+
+
+def _stop(proc: subprocess.Popen[str], *, timeout_s: float) -> None:
+    """SIGTERM by PID (the agent removes its pooled devices), then SIGKILL
+    if it has not ended within ``timeout_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+#: The stage a measurement leases (limited, so that each lease is a real permit).
+_MEASURED_STAGE = "AddCNI"
+
+
+def measure_agent_calls(
+    *, batches: int = 7, calls_per_batch: int = 100, pool_id: int = 79
+) -> AgentCallCost:
+    """Time calls to an agent of its own (:func:`agent_process`) as a sandbox
+    makes them through it: in each batch, ``calls_per_batch`` calls, half of
+    them the two of a stage lease (acquire, release), half a take from an
+    empty pool; after a warm-up batch. Needs no root (no device is made)."""
+    import secrets
+
+    from .client import AgentClient
+
+    token = secrets.token_urlsafe(32)
+    config = TunedConfig(limits={_MEASURED_STAGE: 1000}, pools={"tap": 0})
+    client_cpu: list[float] = []
+    agent_cpu: list[float] = []
+    wall: list[float] = []
+    with (
+        agent_process(token=token, pool_id=pool_id, config=config) as agent,
+        AgentClient(agent.url, token=token) as client,
+    ):
+
+        def batch(tag: str) -> None:
+            for i in range(calls_per_batch // 4):
+                with client.stage(_MEASURED_STAGE, f"{tag}-{i}"):
+                    pass
+                client.take("tap", f"{tag}-{i}")
+                client.take("tap", f"{tag}-{i}b")
+
+        batch("warmup")
+        for b in range(batches):
+            a0, c0, t0 = agent.cpu_s(), time.thread_time(), time.perf_counter()
+            batch(f"b{b}")
+            wall.append(time.perf_counter() - t0)
+            client_cpu.append(time.thread_time() - c0)
+            agent_cpu.append(agent.cpu_s() - a0)
+    made = calls_per_batch // 4 * 4
+    return AgentCallCost(
+        calls_per_batch=made,
+        client_cpu_s=tuple(client_cpu),
+        agent_cpu_s=tuple(agent_cpu),
+        wall_s=tuple(wall),
+    )
