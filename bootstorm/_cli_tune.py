@@ -41,7 +41,12 @@ SloOption = Annotated[
     ),
 ]
 WindowOption = Annotated[
-    float, typer.Option("--window-s", help="With --workload: the window of p99 per window.")
+    float | None,
+    typer.Option(
+        "--window-s",
+        help="With --workload: the window of p99 per window [default: 60].",
+        show_default=False,
+    ),
 ]
 BudgetOption = Annotated[int, typer.Option(help="TPE trials of the search on the model.")]
 CandidatesOption = Annotated[
@@ -99,7 +104,7 @@ def tune_cmd(
     workload: WorkloadOption = None,
     slo_p99: SloOption = None,
     lifetime_s: Annotated[float | None, LIFETIME_OPTION] = None,
-    window_s: WindowOption = 60.0,
+    window_s: WindowOption = None,
 ) -> None:
     """Root: calibrate this node, search pools and limits on its model, run the
     best candidates and the baseline for real, and write the config that was
@@ -110,7 +115,7 @@ def tune_cmd(
     """
     from ._render_node import RichProgress
     from .optimizers import DEFAULT_STAGES
-    from .workflows import tune, tune_traffic
+    from .workflows import DEFAULT_WINDOW_S, tune, tune_traffic
 
     traffic = workload is not None or slo_p99 is not None
     if traffic:
@@ -121,8 +126,10 @@ def tune_cmd(
             lifetime_s=lifetime_s,
             window_s=window_s,
         )
-    elif lifetime_s is not None:
-        raise ConfigError("lifetime-s: goes with --workload")
+    else:
+        for name, value in (("lifetime-s", lifetime_s), ("window-s", window_s)):
+            if value is not None:
+                raise ConfigError(f"{name}: goes with --workload")
     sandboxes = 150 if sandboxes is None else sandboxes
     _check_options(
         sandboxes=2 if traffic else sandboxes,
@@ -160,7 +167,7 @@ def tune_cmd(
             workload=workload_starts,
             slo_p99_s=slo_s,
             lifetime_s=lifetime_s,
-            window_s=window_s,
+            window_s=DEFAULT_WINDOW_S if window_s is None else window_s,
             **loop,  # type: ignore[arg-type]
         )
     else:
@@ -173,7 +180,7 @@ def _traffic_options(
     slo_p99: str | None,
     sandboxes: int | None,
     lifetime_s: float | None,
-    window_s: float,
+    window_s: float | None,
 ) -> tuple[Workload, float]:
     """``--workload W --slo-p99 S``'s own options, checked, and the workload
     read: its starts and the SLO in seconds."""
@@ -185,16 +192,16 @@ def _traffic_options(
         raise ConfigError("slo-p99: goes with --workload (the SLO of that traffic)")
     if slo_p99 is None:
         raise ConfigError("slo-p99: --workload needs the p99 startup to meet (--slo-p99 15s)")
-    if sandboxes is not None:
-        raise ConfigError(
-            f"sandboxes: {sandboxes} given with --workload (its starts are the storm: "
-            "leave --sandboxes out)"
-        )
     slo_s = parse_seconds("slo_p99", slo_p99)
     if not slo_s > 0:
         raise ConfigError(f"slo_p99: must be a duration > 0, but got {slo_p99!r}")
     check_finite("lifetime_s", lifetime_s, low=0.0, high=MAX_SCHEDULE_S)
     check_finite("window_s", window_s, low=1e-3, high=MAX_SCHEDULE_S)
+    if sandboxes is not None:
+        raise ConfigError(
+            f"sandboxes: {sandboxes} given with --workload (its starts are the storm: "
+            "leave --sandboxes out)"
+        )
     testbed_arrivals(workload, None)  # a schedule the testbed can run, or one line
     return load_workload("workload", workload), slo_s
 

@@ -266,6 +266,8 @@ COMPANIONS: dict[tuple[str, str], list[str]] = {
     ("calibrate", "--plan"): ["--plan"],
     ("validate", "--candidates"): ["--candidates", "@tuned", "--profile", "@profile"],
     ("simulate", "--workload"): ["--workload", "@workload"],
+    ("testbed run", "--workload"): ["--workload", "@workload"],
+    ("tune", "--workload"): ["--workload", "@workload", "--slo-p99", "2s"],
     # Refused in one line (a recorded storm brings its own schedule): the
     # fuzz never runs a real storm, and --lifetime-s is checked before.
     ("validate", "--workload"): [
@@ -284,6 +286,8 @@ COMPANIONS: dict[tuple[str, str], list[str]] = {
 NEEDS: dict[tuple[str, str], list[str]] = {
     ("testbed run", "token_file"): ["--agent", "@agent"],
     ("validate", "token_file"): ["--agent", "@agent"],
+    # Its own value is the one fuzzed: the workload beside it, not a second --slo-p99.
+    ("tune", "slo_p99"): ["--workload", "@workload"],
     ("report", "study_name"): ["@journal"],  # a study's journal as the source
     ("testbed chrome", "profile"): ["--simulate", "veth"],
 }

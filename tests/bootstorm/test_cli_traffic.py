@@ -187,9 +187,19 @@ def test_tune_workload_bad_options_are_one_line_before_any_storm(
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_tune_slo_without_a_workload_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["tune", "--slo-p99", "2s"], capsys)
-    assert code == 2 and "slo-p99: goes with --workload" in err
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--slo-p99", "2s"], "slo-p99: goes with --workload"),
+        (["--window-s", "5"], "window-s: goes with --workload"),
+        (["--lifetime-s", "5"], "lifetime-s: goes with --workload"),
+    ],
+)
+def test_tune_traffic_options_without_a_workload_are_refused(
+    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    code, _, err = run(["tune", *extra], capsys)
+    assert code == 2 and message in err
 
 
 def test_tune_workload_table_reads_whole_at_80_columns() -> None:
