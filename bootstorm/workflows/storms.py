@@ -30,6 +30,7 @@ __all__ = [
     "agent_admission",
     "candidate_runner",
     "check_measure_options",
+    "checked_storm_options",
     "interruptible",
     "measure_operations_here",
     "run_storm_here",
@@ -90,28 +91,34 @@ def storm_trace(
     ``arrival_s``: start each sandbox at its time (a workload's schedule)
     instead of all at once; ``lifetime_s``: stop each VM that long after it
     came up."""
-    from pydantic import ValidationError
-
-    from ..validation.testbed import StormOptions
-
-    try:
-        options = StormOptions(
-            sandboxes=sandboxes,
-            vm=vm,
-            config=config,
-            peer=peer,
-            runtime=runtime,
-            arrival_s=arrival_s,
-            lifetime_s=lifetime_s,
-        )
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, prefix="testbed: ")) from None
+    options = checked_storm_options(
+        sandboxes=sandboxes,
+        vm=vm,
+        config=config,
+        peer=peer,
+        runtime=runtime,
+        arrival_s=arrival_s,
+        lifetime_s=lifetime_s,
+    )
     result = run_storm_here(options, admission=admission, progress=progress)
     if result.failures:
         raise ConfigError(
             f"testbed: {what}{len(result.failures)} sandboxes failed: {result.failures[0]}"
         )
     return result.trace
+
+
+def checked_storm_options(**options: Any) -> StormOptions:
+    """The testbed's options of a storm, or a :class:`ConfigError` line
+    (``testbed: <field>: ...``) where it cannot run them."""
+    from pydantic import ValidationError
+
+    from ..validation.testbed import StormOptions
+
+    try:
+        return StormOptions(**options)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, prefix="testbed: ")) from None
 
 
 def candidate_runner(*, runtime: str = "threads", progress: Progress | None = None) -> StormRunner:

@@ -417,24 +417,18 @@ def _check_runnable(
     """A :class:`ConfigError` (one line) if the testbed cannot run one of
     ``configs`` on ``workload``'s schedule (too many sandboxes for one
     bridge, a pool kind the runtime has not)."""
-    from pydantic import ValidationError
-
-    from ..models._errors import format_validation_error
-    from ..validation.testbed import StormOptions
+    from .storms import checked_storm_options
 
     arrival_s = tuple(float(t) for t in workload.starts.tolist())
     for config in configs:
-        try:
-            StormOptions(
-                sandboxes=len(arrival_s),
-                vm=vm,
-                config=config,
-                runtime=runtime,
-                arrival_s=arrival_s,
-                lifetime_s=lifetime_s,
-            )
-        except ValidationError as exc:
-            raise ConfigError(format_validation_error(exc, prefix="testbed: ")) from None
+        checked_storm_options(
+            sandboxes=len(arrival_s),
+            vm=vm,
+            config=config,
+            runtime=runtime,
+            arrival_s=arrival_s,
+            lifetime_s=lifetime_s,
+        )
 
 
 def _agent_cni_settings() -> Any:
