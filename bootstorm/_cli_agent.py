@@ -21,6 +21,7 @@ from ._io import terminal_console
 from ._params import short_repr
 from .models import ConfigError
 from .traces.files import shown_path
+from .validation._names import AGENT_TOKEN_ENV
 
 if TYPE_CHECKING:
     from .validation.agent import CniPoolSettings
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["TOKEN_ENV", "register"]
 
 #: Environment variable holding the agent's bearer token when no file is given.
-TOKEN_ENV = "BOOTSTORM_AGENT_TOKEN"  # as validation.agent.TOKEN_ENV (not imported: aiohttp)
+TOKEN_ENV = AGENT_TOKEN_ENV
 #: Bounds of ``config push --timeout-s`` (per node, seconds): a node that has
 #: not answered a PUT in ten minutes (the longest long-poll an agent grants)
 #: is down; beyond it, and at inf, httpx's timer overflows.

@@ -1216,8 +1216,7 @@ def traffic_vs_measured(
         assert one.arrival_s is not None
         arrival = np.asarray(one.arrival_s)[one.complete]
         measured_p99.append(window_p99_median(arrival, one.latency_s, window_s))
-        # Starts that found a pool empty: each sandbox once, as the model counts.
-        measured_empty.append(len({t.sandbox for t in trace.pool_takes if not t.taken}))
+        measured_empty.append(trace.empty_pool_starts)
         end_s = float((arrival + one.latency_s).max())
         held = idle_device_s_by_kind(trace, until_s=end_s)
         if held is not None:

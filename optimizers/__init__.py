@@ -21,6 +21,7 @@ from ._study import (
     read_study,
     run_worker,
     searched_scenario,
+    trial_outcomes,
     trial_scenario,
 )
 from ._sweep import SweepGrid, pools_for, sweep
@@ -54,5 +55,6 @@ __all__ = [
     "run_worker",
     "searched_scenario",
     "sweep",
+    "trial_outcomes",
     "trial_scenario",
 ]

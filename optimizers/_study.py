@@ -68,6 +68,7 @@ __all__ = [
     "read_study",
     "run_worker",
     "searched_scenario",
+    "trial_outcomes",
     "trial_scenario",
 ]
 
@@ -868,11 +869,10 @@ def _recorded_scenario(study_name: str, record: object) -> Scenario:
         ) from None
 
 
-def read_study(spec: StudySpec, *, study: Study | None = None) -> OptimizeResult:
-    """The outcome of ``spec``'s study as the storage holds it now."""
+def trial_outcomes(spec: StudySpec, study: Study) -> list[TrialOutcome]:
+    """Every completed trial of ``spec``'s ``study``: its config, metrics and
+    whether it meets the constraints, in trial order."""
     assert spec.space is not None
-    if study is None:
-        study = spec.open_study()
     outcomes: list[TrialOutcome] = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         metrics = Metrics(**t.user_attrs["metrics"])
@@ -884,6 +884,14 @@ def read_study(spec: StudySpec, *, study: Study | None = None) -> OptimizeResult
                 feasible=spec.constraints.feasible(metrics),
             )
         )
+    return outcomes
+
+
+def read_study(spec: StudySpec, *, study: Study | None = None) -> OptimizeResult:
+    """The outcome of ``spec``'s study as the storage holds it now."""
+    if study is None:
+        study = spec.open_study()
+    outcomes = trial_outcomes(spec, study)
     feasible = [o for o in outcomes if o.feasible]
     if len(spec.objectives) == 1:
         name = spec.objectives[0]

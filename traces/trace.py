@@ -99,6 +99,13 @@ class Trace:
             pool_levels=tuple(groups[PoolLevelSample]),
         )
 
+    @property
+    def empty_pool_starts(self) -> int:
+        """Sandboxes that found a pool empty at least once (and made that
+        device on their own critical path): each once, as the model counts
+        :attr:`Result.empty_starts <bootstorm.simulator.Result.empty_starts>`."""
+        return len({t.sandbox for t in self.pool_takes if not t.taken})
+
     def records(self) -> Iterator[Record]:
         """Every record after the header, in the order the writer puts them."""
         yield from self.arrivals

@@ -13,6 +13,7 @@ from ..traces._names import TRACEFS_INSTANCE_PREFIX
 __all__ = [
     "AGENT_POOL_LINK_PREFIX",
     "AGENT_POOL_NETNS_PREFIX",
+    "AGENT_TOKEN_ENV",
     "CGROUP_PARENT",
     "LINK_PREFIX",
     "NETNS_PREFIX",
@@ -44,3 +45,8 @@ def owned_netns(name: str) -> bool:
 def owned_link(name: str) -> bool:
     """Whether a host link was made by the testbed or the agent."""
     return name.startswith((LINK_PREFIX, AGENT_POOL_LINK_PREFIX))
+
+
+#: The environment variable holding a node agent's bearer token (``agent
+#: serve`` reads it when no ``--token-file`` is given; its clients too).
+AGENT_TOKEN_ENV = "BOOTSTORM_AGENT_TOKEN"

@@ -94,6 +94,8 @@ def study_spec(
     executor: str,
     refill: bool = False,
     max_pool: int | None = None,
+    max_refill_workers: int | None = None,
+    starts_from: Sequence[TunedConfig] = (),
 ) -> StudySpec:
     """The study of a search on ``base``: the default space over ``stages``
     and ``pools`` (comma-separated names, ``all``, or None for the defaults),
@@ -101,8 +103,11 @@ def study_spec(
     or a database URL). ``refill``: the pools refill while starts go on, and
     the search also chooses how (workers, a static or a rate-following
     target: :class:`~bootstorm.optimizers.RefillSpace`); ``max_pool``: the
-    largest pool searched (default: the storm's size). Everything is checked
-    before a study is made."""
+    largest pool searched (default: the storm's size);
+    ``max_refill_workers``: the most refill workers searched (a node agent
+    that runs fewer); ``starts_from``: configs the study tries first
+    (:attr:`StudySpec.starts_from`). Everything is checked before a study is
+    made."""
     from ..models import load_profile, scenario_pool_kinds, scenario_stages
     from ..optimizers import Constraints, IntRange, RefillSpace, SearchSpace, StudySpec
     from ..optimizers._storage import is_url, prepare_journal
@@ -132,7 +137,9 @@ def study_spec(
             pools={
                 k: IntRange(low=1, high=max(r.high, 2), log=True) for k, r in space.pools.items()
             },
-            refill=RefillSpace(),
+            refill=RefillSpace()
+            if max_refill_workers is None
+            else RefillSpace(workers=IntRange(low=1, high=max_refill_workers, log=False)),
             # A limit of a workload's every start binds nothing: left out.
             unbound_limit=max((*sizes, base.sandboxes)),
         )
@@ -161,6 +168,7 @@ def study_spec(
         sampler_seed=sampler_seed,
         heartbeat_interval_s=heartbeat_s,
         executor=executor,
+        starts_from=tuple(starts_from),
     )
     spec.evaluator()  # bad seeds, sizes or robust fail here, before the study is made
     if spec.storage is not None and not is_url(spec.storage):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..models import ConfigError, TunedConfig
 from ..models._errors import format_validation_error
 from ..traces.files import read_token_file
+from ..validation._names import AGENT_TOKEN_ENV
 from ._errors import StormInterruptedError
 from ._progress import Progress, SilentProgress
 
@@ -155,7 +156,7 @@ def agent_admission(url: str, token_file: Path | None, tuned: TunedConfig | None
         # Bounded, a regular file only (a FIFO hung), never echoed: a secret.
         token = read_token_file(token_file, field="token_file")
     else:
-        token = os.environ.get("BOOTSTORM_AGENT_TOKEN", "")
+        token = os.environ.get(AGENT_TOKEN_ENV, "")
     if not token:
         raise ConfigError("token: give --token-file or set BOOTSTORM_AGENT_TOKEN for --agent")
     client = AgentClient(url, token=token)

@@ -224,7 +224,7 @@ def measured_traffic(
     return TrafficFigures(
         p99_s=float(np.percentile(latency, 99.0)),
         p99_window_median_s=window_p99_median(arrival, latency, window_s),
-        empty_starts=float(len({t.sandbox for t in trace.pool_takes if not t.taken})),
+        empty_starts=float(trace.empty_pool_starts),
         memory_mib=memory,
     )
 
@@ -257,12 +257,11 @@ def search_traffic_candidates(
     (config, predicted p99 s, predicted mean memory MiB), least memory first.
     ``max_refill_workers``: the most refill workers the node's agent runs
     (None: the search's range)."""
-    import dataclasses
     import tempfile
 
     import optuna
 
-    from ..optimizers import IntRange, Metrics, TrialOutcome
+    from ..optimizers import trial_outcomes
     from .search import run_search, study_spec
     from .traffic import workload_scenario
     from .workloads import workload_stats
@@ -294,37 +293,15 @@ def search_traffic_candidates(
             executor="compiled",
             refill=True,
             max_pool=max(2 * workload_stats(workload).burst_max, 8),
+            max_refill_workers=max_refill_workers,
+            # The pool a planner ships without this tool is tried first: it
+            # meets an SLO random starts rarely do, and the sampler looks for
+            # less from it.
+            starts_from=(peak_burst_config(workload, pool_kinds),),
         )
-        # The pool a planner ships without this tool is tried first: it meets
-        # an SLO random starts rarely do, and the sampler looks for less from it.
-        spec = dataclasses.replace(spec, starts_from=(peak_burst_config(workload, pool_kinds),))
-        refill_space = spec.space.refill
-        if max_refill_workers is not None and refill_space is not None:
-            workers = refill_space.workers
-            spec = dataclasses.replace(
-                spec,
-                space=dataclasses.replace(
-                    spec.space,
-                    refill=dataclasses.replace(
-                        refill_space,
-                        workers=IntRange(
-                            low=workers.low, high=min(workers.high, max_refill_workers)
-                        ),
-                    ),
-                ),
-            )
         run = run_search(spec)
     assert run.result.study is not None
-    feasible = []
-    for t in run.result.study.get_trials(deepcopy=False):
-        if t.value is None or "metrics" not in t.user_attrs:
-            continue
-        metrics = Metrics(**t.user_attrs["metrics"])
-        if spec.constraints.feasible(metrics):
-            config = spec.space.config_of(t.params)
-            feasible.append(
-                TrialOutcome(number=t.number, config=config, metrics=metrics, feasible=True)
-            )
+    feasible = [o for o in trial_outcomes(spec, run.result.study) if o.feasible]
     feasible.sort(key=lambda o: (o.metrics.memory_mib, o.metrics.p99_s, o.number))
     out: list[tuple[TunedConfig, float, float]] = []
     seen: set[str] = set()

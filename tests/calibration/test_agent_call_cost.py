@@ -5,7 +5,6 @@ profile holds them with their sources, and a bad field is one line."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -87,4 +86,3 @@ def test_the_costs_and_the_profile_carry_them_with_their_sources() -> None:
     # Without the measurement the profile prices no call.
     bare = trace_fit.testbed_template(cores=2, memory_mib=4096, service_cv=0.1)
     assert bare.testbed is not None and bare.testbed.agent_call_cpu_s is None
-    assert dataclasses.replace(_times(None)).agent_calls is None

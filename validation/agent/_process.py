@@ -27,11 +27,12 @@ from pathlib import Path
 
 from ...models import TunedConfig
 from ...traces.operations import AgentCallCost
+from .._names import AGENT_TOKEN_ENV
 
 __all__ = ["AgentProcess", "AgentProcessError", "agent_process", "measure_agent_calls"]
 
 #: The environment variable ``agent serve`` reads its token from.
-TOKEN_ENV = "BOOTSTORM_AGENT_TOKEN"
+TOKEN_ENV = AGENT_TOKEN_ENV
 _LISTENING = re.compile(r"listening on (\S+)")
 
 
@@ -143,10 +144,13 @@ def _stop(proc: subprocess.Popen[str], *, timeout_s: float) -> None:
 
 #: The stage a measurement leases (limited, so that each lease is a real permit).
 _MEASURED_STAGE = "AddCNI"
+#: The pool id of the agent a measurement runs: apart from a user's agent (0
+#: by default) and ``tune --workload``'s (77); it makes no device anyway.
+MEASURE_POOL_ID = 79
 
 
 def measure_agent_calls(
-    *, batches: int = 7, calls_per_batch: int = 100, pool_id: int = 79
+    *, batches: int = 7, calls_per_batch: int = 100, pool_id: int = MEASURE_POOL_ID
 ) -> AgentCallCost:
     """Time calls to an agent of its own (:func:`agent_process`) as a sandbox
     makes them through it: in each batch, ``calls_per_batch`` calls, half of

@@ -80,7 +80,7 @@ def summarize(trace: Trace) -> StormSummary:
     return StormSummary(
         schedule_span_s=max(times) - min(times) if times else 0.0,
         pool_takes=len(trace.pool_takes),
-        empty_pool_starts=len({p.sandbox for p in trace.pool_takes if not p.taken}),
+        empty_pool_starts=trace.empty_pool_starts,
         sandboxes=trace.header.scenario.sandboxes,
         completed=len(done),
         makespan_s=float(ends.max() - origin) if len(ends) else float("nan"),
