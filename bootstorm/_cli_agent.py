@@ -7,6 +7,7 @@ agent's own imports (aiohttp, pyroute2) wait until a command runs, so
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import stat
@@ -25,6 +26,8 @@ from .validation._names import AGENT_TOKEN_ENV
 
 if TYPE_CHECKING:
     from .validation.agent import CniPoolSettings
+    from .validation.agent.inventory import AgentFleet
+    from .validation.agent.rollout import RolloutState
 
 __all__ = ["TOKEN_ENV", "register"]
 
@@ -257,15 +260,91 @@ def _cni_settings(plugin: str, bin_dir: Path | None) -> CniPoolSettings:
         raise ConfigError(str(exc)) from None
 
 
+class FewStarts(enum.StrEnum):
+    fail = "fail"
+    passed = "pass"
+
+
 @config_app.command("push")
 def push_cmd(
-    config: Annotated[Path, typer.Argument(help="Tuned config YAML.")],
-    nodes: Annotated[Path, typer.Option(help="Inventory YAML: a list of nodes.")],
+    config: Annotated[
+        Path | None,
+        typer.Argument(help="Tuned config YAML for every node (or those no --config-for names)."),
+    ] = None,
+    nodes: Annotated[
+        Path | None, typer.Option(help="Inventory YAML: a list of nodes (labels optional).")
+    ] = None,
+    config_for: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--config-for",
+            help="KEY=VALUE:FILE: nodes labelled KEY: VALUE take FILE's config (repeatable).",
+        ),
+    ] = None,
+    waves: Annotated[
+        int,
+        typer.Option(
+            help="Waves: 1 pushes to every node at once; 2+: a canary, then growing waves."
+        ),
+    ] = 1,
+    canary: Annotated[
+        str,
+        typer.Option(help="With --waves: nodes in the first wave, a count or a share (5%)."),
+    ] = "1",
+    soak_s: Annotated[
+        float | None,
+        typer.Option(
+            "--soak-s",
+            help="Seconds each gate window lasts (before and after a wave's push); 0: no gate. "
+            "Default: 60 with --waves 2+, else 0.",
+        ),
+    ] = None,
+    max_p99_increase: Annotated[
+        float,
+        typer.Option(help="A wave fails if a stage's p99 after > p99 before x (1 + this) + slack."),
+    ] = 0.2,
+    p99_slack_s: Annotated[
+        float, typer.Option("--p99-slack-s", help="Seconds added to the p99 bound (noise).")
+    ] = 0.005,
+    max_empty_increase: Annotated[
+        float,
+        typer.Option(help="A wave fails if empty-pool takes per start rise by more than this."),
+    ] = 0.05,
+    min_starts: Annotated[
+        int, typer.Option(help="Starts a window needs to judge a stage's p99.")
+    ] = 20,
+    few_starts: Annotated[
+        FewStarts,
+        typer.Option(help="A wave with too few starts to judge: fail (roll back) or pass."),
+    ] = FewStarts.fail,
+    max_failures: Annotated[
+        int | None,
+        typer.Option(
+            help="Nodes that may refuse or be unreachable before a rollback. "
+            "Default: 0 with a gate or waves, else any."
+        ),
+    ] = None,
+    state: Annotated[
+        Path | None,
+        typer.Option(
+            help="JSON file of the rollout's progress, saved after each step; "
+            "run again with it to resume."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the plan (reads GET /config); send nothing.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="Per-node timeout.")] = 10.0,
 ) -> None:
-    """Push one tuned config to every node at once; exit 1 if any node refused."""
+    """Push tuned configs to nodes: at once, or in gated waves with rollback.
+
+    Exit 1 if any node refused or was unreachable, or the rollout rolled back.
+    """
     from .models import TunedConfig
-    from .validation.agent import Inventory, push_config
+    from .validation.agent import Inventory
+    from .validation.agent import rollout as ro
+    from .validation.agent.inventory import AgentFleet
 
     # Options first, then the files, then the nodes: nothing is sent on a refusal.
     if not MIN_PUSH_TIMEOUT_S <= timeout_s <= MAX_PUSH_TIMEOUT_S:  # NaN fails both
@@ -273,22 +352,244 @@ def push_cmd(
             f"timeout-s: must be within {MIN_PUSH_TIMEOUT_S:g}..{MAX_PUSH_TIMEOUT_S:g} s "
             f"(got {timeout_s:g})"
         )
-    tuned = TunedConfig.from_yaml(config)  # refused here, before any node sees it
+    if nodes is None:
+        raise ConfigError("nodes: an inventory is needed (--nodes inventory.yaml)")
+    if not 1 <= waves <= MAX_WAVES:
+        raise ConfigError(f"waves: must be within 1..{MAX_WAVES} (got {waves})")
+    ro.parse_canary(canary, nodes=1)  # its form, before any file is read
+    if waves == 1 and canary != "1":
+        raise ConfigError(f"canary: needs --waves 2 or more (got --canary {short_repr(canary)})")
+    gated_default = waves > 1
+    soak = (60.0 if gated_default else 0.0) if soak_s is None else soak_s
+    options = ro.RolloutOptions(
+        soak_s=soak,
+        gate=ro.GateRule(
+            max_p99_increase=max_p99_increase,
+            p99_slack_s=p99_slack_s,
+            max_empty_increase=max_empty_increase,
+            min_starts=min_starts,
+            few_starts="pass" if few_starts is FewStarts.passed else "fail",
+        ),
+        max_failures=(0 if gated_default or soak > 0 else None)
+        if max_failures is None
+        else max_failures,
+    )
+    selectors = [ro.parse_config_for(text) for text in config_for or []]
+    if config is None and not selectors:
+        raise ConfigError("config: give a CONFIG file, or --config-for KEY=VALUE:FILE")
+    default = TunedConfig.from_yaml(config) if config is not None else None
+    classes = [
+        ro.ClassConfig(key=k, value=v, config=TunedConfig.from_yaml(Path(f)), source=f)
+        for k, v, f in selectors
+    ]
     inventory = Inventory.from_yaml(nodes)
-    results = push_config(inventory, tuned, timeout_s=timeout_s)
-    table = Table(title=f"{config} → {len(results)} nodes")
-    for column in ("node", "url", "result", "status", "generation", "detail"):
+    assignments = ro.assign_configs(
+        [(n.name, n.labels) for n in inventory.nodes], default=default, per_class=classes
+    )
+    urls = {n.name: n.url for n in inventory.nodes}
+    plan = ro.plan_waves(
+        [(a.node, a.node_class) for a in assignments],
+        waves=waves,
+        canary=ro.parse_canary(canary, nodes=len(assignments)),
+    )
+    fresh = ro.new_state(assignments, urls, plan)
+    current = fresh
+    if state is not None:
+        if not dry_run:
+            ro.check_state_path(state)
+        saved = ro.load_state(state)
+        if saved is not None:
+            if saved.key != fresh.key:
+                raise ConfigError(
+                    f"state: {shown_path(state)} is another rollout's (other configs, nodes "
+                    "or waves); remove it or give another --state"
+                )
+            current = saved
+    configs = {a.node_class: a.config for a in assignments}
+    sources = {c.name: c.source for c in classes}
+    if config is not None:
+        sources[ro.DEFAULT_CLASS] = str(config)
+    console = terminal_console()
+    with AgentFleet(inventory, timeout_s=timeout_s) as fleet:  # tokens read here
+        if dry_run:
+            _print_plan(current, fleet, sources, as_json=as_json)
+            return
+
+        staged = len(plan) > 1 or soak > 0
+
+        def progress(event: str, _state: ro.RolloutState) -> None:
+            if staged and not as_json:
+                sys.stderr.write(f"{event}\n")
+                sys.stderr.flush()
+
+        def save(st: ro.RolloutState) -> None:
+            if state is not None:
+                ro.save_state(state, st)
+
+        final = ro.run_rollout(
+            current, configs=configs, fleet=fleet, options=options, save=save, on_step=progress
+        )
+    if as_json:
+        console.print_json(data=_state_json(final), highlight=False)
+    else:
+        _print_rollout(
+            final,
+            sources,
+            title=f"{config or 'per-class configs'} → {len(final.nodes)} nodes",
+        )
+    if not final.ok:
+        raise typer.Exit(1)
+
+
+#: Most waves a push may have (a 10 000-node fleet doubling from 1 needs 14).
+MAX_WAVES = 64
+
+_RESULT = {
+    "pending": "not reached",
+    "unchanged": "[green]unchanged[/]",
+    "pushed": "[green]applied[/]",
+    "failed": "[red]refused[/]",
+    "unknown": "[red]unknown[/]",
+    "rolled_back": "[yellow]rolled back[/]",
+    "rollback_failed": "[red]rollback failed[/]",
+}
+
+
+def _state_json(state: RolloutState) -> dict[str, object]:
+    data: dict[str, object] = state.model_dump(
+        mode="json", exclude={"nodes": {"__all__": {"before", "previous"}}}
+    )
+    data["ok"] = state.ok
+    return data
+
+
+def _print_rollout(state: RolloutState, sources: dict[str, str], *, title: str) -> None:
+    console = terminal_console()
+    several = len(state.configs) > 1
+    if len(state.waves) > 1 or any(w.gates for w in state.waves):
+        waves = Table(title="waves")
+        for column in ("wave", "nodes", "result", "gate"):
+            waves.add_column(column, overflow="fold")
+        for w in state.waves:
+            gate = "; ".join((f"{g.node_class}: " if several else "") + g.reason for g in w.gates)
+            waves.add_row(str(w.index + 1), str(len(w.nodes)), w.status, gate or "-")
+        console.print(waves)
+    table = Table(title=title)
+    staged = len(state.waves) > 1
+    columns = [
+        "node",
+        *(["wave"] if staged else []),
+        *(["class"] if several else []),
+        *("result", "status", "gen", "detail"),
+    ]
+    for column in columns:
         # A URL or a refusal's reason folds in a narrow terminal; never cut to "…".
         table.add_column(column, overflow="fold")
-    for r in results:
-        table.add_row(
-            r.node,
-            r.url,
-            "[green]applied[/]" if r.ok else "[red]refused[/]",
-            "-" if r.status is None else str(r.status),
-            "-" if r.generation is None else str(r.generation),
-            r.message,
+    for n in state.nodes.values():
+        row = [n.name, *([str(n.wave + 1)] if staged else [])]
+        if several:
+            row.append(n.node_class)
+        row += [
+            _RESULT[n.status],
+            "-" if n.http_status is None else str(n.http_status),
+            "-" if n.generation is None else str(n.generation),
+            n.message or "-",
+        ]
+        table.add_row(*row)
+    console.print(table)
+    whole = {
+        True: "every node touched is whole (GET /config checked)",
+        False: "[red]NOT whole[/]: see the nodes above",
+        None: "",
+    }[state.consistent]
+    at = sum(1 for n in state.nodes.values() if n.status in ("pushed", "unchanged"))
+    summary = {
+        "completed": f"completed: {at} of {len(state.nodes)} nodes at their target config",
+        "rolled_back": f"[yellow]rolled back[/]: {state.reason}",
+        "rollback_incomplete": (
+            f"[red]rollback incomplete[/]: {state.reason}; run again with --state to retry"
+        ),
+        "running": "[red]stopped[/]",
+    }[state.status]
+    console.print(f"{summary}; {whole}" if whole else summary, highlight=False)
+
+
+def _print_plan(
+    state: RolloutState, fleet: AgentFleet, sources: dict[str, str], *, as_json: bool
+) -> None:
+    """The dry run: the waves, each node's class and whether it would change."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .validation.agent import AgentError
+    from .validation.agent.rollout import config_digest
+
+    def now(name: str) -> str:
+        node = state.nodes[name]
+        if node.status != "pending":
+            return f"{node.status} (state file)"
+        try:
+            digest = config_digest(fleet.read(name).config)
+        except AgentError as exc:
+            return f"unreachable: {exc.message}"
+        return "at target: skip" if digest == node.target else "would push"
+
+    names = list(state.nodes)
+    with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
+        actions = dict(zip(names, pool.map(now, names), strict=True))
+    if as_json:
+        terminal_console().print_json(
+            data={
+                "dry_run": True,
+                "configs": state.configs,
+                "waves": [
+                    [
+                        {"node": n, "class": state.nodes[n].node_class, "action": actions[n]}
+                        for n in w.nodes
+                    ]
+                    for w in state.waves
+                ],
+            },
+            highlight=False,
         )
-    terminal_console().print(table)
-    if not all(r.ok for r in results):
-        raise typer.Exit(1)
+        return
+    several = len(state.configs) > 1
+    table = Table(title=f"plan: {len(state.waves)} waves, {len(names)} nodes")
+    for column in ("wave", "node", *(["class"] if several else []), "now"):
+        table.add_column(column, overflow="fold")
+    for w in state.waves:
+        for n in w.nodes:
+            row = [str(w.index + 1), n]
+            if several:
+                row.append(state.nodes[n].node_class)
+            row.append(actions[n])
+            table.add_row(*row)
+    console = terminal_console()
+    console.print(table)
+    for klass, digest in state.configs.items():
+        console.print(f"{klass}: {sources.get(klass, '?')} ({digest})", highlight=False)
+    console.print("dry run: nothing sent", highlight=False)
+
+
+@agent_app.command("install-cni")
+def install_cni_cmd(
+    bin_dir: Annotated[
+        Path,
+        typer.Option(help="The node's CNI plugin directory (the runtime's CNI_PATH)."),
+    ] = Path("/opt/cni/bin"),
+    launcher: Annotated[
+        bool,
+        typer.Option(help="Write the Python launcher (python -I -S) even if a C compiler is here."),
+    ] = False,
+) -> None:
+    """Install bootstorm-cni: ADD compiled from C (the system cc), every other
+    command the Python plugin; without a compiler, the Python launcher alone."""
+    from .validation.cni_plugin.install import BuildError, InstallError, install
+
+    try:
+        installed = install(bin_dir, launcher=launcher)
+    except InstallError as exc:
+        raise ConfigError(str(exc)) from None
+    except BuildError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(1) from None
+    sys.stdout.write(f"{installed.path}: {installed.detail}\n")

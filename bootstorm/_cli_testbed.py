@@ -153,6 +153,14 @@ RunCniChainOption = Annotated[
 RunCniCheckOption = Annotated[
     bool, typer.Option("--cni-check", help="CNI CHECK after each ADD (runtime cni).")
 ]
+RunCniWrapperOption = Annotated[
+    str,
+    typer.Option(
+        help="[none|bootstorm-cni] bootstorm-cni: exec the CNI plugin through bootstorm-cni "
+        "(runtime cni, needs --agent), as a node's conflist puts it in the startup path: "
+        "it takes AddCNI's permit from the agent (docs/agent.md).",
+    ),
+]
 RunAsJsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON object instead of tables.")
 ]
@@ -182,6 +190,7 @@ def run_cmd(
     cni_plugin: RunCniPluginOption = "bridge",
     cni_chain: RunCniChainOption = "",
     cni_check: RunCniCheckOption = False,
+    cni_wrapper: RunCniWrapperOption = "none",
     as_json: RunAsJsonOption = False,
 ) -> None:
     """Start SANDBOXES sandboxes at once, or on a workload's schedule, and print
@@ -240,9 +249,15 @@ def run_cmd(
             cni_plugin=cast(Any, cni_plugin),
             cni_chain=tuple(p.strip() for p in cni_chain.split(",") if p.strip()),
             cni_check=cni_check,
+            cni_wrapper=cast(Any, cni_wrapper),
         )
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
+    if options.cni_wrapper != "none" and agent is None:
+        raise ConfigError(
+            f"cni_wrapper: {cni_wrapper!r} takes AddCNI's permit from a node agent: "
+            "give one with --agent URL"
+        )
     admission = agent_admission(agent, token_file, tuned) if agent is not None else None
     result = run_storm_here(options, admission=admission, progress=RichProgress(console))
     if trace is not None:
@@ -350,6 +365,13 @@ MeasureOutputOption = Annotated[
 MeasureAsJsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON object instead of tables.")
 ]
+MeasureSettleOption = Annotated[
+    float,
+    typer.Option(
+        "--settle-s",
+        help="Wait up to this long for a quiet host before each operation's block (s).",
+    ),
+]
 
 
 @testbed_app.command("measure-ops")
@@ -359,20 +381,27 @@ def measure_ops_cmd(
     vm: MeasureVmOption = True,
     output: MeasureOutputOption = None,
     as_json: MeasureAsJsonOption = False,
+    settle_s: MeasureSettleOption = 10.0,
 ) -> None:
     """Time each testbed operation alone (serial, idle host), measure the memory a
     pooled device holds, and derive the catalog's costs."""
     from ._io import write_atomically
     from ._render_node import RichProgress
     from .calibration.measured_ops import POOL_MEMORY_PATH, testbed_costs_from
+    from .validation.testbed.ops import MAX_SETTLE_S
     from .workflows.storms import check_measure_options, measure_operations_here
 
     check_measure_options(repeats=repeats, warmup=warmup)
+    check_finite("settle-s", settle_s, low=0.0, high=MAX_SETTLE_S)
     if output is not None:
         check_output_path("output", output)
     console = terminal_console()
     times = measure_operations_here(
-        repeats=repeats, warmup=warmup, vm=vm, progress=RichProgress(console)
+        repeats=repeats,
+        warmup=warmup,
+        vm=vm,
+        settle_s=settle_s,
+        progress=RichProgress(console),
     )
     costs = testbed_costs_from(times)
     if output is not None:

@@ -267,6 +267,7 @@ COMPANIONS: dict[tuple[str, str], list[str]] = {
     ("validate", "--candidates"): ["--candidates", "@tuned", "--profile", "@profile"],
     ("simulate", "--workload"): ["--workload", "@workload"],
     ("testbed run", "--workload"): ["--workload", "@workload"],
+    ("config push", "--waves"): ["--waves", "3"],
     ("tune", "--workload"): ["--workload", "@workload", "--slo-p99", "2s"],
     # Refused in one line (a recorded storm brings its own schedule): the
     # fuzz never runs a real storm, and --lifetime-s is checked before.
@@ -695,6 +696,7 @@ def _install_stubs(mp: pytest.MonkeyPatch) -> None:
     import bootstorm.optimizers._study
     import bootstorm.optimizers._sweep
     import bootstorm.validation.agent
+    import bootstorm.validation.agent.rollout
     import bootstorm.validation.testbed
     import bootstorm.validation.testbed.driver
     import bootstorm.validation.testbed.ops
@@ -721,6 +723,8 @@ def _install_stubs(mp: pytest.MonkeyPatch) -> None:
         mp.setattr(fits, name, _marked("fit", getattr(fits, name)))
     push = bootstorm.validation.agent.push_config
     mp.setattr(bootstorm.validation.agent, "push_config", _marked("push", push))
+    rollout = bootstorm.validation.agent.rollout
+    mp.setattr(rollout, "run_rollout", _marked("push", rollout.run_rollout))
     # Root-gated paths run as if root (their ends are stubs above), so that a
     # run as a user fuzzes the same code as a run as root.
     mp.setattr(os, "geteuid", lambda: 0)

@@ -23,6 +23,7 @@ from .admission import AgentAdmission
 from .client import (
     AgentClient,
     AgentError,
+    ConfigInForce,
     Lease,
     PooledDevice,
     PoolsNotReadyError,
@@ -30,7 +31,7 @@ from .client import (
     StageLease,
     wait_pools_ready,
 )
-from .inventory import Inventory, InventoryNode, PushResult, push_config
+from .inventory import AgentFleet, Inventory, InventoryNode, PushResult, push_config
 
 __all__ = [
     "DEFAULT_WAIT_S",
@@ -40,10 +41,12 @@ __all__ = [
     "AgentAdmission",
     "AgentClient",
     "AgentError",
+    "AgentFleet",
     "AgentProcess",
     "AgentProcessError",
     "AgentSettings",
     "CniPoolSettings",
+    "ConfigInForce",
     "Inventory",
     "InventoryNode",
     "Lease",

@@ -63,6 +63,9 @@ class ServerLease:
     #: Event-loop clock (monotonic) time of expiry; timers use it.
     expires_at: float
     timer: asyncio.TimerHandle | None = None
+    #: Event-loop clock time its acquire arrived: ``stage_seconds`` runs from
+    #: here to the release (the wait and the hold of the stage).
+    requested_at: float = 0.0
 
     def expires_at_wall_s(self, now_loop: float) -> float:
         """Expiry as UNIX time: what a client on the same node can compare to."""
@@ -143,10 +146,15 @@ class LeaseTable:
             raise _shutting_down()
         return waiter.future.result()
 
-    def release(self, lease_id: str) -> ServerLease:
+    def release(self, lease_id: str, *, observe: bool = True) -> ServerLease:
+        """End a lease; ``observe``: its wait and hold go to ``stage_seconds``
+        (not for a grant nobody heard of). Expired leases never get here."""
         lease = self._pop(lease_id)
         self._end(lease, "released")
         self._metrics.leases_released.labels(lease.stage).inc()
+        if observe:
+            now = asyncio.get_running_loop().time()
+            self._metrics.stage_s.labels(lease.stage).observe(max(0.0, now - lease.requested_at))
         self._settle(self._gates[lease.stage])
         return lease
 
@@ -242,6 +250,7 @@ class LeaseTable:
             holder=holder,
             ttl_s=self._ttl_s,
             expires_at=now + self._ttl_s,
+            requested_at=enqueued_at,
         )
         lease.timer = loop.call_at(lease.expires_at, self._expire, lease.lease_id)
         gate.holders[lease.lease_id] = lease
@@ -265,7 +274,7 @@ class LeaseTable:
             lease = waiter.future.result()
             if lease.lease_id in self._leases:
                 log.info("lease %s granted to a departed client; giving it back", lease.lease_id)
-                self.release(lease.lease_id)
+                self.release(lease.lease_id, observe=False)
             return
         waiter.future.cancel()
         with contextlib.suppress(ValueError):  # already taken off by _dispatch

@@ -13,7 +13,7 @@ import contextlib
 import functools
 from collections.abc import Collection, Iterator
 
-from ..testbed.admission import CniPooledNetns, PoolLevel, PoolLevelNow
+from ..testbed.admission import CniPooledNetns, PluginAgentEndpoint, PoolLevel, PoolLevelNow
 from .client import AgentClient, AgentError
 
 __all__ = ["AgentAdmission"]
@@ -56,6 +56,12 @@ class AgentAdmission:
             return
         with self.client.stage(name, holder, wait_s=self.wait_s):
             yield
+
+    def plugin_agent(self) -> PluginAgentEndpoint:
+        """The testbed's ``PluginAgent``: this agent, for a ``bootstorm-cni`` plugin."""
+        return PluginAgentEndpoint(
+            url=self.client.base_url, token=self.client._token, ca_file=self.client._ca_file
+        )
 
     def take(self, kind: str, holder: str) -> str | None:
         device = self.client.take(kind, holder)

@@ -37,12 +37,13 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from ...models import TunedConfig
+from ...models import ConfigError, TunedConfig
 from ._protocol import DEFAULT_WAIT_S, AcquireRequest, TakeRequest
 
 __all__ = [
     "AgentClient",
     "AgentError",
+    "ConfigInForce",
     "Lease",
     "PoolLevel",
     "PoolState",
@@ -111,6 +112,16 @@ class Lease(_Answer):
     holder: str
     ttl_s: float
     expires_at_s: float
+
+
+class ConfigInForce(_Answer):
+    """The config an agent runs now (:meth:`AgentClient.config_in_force`)."""
+
+    config: TunedConfig
+    #: Configs applied since the agent's state began (1: the start-up one).
+    generation: int
+    #: ``default``, ``file`` (``--config``) or ``push``; None: an agent too old to say.
+    source: str | None = None
 
 
 class PooledCni(_Answer):
@@ -382,6 +393,9 @@ class AgentClient:
         self.base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
         self._headers = {"Authorization": f"Bearer {token}"}
+        # Kept for AgentAdmission.plugin_agent: a bootstorm-cni plugin asks the same agent.
+        self._token = token
+        self._ca_file = None if ca_file is None else os.fspath(ca_file)
         self._transport = transport
         # One TLS context for all threads' pools: building one costs milliseconds.
         self._tls = ssl.create_default_context()
@@ -521,6 +535,27 @@ class AgentClient:
 
     def get_config(self) -> TunedConfig:
         return TunedConfig(**self._call("GET", "/config"))
+
+    def config_in_force(self) -> ConfigInForce:
+        """The config in force with its generation and source (``GET /config``
+        and its headers): what a rollout keeps to put back."""
+        response = self._send("GET", "/config")
+        try:
+            data = response.json()
+            config = TunedConfig(**data) if isinstance(data, dict) else None
+        except (ValueError, ConfigError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise AgentError(200, f"GET /config: not a tuned config ({first})") from None
+        if config is None:
+            raise AgentError(200, "GET /config: answer is not an object")
+        raw = response.headers.get("X-Bootstorm-Config-Generation", "")
+        if not raw.isdigit() or len(raw) > 18:
+            raise AgentError(200, "GET /config: no X-Bootstorm-Config-Generation header")
+        return ConfigInForce(
+            config=config,
+            generation=int(raw),
+            source=response.headers.get("X-Bootstorm-Config-Source"),
+        )
 
     def metrics(self) -> str:
         """The Prometheus text exposition of the agent's metrics."""

@@ -5,14 +5,20 @@ An inventory is YAML, a list of nodes (or ``{nodes: [...]}``)::
     - name: node-a
       url: http://10.0.0.5:8787
       token_env: NODE_A_TOKEN        # or token_file: /etc/bootstorm/node-a.token
+      labels: {role: gpu}            # optional: its class, for per-class configs
+
+:class:`AgentFleet` is the inventory as :mod:`.rollout` talks to it (read a
+node's config in force, push one, scrape its metrics), over :class:`AgentClient`.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -21,9 +27,29 @@ from ...models import ConfigError, TunedConfig
 from ...models._errors import format_validation_error
 from ...models._yaml import YamlInputError, parse_yaml, read_text_bounded, shown_path
 from ...traces import files
-from .client import AgentClient, AgentError
+from .client import AgentClient, AgentError, ConfigInForce
 
-__all__ = ["Inventory", "InventoryNode", "PushResult", "push_config", "read_token_file"]
+__all__ = [
+    "LABEL_KEY_PATTERN",
+    "LABEL_VALUE_PATTERN",
+    "MAX_LABELS",
+    "AgentFleet",
+    "Inventory",
+    "InventoryNode",
+    "PushResult",
+    "push_config",
+    "read_token_file",
+]
+
+#: A node label's key and value (``role: gpu``, ``zone: eu-1``): names, no
+#: spaces, no ``=`` or ``:`` (``--config-for KEY=VALUE:FILE`` splits on them).
+LABEL_KEY_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$"
+LABEL_VALUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+#: Labels one node may carry.
+MAX_LABELS = 32
+
+_LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN)]
+_LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN)]
 
 
 def read_token_file(path: Path, *, field: str) -> str:
@@ -44,6 +70,11 @@ class InventoryNode(BaseModel):
     url: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$")]
     token_env: Annotated[str, Field(min_length=1)] | None = None
     token_file: Path | None = None
+    #: The node's class (``{role: gpu}``): ``config push --config-for
+    #: role=gpu:gpu.yaml`` sends nodes of that class their own config.
+    labels: Annotated[dict[_LabelKey, _LabelValue], Field(max_length=MAX_LABELS)] = Field(
+        default_factory=dict
+    )
 
     @model_validator(mode="after")
     def _one_token_source(self) -> InventoryNode:
@@ -140,3 +171,61 @@ def push_config(
     workers = min(32, len(inventory.nodes))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bootstorm-push") as pool:
         return list(pool.map(push, inventory.nodes, tokens))
+
+
+class AgentFleet:
+    """The nodes of an inventory as a rollout talks to them, by name.
+
+    Tokens are read when the fleet is made (a missing one is a ConfigError
+    before anything is sent); one :class:`AgentClient` per node, made on
+    first use and shared by threads. Every call raises :class:`AgentError`
+    on a refusal or an unreachable node. Close it (or use ``with``).
+    """
+
+    def __init__(self, inventory: Inventory, *, timeout_s: float = 10.0) -> None:
+        self._nodes = {node.name: node for node in inventory.nodes}
+        self._tokens = {
+            node.name: node.token(where=f"nodes.{i}") for i, node in enumerate(inventory.nodes)
+        }
+        self._timeout_s = timeout_s
+        self._clients: dict[str, AgentClient] = {}
+        self._lock = threading.Lock()
+
+    def _client(self, node: str) -> AgentClient:
+        with self._lock:
+            client = self._clients.get(node)
+            if client is None:
+                client = AgentClient(
+                    self._nodes[node].url, token=self._tokens[node], timeout_s=self._timeout_s
+                )
+                self._clients[node] = client
+            return client
+
+    def read(self, node: str) -> ConfigInForce:
+        """The config in force on ``node``, its generation and source."""
+        return self._client(node).config_in_force()
+
+    def push(self, node: str, config: TunedConfig) -> int:
+        """``PUT /config`` on ``node``; its new generation."""
+        return self._client(node).put_config(config)
+
+    def scrape(self, node: str) -> str:
+        """``node``'s Prometheus text."""
+        return self._client(node).metrics()
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+
+    def __enter__(self) -> AgentFleet:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

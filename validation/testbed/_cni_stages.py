@@ -32,12 +32,13 @@ import os
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from ...traces import ExecSpan, StageSpan
 from .._netns import NETNS_RUN_DIR, create_netns_here
 from ._leftovers import SHIM_SCRIPT, RunNames
 from ._vm import BOOT_TIMEOUT_S, MARKER, VmRunner
-from .admission import CniPooledNetns
+from .admission import CniPooledNetns, PluginAgentEndpoint
 from .cni import (
     IPAM_PLUGIN,
     CniError,
@@ -68,6 +69,7 @@ from .options import StormOptions
 
 __all__ = [
     "SHIM_FLAGS",
+    "WRAPPER",
     "CniHost",
     "CniRuntime",
     "CniSandbox",
@@ -75,6 +77,7 @@ __all__ = [
     "cni_host",
     "exec_owners",
     "raise_fd_limit",
+    "wrapper_overhead",
 ]
 
 log = logging.getLogger(__name__)
@@ -99,12 +102,41 @@ class ShimError(RuntimeError):
     """A sandbox's shim reported an error, or ended before it reported."""
 
 
+#: The plugin a node's conflist puts in its startup path (``--cni-wrapper``).
+WRAPPER = "bootstorm-cni"
+#: Its agent calls' bound (each), and how long it waits for AddCNI's permit:
+#: a storm's sandboxes queue behind a limit for as long as the storm lasts.
+WRAPPER_TIMEOUT_S = 10.0
+WRAPPER_WAIT_S = 600.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class CniHost:
     """What the ``cni`` runtime needs of this host, found before a run starts."""
 
     bin_dir: Path
     tc: Path
+    #: The directory holding ``bootstorm-cni`` (``--cni-wrapper``), else None.
+    wrapper_dir: Path | None = None
+
+    @property
+    def plugin_dirs(self) -> tuple[Path, ...]:
+        """``CNI_PATH``: the plugins' directory, then the wrapper's."""
+        return (self.bin_dir,) if self.wrapper_dir is None else (self.bin_dir, self.wrapper_dir)
+
+
+def find_wrapper() -> Path:
+    """``bootstorm-cni``: beside this interpreter (its venv or prefix), else on PATH."""
+    here = Path(sys.executable).parent / WRAPPER
+    if here.is_file() and os.access(here, os.X_OK):
+        return here
+    found = shutil.which(WRAPPER)
+    if found is None:
+        raise CniSetupError(
+            f"cni_wrapper: {WRAPPER!r} is not installed beside {sys.executable} nor on PATH "
+            "(pip install bootstorm installs it)"
+        )
+    return Path(found)
 
 
 def cni_host(options: StormOptions) -> CniHost:
@@ -120,7 +152,8 @@ def cni_host(options: StormOptions) -> CniHost:
             "runtime: 'cni' needs the tc binary (iproute2) for the shim's filters; "
             "not found on PATH or in /usr/sbin"
         )
-    return CniHost(bin_dir=bin_dir, tc=Path(tc))
+    wrapper = find_wrapper().parent if options.cni_wrapper == WRAPPER else None
+    return CniHost(bin_dir=bin_dir, tc=Path(tc), wrapper_dir=wrapper)
 
 
 def raise_fd_limit(sandboxes: int) -> str | None:
@@ -192,6 +225,11 @@ class CniRuntime:
         self.runner = runner
         self.state_dir = names.cni_dir()
         self.network: CniNetwork | None = None
+        #: The network the sandboxes' ADD, CHECK and DEL go through: ``network``,
+        #: or it with its main plugin wrapped in ``bootstorm-cni``.
+        self.call_network: CniNetwork | None = None
+        #: The agent ``bootstorm-cni`` asks (set before :meth:`prepare`).
+        self.plugin_agent: PluginAgentEndpoint | None = None
         self.subnet: ipaddress.IPv4Network | None = None
         #: Whether the shim waits for ``go`` before StartVM (the stage may be gated).
         self.wait_go = True
@@ -236,11 +274,113 @@ class CniRuntime:
                     ipr.link("set", index=idx, state="up")
                 if opts.cni_plugin == "ipvlan":
                     self._probe_ipvlan(ipr, parent)
+        if self.host.wrapper_dir is not None:
+            # The production front end (`bootstorm agent install-cni`: ADD
+            # compiled, the rest Python), built into the run's own directory
+            # (removed with it at cleanup), so the storm measures what a node runs.
+            self.host = replace(self.host, wrapper_dir=self._install_wrapper())
+        self.call_network = self._wrapped(self.network)
+        if self.call_network is not self.network:
+            agent = self.plugin_agent.url if self.plugin_agent else "?"
+            self.notes.append(
+                f"runtime cni: {WRAPPER} ({self.host.wrapper_dir}) wraps {opts.cni_plugin}: it "
+                f"takes AddCNI's permit from the agent {agent} (the driver does not); the "
+                "trace's AddCNI execs are the plugin and its delegate"
+            )
         self.notes.append(
             f"runtime cni: plugins {' → '.join(self.network.types)} from {self.host.bin_dir} "
             f"(network {self.network.name}, subnet {self.subnet}); one shim process per "
             f"sandbox ({sys.executable} {' '.join(SHIM_FLAGS)} shim.py), tc from {self.host.tc}"
         )
+
+    def _install_wrapper(self) -> Path:
+        """``bootstorm-cni`` as ``bootstorm agent install-cni`` installs it, in
+        ``<state_dir>/wrapper``; :class:`.cni.CniSetupError` if the compiler fails."""
+        from ..cni_plugin.install import BuildError, install
+
+        wrapper_dir = self.state_dir / "wrapper"
+        wrapper_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            installed = install(wrapper_dir)
+        except BuildError as exc:
+            raise CniSetupError(f"cni_wrapper: {exc}") from None
+        self.notes.append(f"runtime cni: {WRAPPER} installed for this run: {installed.detail}")
+        return wrapper_dir
+
+    @property
+    def plugin_log(self) -> Path:
+        """Where ``bootstorm-cni`` writes one JSON line per call (its own times)."""
+        return self.state_dir / "plugin.log"
+
+    def _wrapped(self, network: CniNetwork) -> CniNetwork:
+        """``network`` with its main plugin as ``bootstorm-cni``'s delegate, as a
+        node's conflist has it; ``network`` itself without ``--cni-wrapper``."""
+        if self.host.wrapper_dir is None:
+            return network
+        agent = self.plugin_agent
+        if agent is None:
+            raise CniSetupError(
+                f"cni_wrapper: {WRAPPER!r} asks a node agent for AddCNI's permit: "
+                "give the storm one (testbed run --agent URL)"
+            )
+        token_file = self.state_dir / "agent.token"
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(agent.token + "\n")
+        agent_conf: dict[str, Any] = {
+            "url": agent.url,
+            "token_file": str(token_file),
+            "timeout_s": WRAPPER_TIMEOUT_S,
+            "wait_s": WRAPPER_WAIT_S,
+        }
+        if agent.ca_file is not None:
+            agent_conf["ca_file"] = agent.ca_file
+        main, *chain = network.plugins
+        wrapper = {
+            "type": WRAPPER,
+            "agent": agent_conf,
+            "stage": "AddCNI",
+            "failure_policy": "closed",
+            "log_file": str(self.plugin_log),
+            "state_dir": str(self.state_dir / "plugin"),
+            "delegate": json.loads(main),
+        }
+        return CniNetwork(
+            name=network.name,
+            cni_version=network.cni_version,
+            plugins=(json.dumps(wrapper, sort_keys=True), *chain),
+        )
+
+    def plugin_spans(self, sandboxes: Iterable[CniSandbox]) -> list[ExecSpan]:
+        """The delegates ``bootstorm-cni`` exec'd, from its log: each inside the
+        plugin's own exec span (which :func:`.cni.exec_plugin` recorded)."""
+        try:
+            lines = self.plugin_log.read_text().splitlines()
+        except OSError:
+            return []
+        by_container = {cs.container_id: cs.index for cs in sandboxes if cs.container_id}
+        spans: list[ExecSpan] = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            sandbox = by_container.get(record.get("container_id"))
+            stage = "AddCNI" if record.get("command") in ("ADD", "CHECK") else "teardown"
+            for d in record.get("delegates", ()):
+                spans.append(
+                    ExecSpan(
+                        sandbox=sandbox,
+                        stage=stage,
+                        program=str(d["program"]),
+                        command=str(d["command"]),
+                        pid=int(d["pid"]),
+                        rc=d.get("rc"),
+                        start_s=float(d["start_s"]),
+                        end_s=float(d["end_s"]),
+                    )
+                )
+        return spans
 
     def _probe_ipvlan(self, ipr: Any, parent: str) -> None:
         (pidx,) = ipr.link_lookup(ifname=parent)
@@ -275,11 +415,18 @@ class CniRuntime:
         with ThreadPoolExecutor(max_workers=WORKERS) as pool:
             return list(pool.map(one, netns_names))
 
-    def _add(self, container_id: str, netns_path: str, on_exec: Any) -> CniResult:
+    def _add(
+        self,
+        container_id: str,
+        netns_path: str,
+        on_exec: Any,
+        *,
+        network: CniNetwork | None = None,
+    ) -> CniResult:
         assert self.network is not None
         return add(
-            self.network,
-            bin_dir=self.host.bin_dir,
+            network or self.network,
+            bin_dir=self.host.plugin_dirs,
             container_id=container_id,
             netns=netns_path,
             ifname=IFNAME,
@@ -319,13 +466,13 @@ class CniRuntime:
         if not cs.pooled:
             cs.container_id = cs.netns  # unique in the run, and what a sweep DELs by
             cs.add_started = True
-            cs.result = self._add(cs.container_id, cs.netns_path, record)
+            cs.result = self._add(cs.container_id, cs.netns_path, record, network=self.call_network)
         if self.options.cni_check and cs.result is not None:
             assert cs.container_id is not None
             check(
-                self.network,
+                self.call_network or self.network,
                 cs.result,
-                bin_dir=self.host.bin_dir,
+                bin_dir=self.host.plugin_dirs,
                 container_id=cs.container_id,
                 netns=cs.netns_path,
                 ifname=IFNAME,
@@ -500,7 +647,8 @@ class CniRuntime:
                 cs.netns_path,
                 cs.result,
                 lambda r: cs.execs.append(_span(r, sandbox=cs.index, stage="teardown")),
-                network=cs.network,
+                # An agent's pooled namespace: its network; else the one it was ADDed on.
+                network=cs.network or (None if cs.pooled else self.call_network),
             )
 
         def del_pooled(container: str) -> None:
@@ -529,7 +677,7 @@ class CniRuntime:
         delete_logged(
             network or self.network,
             result,
-            bin_dir=self.host.bin_dir,
+            bin_dir=self.host.plugin_dirs,
             container_id=container,
             netns=netns_path,
             ifname=IFNAME,
@@ -554,13 +702,43 @@ class CniRuntime:
 
     def execs(self, sandboxes: Iterable[CniSandbox]) -> list[ExecSpan]:
         """Every process the run ran, in start order; a pooled ADD names the
-        sandbox that took its namespace."""
+        sandbox that took its namespace; ``bootstorm-cni``'s delegates from its log."""
+        sandboxes = list(sandboxes)
         out = [e for cs in sandboxes for e in cs.execs]
         for container, spans in self._pool_execs.items():
             taker = self._pool_taken.get(container)
             for e in spans:
                 out.append(e.model_copy(update={"sandbox": taker}) if e.stage == "pool" else e)
+        if self.host.wrapper_dir is not None:
+            out.extend(self.plugin_spans(sandboxes))
         return sorted(out, key=lambda e: e.start_s)
+
+
+def wrapper_overhead(execs: Iterable[ExecSpan]) -> str | None:
+    """A note of ``bootstorm-cni``'s own time per ADD: its exec's span less its
+    delegate's, medians over the sandboxes; None if the storm had none."""
+    outer: dict[int, ExecSpan] = {}
+    inner: dict[int, ExecSpan] = {}
+    for e in execs:
+        if e.sandbox is None or e.stage != "AddCNI" or e.command != "ADD":
+            continue
+        (outer if e.program == WRAPPER else inner).setdefault(e.sandbox, e)
+    pairs = [
+        (o.end_s - o.start_s, inner[k].end_s - inner[k].start_s)
+        for k, o in outer.items()
+        if k in inner
+    ]
+    if not pairs:
+        return None
+    whole = statistics.median(p[0] for p in pairs)
+    delegate = statistics.median(p[1] for p in pairs)
+    own = statistics.median(p[0] - p[1] for p in pairs)
+    program = next(iter(inner.values())).program
+    return (
+        f"{WRAPPER}: median ADD {whole * 1e3:.1f} ms, of which its delegate {program} "
+        f"{delegate * 1e3:.1f} ms and its own {own * 1e3:.1f} ms (start, agent calls; "
+        f"{len(pairs)} sandboxes)"
+    )
 
 
 def exec_owners(spans: Iterable[StageSpan], execs: Iterable[ExecSpan]) -> dict[int, list[Owner]]:

@@ -21,6 +21,8 @@ __all__ = [
     "Admission",
     "CniPooledNetns",
     "LocalAdmission",
+    "PluginAgent",
+    "PluginAgentEndpoint",
     "PoolLevel",
     "PoolLevelNow",
     "PoolLevels",
@@ -130,6 +132,27 @@ class PoolSampling(Protocol):
         """Each pool's level now, one per kind (those kept at nothing and
         holding nothing may be left out). Raises on a failed ask (an HTTP
         error): the driver skips that sample."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class PluginAgentEndpoint:
+    """How a ``bootstorm-cni`` plugin reaches the admission's node agent."""
+
+    url: str
+    token: str = field(repr=False)
+    #: Certificates to trust for an ``https://`` agent besides the system's.
+    ca_file: str | None = None
+
+
+@runtime_checkable
+class PluginAgent(Protocol):
+    """What a node agent's admission may offer beside :class:`Admission`: its
+    endpoint, so that the ``cni`` runtime's ``bootstorm-cni`` plugin asks the
+    same agent for its stage's permit (``--cni-wrapper bootstorm-cni``)."""
+
+    def plugin_agent(self) -> PluginAgentEndpoint:
+        """The agent's URL, token and CA file."""
         ...
 
 

@@ -61,6 +61,7 @@ __all__ = [
     "exec_plugin",
     "parse_result",
     "pick_subnet",
+    "plugin_path",
     "verify_result",
 ]
 
@@ -479,9 +480,22 @@ def _error_of(
     )
 
 
+#: Where plugins are looked for: one directory, or ``CNI_PATH``'s several in order.
+PluginDirs = Path | tuple[Path, ...]
+
+
+def plugin_path(bin_dir: PluginDirs, plugin: str) -> Path:
+    """``plugin``'s executable: in the first of ``bin_dir``'s directories that has it."""
+    dirs = (bin_dir,) if isinstance(bin_dir, Path) else bin_dir
+    for directory in dirs:
+        if (directory / plugin).is_file():
+            return directory / plugin
+    return dirs[0] / plugin  # its exec fails, naming it
+
+
 def exec_plugin(
     *,
-    bin_dir: Path,
+    bin_dir: PluginDirs,
     plugin: str,
     command: Command,
     config: bytes,
@@ -501,9 +515,11 @@ def exec_plugin(
         "CNI_CONTAINERID": container_id,
         "CNI_NETNS": netns,
         "CNI_IFNAME": ifname,
-        "CNI_PATH": str(bin_dir),
+        "CNI_PATH": os.pathsep.join(
+            str(d) for d in ((bin_dir,) if isinstance(bin_dir, Path) else bin_dir)
+        ),
     }
-    path = bin_dir / plugin
+    path = plugin_path(bin_dir, plugin)
     start = time.monotonic()
     proc = subprocess.Popen(
         [str(path)],
@@ -547,7 +563,7 @@ def _run(
     command: Command,
     prev: CniResult | None,
     *,
-    bin_dir: Path,
+    bin_dir: PluginDirs,
     container_id: str,
     netns: str,
     ifname: str,
@@ -575,7 +591,7 @@ def _run(
 def add(
     network: CniNetwork,
     *,
-    bin_dir: Path,
+    bin_dir: PluginDirs,
     container_id: str,
     netns: str,
     ifname: str,
@@ -606,7 +622,7 @@ def check(
     network: CniNetwork,
     result: CniResult,
     *,
-    bin_dir: Path,
+    bin_dir: PluginDirs,
     container_id: str,
     netns: str,
     ifname: str,
@@ -631,7 +647,7 @@ def delete(
     network: CniNetwork,
     result: CniResult | None,
     *,
-    bin_dir: Path,
+    bin_dir: PluginDirs,
     container_id: str,
     netns: str,
     ifname: str,
@@ -663,7 +679,7 @@ def delete_logged(
     network: CniNetwork,
     result: CniResult | None,
     *,
-    bin_dir: Path,
+    bin_dir: PluginDirs,
     container_id: str,
     netns: str,
     ifname: str,

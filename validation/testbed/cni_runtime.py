@@ -14,11 +14,19 @@ import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ...traces import ExecSpan, StageSpan
-from ._cni_stages import CniRuntime, CniSandbox, cni_host, exec_owners, raise_fd_limit
+from ._cni_stages import (
+    CniRuntime,
+    CniSandbox,
+    cni_host,
+    exec_owners,
+    raise_fd_limit,
+    wrapper_overhead,
+)
 from ._namespaced import NamespacedRuntime, NamespacedSandbox
-from .admission import Admission, LocalAdmission
+from .admission import Admission, CniPooledNetns, LocalAdmission, PluginAgent
 from .options import StormOptions
 from .runtime import Owner, Stamps, StormContext, register_runtime
 
@@ -69,6 +77,12 @@ class CniStormRuntime(NamespacedRuntime[CniStormSandbox]):
         with their ADD done (``netns-veth``)."""
         self.admission, self.cgroup_run = admission, cgroup_run
         opts = self.options
+        if opts.cni_wrapper == "bootstorm-cni":
+            # The plugin takes AddCNI's permit from the storm's agent, in each
+            # ADD's own process: the driver must not take it too.
+            if isinstance(admission, PluginAgent):
+                self.cni.plugin_agent = admission.plugin_agent()
+            self.admission = admission = _PluginAdmitted(admission, stage="AddCNI")
         self.cni.prepare()
         self.notes.extend(self.cni.notes)
         pools = opts.config.pools if opts.config else {}
@@ -138,7 +152,10 @@ class CniStormRuntime(NamespacedRuntime[CniStormSandbox]):
         # Shims stopped and every ADD DELeted now, so their processes are in the trace.
         cnis = [sb.cni for sb in sandboxes]
         self.cni.teardown(cnis)
-        return tuple(self.cni.execs(cnis))
+        execs = tuple(self.cni.execs(cnis))
+        if self.options.cni_wrapper != "none" and (note := wrapper_overhead(execs)):
+            self.notes.append(note)
+        return execs
 
     def kernel_owners(
         self,
@@ -160,3 +177,41 @@ class CniStormRuntime(NamespacedRuntime[CniStormSandbox]):
             self.cni.teardown([sb.cni for sb in sandboxes])
         self.remove_namespaces(sandboxes, pooled=[*self.pool_netns, *self.pool_cni_netns])
         self.cni.remove()  # the bridge and the state, once nothing uses them
+
+
+class _PluginAdmitted:
+    """An admission whose ``stage`` is admitted by the CNI plugin itself
+    (``bootstorm-cni`` takes its permit in each ADD): the driver passes it
+    ungated; every other stage, pool and optional protocol goes to ``inner``."""
+
+    def __init__(self, inner: Admission, *, stage: str) -> None:
+        self._inner = inner
+        self._stage = stage
+
+    def gated(self, name: str) -> bool:
+        return name != self._stage and self._inner.gated(name)
+
+    def stage(self, name: str, holder: str) -> contextlib.AbstractContextManager[None]:
+        if name == self._stage:
+            return contextlib.nullcontext()
+        return self._inner.stage(name, holder)
+
+    def take(self, kind: str, holder: str) -> str | None:
+        return self._inner.take(kind, holder)
+
+    def take_pair(self, kind: str, holder: str) -> tuple[str, str] | None:
+        return self._inner.take_pair(kind, holder)
+
+    def take_netns_veth(self, holder: str) -> tuple[str, str] | None:
+        return self._inner.take_netns_veth(holder)
+
+    def offers_cni_netns(self) -> bool:
+        return self._inner.offers_cni_netns()
+
+    def take_cni_netns(self, holder: str) -> CniPooledNetns | None:
+        return self._inner.take_cni_netns(holder)
+
+    def __getattr__(self, name: str) -> Any:
+        # The optional protocols (PoolLevels, PoolSampling, PluginAgent) where
+        # ``inner`` has them: ``isinstance`` on a runtime protocol asks here.
+        return getattr(self._inner, name)
