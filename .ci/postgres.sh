@@ -45,10 +45,23 @@ if [[ ! -f "$DATA/PG_VERSION" ]]; then
     as_pg "$BIN/initdb" -D "$DATA" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
         -E UTF8 >&2
 fi
+# The server outlives this script: it must not keep the caller's descriptors
+# (a CI runner's log pipe held open by the postmaster never reaches EOF, and
+# the step that started it never ends). Its own output goes to server.log.
+detached() {
+    (
+        for fd in /proc/"$BASHPID"/fd/*; do
+            n="${fd##*/}"
+            if [[ "$n" -gt 2 ]]; then eval "exec $n>&-"; fi
+        done
+        exec "$@"
+    ) </dev/null >&2  # pg_ctl's own lines; it gives the server server.log
+}
 if ! as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
     log "starting on 127.0.0.1:$PORT"
-    as_pg "$BIN/pg_ctl" -D "$DATA" -l "$ROOT/server.log" -w -t 60 \
-        -o "-p $PORT -c listen_addresses=127.0.0.1 -k $ROOT -c max_connections=200 $FAST" start >&2
+    detached runuser -u postgres -- "$BIN/pg_ctl" -D "$DATA" -l "$ROOT/server.log" -w -t 60 \
+        -o "-p $PORT -c listen_addresses=127.0.0.1 -k $ROOT -c max_connections=200 $FAST" start \
+        || { log "the server did not start; see $ROOT/server.log"; exit 1; }
 fi
 
 psql_pg() { as_pg "$BIN/psql" -h "$ROOT" -p "$PORT" -U postgres -v ON_ERROR_STOP=1 -qtA "$@"; }

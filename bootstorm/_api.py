@@ -40,7 +40,7 @@ def simulate(
     seed: SeedLike = None,
     record: bool = False,
     profile: Profile | None = None,
-    executor: str = "simpy",
+    executor: str | None = None,
 ) -> Result:
     """Simulate one boot storm.
 
@@ -56,9 +56,12 @@ def simulate(
     profile:
         Use this profile object instead of the one the scenario names.
     executor:
-        ``simpy`` (the reference, the only one that records), ``compiled``
-        (numba; the same numbers, many times faster) or ``python``.
+        ``compiled`` (numba; the default, as the CLI's), ``simpy`` (the
+        reference: the same numbers, ~30x slower per event, and the only one
+        that records: the default with ``record=True``) or ``python``.
     """
+    if executor is None:  # the CLI's, unless the run records (only simpy does)
+        executor = "simpy" if record else "compiled"
     if executor != "compiled":
         # The plain-Python executors hold far more per op than the program:
         # size the storm first, so that one too large for them is refused
@@ -73,7 +76,7 @@ def simulate(
 
 
 def compare(
-    scenarios: Mapping[str, Scenario], *, seed: SeedLike = None, executor: str = "simpy"
+    scenarios: Mapping[str, Scenario], *, seed: SeedLike = None, executor: str = "compiled"
 ) -> tuple[Any, dict[str, Result]]:
     """Simulate each what-if; return a table of their headline numbers (a pandas
     DataFrame, one row per label; ``caveats``: the rows of the known misses

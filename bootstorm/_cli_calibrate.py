@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ._io import check_output_path, terminal_console, wide_console, write_atomically
+from ._io import check_output_path, terminal_console, write_atomically
 from ._options import (
     EXECUTOR_OPTION,
     RUNTIME_OPTION,
@@ -182,7 +182,7 @@ def calibrate_cmd(
             max_evaluations=max_evaluations,
             executor=executor,
             runtime=runtime,
-            progress=RichProgress(wide_console()),
+            progress=RichProgress(terminal_console()),
         )
         return
     if trace:
@@ -195,7 +195,7 @@ def calibrate_cmd(
             max_evaluations=max_evaluations,
             executor=executor,
             as_json=as_json,
-            console=wide_console(),
+            console=terminal_console(),
         )
         return
     console = terminal_console()
@@ -265,7 +265,7 @@ def calibrate_check(
     from ._render_node import RichProgress, check_records, check_table
     from .workflows import check_paper
 
-    console = console or wide_console()
+    console = console or terminal_console()
     check = check_paper(targets, seeds=seeds, executor=executor, progress=RichProgress(console))
     unexpected = check.unexpected
     if as_json:
@@ -330,7 +330,9 @@ def _calibrate_traces(
         return
     console.print(
         target_table(
-            f"local profile vs {fit.name} ({report.evaluations} evaluations)", report.checks
+            f"local profile vs {fit.name} ({report.evaluations} evaluations)",
+            report.checks,
+            reference="measured",
         )
     )
     print_profile_identification(console, report.profile)

@@ -119,7 +119,7 @@ def optimize_cmd(
     With --workload: pool policies and limits for the least memory held that
     meets --slo-p99 on that traffic, and the front of memory against p99.
     """
-    from .models import Scenario
+    from .models import Scenario, load_scenario
     from .optimizers._study import MAX_HEARTBEAT_S
     from .workflows import study_spec
 
@@ -130,7 +130,7 @@ def optimize_cmd(
     check_count("jobs", jobs, low=1, high=MAX_JOBS_PER_CORE * (os.cpu_count() or 1))
     check_count("heartbeat_s", heartbeat_s, low=1, high=MAX_HEARTBEAT_S)
     quiet_optuna()
-    base = Scenario.from_yaml(scenario_file) if scenario_file is not None else Scenario()
+    base = load_scenario(scenario_file) if scenario_file is not None else Scenario()
     given = {"profile": profile, "cni": cni, "sandboxes": sandboxes}
     base = base.replace(**{k: v for k, v in given.items() if v is not None})
     traffic: dict[str, object] = {}

@@ -20,13 +20,13 @@ __all__ = ["report_cmd"]
 
 
 SourceOption = Annotated[
-    str | None,
+    list[str] | None,
     typer.Argument(
-        help="A scenario YAML (simulated), a trace (.jsonl[.gz], measured or simulated), "
-        "or a study: its journal file (optimize's default: "
-        "~/.local/state/bootstorm/studies.log, with --study-name) or an Optuna "
-        "storage URL (sqlite:///study.db, postgresql://...). "
-        "Default: the scenario the options describe."
+        help="A scenario YAML or an installed example's name (simulated), a trace "
+        "(.jsonl[.gz], measured or simulated), or a study: its journal file (optimize's "
+        "default: ~/.local/state/bootstorm/studies.log, with --study-name) or an Optuna "
+        "storage URL (sqlite:///study.db, postgresql://...). Several scenarios: one page "
+        "that compares them. Default: the scenario the options describe."
     ),
 ]
 OutputOption = Annotated[Path, typer.Option("-o", "--output", help="The HTML file.")]
@@ -44,12 +44,16 @@ WorkloadOption = Annotated[
     ),
 ]
 ConfigOption = Annotated[
-    Path | None, typer.Option(help="Apply a tuned config (bootstorm optimize --output).")
+    Path | None,
+    typer.Option(
+        help="A tuned config (bootstorm optimize --output): with --workload applied to its "
+        "traffic; otherwise the scenario before and after it, side by side."
+    ),
 ]
 
 
 def report_cmd(
-    source: SourceOption = None,
+    sources: SourceOption = None,
     output: OutputOption = Path("report.html"),
     study_name: StudyNameOption = None,
     cni: CniOption = None,
@@ -66,11 +70,27 @@ def report_cmd(
     check_output_path("output", output)
     title: str
     kw: dict[str, Any]
+    given = list(sources or ())
+    source = given[0] if given else None
     is_study = source is not None and ("://" in source or source.endswith(".log"))
-    if workload is not None and (is_study or (source or "").endswith((".jsonl", ".jsonl.gz"))):
+    recorded = source is not None and source.endswith((".jsonl", ".jsonl.gz"))
+    if len(given) > 1 or (config is not None and workload is None):
+        if is_study or recorded or any(_not_a_scenario(x) for x in given):
+            raise ConfigError(
+                f"source: several sources (or --config without --workload) compare scenarios, "
+                f"but got {', '.join(given)}"
+            )
+        if workload is not None:
+            raise ConfigError("workload: one scenario on a workload at a time")
+        check_input_file("config", config)
+        title, kw = _compared(given, config, cni=cni, sandboxes=sandboxes, profile=profile)
+        write_report(output, title=title, **kw)
+        terminal_console().print(
+            f"report written to [bold]{output}[/] (self-contained; open it in a browser)"
+        )
+        return
+    if workload is not None and (is_study or recorded):
         raise ConfigError("workload: for a scenario only (a study brings its own workload)")
-    if config is not None and workload is None:
-        raise ConfigError("config: goes with --workload (a tuned config applied to its traffic)")
     check_input_file("config", config)
     if is_study:
         assert source is not None
@@ -79,7 +99,8 @@ def report_cmd(
         title, kw = _traffic(
             source, workload, config, cni=cni, sandboxes=sandboxes, profile=profile
         )
-    elif source is not None and source.endswith((".jsonl", ".jsonl.gz")):
+    elif recorded:
+        assert source is not None
         title, kw = _recorded(Path(source))
     else:
         from .workflows import what_if
@@ -91,12 +112,13 @@ def report_cmd(
             profile=profile,
         )
         what = what_if(scenario, record=True, executor="simpy")
-        title = f"{scenario.sandboxes} × {scenario.cni} on {scenario.profile}"
+        title = scenario_title(scenario)
         kw = {
             "recording": what.result.recording,
             "result": what.result,
             "caveats": what.known.misses,
             "unidentified": what.identification.cautions,
+            "stale": what.identification.stale,
         }
     write_report(output, title=title, **kw)
     terminal_console().print(
@@ -229,3 +251,42 @@ def _recorded(path: Path) -> tuple[str, dict[str, Any]]:
         facts.append(("host", f"{h.host.cores} CPUs, kernel {h.host.kernel}"))
     title = f"{h.scenario.sandboxes} × {h.scenario.cni} ({h.source})"
     return title, {"recording": to_recording(trace), "facts": facts}
+
+
+def _not_a_scenario(source: str) -> bool:
+    return "://" in source or source.endswith((".log", ".jsonl", ".jsonl.gz"))
+
+
+def scenario_title(scenario: Any) -> str:
+    """A scenario in a line: size, CNI, profile, and its pools and limits."""
+    from .models.tuned import settings_line
+
+    head = f"{scenario.sandboxes} × {scenario.cni} on {scenario.profile}"
+    settings = settings_line(pools=scenario.pools, limits=scenario.limits)
+    return f"{head}, {settings}" if settings else head
+
+
+def _compared(
+    sources: list[str], config: Path | None, **options: Any
+) -> tuple[str, dict[str, Any]]:
+    """Several scenarios (or one before and after a config): their headline
+    figures side by side, the change against the first, stages stacked."""
+    from .workflows import what_if
+
+    what_ifs: dict[str, Any] = {}
+    if config is not None:
+        base = scenario_from_options(Path(sources[0]) if sources else None, **options)
+        labelled = [("before", base), (f"after {Path(config).stem}", base.replace(config=config))]
+    else:
+        labelled = [(Path(x).stem, scenario_from_options(Path(x), **options)) for x in sources]
+    seen: dict[str, int] = {}
+    for label, scenario in labelled:
+        seen[label] = seen.get(label, 0) + 1
+        key = label if seen[label] == 1 else f"{label} ({seen[label]})"
+        what_ifs[key] = (scenario, what_if(scenario))
+    first = next(iter(what_ifs))
+    title = f"{len(what_ifs)} what-ifs compared against {first}"
+    return title, {
+        "compared": {k: (scenario_title(s), w.result) for k, (s, w) in what_ifs.items()},
+        "caveats": tuple(dict.fromkeys(m for _, w in what_ifs.values() for m in w.known.misses)),
+    }

@@ -87,7 +87,7 @@ def sweep_cmd(
 
     from ._render import print_caution
     from ._render_optimize import frame_table
-    from .models import Scenario
+    from .models import Scenario, load_scenario
     from .workflows import run_sweep, sweep_grid
 
     console = terminal_console()
@@ -98,7 +98,7 @@ def sweep_cmd(
     if output is not None:
         check_output_path("output", output)
     check_address("scheduler", scheduler)
-    base = Scenario.from_yaml(scenario_file) if scenario_file is not None else Scenario()
+    base = load_scenario(scenario_file) if scenario_file is not None else Scenario()
     if profile is not None:
         base = base.replace(profile=profile)
     # Given but empty (``--sandboxes ''``) is refused, not read as "keep the base".

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ._io import terminal_console
+from ._io import check_output_path, terminal_console
 from ._options import (
     EXECUTOR_OPTION,
     LIFETIME_OPTION,
@@ -21,6 +21,9 @@ from ._options import (
 )
 from .models import ConfigError
 from .simulator import ExecutorName
+
+if TYPE_CHECKING:
+    from .workflows import CandidateValidation
 
 __all__ = ["validate_cmd"]
 
@@ -129,6 +132,13 @@ WorkloadOption = Annotated[
     ),
 ]
 LifetimeOption = Annotated[float | None, LIFETIME_OPTION]
+ReportOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="With --candidates: an HTML report of each candidate's settings, every run "
+        "against the prediction, the ranking and the stages measured beside predicted."
+    ),
+]
 
 
 def validate_cmd(
@@ -155,6 +165,7 @@ def validate_cmd(
     runtime: Annotated[RuntimeName, RUNTIME_OPTION] = "cni",
     workload: WorkloadOption = None,
     lifetime_s: LifetimeOption = None,
+    report: ReportOption = None,
 ) -> None:
     """Run the storm on this host (root), simulate it, print predicted vs measured.
 
@@ -198,6 +209,10 @@ def validate_cmd(
         raise ConfigError("lifetime-s: goes with --workload")
     if sandboxes is None:
         sandboxes = DEFAULT_SANDBOXES
+    if report is not None:
+        if not candidates:
+            raise ConfigError("report: goes with --candidates (a ranking of configs)")
+        check_output_path("report", report)
     check_validate_options(
         candidates=candidates,
         config=config,
@@ -254,6 +269,8 @@ def validate_cmd(
             sys.stdout.write(json.dumps(candidate_validation_records(ranked)) + "\n")
         else:
             print_candidate_validation(console, ranked)
+        if report is not None:
+            _write_candidates_report(report, ranked, quiet=as_json, console=console)
         if not ranked.within:
             raise typer.Exit(1)
         return
@@ -312,7 +329,6 @@ def _check_options(
     """Every option checked before the first (calibration) storm: a size of
     0 or 10**9, a NaN Spearman, an agent's empty URL, a FIFO as its token
     file or a trace with no folder were found only after minutes of storms."""
-    from ._io import check_output_path
     from ._options import (
         check_count,
         check_finite,
@@ -340,3 +356,26 @@ def _check_options(
     for field, paths in files.items():
         for path in paths:
             check_input_file(field, path)
+
+
+def _write_candidates_report(
+    path: Path, ranked: CandidateValidation, *, quiet: bool, console: Any
+) -> None:
+    """``validate --candidates --report``: the ranking as ``tune --report`` shows it."""
+    from .report import write_report
+
+    c = ranked.comparison
+    write_report(
+        path,
+        title=f"bootstorm validate: {len(c.rows)} configs at {c.sandboxes} sandboxes",
+        facts=[
+            ("runs per config", str(c.repeats)),
+            ("Spearman (makespan)", f"{c.spearman_makespan:+.2f}"),
+            ("Spearman (mean startup)", f"{c.spearman_mean:+.2f}"),
+            ("measured best", c.measured_best.name),
+            ("predicted best", c.predicted_best.name),
+        ],
+        candidates=c.rows,
+    )
+    if not quiet:
+        console.print(f"report written to [bold]{path}[/]")

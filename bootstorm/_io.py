@@ -20,7 +20,6 @@ __all__ = [
     "shown_name",
     "shown_text",
     "terminal_console",
-    "wide_console",
     "write_atomically",
 ]
 
@@ -34,17 +33,6 @@ def terminal_console() -> Console:
     from rich.console import Console
 
     return Console()
-
-
-@functools.cache
-def wide_console() -> Console:
-    """The console of the fit tables (``calibrate --trace``, ``--plan``,
-    ``--check`` from Python): 120 columns when piped, as their documented
-    output is. (Folding them into 80 columns is issue 37's.)"""
-    from rich.console import Console
-
-    console = Console()
-    return console if console.is_terminal else Console(width=120)
 
 
 def write_atomically(path: str | Path, text: str) -> None:

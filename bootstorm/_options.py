@@ -105,9 +105,9 @@ def pairs(field: str, items: list[str] | None) -> dict[str, int]:
 def scenario_from_options(scenario_file: Path | None, **overrides: Any) -> Scenario:
     """The file's scenario (or the default) with the options laid over it;
     ``NAME=COUNT`` options override the file's map key by key."""
-    from .models import Scenario
+    from .models import Scenario, load_scenario
 
-    base = Scenario.from_yaml(scenario_file) if scenario_file is not None else Scenario()
+    base = load_scenario(scenario_file) if scenario_file is not None else Scenario()
     given = {k: v for k, v in overrides.items() if v is not None and v != {}}
     for key, value in given.items():
         if isinstance(value, dict):

@@ -285,6 +285,8 @@ def identification_table(
 def print_identification(console: Console, found: Identification) -> None:
     """Print the unidentified costs a what-if rests on (nothing if none),
     and whether its profile is less precise than a paper row."""
+    for line in found.stale:
+        console.print(f"[yellow]caution: {escape(line)}[/]")
     table = identification_table(found.cautions, testbed=found.testbed)
     if table is not None:
         console.print(table)
@@ -351,17 +353,33 @@ def comparison_table(
     return t
 
 
-def target_table(title: str, checks: Sequence[TargetCheck]) -> Table:
-    """Published value, model value and relative error of each target."""
-    t = Table(title=title, title_justify="left")
-    for col in ("row", "target", "role", "paper", "model", "error", "tolerance"):
-        t.add_column(col, justify="left" if col in ("row", "target", "role") else "right")
+def narrow_table(title: str) -> Table:
+    """A table for 80 columns: no outer edge, one space between columns; a
+    first column that wraps (``ratio=1``) and numbers that do not are the
+    caller's columns."""
+    return Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
+
+
+def target_table(title: str, checks: Sequence[TargetCheck], *, reference: str = "paper") -> Table:
+    """Each target's value, the model's and the relative error, at 80
+    columns: the row's label wraps under its key and role, the numbers never
+    wrap. ``reference`` names where the targets come from: ``paper`` (a
+    seed's figures) or ``measured`` (this node's own storms)."""
+    t = narrow_table(title)
+    t.add_column("row (role)", justify="left", min_width=16, ratio=1)
+    for col in (reference, "model", "error", "toler-\nance"):
+        t.add_column(col, justify="right", no_wrap=True)
     for c in checks:
         ok = "green" if c.within else "red"
         t.add_row(
-            c.target.id,
-            c.target.label,
-            c.target.role,
+            f"{escape(c.target.id)} ({c.target.role})\n[dim]{escape(c.target.label)}[/]",
             f"{c.target.value:,.4g}",
             f"{c.model:,.4g}",
             f"[{ok}]{c.rel_error:+.1%}[/]",

@@ -109,7 +109,7 @@ def _(outcome: PlanDesigned, console: Console) -> None:
 def _(outcome: ProfileFitted, console: Console) -> None:
     from ._render import target_table
 
-    console.print(target_table(outcome.title, outcome.report.checks))
+    console.print(target_table(outcome.title, outcome.report.checks, reference="measured"))
     print_profile_identification(console, outcome.report.profile)
 
 
@@ -161,18 +161,20 @@ def _ms(seconds: float) -> str:
 
 
 def identification_summary(profile: Profile) -> Table:
-    """Each free cost: measured, fitted or unidentified, its range and what identified it."""
+    """Each free cost: measured, fitted or unidentified, its range and what
+    identified it (under its name, whole: it wraps at 80 columns, never cut)."""
     ident = profile.identification
-    t = Table(
-        title=(
-            f"what identified each cost (the profile's own error ±{ident.error_rel:.0%})"
-            if ident is not None
-            else "no identification recorded"
-        ),
-        title_justify="left",
+    from ._render import narrow_table
+
+    t = narrow_table(
+        f"what identified each cost (the profile's own error ±{ident.error_rel:.0%})"
+        if ident is not None
+        else "no identification recorded"
     )
-    for col in ("cost", "status", "ms", "range (ms)", "by"):
-        t.add_column(col, justify="right" if col in ("ms", "range (ms)") else "left")
+    t.add_column("cost (identified by)", justify="left", min_width=20, ratio=1)
+    t.add_column("status", justify="left", no_wrap=True)
+    t.add_column("ms", justify="right", no_wrap=True)
+    t.add_column("range (ms)", justify="right", no_wrap=True)
     if ident is None:
         return t
     assert profile.testbed is not None
@@ -180,11 +182,10 @@ def identification_summary(profile: Profile) -> Table:
     for path, e in ident.costs.items():
         value = float(getattr(profile.testbed, path.split(".", 1)[1]))
         t.add_row(
-            path.removeprefix("testbed."),
+            f"{escape(path.removeprefix('testbed.'))}\n[dim]{escape(e.by)}[/]",
             f"[{colour[e.status]}]{e.status}[/]",
             _ms(value),
             f"{_ms(e.low)}…{_ms(e.high)}",
-            escape(e.by[:60]),
         )
     return t
 

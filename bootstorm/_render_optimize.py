@@ -129,10 +129,32 @@ def pareto_table(result: OptimizeResult) -> Table:
 
 
 def frame_table(title: str, frame: Any) -> Table:
-    """A pandas DataFrame as a table (floats to two decimals)."""
+    """A sweep's frame as a table that reads at 80 columns, piped or not: the
+    grid's dimensions that take one value in every row go to the title, the
+    figures keep makespan, mean, p99, CPU and pool memory (p50 and spin are
+    in the written file), headers fold onto two lines, and no cell is cut."""
+    settings = ("sandboxes", "cni", "memory_mib", "pools", "seed")
+    shown = {
+        "sandboxes": "sand-\nboxes",
+        "cni": "cni",
+        "memory_mib": "memory\nMiB",
+        "pools": "pools",
+        "seed": "seed",
+        "makespan_s": "makespan\ns",
+        "mean_s": "mean\ns",
+        "p99_s": "p99\ns",
+        "busy_core_s": "busy\ncore-s",
+        "pool_memory_mib": "pools\nMiB",
+        "caveats": "caveats",
+    }
+    fixed = [c for c in settings if c in frame and frame[c].nunique() == 1 and len(frame) > 1]
+    if fixed:
+        title += " (" + ", ".join(f"{c} {frame[c].iloc[0]}" for c in fixed) + ")"
+    columns = [c for c in shown if c in frame and c not in fixed]
     t = Table(title=title, title_justify="left")
-    for col in frame.columns:
-        t.add_column(str(col), justify="right" if frame[col].dtype.kind in "if" else "left")
-    for row in frame.itertuples(index=False):
-        t.add_row(*(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row))
+    for col in columns:
+        numeric = frame[col].dtype.kind in "if"
+        t.add_column(shown[col], justify="right" if numeric else "left", overflow="fold")
+    for row in frame[columns].itertuples(index=False):
+        t.add_row(*(f"{v:,.2f}" if isinstance(v, float) else escape(str(v)) for v in row))
     return t

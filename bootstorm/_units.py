@@ -12,7 +12,20 @@ __all__ = ["parse_int_list", "parse_mib", "parse_seconds"]
 
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
-_MIB_PER = {"": 1.0, "kib": 1 / 1024, "mib": 1.0, "gib": 1024.0, "tib": 1024.0**2}
+_MIB = float(1 << 20)
+#: Binary units as written, and decimal ones at their decimal value: "8GB"
+#: is 8e9 bytes (7 629 MiB), not read as 8 GiB, and no longer refused.
+_MIB_PER = {
+    "": 1.0,
+    "kib": 1 / 1024,
+    "mib": 1.0,
+    "gib": 1024.0,
+    "tib": 1024.0**2,
+    "kb": 1e3 / _MIB,
+    "mb": 1e6 / _MIB,
+    "gb": 1e9 / _MIB,
+    "tb": 1e12 / _MIB,
+}
 _S_PER = {"": 1.0, "ms": 1e-3, "s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
 
 
@@ -28,8 +41,11 @@ def _parse(field: str, text: str, units: dict[str, float], what: str) -> float:
 
 
 def parse_mib(field: str, text: str) -> float:
-    """``8GiB`` → 8192.0 MiB; a bare number is MiB. Units: KiB, MiB, GiB, TiB."""
-    return _parse(field, text, _MIB_PER, "a memory size such as 8GiB (KiB, MiB, GiB, TiB)")
+    """``8GiB`` → 8192.0 MiB, ``8GB`` → 7629.39 MiB; a bare number is MiB.
+    Units: KiB, MiB, GiB, TiB and KB, MB, GB, TB (powers of 1000)."""
+    return _parse(
+        field, text, _MIB_PER, "a memory size such as 8GiB (KiB, MiB, GiB, TiB; KB, MB, GB, TB)"
+    )
 
 
 def parse_seconds(field: str, text: str) -> float:

@@ -179,9 +179,44 @@ app = typer.Typer(
 log = logging.getLogger("bootstorm")
 
 
+def _warnings_and_up(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("bootstorm")
+        except PackageNotFoundError:  # a source tree on sys.path, not installed
+            installed = "unknown (not installed)"
+        sys.stdout.write(f"bootstorm {installed}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_show_version,
+        is_eager=True,
+        show_default=False,
+        help="Print the installed version and exit.",
+    ),
+) -> None:
+    """Predict and shorten boot storms of secure containers."""
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning bad input into one line and exit 2."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    # Libraries that set their own loggers' levels (Dask's distributed: 30
+    # INFO lines a sweep) reach the root's handler past the root's level.
+    handler.addFilter(_warnings_and_up)
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])  # no-op if configured
     command = typer.main.get_group(app)
     from .simulator import DeadlockError, ProgramError
     from .traces import TraceFormatError

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import html
 import warnings
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "breakdown_figure",
+    "candidate_stages_figure",
+    "candidates_figure",
     "cpu_figure",
     "dataplane_figure",
     "limit_wait_row",
@@ -45,6 +48,7 @@ __all__ = [
     "lock_table_html",
     "memory_p99_figure",
     "report_html",
+    "stage_colour",
     "stage_comparison_figure",
     "study_figures",
     "timeline_figure",
@@ -72,6 +76,34 @@ _PALETTE = (
 )
 
 
+#: The stages of every CNI family in one order, each with its colour for
+#: good: the timeline, the breakdown, the comparisons and the notebooks
+#: colour a stage alike (by position they gave NetNS one colour in a storm
+#: and another in a pooled one, where NetNS drops out).
+_STAGE_ORDER = (
+    "NetNS",
+    "AddCNI",
+    "Cgroup",
+    "AttachIf",
+    "StartVM",
+    "dma-ram",
+    "dma-image",
+    "vfio-devset",
+    "vf-driver",
+)
+
+
+def stage_colour(stage: str) -> str:
+    """The colour of ``stage`` in every figure (a stage of no family's list,
+    a branch or a wait: a colour of its name, the same in every run)."""
+    base = stage.removesuffix(" (background)")
+    if base in _STAGE_ORDER:
+        return _PALETTE[_STAGE_ORDER.index(base)]
+    if base == LIMIT_WAIT_LABEL:
+        return _PALETTE[-1]
+    return _PALETTE[zlib.crc32(base.encode()) % len(_PALETTE)]
+
+
 def _go() -> Any:
     import plotly.graph_objects as go
 
@@ -88,7 +120,7 @@ def timeline_figure(recording: Recording, *, max_rows: int = MAX_TIMELINE_ROWS) 
         frame = frame[frame["sandbox"].isin(keep)]
     fig = go.Figure()
     stages = list(dict.fromkeys(frame["stage"]))
-    for k, stage in enumerate(stages):
+    for stage in stages:
         part = frame[frame["stage"] == stage]
         fig.add_trace(
             go.Bar(
@@ -97,7 +129,7 @@ def timeline_figure(recording: Recording, *, max_rows: int = MAX_TIMELINE_ROWS) 
                 y=part["sandbox"],
                 x=part["duration_s"],
                 base=part["begin_s"],
-                marker_color=_PALETTE[k % len(_PALETTE)],
+                marker_color=stage_colour(stage),
                 marker_opacity=np.where(part["branch"], 0.45, 1.0),
                 hovertemplate=f"sandbox %{{y}}<br>{html.escape(stage)}: "
                 "%{base:.3f} s + %{x:.3f} s<extra></extra>",
@@ -209,7 +241,7 @@ def breakdown_figure(recording: Recording, result: Result | None = None) -> Any:
                 name="mean s",
                 x=names,
                 y=[r[1] for r in rows],
-                marker_color=[_PALETTE[k % len(_PALETTE)] for k in range(len(rows))],
+                marker_color=[stage_colour(r[0]) for r in rows],
                 text=[
                     "" if r[2] is None else f"{r[2]:.1%} of mean, {r[3]:.1%} of p99" for r in rows
                 ],
@@ -233,13 +265,13 @@ def stage_comparison_figure(results: Mapping[str, Result]) -> Any:
     for r in results.values():
         stages += [n for n, st in r.steps.items() if st.on_path and n not in stages]
     fig = go.Figure()
-    for k, stage in enumerate(stages):
+    for stage in stages:
         fig.add_trace(
             go.Bar(
                 name=stage,
                 x=list(results),
                 y=[r.steps[stage].mean_s if stage in r.steps else 0.0 for r in results.values()],
-                marker_color=_PALETTE[k % len(_PALETTE)],
+                marker_color=stage_colour(stage),
             )
         )
     fig.update_layout(
@@ -511,6 +543,7 @@ table.data td { text-align: right; padding: 3px 10px; border-bottom: 1px solid #
 table.data th:first-child, table.data td:first-child { text-align: left; }
 div.caution { border-left: 4px solid #d9a400; padding: 0 1em; background: #fff8e1; }
 footer { margin-top: 3em; color: #777; font-size: 0.85em; }
+pre.config { background: #f6f6f6; padding: 0.8em 1em; overflow-x: auto; }
 """
 
 
@@ -546,32 +579,162 @@ def _table(title: str, head: Sequence[str], rows: Sequence[Sequence[object]]) ->
 
 
 def _candidates(rows: Sequence[Any]) -> str:
-    """Predicted against measured, one row per candidate config."""
+    """Every candidate, ranked by its measured makespan: its settings, each
+    run's makespan beside the median (their spread, not the median alone),
+    the prediction and its error, mean and p99 startup."""
     if not rows:
         return ""
+    ranked = sorted(rows, key=lambda r: r.measured_makespan_s)
     return _table(
-        "Candidates: predicted against measured on real storms",
+        "Candidates, ranked by measured makespan: predicted against measured on real storms",
         (
+            "rank",
             "config",
-            "measured makespan (s)",
-            "predicted (s)",
+            "settings",
+            "makespan (s) measured: median [each run]",
+            "predicted",
             "error",
-            "measured mean startup (s)",
-            "predicted (s)",
+            "mean startup (s) measured",
+            "predicted",
             "error",
+            "p99 (s) measured",
+            "predicted",
         ),
         [
             (
+                k,
                 r.name,
-                f"{r.measured_makespan_s:.3f}",
+                _describe(r.candidate.config),
+                f"{r.measured_makespan_s:.3f} ["
+                + ", ".join(f"{x:.2f}" for x in r.run_makespans_s)
+                + "]",
                 f"{r.predicted_makespan_s:.3f}",
                 f"{r.makespan_error:+.1%}",
                 f"{r.measured_mean_s:.3f}",
                 f"{r.predicted_mean_s:.3f}",
                 f"{r.mean_error:+.1%}",
+                f"{r.measured_p99_s:.3f}",
+                f"{r.predicted_p99_s:.3f}",
             )
-            for r in rows
+            for k, r in enumerate(ranked, start=1)
         ],
+    )
+
+
+def candidates_figure(rows: Sequence[Any]) -> Any:
+    """Each candidate's runs (dots) and their median (a bar) against the
+    model's prediction (a diamond), ranked by the measured median."""
+    go = _go()
+    ranked = sorted(rows, key=lambda r: r.measured_makespan_s)
+    names = [r.name for r in ranked]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            name="measured (median of the runs)",
+            x=names,
+            y=[r.measured_makespan_s for r in ranked],
+            marker_color=_PALETTE[8],
+        )
+    )
+    runs_x = [r.name for r in ranked for _ in r.run_makespans_s]
+    runs_y = [x for r in ranked for x in r.run_makespans_s]
+    fig.add_trace(
+        go.Scatter(
+            name="each run",
+            x=runs_x,
+            y=runs_y,
+            mode="markers",
+            marker={"color": _PALETTE[0], "size": 8},
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            name="predicted",
+            x=names,
+            y=[r.predicted_makespan_s for r in ranked],
+            mode="markers",
+            marker={"color": _PALETTE[1], "symbol": "diamond", "size": 12},
+        )
+    )
+    fig.update_layout(
+        title="Makespan of each candidate: every run, the median and the prediction",
+        xaxis_title="candidate (fastest measured first)",
+        yaxis_title="makespan, s",
+    )
+    return fig
+
+
+def candidate_stages_figure(rows: Sequence[Any]) -> Any:
+    """Mean time per stage, stacked: measured beside predicted, per candidate."""
+    go = _go()
+    ranked = sorted(rows, key=lambda r: r.measured_makespan_s)
+    stages: list[str] = []
+    for r in ranked:
+        for side in (r.measured_stage_mean_s, r.predicted_stage_mean_s):
+            stages += [k for k in side if k not in stages]
+    x = [
+        [r.name for r in ranked for _ in ("measured", "predicted")],
+        [kind for _ in ranked for kind in ("measured", "predicted")],
+    ]
+    fig = go.Figure()
+    for stage in stages:
+        y = []
+        for r in ranked:
+            y += [r.measured_stage_mean_s.get(stage, 0.0), r.predicted_stage_mean_s.get(stage, 0.0)]
+        fig.add_trace(go.Bar(name=stage, x=x, y=y, marker_color=stage_colour(stage)))
+    fig.update_layout(
+        barmode="stack",
+        title="Where each candidate's startup goes: mean time per stage, measured and predicted",
+        yaxis_title="mean time per sandbox, s",
+    )
+    return fig
+
+
+def _stale(lines: Sequence[str]) -> str:
+    if not lines:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    head = "<p><b>Caution: the profile may be stale</b></p>"
+    return f"<div class='caution'>{head}<ul>{items}</ul></div>"
+
+
+def _compared(compared: Mapping[str, tuple[str, Result]] | None) -> str:
+    """What-ifs side by side: each one's scenario and headline figures, and
+    the change of each against the first."""
+    if not compared:
+        return ""
+    first = next(iter(compared.values()))[1]
+
+    def change(x: float, base: float) -> str:
+        return f"{x:.2f} ({(x - base) / base:+.1%})" if base else f"{x:.2f}"
+
+    return _table(
+        "What-ifs compared (change against the first)",
+        ("what-if", "scenario", "makespan (s)", "mean startup (s)", "p99 (s)", "pools MiB"),
+        [
+            (
+                label,
+                line,
+                change(r.makespan_s, first.makespan_s),
+                change(r.startup.mean, first.startup.mean),
+                change(r.startup.p99, first.startup.p99),
+                f"{r.pool_memory_mib:,.0f}",
+            )
+            for label, (line, r) in compared.items()
+        ],
+    )
+
+
+def _chosen(chosen: tuple[str, Any] | None) -> str:
+    """The config written (its YAML, as shipped to a node), or why none was."""
+    if chosen is None:
+        return ""
+    name, config = chosen
+    if config is None:
+        return f"<h2>Chosen config</h2><p>{html.escape(name)}</p>"
+    return (
+        f"<h2>Chosen config: {html.escape(name)}</h2>"
+        f"<pre class='config'>{html.escape(config.to_yaml())}</pre>"
     )
 
 
@@ -722,6 +885,9 @@ def report_html(
     traffic: tuple[Result, Sequence[Window]] | None = None,
     traffic_candidates: Sequence[Any] = (),
     slo_p99_s: float | None = None,
+    chosen: tuple[str, Any] | None = None,
+    compared: Mapping[str, tuple[str, Result]] | None = None,
+    stale: Sequence[str] = (),
 ) -> str:
     """The report as one HTML document (plotly.js embedded once).
 
@@ -737,16 +903,37 @@ def report_html(
     ``makespan_error``, ``measured_mean_s``, ``predicted_mean_s``,
     ``mean_error``, as ``bootstorm tune`` and ``validate --candidates`` make);
     ``traffic_candidates``: configs run on a workload (``tune --workload``'s
-    rows), with ``slo_p99_s`` drawn as memory held against p99."""
+    rows), with ``slo_p99_s`` drawn as memory held against p99; ``chosen``:
+    the config written, as (name, TunedConfig), or (why none, None);
+    ``compared``: what-ifs side by side, by label, each as (its scenario in
+    a line, its result): headline figures, the change against the first,
+    their stages stacked; ``stale``: why the profile may no longer be the
+    node's (``Identification.stale``), shown as cautions under the headline."""
     if (
         recording is None
         and study is None
         and not candidates
         and traffic is None
         and not traffic_candidates
+        and not compared
     ):
         raise ValueError("a report needs a recorded storm, a study, candidates, or more")
     sections: list[tuple[str, Any]] = []
+    if compared:
+        sections.append(
+            (
+                "Mean startup by stage",
+                stage_comparison_figure({k: r for k, (_, r) in compared.items()}),
+            )
+        )
+    if candidates:
+        sections.append(
+            ("Makespan: every run against the prediction", candidates_figure(candidates))
+        )
+        if any(r.measured_stage_mean_s or r.predicted_stage_mean_s for r in candidates):
+            sections.append(
+                ("Stages: measured beside predicted", candidate_stages_figure(candidates))
+            )
     if traffic_candidates and slo_p99_s is not None:
         sections.append(
             ("Memory held against p99 startup", memory_p99_figure(traffic_candidates, slo_p99_s))
@@ -778,10 +965,13 @@ def report_html(
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
         f"<h1>{html.escape(title)}</h1>{_headline(result, facts)}{_caution(caveats)}"
-        f"{_unidentified(unidentified)}{_candidates(candidates)}"
+        f"{_stale(stale)}{_unidentified(unidentified)}{_compared(compared)}{_chosen(chosen)}"
+        f"{_candidates(candidates)}"
         f"{_traffic_candidates(traffic_candidates, slo_p99_s)}"
         + "\n".join(parts)
-        + "<footer>bootstorm report — opens offline (plotly.js embedded)</footer></body></html>\n"
+        + "<footer>bootstorm report"
+        + (" — opens offline (plotly.js embedded)" if plotly_js_included else "")
+        + "</footer></body></html>\n"
     )
 
 

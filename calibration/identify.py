@@ -276,7 +276,7 @@ class IdentificationCaution:
         d = s.direction
         factor = math.exp(d.span_log * max(abs(w) for w in d.weights.values()))
         return (
-            f"{s.costs} is unidentified ({_short(d.by)}): within its plausible range "
+            f"{s.costs} is unidentified ({_kind_of(d.by)}): within its plausible range "
             f"(×/÷{factor:.2g}) "
             f"it moves the makespan {min(lo_m, hi_m):+.0%}…{max(lo_m, hi_m):+.0%} and the mean "
             f"startup {min(lo_a, hi_a):+.0%}…{max(lo_a, hi_a):+.0%}, beyond the profile's "
@@ -296,8 +296,13 @@ class IdentificationCaution:
         }
 
 
-def _short(text: str, limit: int = 70) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _kind_of(by: str) -> str:
+    """What a direction rests on, whole, in a line: a source's kind
+    (``assumption``) where it names one, the profile's ``sources`` holding the
+    rest (and ``--json`` the full text). Cut to 70 characters, it ended a
+    caution mid-word ("seed 000 gives on…")."""
+    head, sep, _ = by.partition(": ")
+    return head if sep and len(head) <= 40 else by
 
 
 def _resolve(scenario: Scenario, profile: Profile | None) -> Profile:
@@ -400,7 +405,7 @@ class DecisionCaution:
         return (
             f"{self.candidate}: {self.gain_rel:+.1%} against the baseline, but "
             f"{self.gain_rel_moved:+.1%} with {self.direction.label()} at an end of its plausible "
-            f"range (unidentified: {_short(self.direction.by, 50)}): the profile cannot decide it"
+            f"range (unidentified: {_kind_of(self.direction.by)}): the profile cannot decide it"
         )
 
 

@@ -42,6 +42,7 @@ import numpy as np
 
 from ..models import (
     CostEvidence,
+    FittedOn,
     HostSpec,
     Identification,
     PoolRefill,
@@ -51,6 +52,7 @@ from ..models import (
     UnseenDirection,
 )
 from ..models.testbed import TESTBED_CNIS, TESTBED_STAGES
+from ..models.tuned import settings_line
 from ..simulator import SERVICE_FAMILIES, Result
 from ..traces import Trace
 from ._fit import FitReport, FreeParameter, LeastSquaresFit, least_squares_fit, parameter_spread
@@ -70,6 +72,7 @@ __all__ = [
     "choose_service_family",
     "fit_storms",
     "fit_trace",
+    "fitted_on",
     "free_parameters",
     "group_storms",
     "idle_device_s_by_kind",
@@ -603,12 +606,8 @@ def group_storms(traces: Sequence[Trace]) -> list[list[Trace]]:
 
 def storm_name(stats: StormStats) -> str:
     """``150 × testbed-veth, pools netns-veth=150, limits AttachIf=4``."""
-    parts = [f"{stats.sandboxes} × {stats.cni}"]
-    if stats.pools:
-        parts.append("pools " + " ".join(f"{k}={v}" for k, v in sorted(stats.pools.items())))
-    if stats.limits:
-        parts.append("limits " + " ".join(f"{k}={v}" for k, v in sorted(stats.limits.items())))
-    return ", ".join(parts)
+    settings = settings_line(pools=stats.pools, limits=stats.limits)
+    return f"{stats.sandboxes} × {stats.cni}" + (f", {settings}" if settings else "")
 
 
 def measurement_sigma(m: MeasuredCost) -> float:
@@ -737,10 +736,40 @@ def fit_storms(
         fit = fit_from(params)
     checks = tuple(check_targets(targets, fit.profile, seed=seed, executor=executor))
     profile = fit.profile.model_copy(
-        update={"identification": _identification(fit, checks, params, measured, stats)}
+        update={
+            "identification": _identification(fit, checks, params, measured, stats),
+            "fitted_on": fitted_on(traces),
+        }
     )
     profile = Profile(**profile.model_dump())  # validated again, with its identification
     return fit.report(checks, profile=profile)
+
+
+def fitted_on(traces: Sequence[Trace]) -> FittedOn | None:
+    """The machine and time of the storms a profile is fitted to: the newest
+    storm's host (a plan recorded on one node), when the newest was
+    recorded, and the runtimes and variants they ran. None if no storm
+    recorded its host (a simulated one)."""
+    hosted = [t for t in traces if t.header.host is not None]
+    if not hosted:
+        return None
+    stamped = [t.header.created_at for t in hosted if t.header.created_at is not None]
+    newest = max(stamped) if stamped else None
+    host = next(
+        (t.header.host for t in hosted if newest is None or t.header.created_at == newest),
+        hosted[-1].header.host,
+    )
+    assert host is not None
+    storms = sorted({f"{t.header.scenario.runtime}: {t.header.scenario.cni}" for t in traces})
+    return FittedOn(
+        recorded_at=newest,
+        kernel=host.kernel,
+        kernel_config=host.kernel_config,
+        cores=host.cores,
+        cpu_model=host.cpu_model,
+        hostname=host.hostname,
+        storms=tuple(storms),
+    )
 
 
 SPLIT_STARTS = (0.25, 0.5, 0.75)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -26,6 +27,7 @@ __all__ = [
     "PROFILE_SCHEMA_VERSION",
     "CostEvidence",
     "CostTable",
+    "FittedOn",
     "HostSpec",
     "Identification",
     "Profile",
@@ -372,6 +374,30 @@ class Identification(_Frozen):
         return {p: e for p, e in self.costs.items() if e.status == "unidentified"}
 
 
+#: Age past which a what-if on a fitted profile says so, seconds: on this
+#: project's machine kind a host measured 30% slower from one day to the
+#: next, and a day-old profile predicted the same storms 11-30% too fast
+#: (docs/research-log.md, "Drift").
+STALE_AFTER_S = 86_400.0
+
+
+class FittedOn(_Frozen):
+    """When and on what machine a profile's storms were recorded: what a
+    what-if compares with the machine it runs on (:meth:`Profile.staleness`).
+    Facts a trace did not record are None and compared with nothing."""
+
+    #: When the newest storm of the fit was recorded (UTC).
+    recorded_at: datetime | None = None
+    kernel: Annotated[str, Field(min_length=1, max_length=256)]
+    #: The preemption model and tick the kernel was built with.
+    kernel_config: Annotated[str, Field(max_length=256)] | None = None
+    cores: Annotated[int, Field(ge=1, le=MAX_CORES)]
+    cpu_model: Annotated[str, Field(max_length=256)] | None = None
+    hostname: Annotated[str, Field(max_length=256)] | None = None
+    #: The testbed runtimes and variants its storms ran ("cni: cni-bridge").
+    storms: tuple[Annotated[str, Field(max_length=256)], ...] = ()
+
+
 class Profile(_Frozen):
     """A named, versioned set of host facts and operation costs with sources."""
 
@@ -396,6 +422,51 @@ class Profile(_Frozen):
     """Per cost: measured, fitted or unidentified, with its range
     (:mod:`bootstorm.calibration.identify`). ``None``: derived from
     ``sources`` (an ``assumption:`` is unidentified)."""
+    fitted_on: FittedOn | None = None
+    """When and on what machine the storms it was fitted to ran; ``None``: a
+    published profile (a paper's host), or one fitted before it was recorded."""
+
+    def staleness(
+        self,
+        *,
+        now: datetime,
+        kernel: str | None = None,
+        kernel_config: str | None = None,
+        cores: int | None = None,
+        cpu_model: str | None = None,
+    ) -> tuple[str, ...]:
+        """Why a what-if on this fitted profile may not be this node's now,
+        one line each: the profile is older than :data:`STALE_AFTER_S`, or
+        the machine given (the one the what-if runs on) has another kernel,
+        kernel build, CPU count or CPU model. Nothing for a published
+        profile, or for a fact either side lacks."""
+        fitted = self.fitted_on
+        if fitted is None:
+            return ()
+        lines = []
+        if fitted.recorded_at is not None:
+            at = fitted.recorded_at
+            at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+            age_s = (now - at).total_seconds()
+            if age_s > STALE_AFTER_S:
+                lines.append(
+                    f"profile {self.name!r} was fitted to storms recorded "
+                    f"{age_s / 86_400:.1f} days ago ({at:%Y-%m-%d %H:%M} UTC); this machine "
+                    "kind drifted 30% in a day: refit it (sudo bootstorm calibrate --plan) "
+                    "before acting on this answer"
+                )
+        for what, then, here in (
+            ("kernel", fitted.kernel, kernel),
+            ("kernel build", fitted.kernel_config, kernel_config),
+            ("CPUs", fitted.cores, cores),
+            ("CPU model", fitted.cpu_model, cpu_model),
+        ):
+            if then is not None and here is not None and then != here:
+                lines.append(
+                    f"profile {self.name!r} was fitted on {what} {then}, this machine has "
+                    f"{here}: its costs are that machine's"
+                )
+        return tuple(lines)
 
     @model_validator(mode="after")
     def _every_number_has_a_source(self) -> Profile:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -35,6 +37,8 @@ __all__ = [
     "MIN_VCPUS",
     "CniName",
     "Scenario",
+    "available_scenarios",
+    "load_scenario",
 ]
 
 CniName = Literal[
@@ -304,3 +308,41 @@ def _with_config(data: dict[str, Any], config: TunedConfig | str | Path | None) 
     if config.pool_refill is not None:
         merged["pool_refill"] = config.pool_refill
     return merged
+
+
+_EXAMPLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""An installed example's name: a file name in the package, never a path."""
+
+
+def _examples() -> Any:
+    return resources.files("bootstorm.models").joinpath("scenarios")
+
+
+def available_scenarios() -> list[str]:
+    """The example scenarios installed with bootstorm, by name."""
+    return sorted(
+        p.name[: -len(".yaml")] for p in _examples().iterdir() if p.name.endswith(".yaml")
+    )
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """A scenario YAML file by path, or an example installed with bootstorm
+    by name (``storm-400-ipvtap``; :func:`available_scenarios`), as profiles
+    are found (:func:`~.profile.load_profile`): a name ending in ``.yaml`` or
+    naming a file that exists is a path."""
+    path = Path(name_or_path)
+    name = str(name_or_path)
+    try:
+        on_disk = path.suffix in (".yaml", ".yml") or path.exists()
+    except (OSError, ValueError):  # too long a name, a NUL byte: neither
+        on_disk = True  # the reader says why, in one line
+    if on_disk or not _EXAMPLE_NAME.fullmatch(name):
+        return Scenario.from_yaml(path)
+    ref = _examples().joinpath(f"{name}.yaml")
+    if not ref.is_file():
+        raise ConfigError(
+            f"scenario: no file and no installed example named {name!r}; the examples are "
+            f"{', '.join(available_scenarios())}, or give the path of a YAML file"
+        )
+    with resources.as_file(ref) as real:  # a zipped package's: a copy while read
+        return Scenario.from_yaml(real)

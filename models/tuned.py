@@ -60,6 +60,7 @@ __all__ = [
     "PoolRefill",
     "TunedConfig",
     "follow_rate_target",
+    "settings_line",
 ]
 
 
@@ -118,3 +119,14 @@ class TunedConfig(AppliedConfig):  # type: ignore[misc]
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_none=True)
         return str(yaml.safe_dump(data, sort_keys=False, width=100))
+
+
+def settings_line(*, pools: Mapping[str, int], limits: Mapping[str, int]) -> str:
+    """Pools and limits in one line, as every table and title shows them
+    (``pools netns=6 vport=1, limits AddCNI=2``); ``""`` for neither."""
+    parts = []
+    if pools:
+        parts.append("pools " + " ".join(f"{k}={v}" for k, v in sorted(pools.items())))
+    if limits:
+        parts.append("limits " + " ".join(f"{k}={v}" for k, v in sorted(limits.items())))
+    return ", ".join(parts)

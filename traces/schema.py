@@ -110,6 +110,11 @@ class HostFacts(_Frozen):
     #: MiB: 64 TiB, what x86-64's 46-bit physical addresses reach.
     memory_mib: Annotated[int, Field(ge=1, le=64 * 1024 * 1024)]
     hostname: str | None = None
+    #: The CPU's model name (/proc/cpuinfo); added within schema version 1.
+    cpu_model: Annotated[str, Field(max_length=256)] | None = None
+    #: The kernel's preemption model and tick ("PREEMPT_NONE HZ=250"), from
+    #: its build config; added within schema version 1.
+    kernel_config: Annotated[str, Field(max_length=256)] | None = None
 
 
 class ScenarioFacts(_Frozen):

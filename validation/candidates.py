@@ -120,6 +120,10 @@ class CandidateMeasurement:
     measured_p99_s: float
     #: Each run's makespan, in the order the runs were given.
     run_makespans_s: tuple[float, ...] = ()
+    #: Mean time per sandbox in each stage: over every sandbox of every run,
+    #: and in the simulated storm (the stages the model names).
+    measured_stage_mean_s: Mapping[str, float] = field(default_factory=dict)
+    predicted_stage_mean_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -490,6 +494,10 @@ def compare_candidates(
                 measured_mean_s=float(stats.latency_s.mean()),
                 measured_p99_s=stats.p99_s,
                 run_makespans_s=stats.makespans_s or (stats.makespan_s,),
+                measured_stage_mean_s={
+                    k: float(v.mean()) for k, v in stats.stage_s.items() if v.size
+                },
+                predicted_stage_mean_s={k: v.mean_s for k, v in result.stages.items()},
             )
         )
     sizes = sorted({r.scenario.sandboxes for r in rows})

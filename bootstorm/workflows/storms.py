@@ -188,10 +188,16 @@ MAX_MEASURE_REPEATS = 10_000
 
 
 def measure_operations_here(
-    *, repeats: int, warmup: int, vm: bool, progress: Progress | None = None
+    *,
+    repeats: int,
+    warmup: int,
+    vm: bool,
+    settle_s: float | None = None,
+    progress: Progress | None = None,
 ) -> OperationTimes:
     """Each testbed operation timed alone on this host (root), interruptible;
-    a failure is a :class:`ConfigError` line."""
+    a failure is a :class:`ConfigError` line. ``settle_s``: the longest wait
+    for a quiet host before each block (None: the testbed's default)."""
     from ..validation.testbed import TestbedError
     from ..validation.testbed._vm import VmError
     from ..validation.testbed.ops import measure_operations
@@ -200,7 +206,12 @@ def measure_operations_here(
     progress = progress or SilentProgress()
     try:
         with interruptible("measurement"), progress.status("timing each operation alone …"):
-            times = measure_operations(repeats=repeats, warmup=warmup, vm=vm)
+            times = measure_operations(
+                repeats=repeats,
+                warmup=warmup,
+                vm=vm,
+                **({} if settle_s is None else {"settle_max_s": settle_s}),
+            )
     except (TestbedError, VmError, OSError) as exc:
         raise ConfigError(f"testbed: {exc}") from None
     return _with_agent_calls(times, progress)

@@ -22,6 +22,7 @@ import numpy as np
 
 from .._io import write_atomically
 from ..models import ConfigError, Profile, Scenario, TunedConfig
+from ..models.tuned import settings_line
 from ._progress import Progress, SilentProgress
 from .profile import calibrate_plan, load_measured
 from .storms import candidate_runner
@@ -104,12 +105,7 @@ def describe_config(config: TunedConfig | None) -> str:
     """A config's pools and limits in one line ("pools netns=6, limits AddCNI=2")."""
     if config is None:
         return "no pools, no limits"
-    parts = []
-    if config.pools:
-        parts.append("pools " + " ".join(f"{k}={v}" for k, v in sorted(config.pools.items())))
-    if config.limits:
-        parts.append("limits " + " ".join(f"{k}={v}" for k, v in sorted(config.limits.items())))
-    return ", ".join(parts) or "no pools, no limits"
+    return settings_line(pools=config.pools, limits=config.limits) or "no pools, no limits"
 
 
 def node_profile_for_tune(
@@ -499,6 +495,9 @@ def tune(
                 ("chosen", pick.name or "none (no candidate beat the baseline)"),
             ],
             candidates=(refitted or comparison).rows,
+            chosen=(pick.name, pick.config)
+            if pick.name is not None
+            else ("none: no candidate was measured faster than the baseline", None),
         )
         progress.note(f"report written to {report}", tone="strong")
     return TuneOutcome(

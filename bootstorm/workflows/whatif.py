@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..calibration import KnownMiss, caveats
@@ -34,6 +35,7 @@ __all__ = [
     "identification",
     "known_misses",
     "limits_gain_s",
+    "staleness",
     "what_if",
 ]
 
@@ -86,6 +88,9 @@ class Identification:
     """The profile records an identification (fitted to storms or measurements)."""
     testbed: bool
     """A node's own profile (its costs can be measured here), not a paper's host."""
+    stale: tuple[str, ...] = ()
+    """Why the profile may no longer be the node's (:meth:`Profile.staleness`
+    against this machine, now): too old, another kernel or CPU."""
 
     @property
     def imprecise(self) -> bool:
@@ -141,6 +146,7 @@ class WhatIf:
         payload["caveats"] = [m.to_dict() for m in self.known.misses]
         payload["unidentified"] = [c.to_dict() for c in self.identification.cautions]
         payload["profile_error_rel"] = self.identification.error_rel
+        payload["profile_stale"] = list(self.identification.stale)
         if self.background is not None:
             payload["background"] = self.background.to_dict()
         return payload
@@ -241,4 +247,24 @@ def identification(
         error_rel=identification_of(prof).error_rel,
         fitted=prof.identification is not None,
         testbed=prof.testbed is not None,
+        stale=staleness(prof),
     )
+
+
+def staleness(profile: Profile, *, now: datetime | None = None) -> tuple[str, ...]:
+    """Why ``profile`` may not be this machine's now (nothing for a
+    published profile): :meth:`~bootstorm.models.Profile.staleness` against
+    the machine this runs on (its kernel, build and CPUs) at ``now``."""
+    if profile.fitted_on is None:
+        return ()
+    from ..traces.host import current_host
+
+    here = current_host()
+    lines: tuple[str, ...] = profile.staleness(
+        now=now if now is not None else datetime.now(UTC),
+        kernel=here.kernel,
+        kernel_config=here.kernel_config,
+        cores=here.cores,
+        cpu_model=here.cpu_model,
+    )
+    return lines

@@ -68,3 +68,24 @@ def test_dataplane_sweep_names_the_known_misses_of_each_load() -> None:
     frame = dataplane_sweep("paper-002", "bridge-intra", [1, 48])
     assert frame.loc[48, "aggregate_gbps"] > frame.loc[1, "aggregate_gbps"]
     assert list(frame["caveats"]) == ["", "S2-2"]  # one flow has no spread to miss
+
+
+def test_the_default_executor_is_the_compiled_one_unless_the_run_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CLI ran compiled and the API SimPy (~30x slower per event): a
+    notebook's what-if took seconds where the same command took a blink."""
+    import bootstorm._api as api
+
+    used: list[str] = []
+    real = api.run_with
+
+    def spy(program: object, executor: str, **kwargs: object) -> object:
+        used.append(executor)
+        return real(program, executor, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "run_with", spy)
+    s = Scenario(cni="veth", sandboxes=20)
+    plain, recorded = simulate(s), simulate(s, record=True)
+    assert used == ["compiled", "simpy"]
+    assert plain.makespan_s == pytest.approx(recorded.makespan_s, rel=1e-9)

@@ -407,3 +407,30 @@ def test_a_deadlocked_storm_is_one_line_and_exit_1(
         "error: the simulated storm deadlocked: deadlock: 3 tasks never finished "
         "(first: [0, 1, 2])\n"
     )
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    out = run_cli("--version")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"bootstorm {version('bootstorm')}\n"
+
+
+#: A cell rich cut short ends in "…" before its border or padding; the
+#: ranges the tables print ("0.01…100", "+0%…+24%") go on with a number.
+CUT_CELL = re.compile(r"…(?![0-9+\-−])")
+
+
+@pytest.mark.slow
+def test_calibrate_on_recorded_storms_reads_at_80_columns(tmp_path: Path) -> None:
+    """Piped, calibrate --trace printed 120 columns and cut the
+    identification's sources at 60 characters; its fit table headed this
+    node's own measurements "paper"."""
+    data = Path(__file__).resolve().parents[2] / "traces/data/validation"
+    runs = [f"--trace={data}/storm-50-run{k}.jsonl.gz" for k in (1, 2, 3)]
+    out = run_cli("calibrate", *runs, "--output", str(tmp_path / "local.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert max(len(line) for line in out.stdout.splitlines()) <= 80
+    assert not CUT_CELL.search(out.stdout), out.stdout
+    assert "measured" in out.stdout and "paper" not in out.stdout

@@ -310,3 +310,39 @@ def test_a_study_report_reads_optimizes_default_journal_file(tmp_path: Path) -> 
         f"error: study_name: {journal} holds 2 studies; name one with --study-name (s, t)"
     )
     assert "History: makespan" in _report_cli(journal, tmp_path, "--study-name", "t")
+
+
+def test_a_report_compares_scenarios_and_a_config_before_and_after(tmp_path: Path) -> None:
+    """Several scenarios (installed examples here) side by side, the change
+    of each against the first and their stages stacked; one scenario and
+    --config: before and after. The report showed one storm only."""
+    page = _report_cli("storm-400-ipvtap", tmp_path, "storm-400-ipvtap-tuned", "--sandboxes", "40")
+    assert "What-ifs compared (change against the first)" in page
+    # The tuned one's pools and limits are in its line, and it is faster.
+    assert "40 × ipvtap on paper-000, pools ipvtap=400 netns=400 vport=1, limits AddCNI=2" in page
+    assert "Mean startup by stage" in page
+    config = tmp_path / "tuned.yaml"
+    config.write_text("limits:\n  AddCNI: 2\n")
+    page = _report_cli("storm-400-ipvtap", tmp_path, "--sandboxes", "40", "--config", str(config))
+    assert "<td>before</td>" in page and "<td>after tuned</td>" in page
+    refused = _run_report(str(TRACE), tmp_path, "storm-400-ipvtap")
+    assert refused.returncode == 2 and "several sources" in refused.stderr
+
+
+def test_a_stage_has_one_colour_in_every_figure() -> None:
+    """Coloured by position, a stage changed colour when another dropped out
+    (a pooled storm has no NetNS): now by name, the same in every figure."""
+    from bootstorm.report import stage_colour, stage_comparison_figure, timeline_figure
+
+    plain = simulate(Scenario(cni="ipvtap", sandboxes=10), record=True)
+    pooled = simulate(
+        Scenario(cni="ipvtap", sandboxes=10, pools={"netns": 10, "ipvtap": 10, "vport": 1}),
+        record=True,
+    )
+    for result in (plain, pooled):
+        assert result.recording is not None
+        for bar in timeline_figure(result.recording).data:
+            assert bar.marker.color == stage_colour(bar.name)
+    for bar in stage_comparison_figure({"plain": plain, "pooled": pooled}).data:
+        assert bar.marker.color == stage_colour(bar.name)
+    assert len({stage_colour(s) for s in ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")}) == 5

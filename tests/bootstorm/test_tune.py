@@ -99,7 +99,18 @@ def test_tune_writes_the_config_measured_faster_and_it_reproduces_its_prediction
     assert result.makespan_s == pytest.approx(written.origin.predicted["makespan_s"], rel=1e-9)
     assert result.startup.mean == pytest.approx(written.origin.predicted["mean_s"], rel=1e-9)
     assert len(list((tmp_path / "runs").glob("*.jsonl.gz"))) == 3 * 3
-    assert "predicted against measured" in (tmp_path / "tune.html").read_text()
+    page = (tmp_path / "tune.html").read_text()
+    assert "predicted against measured" in page
+    # What a planner reads to trust the pick (the page was one table of
+    # medians): each candidate's settings, every run, the figures, the config.
+    comparison = outcome.refitted or outcome.comparison
+    for row in comparison.rows:
+        assert ", ".join(f"{x:.2f}" for x in row.run_makespans_s) in page
+    assert "netns-veth" in page  # a candidate's pool, in its settings
+    assert "Makespan: every run against the prediction" in page
+    assert "Stages: measured beside predicted" in page
+    assert f"Chosen config: {outcome.chosen}" in page and "schema_version" in page
+    assert "plotly.js embedded" in page
 
 
 def test_tune_writes_nothing_when_no_candidate_beats_the_baseline(tmp_path: Path) -> None:

@@ -112,6 +112,22 @@ def test_a_what_if_on_a_cost_it_does_not_use_gets_no_caution(truth: Profile) -> 
     assert "testbed.rcu_grace_s is unidentified" in caution.line()
 
 
+def test_a_caution_names_what_a_cost_rests_on_whole(truth: Profile) -> None:
+    """A long source was cut to 70 characters mid-word in every simulate's
+    caution ("(seed 000 gives on…)"); its kind is shown whole, the full text
+    stays in the profile's sources and in --json."""
+    source = "assumption: " + "a long reason, " * 10 + "and its end"
+    lone = Identification(
+        error_rel=0.05,
+        unseen=[UnseenDirection(weights={"testbed.rcu_grace_s": 1.0}, span_log=2.0, by=source)],
+    )
+    prof = truth.model_copy(update={"identification": lone})
+    moved = Scenario(cni="testbed-veth-moved", sandboxes=20, profile="local")
+    (caution,) = whatif_cautions(moved, profile=prof, executor=EXECUTOR)
+    assert "is unidentified (assumption): within" in caution.line()
+    assert caution.to_dict()["by"] == source
+
+
 @pytest.fixture(scope="module")
 def fitted_without_moves(truth: Profile) -> Profile:
     storms = [recorded(truth, sandboxes=20), recorded(truth, sandboxes=10)]

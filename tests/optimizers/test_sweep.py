@@ -101,6 +101,7 @@ def test_sweep_cli_writes_csv_and_parquet(
     # Each point names the known misses it rests on; the table lists them once.
     assert list(csv["caveats"]) == ["", "S0-5,S0-Fig6"] * 2
     assert "caution: the papers measured otherwise S0-5 ipvtap is the slowest" in out
+    assert "…" not in out  # 13 columns at 80 had every cell cut to "15…"
     args += ["--workers", "1"]
     main([*args, "--output", str(tmp_path / "s.parquet")])
     parquet = pd.read_parquet(tmp_path / "s.parquet")
@@ -114,3 +115,22 @@ def test_sweep_cli_refuses_other_formats(capsys: pytest.CaptureFixture[str]) -> 
     assert capsys.readouterr().err.strip() == (
         "error: output: expected a .csv or .parquet file, but got 's.xlsx'"
     )
+
+
+@pytest.mark.slow
+def test_sweep_prints_no_dask_info_lines(tmp_path: Path) -> None:
+    """Run as a user does (its own process, logging as the CLI sets it up):
+    Dask's scheduler and nannies logged ~30 INFO lines before the table."""
+    import subprocess
+    import sys
+
+    argv = ["sweep", "--sandboxes", "10", "--cni", "ipvtap,veth", "--workers", "1"]
+    out = subprocess.run(
+        [sys.executable, "-c", "from bootstorm.cli import main; main()", *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "INFO" not in out.stderr + out.stdout, out.stderr[:1000]

@@ -5,6 +5,7 @@ even at the file-descriptor limit."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,7 +26,7 @@ from conftest import TOKEN, NoDevices, free_pool_id
 from pydantic import SecretStr
 
 from bootstorm.validation.agent import AgentSettings, agent_in_thread
-from bootstorm.validation.agent._http import RateLimitedLog
+from bootstorm.validation.agent._http import RateLimitedLog, install_accept_error_handler
 
 AUTH = f"Authorization: Bearer {TOKEN}\r\n".encode()
 PUT = b"PUT /config HTTP/1.1\r\nHost: agent\r\n" + AUTH
@@ -244,3 +246,39 @@ def test_at_the_fd_limit_one_line_and_the_agent_serves_again(tmp_path: Path) -> 
     assert len(refusals) == 1, text[:2000]
     assert "Too many open files" in refusals[0]
     assert os.path.getsize(log_file) < 2000
+
+
+def _accept_retry_report(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> dict[str, Any]:
+    """What asyncio reports when its accept retry (``_start_serving``) fails."""
+    retry = asyncio.TimerHandle(0.0, loop._start_serving, (None, sock, None, None, 128), loop)  # type: ignore[attr-defined]
+    return {
+        "message": f"Exception in callback {retry}",
+        "exception": ValueError("Invalid file descriptor: -1"),
+        "handle": retry,
+    }
+
+
+def test_an_accept_retry_after_the_server_closed_is_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """asyncio's retry of an accept that hit EMFILE fires after the server
+    closed its socket (it is not cancelled): the agent, stopped then, printed a
+    traceback per pending retry. Quiet for a closed socket; any other failure
+    of the callback (an open socket) is still reported as before."""
+    loop = asyncio.new_event_loop()
+    restore = install_accept_error_handler(
+        loop, RateLimitedLog(logging.getLogger("t")), lambda: None
+    )
+    try:
+        closed, open_ = socket.socket(), socket.socket()
+        closed.close()
+        with caplog.at_level(logging.DEBUG, logger="asyncio"):
+            loop.call_exception_handler(_accept_retry_report(loop, closed))
+            assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+            loop.call_exception_handler(_accept_retry_report(loop, open_))
+            errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+            assert len(errors) == 1 and errors[0].exc_info is not None
+        open_.close()
+    finally:
+        restore()
+        loop.close()

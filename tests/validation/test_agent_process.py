@@ -8,6 +8,7 @@ import os
 
 import httpx
 import pytest
+from conftest import free_pool_id
 
 from bootstorm.models import TunedConfig
 from bootstorm.validation.agent import (
@@ -31,7 +32,7 @@ def _alive(pid: int) -> bool:
 
 def test_an_agent_process_serves_its_config_and_is_gone_after_the_block() -> None:
     config = TunedConfig(limits={"AddCNI": 3})
-    with agent_process(token=TOKEN, pool_id=91, config=config) as agent:
+    with agent_process(token=TOKEN, pool_id=free_pool_id(), config=config) as agent:
         assert agent.url.startswith("http://127.0.0.1:")
         with AgentClient(agent.url, token=TOKEN) as client:
             assert client.get_config().limits == {"AddCNI": 3}
@@ -42,13 +43,13 @@ def test_an_agent_process_serves_its_config_and_is_gone_after_the_block() -> Non
 
 def test_an_agent_that_cannot_start_is_one_line() -> None:
     with pytest.raises(AgentProcessError, match="did not start") as err:  # noqa: SIM117
-        with agent_process(token="short", pool_id=92):
+        with agent_process(token="short", pool_id=free_pool_id()):
             pass
     assert "\n" not in str(err.value)
 
 
 def test_measuring_calls_gives_a_cost_per_call() -> None:
-    cost = measure_agent_calls(batches=2, calls_per_batch=8, pool_id=93)
+    cost = measure_agent_calls(batches=2, calls_per_batch=8, pool_id=free_pool_id())
     assert cost.calls_per_batch == 8 and len(cost.wall_s) == 2
     assert 0.0 < cost.per_call_s("client_cpu_s") < cost.per_call_s("wall_s") * 5
     assert cost.per_call_s("wall_s") > 0.0

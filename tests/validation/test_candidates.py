@@ -476,6 +476,23 @@ def test_measured_dir_prints_a_row_per_candidate_and_the_ranking(
     assert "ranking: Spearman" in out and "makespan outside ±0%" in out
 
 
+def test_measured_dir_writes_a_report_of_every_candidate_and_run(
+    files: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(files)
+    base = ["validate", "--candidates", "pool.yaml", "--candidates", "limit.yaml"]
+    base += ["--measured-dir", "runs", "--profile", "local.yaml", "--executor", EXECUTOR]
+    argv = [*base, "--threshold", "100", "--min-spearman", "-1", "--report", "v.html"]
+    assert _exit_code(argv) == 0
+    page = (files / "v.html").read_text()
+    assert "ranked by measured makespan" in page and "netns=6" in page and "AddCNI=2" in page
+    assert "Makespan: every run against the prediction" in page
+    assert "Stages: measured beside predicted" in page
+    # Without --candidates there is no ranking to report: refused before any work.
+    assert _exit_code(["validate", "--measured", "x.jsonl.gz", "--report", "v.html"]) == 2
+    assert "report: goes with --candidates" in capsys.readouterr().err
+
+
 def test_trace_out_keeps_every_run_as_it_ends(
     files: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

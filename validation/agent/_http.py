@@ -26,6 +26,7 @@ import asyncio
 import errno
 import logging
 import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -296,6 +297,9 @@ def install_accept_error_handler(
                 "retrying every second (raise LimitNOFILE / ulimit -n?)",
             )
             return
+        if isinstance(exc, (ValueError, OSError)) and _is_stale_accept_retry(context):
+            log.debug("an accept retry fired after its server closed: %s", exc)
+            return
         if previous is not None:
             previous(loop, context)
         else:
@@ -303,3 +307,19 @@ def install_accept_error_handler(
 
     loop.set_exception_handler(handler)
     return lambda: loop.set_exception_handler(previous)
+
+
+def _is_stale_accept_retry(context: dict[str, Any]) -> bool:
+    """Whether ``context`` reports asyncio's accept retry (``_start_serving``,
+    scheduled a second after an EMFILE) firing on a listening socket the
+    server has closed since: harmless, and not ours to report. CPython
+    schedules one retry per failed accept of a backlog (python/cpython#151615)
+    and does not cancel them when the server closes, so an agent stopped
+    within a second of running out of descriptors printed a traceback per
+    pending retry ("Invalid file descriptor: -1")."""
+    handle = context.get("handle")
+    callback = getattr(handle, "_callback", None)  # asyncio.Handle's, no public accessor
+    if getattr(callback, "__name__", None) != "_start_serving":
+        return False
+    args = getattr(handle, "_args", None) or ()
+    return any(isinstance(a, socket.socket) and a.fileno() == -1 for a in args)

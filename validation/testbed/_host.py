@@ -8,7 +8,6 @@ import itertools
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -109,17 +108,11 @@ def settle(max_s: float) -> float:
 
 
 def host_facts() -> HostFacts:
-    mem_kib = 0
-    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="utf-8") as fh:
-        for line in fh:
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    return HostFacts(
-        kernel=os.uname().release,
-        cores=os.cpu_count() or 1,
-        memory_mib=max(1, mem_kib // 1024),
-        hostname=socket.gethostname(),
-    )
+    """This machine, as a storm's trace header records it
+    (:func:`~bootstorm.traces.host.current_host`)."""
+    from ...traces.host import current_host
+
+    return current_host()
 
 
 @contextlib.contextmanager
