@@ -372,6 +372,16 @@ MeasureSettleOption = Annotated[
         help="Wait up to this long for a quiet host before each operation's block (s).",
     ),
 ]
+MeasurePoolDevicesOption = Annotated[
+    int,
+    typer.Option(
+        help="Devices of each kind per batch when measuring a pooled device's memory "
+        "(0: do not measure it)."
+    ),
+]
+MeasurePoolRoundsOption = Annotated[
+    int, typer.Option(help="Batches of each kind measured (after one discarded).")
+]
 
 
 @testbed_app.command("measure-ops")
@@ -382,17 +392,26 @@ def measure_ops_cmd(
     output: MeasureOutputOption = None,
     as_json: MeasureAsJsonOption = False,
     settle_s: MeasureSettleOption = 10.0,
+    pool_devices: MeasurePoolDevicesOption = 200,
+    pool_rounds: MeasurePoolRoundsOption = 5,
 ) -> None:
     """Time each testbed operation alone (serial, idle host), measure the memory a
     pooled device holds, and derive the catalog's costs."""
     from ._io import write_atomically
     from ._render_node import RichProgress
     from .calibration.measured_ops import POOL_MEMORY_PATH, testbed_costs_from
+    from .models.tuned import MAX_POOL_SIZE
     from .validation.testbed.ops import MAX_SETTLE_S
-    from .workflows.storms import check_measure_options, measure_operations_here
+    from .workflows.storms import (
+        MAX_MEASURE_REPEATS,
+        check_measure_options,
+        measure_operations_here,
+    )
 
     check_measure_options(repeats=repeats, warmup=warmup)
     check_finite("settle-s", settle_s, low=0.0, high=MAX_SETTLE_S)
+    check_count("pool-devices", pool_devices, low=0, high=MAX_POOL_SIZE)
+    check_count("pool-rounds", pool_rounds, low=1, high=MAX_MEASURE_REPEATS)
     if output is not None:
         check_output_path("output", output)
     console = terminal_console()
@@ -401,6 +420,8 @@ def measure_ops_cmd(
         warmup=warmup,
         vm=vm,
         settle_s=settle_s,
+        pool_devices=pool_devices,
+        pool_rounds=pool_rounds,
         progress=RichProgress(console),
     )
     costs = testbed_costs_from(times)

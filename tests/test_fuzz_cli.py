@@ -255,6 +255,8 @@ BASE: dict[str, dict[str, list[str]]] = {
     "testbed measure-ops": {"repeats": ["1"], "warmup": ["0"]},
     "agent serve": {"port": ["0"]},
     "config push": {"config": ["@tuned"], "nodes": ["@inventory"], "timeout_s": ["1"]},
+    # The default /opt/cni/bin need not exist here: a directory of the case's own.
+    "agent install-cni": {"bin_dir": ["@cnibin"]},
 }
 
 #: What an option that says "With --X: ..." in its help needs beside it to
@@ -871,6 +873,10 @@ def _fixture(name: str, root: Path, env: Env, devices: list[Path], fifos: list[P
     if name == "journal":
         path = inputs / "studies.log"
         path.write_bytes(env.journal.read_bytes())
+        return str(path)
+    if name == "cnibin":
+        path = inputs / "cni-bin"
+        path.mkdir(exist_ok=True)
         return str(path)
     if name == "inventory":
         path = inputs / "nodes.yaml"

@@ -407,6 +407,13 @@ class OperationTimes:
         hostname = host_obj.get("hostname")
         if hostname is not None:
             hostname = _string(hostname, "host.hostname")
+        # Added beside the trace header's HostFacts (what a profile's
+        # fitted_on compares); a file written before has neither.
+        extra = {
+            key: _string(host_obj[key], f"host.{key}")
+            for key in ("cpu_model", "kernel_config")
+            if host_obj.get(key) is not None
+        }
         notes = obj.get("notes", [])
         if not isinstance(notes, list):
             raise ValueError(f"notes: expected a list of strings, but got {notes!r}")
@@ -437,7 +444,9 @@ class OperationTimes:
             raise ValueError(f"vm_mode: expected one of {', '.join(VM_MODES)}, but got {vm_mode!r}")
         return cls(
             timings=tuple(timings),
-            host=HostFacts(kernel=kernel, cores=cores, memory_mib=memory, hostname=hostname),
+            host=HostFacts(
+                kernel=kernel, cores=cores, memory_mib=memory, hostname=hostname, **extra
+            ),
             vm_mode=cast(VmMode, vm_mode),
             created_at=created_at,
             repeats=check_count(_get(obj, "repeats", ""), "repeats", minimum=1),

@@ -193,11 +193,14 @@ def measure_operations_here(
     warmup: int,
     vm: bool,
     settle_s: float | None = None,
+    pool_devices: int | None = None,
+    pool_rounds: int | None = None,
     progress: Progress | None = None,
 ) -> OperationTimes:
     """Each testbed operation timed alone on this host (root), interruptible;
     a failure is a :class:`ConfigError` line. ``settle_s``: the longest wait
-    for a quiet host before each block (None: the testbed's default)."""
+    for a quiet host before each block; ``pool_devices``/``pool_rounds``: the
+    pooled devices' memory batches (None: the testbed's defaults)."""
     from ..validation.testbed import TestbedError
     from ..validation.testbed._vm import VmError
     from ..validation.testbed.ops import measure_operations
@@ -210,9 +213,17 @@ def measure_operations_here(
                 repeats=repeats,
                 warmup=warmup,
                 vm=vm,
-                **({} if settle_s is None else {"settle_max_s": settle_s}),
+                **{
+                    name: value
+                    for name, value in (
+                        ("settle_max_s", settle_s),
+                        ("pool_devices", pool_devices),
+                        ("pool_rounds", pool_rounds),
+                    )
+                    if value is not None
+                },
             )
-    except (TestbedError, VmError, OSError) as exc:
+    except (TestbedError, VmError, OSError, ValueError) as exc:
         raise ConfigError(f"testbed: {exc}") from None
     return _with_agent_calls(times, progress)
 

@@ -92,6 +92,28 @@ def network(
     }
 
 
+def cni_environ(
+    *,
+    command: str,
+    bin_dir: Path | str,
+    container_id: str = "c1",
+    netns: str = "/run/netns/fake",
+    ifname: str = "eth0",
+    path: str = "/usr/bin:/bin",
+    env: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment a runtime gives a plugin (libcni's CNI_* variables)."""
+    return {
+        "PATH": path,
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": container_id,
+        "CNI_NETNS": netns,
+        "CNI_IFNAME": ifname,
+        "CNI_PATH": str(bin_dir),
+        **(env or {}),
+    }
+
+
 def call(
     conf: dict[str, Any] | bytes,
     *,
@@ -104,15 +126,15 @@ def call(
     timeout_s: float = 60.0,
 ) -> Call:
     stdin = conf if isinstance(conf, bytes) else json.dumps(conf).encode()
-    environ = {
-        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-        "CNI_COMMAND": command,
-        "CNI_CONTAINERID": container_id,
-        "CNI_NETNS": netns,
-        "CNI_IFNAME": ifname,
-        "CNI_PATH": str(bin_dir),
-        **(env or {}),
-    }
+    environ = cni_environ(
+        command=command,
+        bin_dir=bin_dir,
+        container_id=container_id,
+        netns=netns,
+        ifname=ifname,
+        path=os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        env=env,
+    )
     proc = subprocess.run(
         plugin_argv(), input=stdin, capture_output=True, env=environ, timeout=timeout_s, check=False
     )

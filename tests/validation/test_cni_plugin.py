@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cni_plugin_helpers import Call, call, fake_bin, network, plugin_argv
+from cni_plugin_helpers import Call, call, cni_environ, fake_bin, network, plugin_argv
 from conftest import TOKEN, free_pool_id, thread_agent
 from pydantic import SecretStr
 
@@ -122,15 +122,7 @@ def test_add_holds_the_permit_while_the_delegate_runs(
             plugin_argv(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env={
-                "PATH": "/usr/bin:/bin",
-                "CNI_COMMAND": "ADD",
-                "CNI_CONTAINERID": "c1",
-                "CNI_NETNS": "/run/netns/x",
-                "CNI_IFNAME": "eth0",
-                "CNI_PATH": str(bin_dir),
-                **env,
-            },
+            env=cni_environ(command="ADD", bin_dir=bin_dir, netns="/run/netns/x", env=env),
         )
         assert proc.stdin is not None
         proc.stdin.write(json.dumps(conf).encode())
@@ -327,16 +319,12 @@ def test_sigterm_mid_add_releases_the_permit_and_kills_the_delegate(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env={
-                "PATH": "/usr/bin:/bin",
-                "CNI_COMMAND": "ADD",
-                "CNI_CONTAINERID": "c1",
-                "CNI_NETNS": "/run/netns/x",
-                "CNI_IFNAME": "eth0",
-                "CNI_PATH": str(bin_dir),
-                "FAKE_DIR": str(fake_dir),
-                "FAKE_SLEEP_S": "30",
-            },
+            env=cni_environ(
+                command="ADD",
+                bin_dir=bin_dir,
+                netns="/run/netns/x",
+                env={"FAKE_DIR": str(fake_dir), "FAKE_SLEEP_S": "30"},
+            ),
         )
         assert proc.stdin is not None
         proc.stdin.write(json.dumps(conf).encode())

@@ -23,7 +23,7 @@ from typing import Any
 import cni_plugin_helpers
 import pytest
 import test_cni_plugin as base
-from cni_plugin_helpers import call, fake_bin, network
+from cni_plugin_helpers import call, cni_environ, fake_bin, network
 from conftest import thread_agent
 
 from bootstorm.validation.cni_plugin._delegate import delegate_config
@@ -187,15 +187,9 @@ class TestFallsBackToPython:
             for label, stdin, command in cases:
                 for f in record.iterdir():
                     f.unlink()
-                env = {
-                    "PATH": "/usr/bin:/bin",
-                    "CNI_COMMAND": command,
-                    "CNI_CONTAINERID": "c1",
-                    "CNI_NETNS": "/run/netns/x",
-                    "CNI_IFNAME": "eth0",
-                    "CNI_PATH": str(bin_dir),
-                    "MARK": label,
-                }
+                env = cni_environ(
+                    command=command, bin_dir=bin_dir, netns="/run/netns/x", env={"MARK": label}
+                )
                 done = subprocess.run(
                     [str(frontend)], input=stdin, capture_output=True, env=env, timeout=30
                 )
@@ -222,13 +216,7 @@ class TestFallsBackToPython:
             [str(frontend)],
             input=stdin,
             capture_output=True,
-            env={
-                "CNI_COMMAND": "ADD",
-                "CNI_CONTAINERID": "c1",
-                "CNI_NETNS": "/x",
-                "CNI_IFNAME": "eth0",
-                "CNI_PATH": str(bin_dir),
-            },
+            env=cni_environ(command="ADD", bin_dir=bin_dir, netns="/x"),
             timeout=30,
         )
         assert done.returncode == STUB_RC

@@ -61,8 +61,11 @@ def test_every_operation_timed_and_nothing_left() -> None:
     from bootstorm.validation.testbed.ops import measure_operations
 
     # The suite's other worker keeps this host from ever being quiet: waiting
-    # the default 10 s before each of ~30 blocks made this test 6 minutes.
-    times = measure_operations(repeats=5, warmup=1, vm=False, settle_max_s=0.5)
+    # the default 10 s before each of ~30 blocks, and 200 devices of each kind
+    # five times for their memory, made this test 6 minutes.
+    times = measure_operations(
+        repeats=5, warmup=1, vm=False, settle_max_s=0.5, pool_devices=20, pool_rounds=1
+    )
     assert times.run is not None
     assert _objects_of(times.run) == []
     assert times.vm_mode == "process"
@@ -109,6 +112,10 @@ def test_cli_writes_the_file(tmp_path: Path) -> None:
             "--no-vm",
             "--settle-s",
             "0.5",
+            "--pool-devices",
+            "10",
+            "--pool-rounds",
+            "1",
             "--output",
             str(out),
             "--json",

@@ -48,7 +48,11 @@ def test_a_small_plan_identifies_the_move_and_predicts_a_moved_storm(tmp_path: P
     from bootstorm.validation.testbed.ops import measure_operations
 
     ops = tmp_path / "ops.json"
-    ops.write_text(measure_operations(repeats=5, warmup=1, vm=False, settle_max_s=0.5).to_json())
+    ops.write_text(
+        measure_operations(
+            repeats=5, warmup=1, vm=False, settle_max_s=0.5, pool_devices=20, pool_rounds=1
+        ).to_json()
+    )
     profile = _small_plan(tmp_path, ops, pool_kind="netns", runtime="threads")
     assert profile is not None and profile.identification is not None
     assert profile.identification.costs["testbed.rcu_grace_s"].status == "measured"
@@ -78,7 +82,15 @@ def test_a_small_cni_plan_predicts_a_held_out_plumbed_pool_storm(tmp_path: Path)
     ops = tmp_path / "ops.json"
     chosen = tuple(o for o in OPERATIONS if o in CNI_OPERATIONS or not o.startswith("vm_"))
     ops.write_text(
-        measure_operations(repeats=5, warmup=1, vm=False, ops=chosen, settle_max_s=0.5).to_json()
+        measure_operations(
+            repeats=5,
+            warmup=1,
+            vm=False,
+            ops=chosen,
+            settle_max_s=0.5,
+            pool_devices=20,
+            pool_rounds=1,
+        ).to_json()
     )
     profile = _small_plan(tmp_path, ops, pool_kind="netns-veth", runtime="cni")
     assert profile is not None and profile.identification is not None

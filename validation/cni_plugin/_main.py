@@ -292,22 +292,30 @@ def _del(
     config: PluginConfig, request: Request, environ: Mapping[str, str], out: BinaryIO, log: _Log
 ) -> int:
     # DEL never asks the agent: it must work when the agent is gone.
-    if os.path.exists(state_path(config, request.container_id, request.ifname)):
-        from . import _pool
-
-        if _pool.release_taken(config, request, log):
-            return 0
-    run = _call_delegate(config, request, environ, log)
-    return _passed_through(run, out, log.err)
+    return _pooled_or_delegated(lambda pool: pool.release_taken, config, request, environ, out, log)
 
 
 def _check(
     config: PluginConfig, request: Request, environ: Mapping[str, str], out: BinaryIO, log: _Log
 ) -> int:
+    return _pooled_or_delegated(lambda pool: pool.check_taken, config, request, environ, out, log)
+
+
+def _pooled_or_delegated(
+    handler: Any,
+    config: PluginConfig,
+    request: Request,
+    environ: Mapping[str, str],
+    out: BinaryIO,
+    log: _Log,
+) -> int:
+    """An attachment an ADD took from the pool is the pool module's (``handler``
+    picks its function from :mod:`._pool`, imported only then: DEL is on every
+    sandbox's teardown); any other goes to the delegate."""
     if os.path.exists(state_path(config, request.container_id, request.ifname)):
         from . import _pool
 
-        if _pool.check_taken(config, request, log):
+        if handler(_pool)(config, request, log):
             return 0
     run = _call_delegate(config, request, environ, log)
     return _passed_through(run, out, log.err)
