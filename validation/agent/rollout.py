@@ -813,6 +813,18 @@ class RolloutOptions:
 StepHook = Callable[[str, RolloutState], None]
 
 
+def _not_read(node: NodeState, exc: AgentError, *, status: NodeStatus) -> NodeState:
+    """``node`` left as it was because its config in force could not be read
+    (a node whose config is unknown is never pushed)."""
+    return node.model_copy(
+        update={
+            "status": status,
+            "http_status": exc.status,
+            "message": _one_line(f"config not read, not pushed: {exc.message}"),
+        }
+    )
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -907,13 +919,7 @@ class _Run:
         try:
             now = self.fleet.read(name)
         except AgentError as exc:
-            return node.model_copy(
-                update={
-                    "status": "failed",
-                    "http_status": exc.status,
-                    "message": _one_line(f"config not read, not pushed: {exc.message}"),
-                }
-            )
+            return _not_read(node, exc, status="failed")
         digest = config_digest(now.config)
         kept = {
             "previous": now.config.model_dump(mode="json"),
@@ -940,13 +946,8 @@ class _Run:
         try:
             now = self.fleet.read(name)
         except AgentError as exc:
-            return node.model_copy(
-                update={
-                    "status": "failed" if node.status == "pending" else node.status,
-                    "http_status": exc.status,
-                    "message": _one_line(f"config not read, not pushed: {exc.message}"),
-                }
-            )
+            kept = "failed" if node.status == "pending" else node.status
+            return _not_read(node, exc, status=kept)
         digest = config_digest(now.config)
         if digest == node.target:  # an earlier, interrupted run's push landed
             return node.model_copy(
