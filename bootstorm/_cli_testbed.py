@@ -14,7 +14,9 @@ from rich.table import Table
 
 from ._io import check_output_path, terminal_console
 from ._options import (
+    CNI_WRAPPER_OPTION,
     LIFETIME_OPTION,
+    check_cni_wrapper,
     check_count,
     check_directory,
     check_finite,
@@ -153,14 +155,7 @@ RunCniChainOption = Annotated[
 RunCniCheckOption = Annotated[
     bool, typer.Option("--cni-check", help="CNI CHECK after each ADD (runtime cni).")
 ]
-RunCniWrapperOption = Annotated[
-    str,
-    typer.Option(
-        help="[none|bootstorm-cni] bootstorm-cni: exec the CNI plugin through bootstorm-cni "
-        "(runtime cni, needs --agent), as a node's conflist puts it in the startup path: "
-        "it takes AddCNI's permit from the agent (docs/agent.md).",
-    ),
-]
+RunCniWrapperOption = Annotated[str, CNI_WRAPPER_OPTION]
 RunAsJsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON object instead of tables.")
 ]
@@ -253,11 +248,7 @@ def run_cmd(
         )
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
-    if options.cni_wrapper != "none" and agent is None:
-        raise ConfigError(
-            f"cni_wrapper: {cni_wrapper!r} takes AddCNI's permit from a node agent: "
-            "give one with --agent URL"
-        )
+    check_cni_wrapper(cni_wrapper, agent=agent)
     admission = agent_admission(agent, token_file, tuned) if agent is not None else None
     result = run_storm_here(options, admission=admission, progress=RichProgress(console))
     if trace is not None:

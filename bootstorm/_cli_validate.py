@@ -12,10 +12,12 @@ import typer
 
 from ._io import check_output_path, terminal_console
 from ._options import (
+    CNI_WRAPPER_OPTION,
     EXECUTOR_OPTION,
     LIFETIME_OPTION,
     RUNTIME_OPTION,
     RuntimeName,
+    check_cni_wrapper,
     check_finite,
     testbed_arrivals,
 )
@@ -166,6 +168,7 @@ def validate_cmd(
     workload: WorkloadOption = None,
     lifetime_s: LifetimeOption = None,
     report: ReportOption = None,
+    cni_wrapper: Annotated[str, CNI_WRAPPER_OPTION] = "none",
 ) -> None:
     """Run the storm on this host (root), simulate it, print predicted vs measured.
 
@@ -213,6 +216,7 @@ def validate_cmd(
         if not candidates:
             raise ConfigError("report: goes with --candidates (a ranking of configs)")
         check_output_path("report", report)
+    check_cni_wrapper(cni_wrapper, agent=agent)
     check_validate_options(
         candidates=candidates,
         config=config,
@@ -293,6 +297,7 @@ def validate_cmd(
         progress=progress,
         arrival_s=arrival_s,
         lifetime_s=lifetime_s,
+        cni_wrapper=cni_wrapper,
     )
     if as_json:
         sys.stdout.write(json.dumps(outcome.to_dict()) + "\n")

@@ -17,12 +17,14 @@ if TYPE_CHECKING:
     from .traces.workload import Workload
 
 __all__ = [
+    "CNI_WRAPPER_OPTION",
     "EXECUTOR_OPTION",
     "LIFETIME_OPTION",
     "RUNTIME_OPTION",
     "SCENARIO_DEFAULTS",
     "RuntimeName",
     "check_address",
+    "check_cni_wrapper",
     "check_count",
     "check_directory",
     "check_finite",
@@ -47,6 +49,25 @@ LIFETIME_OPTION = typer.Option(
     "that a long workload holds a bounded number of VMs [default: until the storm ends].",
     show_default=False,
 )
+#: ``--cni-wrapper``, shared by ``testbed run`` and ``validate``.
+CNI_WRAPPER_OPTION = typer.Option(
+    help="[none|bootstorm-cni] bootstorm-cni: exec the CNI plugin through bootstorm-cni "
+    "(runtime cni, needs --agent), as a node's conflist puts it in the startup path: "
+    "it takes AddCNI's permit from the agent (docs/agent.md).",
+)
+
+
+def check_cni_wrapper(cni_wrapper: str, *, agent: str | None) -> None:
+    """``--cni-wrapper``'s value and its agent, before any storm."""
+    if cni_wrapper not in ("none", "bootstorm-cni"):
+        raise ConfigError(f"cni_wrapper: expected none or bootstorm-cni, but got {cni_wrapper!r}")
+    if cni_wrapper != "none" and agent is None:
+        raise ConfigError(
+            f"cni_wrapper: {cni_wrapper!r} takes AddCNI's permit from a node agent: "
+            "give one with --agent URL"
+        )
+
+
 RUNTIME_OPTION = typer.Option(
     help="How the testbed starts a sandbox: cni (real CNI plugin binaries and a shim "
     "process per sandbox, as containerd + Kata; needs containernetworking-plugins) or "

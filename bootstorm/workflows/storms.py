@@ -86,12 +86,14 @@ def storm_trace(
     progress: Progress | None = None,
     arrival_s: tuple[float, ...] | None = None,
     lifetime_s: float | None = None,
+    cni_wrapper: str = "none",
 ) -> Trace:
     """The trace of one real storm of ``sandboxes`` under ``config``; a
     failed sandbox is a :class:`ConfigError` line (``what`` names the storm).
     ``arrival_s``: start each sandbox at its time (a workload's schedule)
     instead of all at once; ``lifetime_s``: stop each VM that long after it
-    came up."""
+    came up; ``cni_wrapper``: exec the CNI plugin through ``bootstorm-cni``
+    (its permits from the node agent behind ``admission``)."""
     options = checked_storm_options(
         sandboxes=sandboxes,
         vm=vm,
@@ -100,6 +102,7 @@ def storm_trace(
         runtime=runtime,
         arrival_s=arrival_s,
         lifetime_s=lifetime_s,
+        cni_wrapper=cni_wrapper,
     )
     result = run_storm_here(options, admission=admission, progress=progress)
     if result.failures:

@@ -175,8 +175,13 @@ def validate_storm(
     progress: Progress | None = None,
     arrival_s: tuple[float, ...] | None = None,
     lifetime_s: float | None = None,
+    cni_wrapper: str = "none",
 ) -> StormValidation:
     """Measure a storm (or read one), predict it, and compare.
+
+    ``cni_wrapper``: the measured storm's CNI plugin runs through
+    ``bootstorm-cni`` (its AddCNI permits from ``agent``), as a node's
+    conflist puts it in the startup path; the calibration storms do not.
 
     ``arrival_s``: start the sandboxes on a workload's schedule (``lifetime_s``:
     stop each VM that long after it came up), and compare it as traffic: p99
@@ -229,6 +234,7 @@ def validate_storm(
                     progress=progress,
                     arrival_s=arrival_s,
                     lifetime_s=lifetime_s,
+                    cni_wrapper=cni_wrapper,
                 )
             )
             if trace_out is not None:

@@ -204,3 +204,20 @@ def test_an_agents_admission_says_the_level_of_this_threads_last_take() -> None:
     assert level_after_take(admission, "tap", "r/0") == PoolLevel()  # not this take's
     client.last_pool_level = SimpleNamespace(kind="veth", ready=0, target=0)
     assert level_after_take(admission, "veth", "r/0") is None  # no pool: not recorded
+
+
+@pytest.mark.parametrize("command", [["testbed", "run"], ["validate"]])
+def test_the_cni_wrapper_needs_an_agent_and_a_known_name(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bootstorm-cni takes AddCNI's permit from a node agent: without one, or
+    with a name it is not, one line before any storm (both commands)."""
+    code, _, err = run([*command, "--runtime", "cni", "--cni-wrapper", "bootstorm-cni"], capsys)
+    assert code == 2
+    assert err.strip() == (
+        "error: cni_wrapper: 'bootstorm-cni' takes AddCNI's permit from a node agent: "
+        "give one with --agent URL"
+    )
+    code, _, err = run([*command, "--cni-wrapper", "cni-shim"], capsys)
+    assert code == 2
+    assert "cni_wrapper" in err and "'cni-shim'" in err and len(err.strip().splitlines()) == 1
