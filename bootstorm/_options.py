@@ -60,7 +60,9 @@ CNI_WRAPPER_OPTION = typer.Option(
 def check_cni_wrapper(cni_wrapper: str, *, agent: str | None) -> None:
     """``--cni-wrapper``'s value and its agent, before any storm."""
     if cni_wrapper not in ("none", "bootstorm-cni"):
-        raise ConfigError(f"cni_wrapper: expected none or bootstorm-cni, but got {cni_wrapper!r}")
+        raise ConfigError(
+            f"cni_wrapper: expected none or bootstorm-cni, but got {short_repr(cni_wrapper)}"
+        )
     if cni_wrapper != "none" and agent is None:
         raise ConfigError(
             f"cni_wrapper: {cni_wrapper!r} takes AddCNI's permit from a node agent: "

@@ -28,9 +28,11 @@ START = TunedConfig(lease_ttl_s=10.0)
 HARMLESS = TunedConfig(limits={"StartVM": 50}, lease_ttl_s=10.0)
 #: Starts arrive at 25/s and hold StartVM 50 ms: with one permit they queue.
 HARMFUL = TunedConfig(limits={"StartVM": 1}, lease_ttl_s=10.0)
-#: Windows of 2 s (about 50 starts a node); 25 ms of slack for the jitter of
-#: 12-50 agents sharing one event loop and two cores with the test.
-SOAK = ["--soak-s", "2", "--p99-slack-s", "0.025"]
+#: Windows of 2 s (about 50 starts a node); 100 ms of slack for the jitter of
+#: 12-50 agents sharing one event loop and two cores with the test (at 25 ms
+#: a harmless push was rolled back on a loaded CI host: StartVM p99 124 ms
+#: against 70 ms before). The harmful config moves p99 by ~900 ms.
+SOAK = ["--soak-s", "2", "--p99-slack-s", "0.1"]
 
 
 def run(argv: list[str]) -> int:
@@ -135,7 +137,7 @@ def test_an_interrupted_rollout_resumes_from_its_state_file(
     waves = ro.plan_waves([(a.node, a.node_class) for a in assignments], waves=3, canary=2)
     fresh = ro.new_state(assignments, {n.name: n.url for n in inventory.nodes}, waves)
     path = tmp_path / "state.json"
-    options = ro.RolloutOptions(soak_s=2.0, max_failures=3, gate=ro.GateRule(p99_slack_s=0.025))
+    options = ro.RolloutOptions(soak_s=2.0, max_failures=3, gate=ro.GateRule(p99_slack_s=0.1))
 
     class KilledError(Exception):
         pass
