@@ -59,9 +59,15 @@ CNI_WRAPPER_OPTION = typer.Option(
 
 def check_cni_wrapper(cni_wrapper: str, *, agent: str | None) -> None:
     """``--cni-wrapper``'s value and its agent, before any storm."""
-    if cni_wrapper not in ("none", "bootstorm-cni"):
+    from typing import get_args
+
+    from .validation.testbed.options import StormOptions
+
+    # The names the testbed takes, read from its options (one list, one place).
+    names = get_args(StormOptions.model_fields["cni_wrapper"].annotation)
+    if cni_wrapper not in names:
         raise ConfigError(
-            f"cni_wrapper: expected none or bootstorm-cni, but got {short_repr(cni_wrapper)}"
+            f"cni_wrapper: expected {' or '.join(names)}, but got {short_repr(cni_wrapper)}"
         )
     if cni_wrapper != "none" and agent is None:
         raise ConfigError(

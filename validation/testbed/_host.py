@@ -12,9 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from ...traces import HostFacts
-
-__all__ = ["CpuMeter", "busy_cores", "host_facts", "settle", "signals_deferred"]
+__all__ = ["CpuMeter", "busy_cores", "settle", "signals_deferred"]
 
 log = logging.getLogger(__name__)
 
@@ -105,14 +103,6 @@ def settle(max_s: float) -> float:
     while busy > _QUIET_CORES and time.monotonic() < deadline:
         busy = busy_cores(0.5)
     return busy
-
-
-def host_facts() -> HostFacts:
-    """This machine, as a storm's trace header records it
-    (:func:`~bootstorm.traces.host.current_host`)."""
-    from ...traces.host import current_host
-
-    return current_host()
 
 
 @contextlib.contextmanager

@@ -57,12 +57,13 @@ from ...traces import (
     Trace,
     TraceHeader,
 )
+from ...traces.host import current_host
 from .._names import CGROUP_PARENT
 from . import cni_runtime as _cni_runtime  # noqa: F401  (registers "cni")
 from . import threads_runtime as _threads_runtime  # noqa: F401  (registers "threads")
 from ._cgroup import cgroup2_root, remove_tree
 from ._errors import TestbedError
-from ._host import CpuMeter, host_facts, settle, signals_deferred
+from ._host import CpuMeter, settle, signals_deferred
 from ._leftovers import (
     WORKDIR_PREFIX,
     RunNames,
@@ -723,7 +724,7 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
             clock="monotonic",
             origin_s=origin_s,
             stages=STAGES,
-            host=host_facts(),
+            host=current_host(),
             busy_core_s=busy_core_s,
             config=in_force,
             scenario=ScenarioFacts(

@@ -67,6 +67,7 @@ import numpy as np
 from pyroute2 import IPRoute
 
 from ...traces._config import MAX_POOL_SIZE
+from ...traces.host import current_host
 from ...traces.operations import (
     CNI_OPERATIONS,
     OPERATIONS,
@@ -81,7 +82,7 @@ from .._names import CGROUP_PARENT
 from .._netns import create_netns_here, entered, remove_netns
 from ._cgroup import CgroupError, add_process, cgroup2_root, remove_tree
 from ._errors import TestbedError
-from ._host import host_facts, settle, signals_deferred
+from ._host import settle, signals_deferred
 from ._leftovers import (
     WORKDIR_PREFIX,
     RunNames,
@@ -932,7 +933,7 @@ def measure_operations(
                 log.info("pool memory %s: median %.4f MiB per device", m.kind, m.median_mib)
         return OperationTimes(
             timings=tuple(timings),
-            host=host_facts(),
+            host=current_host(),
             vm_mode=bench.vm_mode,
             created_at=datetime.now(UTC),
             repeats=repeats,
