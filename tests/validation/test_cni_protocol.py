@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,9 @@ from bootstorm.validation.testbed._leftovers import (
     RunNames,
     _cni_containers,
     _run_of_link,
+    new_run_id,
+    register_run,
+    unregister_run,
 )
 
 NETNS = "/run/netns/bst-ab12-0"
@@ -454,9 +458,25 @@ def test_exec_spans_in_a_trace(tmp_path: Path) -> None:
 # -- the shim's protocol (its error path needs no root) ------------------------
 
 
-def _shim(stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+@pytest.fixture
+def shim_name() -> Iterator[str]:
+    """A shim's name in a run of its own, registered where this is root: a
+    root test on the other worker sweeps every ``bst-<run>-`` process of an
+    unregistered run (it SIGKILLed this test's shim, named ``bst-ab12-0``)."""
+    run = new_run_id()
+    registered = os.geteuid() == 0
+    if registered:
+        register_run(run)
+    try:
+        yield f"bst-{run}-0"
+    finally:
+        if registered:
+            unregister_run(run)
+
+
+def _shim(name: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, *SHIM_FLAGS, str(SHIM_SCRIPT), "bst-ab12-0"],
+        [sys.executable, *SHIM_FLAGS, str(SHIM_SCRIPT), name],
         input=stdin,
         capture_output=True,
         timeout=30,
@@ -464,11 +484,11 @@ def _shim(stdin: bytes) -> subprocess.CompletedProcess[bytes]:
     )
 
 
-def test_the_shim_reports_errors_as_events() -> None:
+def test_the_shim_reports_errors_as_events(shim_name: str) -> None:
     assert SHIM_SCRIPT.is_file()
-    done = _shim(b"")  # stdin closed before a job: nothing to do
+    done = _shim(shim_name, b"")  # stdin closed before a job: nothing to do
     assert done.returncode == 0 and done.stdout == b""
-    bad = _shim(b"[1, 2]\n")
+    bad = _shim(shim_name, b"[1, 2]\n")
     assert bad.returncode == 1
     (event,) = [json.loads(line) for line in bad.stdout.splitlines()]
     assert event == {
@@ -476,7 +496,7 @@ def test_the_shim_reports_errors_as_events() -> None:
         "msg": "ShimError: job: expected a JSON object, but got b'[1, 2]\\n'",
     }
     job = {"netns": "/run/netns/bst-no-such-namespace", "tap": "tap0"}
-    gone = _shim(json.dumps(job).encode() + b"\n")
+    gone = _shim(shim_name, json.dumps(job).encode() + b"\n")
     assert gone.returncode == 1
     (event,) = [json.loads(line) for line in gone.stdout.splitlines()]
     assert event["event"] == "error" and "bst-no-such-namespace" in event["msg"]
