@@ -95,12 +95,11 @@ def _token(token_file: Path | None) -> str:
 
 @agent_app.command("serve")
 def serve_cmd(
-    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = (
-        "127.0.0.1"
-    ),
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one.")] = 8787,
     token_file: Annotated[
-        Path | None, typer.Option(help=f"File holding the bearer token (else ${TOKEN_ENV}).")
+        Path | None,
+        typer.Option(help=f"File holding the bearer token.  [default: ${TOKEN_ENV}]"),
     ] = None,
     config: Annotated[
         Path | None,
@@ -135,23 +134,27 @@ def serve_cmd(
             help="Seconds a client has to send a request's headers, then its body.",
         ),
     ] = 20.0,
-    cni: Annotated[
+    cni_plugin: Annotated[
         str | None,
         typer.Option(
             help="Plumb the netns-veth pool with this CNI plugin (bridge or ptp, host-local "
-            "IPAM) on a network of the agent's own, for the testbed's --runtime cni."
+            "IPAM) on a network of the agent's own, for the testbed's --runtime cni.  "
+            "[default: none: no CNI-plumbed netns-veth pool]"
         ),
     ] = None,
     cni_bin_dir: Annotated[
         Path | None,
-        typer.Option(help="CNI plugin directory (else /usr/lib/cni or /opt/cni/bin)."),
+        typer.Option(
+            help="CNI plugin directory (with --cni-plugin).  "
+            "[default: /usr/lib/cni, else /opt/cni/bin]"
+        ),
     ] = None,
     state_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Where the config in force is saved, so a restart keeps a pushed config "
-            "(else $STATE_DIRECTORY, /var/lib/bootstorm-agent for root, "
-            "$XDG_STATE_HOME/bootstorm/agent otherwise)."
+            help="Where the config in force is saved, so a restart keeps a pushed config.  "
+            "[default: $STATE_DIRECTORY, /var/lib/bootstorm-agent for root, "
+            "$XDG_STATE_HOME/bootstorm/agent otherwise]"
         ),
     ] = None,
     force_config: Annotated[
@@ -159,7 +162,7 @@ def serve_cmd(
         typer.Option(
             "--force-config",
             help="Start with --config even if a config pushed later was saved "
-            "(by default the newer of the two wins).",
+            "(without it, the newer of the two wins).",
         ),
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
@@ -204,9 +207,9 @@ def serve_cmd(
         _regular_file(tls_cert, field="tls-cert")
         _private_file(tls_key, field="tls-key")
         tls_context(tls_cert, tls_key)  # refused here, one line, before anything starts
-    plumbing = _cni_settings(cni, cni_bin_dir) if cni is not None else None
-    if cni is None and cni_bin_dir is not None:
-        raise ConfigError(f"cni-bin-dir: {shown_path(cni_bin_dir)} given without --cni")
+    plumbing = _cni_settings(cni_plugin, cni_bin_dir) if cni_plugin is not None else None
+    if cni_plugin is None and cni_bin_dir is not None:
+        raise ConfigError(f"cni-bin-dir: {shown_path(cni_bin_dir)} given without --cni-plugin")
     if force_config and config is None:
         raise ConfigError("force-config: given without --config")
     token = _token(token_file)
@@ -295,8 +298,8 @@ def push_cmd(
         float | None,
         typer.Option(
             "--soak-s",
-            help="Seconds each gate window lasts (before and after a wave's push); 0: no gate. "
-            "Default: 60 with --waves 2+, else 0.",
+            help="Seconds each gate window lasts (before and after a wave's push); 0: no gate.  "
+            "[default: 60 with --waves 2+, else 0]",
         ),
     ] = None,
     max_p99_increase: Annotated[
@@ -320,8 +323,8 @@ def push_cmd(
     max_failures: Annotated[
         int | None,
         typer.Option(
-            help="Nodes that may refuse or be unreachable before a rollback. "
-            "Default: 0 with a gate or waves, else any."
+            help="Nodes that may refuse or be unreachable before a rollback.  "
+            "[default: 0 with a gate or waves, else any]"
         ),
     ] = None,
     state: Annotated[
@@ -572,7 +575,7 @@ def _print_plan(
 
 @agent_app.command("install-cni")
 def install_cni_cmd(
-    bin_dir: Annotated[
+    cni_bin_dir: Annotated[
         Path,
         typer.Option(help="The node's CNI plugin directory (the runtime's CNI_PATH)."),
     ] = Path("/opt/cni/bin"),
@@ -586,7 +589,7 @@ def install_cni_cmd(
     from .validation.cni_plugin.install import BuildError, InstallError, install
 
     try:
-        installed = install(bin_dir, launcher=launcher)
+        installed = install(cni_bin_dir, launcher=launcher)
     except InstallError as exc:
         raise ConfigError(str(exc)) from None
     except BuildError as exc:

@@ -20,7 +20,9 @@ from ._options import (
     check_count,
     check_input_file,
     check_output_dir,
+    default_help,
     max_testbed_sandboxes,
+    split_names,
 )
 from .models.scenario import MAX_SANDBOXES
 from .simulator import ExecutorName
@@ -34,7 +36,7 @@ MAX_FIT_EVALUATIONS = 10_000
 #: ``calibrate --bootstrap``: a percentile interval wants ~1 000 resamples
 #: (Efron and Tibshirani, 1993, §13.3); each is a refit of the storm.
 MAX_BOOTSTRAP = 1_000
-#: Most runs of each plan storm (--runs): 3 is the default and each run is a
+#: Most runs of each plan storm (--plan-runs): 3 is the default and each run is a
 #: real storm of up to a minute; a hundred is a day.
 MAX_RUNS = 100
 
@@ -43,7 +45,9 @@ TargetsOption = Annotated[
     str, typer.Option(help="Published targets to fit: paper-000, -001, -002, -004.")
 ]
 WriteOption = Annotated[bool, typer.Option(help="Overwrite the built-in profile with the fit.")]
-OutputOption = Annotated[Path | None, typer.Option(help="Write the fitted profile here.")]
+OutputOption = Annotated[
+    Path | None, typer.Option("-o", "--output", help="Write the fitted profile here.")
+]
 CheckOnlyOption = Annotated[
     bool,
     typer.Option(
@@ -55,7 +59,8 @@ CheckOnlyOption = Annotated[
 SeedsOption = Annotated[
     str,
     typer.Option(
-        help="With --check: seeds to average over, e.g. 1001-1010 (none used by the fit)."
+        help="With --check: seeds to average over, e.g. 1001-1010, 0,1,2 or 1-3,7 (none "
+        "used by the fit)."
     ),
 ]
 MaxEvaluationsOption = Annotated[
@@ -98,14 +103,20 @@ PlanOption = Annotated[
 PlanSandboxesOption = Annotated[
     int, typer.Option(help="With --plan: the largest plan storm's size.")
 ]
-RunsOption = Annotated[int, typer.Option(help="With --plan: runs of each plan storm.")]
+PlanRunsOption = Annotated[int, typer.Option(help="With --plan: runs of each plan storm.")]
 PoolKindOption = Annotated[
     list[str] | None,
-    typer.Option(help="With --plan: pool kinds the search may use (default: all the testbed's)."),
+    typer.Option(
+        help="With --plan: device kinds whose pool sizes the search may try (repeat, or "
+        "comma-separated)." + default_help("all the testbed's")
+    ),
 ]
 LimitStageOption = Annotated[
     list[str] | None,
-    typer.Option(help="With --plan: stages the search may limit (default: the four of seed 000)."),
+    typer.Option(
+        help="With --plan: stages whose concurrency limits the search may try (repeat, or "
+        "comma-separated)." + default_help("AddCNI, Cgroup, AttachIf, StartVM")
+    ),
 ]
 MeasureOption = Annotated[
     bool,
@@ -138,7 +149,7 @@ def calibrate_cmd(
     measured_ops: MeasuredOpsOption = None,
     plan: PlanOption = False,
     plan_sandboxes: PlanSandboxesOption = 50,
-    runs: RunsOption = 3,
+    plan_runs: PlanRunsOption = 3,
     pool_kind: PoolKindOption = None,
     limit_stage: LimitStageOption = None,
     measure: MeasureOption = True,
@@ -158,9 +169,9 @@ def calibrate_cmd(
 
     if output is not None:
         check_output_path("output", output)
-    # Every option checked before a fit or a storm starts: --runs 10**9 was
+    # Every option checked before a fit or a storm starts: --plan-runs 10**9 was
     # taken, and a FIFO as --measured-ops hung after the storms had run.
-    check_count("runs", runs, low=1, high=MAX_RUNS)
+    check_count("plan_runs", plan_runs, low=1, high=MAX_RUNS)
     check_count("plan_sandboxes", plan_sandboxes, low=4, high=max_testbed_sandboxes())
     check_count("predict_sandboxes", predict_sandboxes, low=1, high=MAX_SANDBOXES)
     check_input_file("measured_ops", measured_ops)
@@ -170,9 +181,9 @@ def calibrate_cmd(
     if plan:
         calibrate_plan(
             sandboxes=plan_sandboxes,
-            runs=runs,
-            pool_kinds=tuple(pool_kind) if pool_kind else None,
-            limit_stages=tuple(limit_stage or DEFAULT_STAGES),
+            runs=plan_runs,
+            pool_kinds=split_names(pool_kind) or None,
+            limit_stages=split_names(limit_stage) or tuple(DEFAULT_STAGES),
             measured_ops=measured_ops,
             measure=measure,
             trace_dir=trace_dir,

@@ -102,7 +102,8 @@ def dataplane_cmd(
     flows: Annotated[str, typer.Option(help="Flow counts, comma-separated.")] = "1,2,4,6",
     proto: Annotated[str, typer.Option(help="tcp or udp.")] = "tcp",
     message_bytes: Annotated[
-        int | None, typer.Option(help="Bytes per send/recv (default: 128 KiB TCP, 8 KiB UDP).")
+        int | None,
+        typer.Option(help="Bytes per send/recv.  [default: 128 KiB TCP, 8 KiB UDP]"),
     ] = None,
     flow_gbps: Annotated[float | None, typer.Option(help="Offered Gbps per flow.")] = None,
     placement: Annotated[

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ._io import check_output_path, terminal_console, write_atomically
-from ._options import EXECUTOR_OPTION, check_count
+from ._options import EXECUTOR_OPTION, check_count, default_help, split_names
+from ._params import parse_seeds
 from ._units import parse_int_list, parse_mib, parse_seconds
 from .models import ConfigError
 from .simulator import ExecutorName
@@ -33,54 +34,81 @@ MAX_JOBS_PER_CORE = 4
 
 
 ScenarioFileOption = Annotated[
-    Path | None, typer.Option("--scenario", help="Scenario YAML; options override it.")
+    Path | None,
+    typer.Argument(
+        metavar="SCENARIO",
+        help="A scenario file (or an installed example's name); options override it.",
+    ),
 ]
-ProfileOption = Annotated[str | None, typer.Option(help="Calibration profile name or path.")]
-CniOption = Annotated[str | None, typer.Option(help="The CNI of the storm.")]
-SandboxesOption = Annotated[int | None, typer.Option(help="Sandboxes started at once.")]
+ProfileOption = Annotated[
+    str | None,
+    typer.Option(help="Calibration profile name or YAML path." + default_help("profile")),
+]
+CniOption = Annotated[str | None, typer.Option(help="The CNI of the storm." + default_help("cni"))]
+SandboxesOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Sandboxes started at once; several (e.g. 200,400,600): every trial runs each."
+        + default_help("sandboxes"),
+    ),
+]
 TrialsOption = Annotated[
     int, typer.Option(help="Completed trials the study should hold, over all its workers.")
 ]
 ObjectiveOption = Annotated[
     list[str] | None,
-    typer.Option(help="makespan, mean, p99 or memory; twice for a Pareto front."),
+    typer.Option(
+        help="makespan, mean, p99 or memory; twice for a Pareto front."
+        + default_help("makespan; memory and p99 with --workload"),
+    ),
 ]
 SamplerOption = Annotated[str, typer.Option(help="tpe, gp, cmaes, nsga2 or random.")]
 MemoryBudgetOption = Annotated[
     str | None, typer.Option(help="Pooled memory at most this (8GiB, 512MiB).")
 ]
-P99SloOption = Annotated[
-    str | None, typer.Option("--p99-slo", "--slo-p99", help="p99 startup at most this (15s).")
+SloP99Option = Annotated[
+    str | None, typer.Option("--slo-p99", help="p99 startup at most this (15s, 800ms).")
 ]
 WorkloadOption = Annotated[
     Path | None,
     typer.Option(
         help="Search on this workload's starts (bootstorm workload --output) instead of a "
         "storm released at once: pools refill while starts go on, and the search chooses "
-        "their targets, refill workers and whether the targets follow the start rate; "
-        "default objectives memory and p99 (with --slo-p99: the least memory that meets it)."
+        "their targets, refill workers and whether the targets follow the start rate "
+        "(objectives memory and p99; with --slo-p99: the least memory that meets it)."
     ),
 ]
-StagesOption = Annotated[
-    str | None, typer.Option(help="Stages to limit, comma-separated (default: seed 000's 4).")
+LimitStageOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Stages whose concurrency limits to search (repeat, or comma-separated)."
+        + default_help("AddCNI, Cgroup, AttachIf, StartVM"),
+    ),
 ]
-PoolsOption = Annotated[
-    str | None, typer.Option(help="Device kinds whose pool sizes to search, or 'all'.")
+PoolKindOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Device kinds whose pool sizes to search (repeat, or comma-separated), or 'all'."
+        + default_help("none; all with --workload"),
+    ),
 ]
-SeedsOption = Annotated[str | None, typer.Option(help="Seeds every trial runs, e.g. 0,1,2.")]
-SizesOption = Annotated[
-    str | None, typer.Option(help="Storm sizes every trial runs, e.g. 200,400,600.")
+SeedsOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Seeds every trial runs, e.g. 0,1,2, 1001-1010 or 1-3,7."
+        + default_help("the scenario's seed"),
+    ),
 ]
 RobustOption = Annotated[str, typer.Option(help="Aggregate over storms: mean or worst.")]
 StorageOption = Annotated[
-    str,
+    str | None,
     typer.Option(
-        help="A journal file (default: ~/.local/state/bootstorm/studies.log), "
-        "a database URL (postgresql://..., sqlite:///...) or 'memory'."
+        help="A journal file, a database URL (postgresql://..., sqlite:///...) or 'memory'."
+        + default_help("~/.local/state/bootstorm/studies.log"),
     ),
 ]
 StudyNameOption = Annotated[str | None, typer.Option(help="Study name; workers share it.")]
-OutputOption = Annotated[Path, typer.Option(help="Write the tuned config here.")]
+OutputOption = Annotated[Path, typer.Option("-o", "--output", help="Write the tuned config here.")]
 JobsOption = Annotated[int, typer.Option(help="Worker processes on this machine.")]
 SamplerSeedOption = Annotated[
     int, typer.Option(help="Seed of the sampler; each worker adds its first trial's number.")
@@ -99,13 +127,12 @@ def optimize_cmd(
     objective: ObjectiveOption = None,
     sampler: SamplerOption = "tpe",
     memory_budget: MemoryBudgetOption = None,
-    p99_slo: P99SloOption = None,
-    stages: StagesOption = None,
-    pools: PoolsOption = None,
+    slo_p99: SloP99Option = None,
+    limit_stage: LimitStageOption = None,
+    pool_kind: PoolKindOption = None,
     seeds: SeedsOption = None,
-    sizes: SizesOption = None,
     robust: RobustOption = "mean",
-    storage: StorageOption = DEFAULT_STORAGE,
+    storage: StorageOption = None,
     study_name: StudyNameOption = None,
     output: OutputOption = Path("tuned.yaml"),
     jobs: JobsOption = 1,
@@ -130,12 +157,18 @@ def optimize_cmd(
     check_count("jobs", jobs, low=1, high=MAX_JOBS_PER_CORE * (os.cpu_count() or 1))
     check_count("heartbeat_s", heartbeat_s, low=1, high=MAX_HEARTBEAT_S)
     quiet_optuna()
+    # One size is the storm's; several are every trial's storms (the old --sizes).
+    sizes = parse_int_list("sandboxes", sandboxes) if sandboxes is not None else ()
+    size = sizes[0] if len(sizes) == 1 else None
+    sizes = sizes if len(sizes) > 1 else ()
     base = load_scenario(scenario_file) if scenario_file is not None else Scenario()
-    given = {"profile": profile, "cni": cni, "sandboxes": sandboxes}
+    given = {"profile": profile, "cni": cni, "sandboxes": size}
     base = base.replace(**{k: v for k, v in given.items() if v is not None})
+    stages = ",".join(split_names(limit_stage)) or None
+    pools = ",".join(split_names(pool_kind)) or None
     traffic: dict[str, object] = {}
     if workload is not None:
-        base, traffic = _workload_search(base, workload, sandboxes=sandboxes, sizes=sizes)
+        base, traffic = _workload_search(base, workload, sandboxes=size, sizes=sizes)
         objective = objective or ["memory", "p99"]
         pools = pools or "all"
     spec = study_spec(
@@ -145,12 +178,12 @@ def optimize_cmd(
         sampler=sampler,
         stages=stages,
         pools=pools,
-        seeds=parse_int_list("seeds", seeds) if seeds else (),
-        sizes=parse_int_list("sizes", sizes) if sizes else (),
+        seeds=parse_seeds(seeds) if seeds else (),
+        sizes=sizes,
         robust=robust,
         memory_budget_mib=parse_mib("memory_budget", memory_budget) if memory_budget else None,
-        p99_slo_s=parse_seconds("p99_slo", p99_slo) if p99_slo else None,
-        storage=storage,
+        p99_slo_s=parse_seconds("slo_p99", slo_p99) if slo_p99 else None,
+        storage=DEFAULT_STORAGE if storage is None else storage,
         study_name=study_name,
         sampler_seed=sampler_seed,
         heartbeat_s=heartbeat_s,
@@ -161,7 +194,7 @@ def optimize_cmd(
 
 
 def _workload_search(
-    base: Scenario, path: Path, *, sandboxes: int | None, sizes: str | None
+    base: Scenario, path: Path, *, sandboxes: int | None, sizes: tuple[int, ...]
 ) -> tuple[Scenario, dict[str, object]]:
     """The storm of a workload's starts, and the study options it implies:
     refilling pools, searched up to twice the workload's largest burst."""
@@ -175,7 +208,7 @@ def _workload_search(
             "(--workload sets the sandboxes: leave --sandboxes out)"
         )
     if sizes:
-        raise ConfigError("sizes: not with --workload (its starts are the storm)")
+        raise ConfigError("sandboxes: one size with --workload, if any (its starts are the storm)")
     burst = workload_stats(starts).burst_max
     return workload_scenario(base, starts), {"refill": True, "max_pool": max(2 * burst, 8)}
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ._io import check_output_path, terminal_console
-from ._options import check_input_file, scenario_from_options
+from ._options import check_input_file, default_help, scenario_from_options
 from ._params import short_repr
 from .models import ConfigError
 
@@ -33,9 +33,13 @@ OutputOption = Annotated[Path, typer.Option("-o", "--output", help="The HTML fil
 StudyNameOption = Annotated[
     str | None, typer.Option(help="The study in the storage (if it holds several).")
 ]
-CniOption = Annotated[str | None, typer.Option(help="As for simulate.")]
-SandboxesOption = Annotated[int | None, typer.Option(help="As for simulate.")]
-ProfileOption = Annotated[str | None, typer.Option(help="As for simulate.")]
+CniOption = Annotated[str | None, typer.Option(help="As for simulate." + default_help("cni"))]
+SandboxesOption = Annotated[
+    int | None, typer.Option(help="As for simulate." + default_help("sandboxes"))
+]
+ProfileOption = Annotated[
+    str | None, typer.Option(help="As for simulate." + default_help("profile"))
+]
 WorkloadOption = Annotated[
     Path | None,
     typer.Option(

@@ -31,7 +31,11 @@ __all__ = ["profiles_cmd", "simulate_cmd"]
 
 
 ScenarioFileOption = Annotated[
-    Path | None, typer.Argument(help="Scenario YAML; options override it.")
+    Path | None,
+    typer.Argument(
+        metavar="SCENARIO",
+        help="A scenario file (or an installed example's name); options override it.",
+    ),
 ]
 CniOption = Annotated[
     str | None,

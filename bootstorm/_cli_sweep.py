@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 
 from ._io import check_output_path, terminal_console
-from ._options import EXECUTOR_OPTION, check_address, check_count
-from ._params import short_repr
+from ._options import EXECUTOR_OPTION, check_address, check_count, default_help
+from ._params import parse_seeds, short_repr
 from ._units import parse_int_list
 from .models import ConfigError
 from .models.scenario import MAX_SANDBOXES
@@ -44,16 +44,39 @@ def _write_frame(frame: object, path: Path) -> None:
         raise
 
 
-ScenarioFileOption = Annotated[Path | None, typer.Option("--scenario", help="Base scenario YAML.")]
-SandboxesOption = Annotated[str | None, typer.Option(help="Storm sizes, e.g. 100,200,400.")]
-CniOption = Annotated[str | None, typer.Option(help="CNIs, e.g. ipvtap,veth.")]
-MemoryMibOption = Annotated[str | None, typer.Option(help="Guest memory, e.g. 512,2048.")]
+ScenarioFileOption = Annotated[
+    Path | None,
+    typer.Argument(
+        metavar="SCENARIO",
+        help="The base scenario: a file (or an installed example's name); options override it.",
+    ),
+]
+SandboxesOption = Annotated[
+    str | None,
+    typer.Option(help="Sandboxes started at once, e.g. 100,200,400." + default_help("sandboxes")),
+]
+CniOption = Annotated[
+    str | None, typer.Option(help="CNIs, e.g. ipvtap,veth." + default_help("cni"))
+]
+MemoryMibOption = Annotated[
+    str | None,
+    typer.Option(help="Guest memory per sandbox, MiB, e.g. 512,2048." + default_help("memory_mib")),
+]
 PoolOption = Annotated[
     list[str] | None,
-    typer.Option(help="Pools per point: none, full or KIND=N,KIND=N (repeatable)."),
+    typer.Option(
+        help="Pools per point: none, full or KIND=COUNT,KIND=COUNT (repeatable)."
+        + default_help("the scenario's pools")
+    ),
 ]
-SeedsOption = Annotated[str | None, typer.Option(help="Seeds, e.g. 0,1,2.")]
-ProfileOption = Annotated[str | None, typer.Option(help="Calibration profile name or path.")]
+SeedsOption = Annotated[
+    str | None,
+    typer.Option(help="Seeds, e.g. 0,1,2, 1001-1010 or 1-3,7." + default_help("seed")),
+]
+ProfileOption = Annotated[
+    str | None,
+    typer.Option(help="Calibration profile name or YAML path." + default_help("profile")),
+]
 SchedulerOption = Annotated[
     str | None, typer.Option(help="A running Dask scheduler (tcp://host:8786).")
 ]
@@ -63,10 +86,12 @@ WorkersOption = Annotated[
         # A process each on this machine: more than a few per core only queue.
         min=1,
         max=4 * (os.cpu_count() or 1),
-        help="LocalCluster worker processes (default: one per core).",
+        help="LocalCluster worker processes." + default_help("one per core"),
     ),
 ]
-OutputOption = Annotated[Path | None, typer.Option(help="Write the table: .csv or .parquet.")]
+OutputOption = Annotated[
+    Path | None, typer.Option("-o", "--output", help="Write the table: .csv or .parquet.")
+]
 
 
 def sweep_cmd(
@@ -113,7 +138,7 @@ def sweep_cmd(
         cnis=tuple(c.strip() for c in cni.split(",")) if cni is not None else (),
         memory_mib=parse_int_list("memory_mib", memory_mib) if memory_mib is not None else (),
         pools=tuple(pool or ()),
-        seeds=parse_int_list("seeds", seeds) if seeds is not None else (),
+        seeds=parse_seeds(seeds) if seeds is not None else (),
     )
     total = len(grid.points())
     with Progress(

@@ -16,11 +16,13 @@ from ._io import check_output_path, terminal_console
 from ._options import (
     CNI_WRAPPER_OPTION,
     LIFETIME_OPTION,
+    RuntimeName,
     check_cni_wrapper,
     check_count,
     check_directory,
     check_finite,
     check_url,
+    default_help,
     testbed_arrivals,
 )
 from .models import ConfigError
@@ -124,21 +126,24 @@ RunAgentOption = Annotated[
     ),
 ]
 RunTokenFileOption = Annotated[
-    Path | None, typer.Option(help="File holding the agent's bearer token.")
+    Path | None,
+    typer.Option(
+        help="File holding the agent's bearer token." + default_help("$BOOTSTORM_AGENT_TOKEN")
+    ),
 ]
 RunRuntimeOption = Annotated[
-    str,
+    RuntimeName,
     typer.Option(
-        help="[threads|cni] threads: each sandbox's thread does its kernel operations "
-        "in-process (netlink). cni: as containerd + Kata: real CNI plugins exec'd for "
-        "AddCNI, one shim process per sandbox for AttachIf and StartVM (the default: "
-        "it validates closer to its model, docs/testbed.md).",
+        help="threads: each sandbox's thread does its kernel operations in-process "
+        "(netlink). cni: as containerd + Kata: real CNI plugins exec'd for AddCNI, one "
+        "shim process per sandbox for AttachIf and StartVM (it validates closer to its "
+        "model, docs/testbed.md).",
     ),
 ]
 RunCniBinDirOption = Annotated[
     Path | None,
     typer.Option(
-        help="CNI plugin directory (runtime cni); default /usr/lib/cni, else /opt/cni/bin."
+        help="CNI plugin directory (runtime cni)." + default_help("/usr/lib/cni, else /opt/cni/bin")
     ),
 ]
 RunCniPluginOption = Annotated[
@@ -149,7 +154,7 @@ RunCniChainOption = Annotated[
     str,
     typer.Option(
         help="Plugins chained after it, comma-separated, in order (runtime cni): "
-        "tuning, bandwidth (e.g. tuning,bandwidth).",
+        "tuning, bandwidth (e.g. tuning,bandwidth)." + default_help("none"),
     ),
 ]
 RunCniCheckOption = Annotated[
@@ -266,7 +271,12 @@ def run_cmd(
 
 ChromeTraceOption = Annotated[Path, typer.Argument(help="A recorded trace (.jsonl or .jsonl.gz).")]
 ChromeOutputOption = Annotated[
-    Path, typer.Argument(help="Chrome trace JSON to write (.gz compresses).")
+    Path | None, typer.Option("-o", "--output", help="Chrome trace JSON to write (.gz compresses).")
+]
+#: OUTPUT after the trace, where -o's file was given before issue 37: kept,
+#: hidden, for one release.
+ChromeOldOutputArgument = Annotated[
+    Path | None, typer.Argument(metavar="[OUTPUT]", hidden=True, show_default=False)
 ]
 ChromeSimulateCniOption = Annotated[
     str | None,
@@ -281,7 +291,8 @@ ChromeProfileOption = Annotated[str, typer.Option(help="Profile of the simulatio
 @testbed_app.command("chrome")
 def chrome_cmd(
     trace: ChromeTraceOption,
-    output: ChromeOutputOption,
+    old_output: ChromeOldOutputArgument = None,
+    output: ChromeOutputOption = None,
     simulate_cni: ChromeSimulateCniOption = None,
     profile: ChromeProfileOption = "paper-000",
 ) -> None:
@@ -291,6 +302,17 @@ def chrome_cmd(
     from .traces import TraceFormatError, read_trace
     from .validation.recording import write_chrome_trace
 
+    if old_output is not None:
+        if output is not None:
+            raise ConfigError(
+                f"output: give -o {output} only (OUTPUT after the trace is its old place)"
+            )
+        sys.stderr.write(
+            "OUTPUT after the trace is now -o/--output; the old place goes in the next release\n"
+        )
+        output = old_output
+    if output is None:
+        raise ConfigError("output: give the Chrome trace to write: -o FILE")
     check_output_path("output", output)
     try:
         measured = read_trace(trace)
@@ -351,7 +373,8 @@ MeasureVmOption = Annotated[
     ),
 ]
 MeasureOutputOption = Annotated[
-    Path | None, typer.Option(help="Write the timings here (JSON), whole or not at all.")
+    Path | None,
+    typer.Option("-o", "--output", help="Write the timings here (JSON), whole or not at all."),
 ]
 MeasureAsJsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON object instead of tables.")

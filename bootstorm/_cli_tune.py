@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ._io import terminal_console
-from ._options import LIFETIME_OPTION, RUNTIME_OPTION, RuntimeName
+from ._options import LIFETIME_OPTION, RUNTIME_OPTION, RuntimeName, default_help, split_names
 from .models import ConfigError
 
 if TYPE_CHECKING:
@@ -36,9 +36,7 @@ WorkloadOption = Annotated[
 ]
 SloOption = Annotated[
     str | None,
-    typer.Option(
-        "--slo-p99", "--p99-slo", help="With --workload: p99 startup at most this (15s, 800ms)."
-    ),
+    typer.Option("--slo-p99", help="With --workload: p99 startup at most this (15s, 800ms)."),
 ]
 WindowOption = Annotated[
     float | None,
@@ -48,7 +46,7 @@ WindowOption = Annotated[
         show_default=False,
     ),
 ]
-BudgetOption = Annotated[int, typer.Option(help="TPE trials of the search on the model.")]
+TrialsOption = Annotated[int, typer.Option(help="TPE trials of the search on the model.")]
 CandidatesOption = Annotated[
     int, typer.Option(help="The best configs of the search to run for real.")
 ]
@@ -57,21 +55,31 @@ RepeatsOption = Annotated[
 ]
 ProfileOption = Annotated[
     Path | None,
-    typer.Option(help="The node's profile; default: calibrate it here first (--plan)."),
+    typer.Option(
+        help="The node's fitted profile YAML." + default_help("fitted here first, as --plan does")
+    ),
 ]
 MeasuredOpsOption = Annotated[
     Path | None, typer.Option(help="Costs timed alone (testbed measure-ops --output).")
 ]
 PlanSandboxesOption = Annotated[
-    int | None, typer.Option(help="The largest plan storm (default: a third of the storm).")
+    int | None,
+    typer.Option(help="The largest plan storm's size." + default_help("a third of the storm")),
 ]
 PlanRunsOption = Annotated[int, typer.Option(help="Runs of each plan storm.")]
 PoolKindOption = Annotated[
-    list[str] | None, typer.Option(help="Pool kinds to search (default: the testbed's).")
+    list[str] | None,
+    typer.Option(
+        help="Device kinds whose pool sizes to search (repeat, or comma-separated)."
+        + default_help("all the testbed's"),
+    ),
 ]
 LimitStageOption = Annotated[
     list[str] | None,
-    typer.Option(help="Stages to limit (default: AddCNI, Cgroup, AttachIf, StartVM)."),
+    typer.Option(
+        help="Stages whose concurrency limits to search (repeat, or comma-separated)."
+        + default_help("AddCNI, Cgroup, AttachIf, StartVM"),
+    ),
 ]
 OutputOption = Annotated[
     Path, typer.Option("-o", "--output", help="The tuned config (only if measured faster).")
@@ -87,7 +95,7 @@ VmOption = Annotated[bool, typer.Option(help="QEMU microVMs in StartVM.")]
 
 def tune_cmd(
     sandboxes: SandboxesOption = None,
-    budget: BudgetOption = 60,
+    trials: TrialsOption = 60,
     candidates: CandidatesOption = 3,
     repeats: RepeatsOption = 5,
     profile: ProfileOption = None,
@@ -133,7 +141,7 @@ def tune_cmd(
     sandboxes = 150 if sandboxes is None else sandboxes
     _check_options(
         sandboxes=2 if traffic else sandboxes,
-        budget=budget,
+        trials=trials,
         candidates=candidates,
         repeats=repeats,
         plan_sandboxes=plan_sandboxes,
@@ -146,15 +154,15 @@ def tune_cmd(
     )
     # What both loops take, every option checked before the first storm.
     loop = {
-        "trials": budget,
+        "trials": trials,
         "candidates": candidates,
         "repeats": repeats,
         "profile_path": profile,
         "measured_ops": measured_ops,
         "plan_sandboxes": plan_sandboxes,
         "plan_runs": plan_runs,
-        "pool_kinds": tuple(pool_kind) if pool_kind else None,
-        "limit_stages": tuple(limit_stage or DEFAULT_STAGES),
+        "pool_kinds": split_names(pool_kind) or None,
+        "limit_stages": split_names(limit_stage) or tuple(DEFAULT_STAGES),
         "output": output,
         "trace_dir": trace_dir,
         "report": report,
@@ -206,7 +214,7 @@ def _traffic_options(
     return load_workload("workload", workload), slo_s
 
 
-#: Most TPE trials of tune's search on the model (--budget): 60 is the
+#: Most TPE trials of tune's search on the model (--trials): 60 is the
 #: default and a trial is a simulated storm (ms to s); 10**20 was taken.
 MAX_TUNE_TRIALS = 100_000
 #: Most candidates or rounds of real storms (each a storm of up to a minute).
@@ -216,7 +224,7 @@ MAX_TUNE_RUNS = 100
 def _check_options(
     *,
     sandboxes: int,
-    budget: int,
+    trials: int,
     candidates: int,
     repeats: int,
     plan_sandboxes: int | None,
@@ -228,13 +236,13 @@ def _check_options(
     trace_dir: Path | None,
 ) -> None:
     """Every option checked before the node is calibrated (the first storm):
-    a budget of 10**20, a plan of 0 sandboxes or an output with no folder
+    --trials 10**20, a plan of 0 sandboxes or an output with no folder
     were found after the calibration storms, or never."""
     from ._io import check_output_path
     from ._options import check_count, check_input_file, check_output_dir, max_testbed_sandboxes
 
     check_count("sandboxes", sandboxes, low=2, high=max_testbed_sandboxes())
-    check_count("budget", budget, low=1, high=MAX_TUNE_TRIALS)
+    check_count("trials", trials, low=1, high=MAX_TUNE_TRIALS)
     check_count("candidates", candidates, low=1, high=MAX_TUNE_RUNS)
     check_count("repeats", repeats, low=1, high=MAX_TUNE_RUNS)
     check_count("plan_sandboxes", plan_sandboxes, low=4, high=max_testbed_sandboxes())

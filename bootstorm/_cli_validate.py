@@ -19,6 +19,7 @@ from ._options import (
     RuntimeName,
     check_cni_wrapper,
     check_finite,
+    default_help,
     testbed_arrivals,
 )
 from .models import ConfigError
@@ -46,8 +47,8 @@ ConfigOption = Annotated[
 CandidatesOption = Annotated[
     list[str] | None,
     typer.Option(
-        help="Rank tuned configs instead: [NAME=]FILE, repeat (NAME defaults to the "
-        "file's stem). Runs --repeat storms of each, interleaved (each round every "
+        help="Rank tuned configs instead: [NAME=]FILE, repeat (NAME: the file's stem if "
+        "left out). Runs --repeats storms of each, interleaved (each round every "
         "candidate once, in a shuffled order), or reads --measured-dir; prints measured "
         "against predicted per candidate and the Spearman of the two rankings."
     ),
@@ -59,7 +60,13 @@ BaselineOption = Annotated[
         help="With --candidates: rank the storm without a config too, as 'baseline'.",
     ),
 ]
-ProfileOption = Annotated[Path | None, typer.Option(help="The node's fitted profile YAML.")]
+ProfileOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="The node's fitted profile YAML."
+        + default_help("fitted first, to --calibrate-from or to calibration storms")
+    ),
+]
 CalibrateFromOption = Annotated[
     list[Path] | None,
     typer.Option(
@@ -77,28 +84,28 @@ MeasuredDirOption = Annotated[
     Path | None,
     typer.Option(
         help="With --candidates: compare the runs recorded here instead of running any "
-        "(DIR/<candidate>-run<k>.jsonl.gz, as --trace-out writes them; every run found)."
+        "(DIR/<candidate>-run<k>.jsonl.gz, as --trace-dir writes them; every run found)."
     ),
 ]
-RepeatOption = Annotated[
+RepeatsOption = Annotated[
     int | None,
     typer.Option(
-        help="Run the storm this many times and compare the median (default: 1; "
-        "3 per candidate with --candidates)."
+        help="Run the storm this many times and compare the median."
+        + default_help("1; 3 per candidate with --candidates")
     ),
 ]
 CalibrationSandboxesOption = Annotated[
     int | None,
     typer.Option(
         help="Without --profile or --calibrate-from: the size of the storms the node's "
-        "profile is fitted to first, without the config (default: half of --sandboxes)."
+        "profile is fitted to first, without the config." + default_help("half of --sandboxes")
     ),
 ]
 CalibrationRunsOption = Annotated[
     int, typer.Option(help="Without --profile or --calibrate-from: how many of them.")
 ]
 TraceOption = Annotated[Path | None, typer.Option(help="Write the measured storm here.")]
-TraceOutOption = Annotated[
+TraceDirOption = Annotated[
     Path | None,
     typer.Option(
         help="With --candidates: write every run's trace as "
@@ -123,7 +130,10 @@ VmOption = Annotated[bool, typer.Option("--vm/--no-vm", help="QEMU microVMs in S
 AgentOption = Annotated[
     str | None, typer.Option(help="Admit the testbed's stages through this node agent.")
 ]
-TokenFileOption = Annotated[Path | None, typer.Option(help="The agent's bearer token.")]
+TokenFileOption = Annotated[
+    Path | None,
+    typer.Option(help="The agent's bearer token." + default_help("$BOOTSTORM_AGENT_TOKEN")),
+]
 AsJsonOption = Annotated[bool, typer.Option("--json", help="One JSON object.")]
 WorkloadOption = Annotated[
     Path | None,
@@ -152,11 +162,11 @@ def validate_cmd(
     calibrate_from: CalibrateFromOption = None,
     measured: MeasuredOption = None,
     measured_dir: MeasuredDirOption = None,
-    repeat: RepeatOption = None,
+    repeats: RepeatsOption = None,
     calibration_sandboxes: CalibrationSandboxesOption = None,
     calibration_runs: CalibrationRunsOption = 3,
     trace: TraceOption = None,
-    trace_out: TraceOutOption = None,
+    trace_dir: TraceDirOption = None,
     threshold: ThresholdOption = 0.15,
     min_spearman: MinSpearmanOption = 0.9,
     vm: VmOption = True,
@@ -223,7 +233,7 @@ def validate_cmd(
         measured=measured,
         measured_dir=measured_dir,
         trace=trace,
-        trace_out=trace_out,
+        trace_out=trace_dir,
         agent=agent,
     )
     # Which profile, before any file is opened: two sources is the line to see.
@@ -231,7 +241,7 @@ def validate_cmd(
     check_profile_source(profile, calibrate_from, reads)
     _check_options(
         sandboxes=sandboxes,
-        repeat=repeat,
+        repeats=repeats,
         calibration_sandboxes=calibration_sandboxes,
         calibration_runs=calibration_runs,
         threshold=threshold,
@@ -255,11 +265,11 @@ def validate_cmd(
             candidates=candidates,
             baseline=baseline,
             sandboxes=sandboxes,
-            repeat=3 if repeat is None else repeat,
+            repeat=3 if repeats is None else repeats,
             profile=profile,
             calibrate_from=calibrate_from,
             measured_dir=measured_dir,
-            trace_out=trace_out,
+            trace_out=trace_dir,
             threshold=threshold,
             min_spearman=min_spearman,
             vm=vm,
@@ -289,7 +299,7 @@ def validate_cmd(
         vm=vm,
         agent=agent,
         token_file=token_file,
-        repeat=1 if repeat is None else repeat,
+        repeat=1 if repeats is None else repeats,
         calibration_sandboxes=calibration_sandboxes,
         calibration_runs=calibration_runs,
         executor=executor,
@@ -308,7 +318,7 @@ def validate_cmd(
         raise typer.Exit(1)
 
 
-#: Most storms of one validation (--repeat, --calibration-runs): each is a real
+#: Most storms of one validation (--repeats, --calibration-runs): each is a real
 #: storm of up to a minute, per candidate; a hundred is hours already.
 MAX_VALIDATE_RUNS = 100
 #: Largest --threshold (a relative error). A huge one is how a caller says
@@ -320,7 +330,7 @@ MAX_THRESHOLD = 1e6
 def _check_options(
     *,
     sandboxes: int,
-    repeat: int | None,
+    repeats: int | None,
     calibration_sandboxes: int | None,
     calibration_runs: int,
     threshold: float,
@@ -344,7 +354,7 @@ def _check_options(
 
     if runs_storms:
         check_count("sandboxes", sandboxes, low=1, high=max_testbed_sandboxes())
-    check_count("repeat", repeat, low=1, high=MAX_VALIDATE_RUNS)
+    check_count("repeats", repeats, low=1, high=MAX_VALIDATE_RUNS)
     check_count("calibration_runs", calibration_runs, low=1, high=MAX_VALIDATE_RUNS)
     check_count("calibration_sandboxes", calibration_sandboxes, low=2, high=max_testbed_sandboxes())
     check_finite("threshold", threshold, low=0.0, high=MAX_THRESHOLD)

@@ -97,15 +97,15 @@ def workload_cmd(
         str | None,
         typer.Option(
             help="Keep-alive policy deciding cold starts: none (every invocation starts a "
-            "sandbox), fixed or hybrid (Serverless in the Wild, ATC'20). Default: fixed "
-            "for an Azure trace, none otherwise."
+            "sandbox), fixed or hybrid (Serverless in the Wild, ATC'20).  [default: fixed "
+            "for an Azure trace, none otherwise]"
         ),
     ] = None,
     keep_alive: Annotated[
         str | None,
         typer.Option(
-            help="fixed: the keep-alive (default 10min); hybrid: its fallback "
-            "keep-alive (default 4h)."
+            help="fixed: the keep-alive; hybrid: its fallback keep-alive.  "
+            "[default: 10min for fixed, 4h for hybrid]"
         ),
     ] = None,
     node_share: Annotated[

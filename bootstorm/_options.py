@@ -35,6 +35,7 @@ __all__ = [
     "pairs",
     "pool_refill_from_options",
     "scenario_from_options",
+    "split_names",
     "testbed_arrivals",
 ]
 
@@ -129,6 +130,13 @@ def pairs(field: str, items: list[str] | None) -> dict[str, int]:
                 f"{field}.{shown_name(name)}: expected an integer, but got {shown_text(value)}"
             ) from None
     return out
+
+
+def split_names(items: list[str] | None) -> tuple[str, ...]:
+    """A repeatable names option (``--limit-stage``, ``--pool-kind``) whose
+    values may each be comma-separated: ``A --x B,C`` is ``("A", "B", "C")``,
+    as a comma list alone is (one syntax for lists in every command)."""
+    return tuple(n.strip() for item in items or () for n in item.split(",") if n.strip())
 
 
 def scenario_from_options(scenario_file: Path | None, **overrides: Any) -> Scenario:

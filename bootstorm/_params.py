@@ -58,6 +58,7 @@ __all__ = [
     "Values",
     "format_problem",
     "format_validation_error",
+    "parse_seeds",
     "short_repr",
     "validate",
 ]
@@ -70,6 +71,35 @@ class ConfigError(ValueError):
 def format_problem(field: str, rule: str, value: object) -> str:
     """The one message format: ``field: rule (got value)``."""
     return f"{field}: {rule} (got {short_repr(value)})"
+
+
+#: The most seeds one option takes: each is a storm (or a storm per trial).
+MAX_SEEDS = 1000
+_SEED_PART = re.compile(r"(\d{1,9})(?:-(\d{1,9}))?")
+
+
+def parse_seeds(text: str, *, field: str = "seeds") -> tuple[int, ...]:
+    """Every command's seeds, one syntax: ``1001-1010``, ``0,1,2`` or a mix
+    (``1-3,7``); each seed once, in the order given."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        m = _SEED_PART.fullmatch(part)
+        if m is None:
+            raise ConfigError(
+                f"{field}: expected N, N-M or a comma-separated list of them "
+                f"(1001-1010, 0,1,2, 1-3,7), got {short_repr(text)}"
+            )
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo or hi - lo >= MAX_SEEDS:
+            raise ConfigError(
+                f"{field}: {short_repr(part)} must be N-M with N <= M, at most {MAX_SEEDS} seeds"
+            )
+        seeds.extend(s for s in range(lo, hi + 1) if s not in seeds)
+    if len(seeds) > MAX_SEEDS:
+        raise ConfigError(f"{field}: at most {MAX_SEEDS} seeds, got {len(seeds)}")
+    return tuple(seeds)
 
 
 # -- rules -------------------------------------------------------------------------

@@ -128,9 +128,21 @@ def _load_command(name: str) -> click.Command:
         holder.command(name)(target)
         command = typer.main.get_command(holder)
     command.name = name
+    _install_aliases(command, name)
     if not entry.summarise:
         command.short_help = entry.help
     return command
+
+
+def _install_aliases(command: click.Command, path: str) -> None:
+    """The old spellings of ``command``'s options (and its subcommands'), hidden."""
+    from ._vocabulary import install_aliases
+
+    if isinstance(command, TyperGroup):
+        for sub_name, sub in command.commands.items():
+            _install_aliases(sub, f"{path} {sub_name}")
+    else:
+        install_aliases(command, path)
 
 
 class _LazyGroup(TyperGroup):

@@ -20,12 +20,11 @@ is left (3.9%), not on the cut: ±15% of 96.1% would accept anything above
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from .._params import NonEmpty, Rules, short_repr, validate
+from .._params import NonEmpty, Rules, parse_seeds, validate
 from ..models import Profile, Scenario, load_profile, run_scenario
 from ..models.sriov import VF_RELATED_STAGES
 from ..simulator import Result
@@ -133,28 +132,6 @@ class RowCheck:
         if self.within:
             return "pass"
         return "known miss" if self.miss_key in KNOWN_MISSES else "MISS"
-
-
-def parse_seeds(text: str) -> tuple[int, ...]:
-    """``"1001-1010"``, ``"0,3,7"`` or a mix; each seed once, in order given."""
-    seeds: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        m = re.fullmatch(r"(\d{1,9})(?:-(\d{1,9}))?", part)
-        if m is None:
-            raise ValueError(
-                f"seeds: expected N, N-M or a comma-separated list, got {short_repr(text)}"
-            )
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo or hi - lo >= 1000:
-            raise ValueError(
-                f"seeds: {short_repr(part)} must be N-M with N <= M, at most 1000 seeds"
-            )
-        seeds.extend(s for s in range(lo, hi + 1) if s not in seeds)
-    if len(seeds) > 1000:
-        raise ValueError(f"seeds: at most 1000 seeds, got {len(seeds)}")
-    return tuple(seeds)
 
 
 def from_target(t: PaperTarget) -> CheckRow:

@@ -286,7 +286,7 @@ def check_validate_options(
             )
         if trace is not None:
             raise ConfigError(
-                f"trace: with --candidates, give --trace-out DIR (one file per run), not {trace}"
+                f"trace: with --candidates, give --trace-dir DIR (one file per run), not {trace}"
             )
         if agent is not None:
             raise ConfigError(f"agent: --candidates runs the storms without an agent ({agent})")
@@ -298,7 +298,7 @@ def check_validate_options(
         )
     if trace_out is not None:
         raise ConfigError(
-            f"trace_out: {trace_out} is for the runs of --candidates (for one storm: --trace FILE)"
+            f"trace_dir: {trace_out} is for the runs of --candidates (for one storm: --trace FILE)"
         )
 
 
@@ -411,7 +411,7 @@ def validate_candidates(
     if calibrating and trace_out is not None and "calibration" in {c.name for c in chosen}:
         raise ConfigError(
             "candidates: the name 'calibration' is taken by the calibration storms' traces "
-            "in --trace-out; name it NAME=FILE"
+            "in --trace-dir; name it NAME=FILE"
         )
     progress = progress or SilentProgress()
     if measured_dir is not None:

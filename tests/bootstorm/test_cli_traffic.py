@@ -120,10 +120,10 @@ def test_optimize_workload_refuses_sizes(
     workload: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = run(
-        ["optimize", "--workload", str(workload), "--sizes", "10,20", "--storage", "memory"],
+        ["optimize", "--workload", str(workload), "--sandboxes", "10,20", "--storage", "memory"],
         capsys,
     )
-    assert code == 2 and "sizes: not with --workload" in err
+    assert code == 2 and "sandboxes: one size with --workload" in err
 
 
 def test_report_draws_the_traffic_of_a_workload_and_of_a_study_on_one(
@@ -175,7 +175,7 @@ def test_report_workload_refuses_a_study_source(
         (["--slo-p99", "2s", "--sandboxes", "7"], "sandboxes: 7 given with --workload"),
         (["--slo-p99", "2s", "--lifetime-s", "-1"], "lifetime_s"),
         (["--slo-p99", "2s", "--window-s", "0"], "window_s"),
-        (["--slo-p99", "2s", "--budget", "0"], "budget"),
+        (["--slo-p99", "2s", "--trials", "0"], "trials"),
     ],
 )
 def test_tune_workload_bad_options_are_one_line_before_any_storm(

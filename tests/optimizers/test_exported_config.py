@@ -149,11 +149,10 @@ def test_optimize_command_writes_the_config_it_predicted(
     main(
         [
             "optimize",
-            "--scenario",
             str(storm),
-            "--stages",
+            "--limit-stage",
             "AddCNI,Cgroup",
-            "--pools",
+            "--pool-kind",
             "ipvtap",
             "--trials",
             "6",

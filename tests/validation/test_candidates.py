@@ -369,8 +369,8 @@ def files(tmp_path: Path, profile: Profile) -> Path:
         (["--candidates", "no=such.yaml"], "error: candidates: no=such.yaml: no such file"),
         (["--candidates", "bad.yaml"], "error: candidates: bad.yaml: line 2: malformed YAML"),
         (
-            ["--candidates", "pool.yaml", "--repeat", "0"],
-            "error: repeat: must be in 1..100 (got 0)",
+            ["--candidates", "pool.yaml", "--repeats", "0"],
+            "error: repeats: must be in 1..100 (got 0)",
         ),
         (
             ["--candidates", "pool.yaml", "--candidates", "x/pool.yaml"],
@@ -503,7 +503,7 @@ def test_trace_out_keeps_every_run_as_it_ends(
     monkeypatch.setattr(validate_workflow, "candidate_runner", lambda **_: fake)
     monkeypatch.chdir(files)
     argv = ["validate", "--candidates", "pool.yaml", "--profile", "local.yaml", "--sandboxes", "5"]
-    argv += ["--repeat", "2", "--trace-out", "out", "--no-vm", "--executor", EXECUTOR]
+    argv += ["--repeats", "2", "--trace-dir", "out", "--no-vm", "--executor", EXECUTOR]
     assert _exit_code([*argv, "--threshold", "100", "--min-spearman", "-1"]) == 0
     out = capsys.readouterr().out
     assert sorted(p.name for p in (files / "out").iterdir()) == [
@@ -531,10 +531,10 @@ def test_two_configs_on_this_host(
     (tmp_path / "local.yaml").write_text(profile.to_yaml())
     out_dir = tmp_path / "runs"
     argv = ["validate", "--candidates", str(tmp_path / "pool.yaml"), "--sandboxes", "6"]
-    argv += ["--repeat", "2", "--no-vm", "--profile", str(tmp_path / "local.yaml")]
+    argv += ["--repeats", "2", "--no-vm", "--profile", str(tmp_path / "local.yaml")]
     argv += ["--runtime", "threads"]  # the profile is the thread harness's
     loose = ["--threshold", "1000", "--min-spearman", "-1"]
-    code = _exit_code([*argv, *loose, "--trace-out", str(out_dir)])
+    code = _exit_code([*argv, *loose, "--trace-dir", str(out_dir)])
     out = capsys.readouterr().out
     assert code == 0, out
     rows = [ln for ln in out.splitlines() if ln.startswith("│")]

@@ -413,7 +413,7 @@ def test_the_cli_installs_and_refuses_a_bad_dir_in_one_line(tmp_path: Path) -> N
     bootstorm = Path(sys.executable).parent / "bootstorm"
     argv = [str(bootstorm)] if bootstorm.exists() else [sys.executable, "-m", "bootstorm.cli"]
     done = subprocess.run(
-        [*argv, "agent", "install-cni", "--bin-dir", str(tmp_path)],
+        [*argv, "agent", "install-cni", "--cni-bin-dir", str(tmp_path)],
         capture_output=True,
         text=True,
         check=False,
@@ -421,7 +421,7 @@ def test_the_cli_installs_and_refuses_a_bad_dir_in_one_line(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert os.access(tmp_path / PLUGIN_NAME, os.X_OK)
     bad = subprocess.run(
-        [*argv, "agent", "install-cni", "--bin-dir", str(tmp_path / "nope")],
+        [*argv, "agent", "install-cni", "--cni-bin-dir", str(tmp_path / "nope")],
         capture_output=True,
         text=True,
         check=False,

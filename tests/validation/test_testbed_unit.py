@@ -211,7 +211,7 @@ def test_cli_chrome_side_by_side(tmp_path: Path) -> None:
     data = Path(__file__).resolve().parents[2] / "traces" / "data"
     recorded = sorted(data.glob("*-25.jsonl.gz"))[0]
     out = tmp_path / "both.json"
-    main(["testbed", "chrome", str(recorded), str(out), "--simulate", "veth"])
+    main(["testbed", "chrome", str(recorded), "-o", str(out), "--simulate", "veth"])
     doc = json.loads(out.read_text())
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
     assert "measured · sandboxes" in names and "simulated · sandboxes" in names

@@ -1,8 +1,8 @@
-"""An agent's ``netns-veth`` pool plumbed by real CNI plugins (``agent serve --cni``).
+"""An agent's ``netns-veth`` pool plumbed by real CNI plugins (``agent serve --cni-plugin``).
 
 A containerd + Kata node's namespace is plumbed by a CNI ADD; a pool that
 saves a sandbox that work must hold namespaces whose ADD is done. Started
-with ``--cni bridge`` (or ``ptp``), the agent keeps a network of its own:
+with ``--cni-plugin bridge`` (or ``ptp``), the agent keeps a network of its own:
 
 * ``bsp<id>br``, the bridge plugin's bridge (made up front, its gateway
   address on it, as :func:`~bootstorm.validation.testbed.networks.make_bridge`

@@ -87,7 +87,7 @@ def agent_process(
             (folder / "config.yaml").write_text(config.to_yaml())
             args += ["--config", str(folder / "config.yaml"), "--force-config"]
         if cni_plugin is not None:
-            args += ["--cni", cni_plugin]
+            args += ["--cni-plugin", cni_plugin]
         log_path = folder / "agent.log"
         env = {**os.environ, TOKEN_ENV: token, "COLUMNS": "200"}
         with log_path.open("w") as log:
