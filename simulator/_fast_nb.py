@@ -22,16 +22,25 @@ are the reference's: events order by ``(time, priority << 50 | seq)``, jobs
 by ``(finish tag, cpu seq)``. Every key is unique, so any correct heap pops
 the reference's order.
 
-State is indexed by task wherever a task holds at most one of a thing at a
-time, which bounds every structure by the task count, fixed before the loop
-(nothing is allocated or grown per event):
+State is indexed by a task's *slot* wherever a task holds at most one of a
+thing at a time. A sandbox takes a slot when it starts (at its arrival), a
+branch when it is spawned, and each gives it back when it ends, so every
+structure is bounded by the tasks under way at once, not by the task count:
+a day of a million starts with refilling pools runs three million tasks (two
+refill branches a start), a few hundred at a time, and per-task state (some
+450 bytes) held for all of them was a gigabyte. The slot count is fixed
+before the loop (nothing is allocated or grown per event); a run that needs
+more starts again with four times as many (``run_kernel``), which changes
+nothing in the result: slots never decide an order (keys do).
 
+- the sandboxes' starts at time 0 come first, in sandbox order: a cursor
+  stands for them instead of a heap of a million entries;
 - a task has at most one pending event (start, arrival or resume) and at most
   one CPU job, so the queue and the four job heaps are rows of one
-  ``5 × (tasks + locks + 1)`` table (wake-ups add at most one per lock);
+  ``5 × (slots + locks + 1)`` table (wake-ups add at most one per lock);
 - most events are resumes due now (a finished CPU job, a granted lock, a
   passed gate), and each comes with a larger key than every other resume due
-  now: they skip the heap for a FIFO ring beside it (one slot per task), and
+  now: they skip the heap for a FIFO ring beside it (one entry per slot), and
   the loop pops the least of the FIFO's head, the heap's root and the timer;
 - only the CPU's newest timer is ever live (a later one supersedes it), so one
   slot holds it; a superseded timer is only counted as an event, since the
@@ -42,10 +51,10 @@ time, which bounds every structure by the task count, fixed before the loop
   from that list by a cursor instead of waiting in the queue (a day of a
   million arrivals made the queue a million deep: 14% of that run);
 - a task waits on at most one lock: a lock's queue is one FIFO per priority
-  level, linked through the tasks (the reference's ``(priority, seq)`` heap
+  level, linked through the slots (the reference's ``(priority, seq)`` heap
   pops in that order);
 - a lock's spin deadlines come in time order (now plus its constant
-  ``spin_s``), so they are a list per lock, linked through the tasks; a
+  ``spin_s``), so they are a list per lock, linked through the slots; a
   stopped spin leaves its list at once instead of being skipped later.
 
 Reference counting shaped the code. A compiled function increfs and
@@ -152,8 +161,29 @@ _QUEUE, _H_WORK, _H_PINNED, _H_GUEST, _H_ZERO = 0, 1, 2, 3, 4
 _NOW, _S, _SP, _Z, _G, _LAST, _SH, _PSH, _ZSP, _GSH, _TIMER_AT, _TIMER_T = range(12)
 # Int CPU state, ci[...]: event seq, cpu seq, spinners in each tier, the
 # pending timer's key, superseded timers; the FIFO of resumes: head, length;
-# the next of the arrivals in time order.
-_EID, _CSEQ, _SPINNING, _PSPINNING, _TIMER_KEY, _STALE, _F_HEAD, _F_LEN, _A_HEAD = range(9)
+# the next of the arrivals in time order; the next sandbox to start at time
+# 0; how many task slots are free.
+(
+    _EID,
+    _CSEQ,
+    _SPINNING,
+    _PSPINNING,
+    _TIMER_KEY,
+    _STALE,
+    _F_HEAD,
+    _F_LEN,
+    _A_HEAD,
+    _S_HEAD,
+    _FREE_N,
+) = range(11)
+
+# A task's state lives in a *slot*, taken when it starts (a sandbox at its
+# arrival, a branch when it is spawned) and given back when it ends: a day of
+# a million starts with refilling pools runs three million tasks, but only
+# those under way at one moment hold state. A run starts with this many slots
+# beyond what its time-0 starts need, and again with more if they run out
+# (the run is deterministic: the retry gives the same result).
+SPARE_SLOTS = 1 << 16
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -637,6 +667,26 @@ def _pool_log_size(kinds: Any) -> int:
     return size
 
 
+@_inline
+def _take_slot(ci: Any, tasks: Any, offsets: Any, task: int, outside: int) -> int:
+    """A free slot for ``task``, set to its first op outside every stage
+    (-1: none left, the run must start again with more)."""
+    pcs, stage_of, spin_depth, depth = tasks[0], tasks[1], tasks[2], tasks[3]
+    slot_task, free_slots = tasks[7], tasks[8]
+    k = ci[_FREE_N]
+    if k == 0:
+        return -1
+    k -= 1
+    ci[_FREE_N] = k
+    s = free_slots[k]
+    slot_task[s] = task
+    pcs[s] = offsets[task]
+    stage_of[s] = outside
+    spin_depth[s] = 0
+    depth[s] = 0
+    return int(s)
+
+
 @_jit
 def _simulate(
     prog: Any,
@@ -661,7 +711,7 @@ def _simulate(
     kinds, args, amounts, offsets, arrival, branch_parent, spawn_base, arrivals, arrival_key = prog
     lock_kind, lock_level, lock_spin_s, lock_wake_s = locks
     c, ci, cpu_acc, lock_spin = state
-    pcs, stage_of, spin_depth, depth, st_stage, st_began, finish = tasks
+    pcs, stage_of, spin_depth, depth, st_stage, st_began, finish, slot_task, free_slots = tasks
     stage_time, dur_stage, dur_val = stage_log
     ht, hk, hv, hn, ft, fk, fv = heaps
     job_start, job_slot = jobs
@@ -674,24 +724,31 @@ def _simulate(
     g_free, g_task, g_since, g_head, g_len = gates
     pool_left, pool_making, pool_target = pools[0], pools[1], pools[2]
     n = arrival.shape[0]
-    n_tasks = offsets.shape[0] - 1
     n_locks = lock_kind.shape[0]
+    n_stages = stage_time.shape[1]
+    ring = g_task.shape[1]
     zeroed = 0.0
     n_dur = 0
     popped = 0
-    for task in range(n):
-        ci[_EID] += 1
-        _push(ht, hk, hv, hn, _QUEUE, 0.0, _URGENT_KEY + ci[_EID], task * 8 + _START)
+    # Every sandbox's start is due at time 0 in sandbox order, before
+    # anything else (keys 1 .. n, urgent): a cursor stands for those events.
+    ci[_EID] = n
     while True:
-        # The next event: the first of the FIFO's head, the queue's head and
-        # the timer, by (time, key).
+        # The next event: the first of the starts' cursor, the FIFO's head,
+        # the queue's head, the timer and the arrivals, by (time, key).
         source = -1
         best_t = 0.0
         best_k = 0
+        if ci[_S_HEAD] < n:
+            source = 4
+            best_k = _URGENT_KEY + ci[_S_HEAD] + 1
         if ci[_F_LEN]:
-            source = 0
-            best_t = ft[ci[_F_HEAD]]
-            best_k = fk[ci[_F_HEAD]]
+            t = ft[ci[_F_HEAD]]
+            k = fk[ci[_F_HEAD]]
+            if source < 0 or t < best_t or (t == best_t and k < best_k):
+                source = 0
+                best_t = t
+                best_k = k
         if hn[_QUEUE]:
             t = ht[_QUEUE, 0]
             k = hk[_QUEUE, 0]
@@ -734,6 +791,11 @@ def _simulate(
             now = arrival[x]
             what = _ARRIVE
             ci[_A_HEAD] += 1
+        elif source == 4:
+            x = ci[_S_HEAD]
+            now = 0.0
+            what = _START
+            ci[_S_HEAD] += 1
         else:
             break
         c[_NOW] = now
@@ -753,10 +815,10 @@ def _simulate(
             else:
                 l_handoff[lk] = True  # stolen while it woke: the next release is its
             continue
-        task = x
-        pc = pcs[task]
-        if what == _START:
-            if task < n and arrival[task] > 0.0:
+        if source >= 3:
+            # A sandbox's start or its arrival: x is the sandbox.
+            task = x
+            if source == 4 and arrival[task] > 0.0:
                 # The reference's timeout(arrival) at time 0: due at the arrival
                 # itself. It waits in ``arrivals`` (sorted by time, then task, the
                 # order of these keys) instead of the queue, which would hold
@@ -765,15 +827,23 @@ def _simulate(
                 ci[_EID] += 1
                 arrival_key[task] = _NORMAL_KEY + ci[_EID]
                 continue
-        elif what == _RESUME:
+            s = _take_slot(ci, tasks, offsets, task, n_stages)
+            if s < 0:
+                return -1, zeroed, 0
+        else:
+            # A branch's start or a resume: x is the task's slot.
+            s = x
+            task = slot_task[s]
+        pc = pcs[s]
+        if what == _RESUME:
             kind = kinds[pc]
             if kind == _ACQUIRE and lock_kind[args[pc]] == _SPINLOCK:
-                spin_depth[task] += 1
+                spin_depth[s] += 1
             elif kind == _ZERO:
                 zeroed += amounts[pc]
             pc += 1
         end = offsets[task + 1]
-        stage = stage_of[task]
+        stage = stage_of[s]
         while pc < end:
             kind = kinds[pc]
             blocked = False
@@ -782,15 +852,15 @@ def _simulate(
                 if amount > 0.0:
                     _advance(c)
                     ci[_CSEQ] += 1
-                    if kind == _CPU and spin_depth[task] > 0:
+                    if kind == _CPU and spin_depth[s] > 0:
                         h, clock = _H_PINNED, c[_SP]
                     elif kind == _GUEST_CPU and machine[1] < 1.0:
                         h, clock = _H_GUEST, c[_G]
                     else:
                         h, clock = _H_WORK, c[_S]
-                    job_start[task] = clock
-                    job_slot[task] = 3 * stage + _WORK
-                    _push(ht, hk, hv, hn, h, clock + amount, ci[_CSEQ], task)
+                    job_start[s] = clock
+                    job_slot[s] = 3 * stage + _WORK
+                    _push(ht, hk, hv, hn, h, clock + amount, ci[_CSEQ], s)
                     _settle(c, ci, machine, ht, hn, dl)
                     blocked = True
             elif kind == _SLEEP:
@@ -798,7 +868,7 @@ def _simulate(
                 if amount > 0.0:
                     ci[_EID] += 1
                     at = now + amount
-                    _push(ht, hk, hv, hn, _QUEUE, at, _NORMAL_KEY + ci[_EID], task * 8 + _RESUME)
+                    _push(ht, hk, hv, hn, _QUEUE, at, _NORMAL_KEY + ci[_EID], s * 8 + _RESUME)
                     blocked = True
             elif kind in (_ACQUIRE, _ACQUIRE_SHARED):
                 lk = args[pc]
@@ -814,42 +884,42 @@ def _simulate(
                     if shared:
                         l_readers[lk] += 1
                     else:
-                        l_owner[lk] = task
+                        l_owner[lk] = s
                     cnt[lk, 0] += 1
                     acq_by_stage[lk, stage] += 1
-                    held_since[task, lk] = now
+                    held_since[s, lk] = now
                     if lock_kind[lk] == _SPINLOCK:
-                        spin_depth[task] += 1
+                        spin_depth[s] += 1
                 else:
-                    w_stage[task] = stage
-                    w_since[task] = now
-                    w_shared[task] = shared
-                    _queue_push(lq, lk, lock_level[lk, stage], task)
+                    w_stage[s] = stage
+                    w_since[s] = now
+                    w_shared[s] = shared
+                    _queue_push(lq, lk, lock_level[lk, stage], s)
                     _enqueue(cnt, cnf, lk, now)
                     if lock_kind[lk] == _SPINLOCK or lock_spin_s[lk] > 0.0:
                         _advance(c)
-                        sp_active[task] = True
-                        sp_slot[task] = 3 * stage + _SPIN
-                        sp_lock[task] = lk
+                        sp_active[s] = True
+                        sp_slot[s] = 3 * stage + _SPIN
+                        sp_lock[s] = lk
                         if lock_kind[lk] == _SPINLOCK:
                             ci[_PSPINNING] += 1
-                            sp_start[task] = c[_SP]
-                            sp_pinned[task] = True
+                            sp_start[s] = c[_SP]
+                            sp_pinned[s] = True
                         else:
                             ci[_SPINNING] += 1
-                            sp_start[task] = c[_S]
-                            sp_pinned[task] = False
+                            sp_start[s] = c[_S]
+                            sp_pinned[s] = False
                             ci[_CSEQ] += 1
-                            _deadline_push(dl, lk, task, now + lock_spin_s[lk], ci[_CSEQ])
+                            _deadline_push(dl, lk, s, now + lock_spin_s[lk], ci[_CSEQ])
                         _settle(c, ci, machine, ht, hn, dl)
                     blocked = True
             elif kind == _RELEASE:
                 lk = args[pc]
-                cnf[lk, 1] += now - held_since[task, lk]
+                cnf[lk, 1] += now - held_since[s, lk]
                 grants = 0
                 if lock_kind[lk] != _RW:
                     if lock_kind[lk] == _SPINLOCK:
-                        spin_depth[task] -= 1
+                        spin_depth[s] -= 1
                     if q_len[lk] == 0:
                         l_owner[lk] = -1
                     elif lock_wake_s[lk] <= 0.0 or l_handoff[lk]:
@@ -867,7 +937,7 @@ def _simulate(
                                 ht, hk, hv, hn, _QUEUE, at, _NORMAL_KEY + ci[_EID], lk * 8 + _WAKE
                             )
                 else:
-                    if l_owner[lk] == task:
+                    if l_owner[lk] == s:
                         l_owner[lk] = -1
                     else:
                         l_readers[lk] -= 1
@@ -889,23 +959,23 @@ def _simulate(
                     if grants == 1:
                         grants = 0
             elif kind == _STAGE_BEGIN:
-                d = depth[task]
-                st_stage[task, d] = stage
-                st_began[task, d] = now
-                depth[task] = d + 1
+                d = depth[s]
+                st_stage[s, d] = stage
+                st_began[s, d] = now
+                depth[s] = d + 1
                 stage = args[pc]
-                stage_of[task] = stage
+                stage_of[s] = stage
             elif kind == _STAGE_END:
-                d = depth[task] - 1
-                depth[task] = d
-                duration = now - st_began[task, d]
+                d = depth[s] - 1
+                depth[s] = d
+                duration = now - st_began[s, d]
                 dur_stage[n_dur] = stage
                 dur_val[n_dur] = duration
                 n_dur += 1
                 owner = task if task < n else branch_parent[task - n]
                 stage_time[owner, stage] += duration
-                stage = st_stage[task, d]
-                stage_of[task] = stage
+                stage = st_stage[s, d]
+                stage_of[s] = stage
             elif kind == _GATE_ENTER:
                 gi = args[pc]
                 row = n_locks + gi
@@ -914,9 +984,9 @@ def _simulate(
                     g_free[gi] -= 1
                 else:
                     tail = g_head[gi] + g_len[gi]
-                    if tail >= n_tasks:
-                        tail -= n_tasks
-                    g_task[gi, tail] = task
+                    if tail >= ring:
+                        tail -= ring
+                    g_task[gi, tail] = s
                     g_since[gi, tail] = now
                     g_len[gi] += 1
                     _enqueue(cnt, cnf, row, now)
@@ -928,7 +998,7 @@ def _simulate(
                 while permits > 0 and g_len[gi]:
                     permits -= 1
                     head = g_head[gi]
-                    g_head[gi] = head + 1 if head + 1 < n_tasks else 0
+                    g_head[gi] = head + 1 if head + 1 < ring else 0
                     g_len[gi] -= 1
                     cnt[row, 2] -= 1
                     cnf[row, 0] += now - g_since[gi, head]
@@ -941,10 +1011,10 @@ def _simulate(
                 if amount > 0.0:
                     _advance(c)
                     ci[_CSEQ] += 1
-                    job_start[task] = c[_S]
-                    job_slot[task] = 3 * stage + _ZEROING
+                    job_start[s] = c[_S]
+                    job_slot[s] = 3 * stage + _ZEROING
                     tag = c[_Z] + amount / machine[3]
-                    _push(ht, hk, hv, hn, _H_ZERO, tag, ci[_CSEQ], task)
+                    _push(ht, hk, hv, hn, _H_ZERO, tag, ci[_CSEQ], s)
                     _settle(c, ci, machine, ht, hn, dl)
                     blocked = True
             elif kind == _POOL_TRY:
@@ -978,13 +1048,18 @@ def _simulate(
             elif kind == _SPAWN:
                 ci[_EID] += 1
                 branch = n + spawn_base[task] + args[pc]
-                _push(ht, hk, hv, hn, _QUEUE, now, _URGENT_KEY + ci[_EID], branch * 8 + _START)
+                b = _take_slot(ci, tasks, offsets, branch, n_stages)
+                if b < 0:
+                    return -1, zeroed, 0
+                _push(ht, hk, hv, hn, _QUEUE, now, _URGENT_KEY + ci[_EID], b * 8 + _START)
             if blocked:
                 break
             pc += 1
-        pcs[task] = pc
+        pcs[s] = pc
         if pc >= end:
             finish[task] = now
+            free_slots[ci[_FREE_N]] = s
+            ci[_FREE_N] += 1
     return n_dur, zeroed, popped + ci[_STALE]
 
 
@@ -1005,9 +1080,11 @@ def run_kernel(
     gate_permits: Any,
     pool_left: Any,
     machine: Any,
+    spare_slots: int,
 ) -> Any:
     """Run the program; ``pool_left`` (ready devices per pool, the capacities
-    to begin with) is updated in place.
+    to begin with) is updated in place. ``spare_slots``: task slots beyond
+    those the time-0 starts need, to begin with (:data:`SPARE_SLOTS`).
 
     Tasks ``0 .. n - 1`` are the sandboxes (``n = len(arrival)``), the others
     branches; ``lock_prio[lock, stage]`` is a waiter's grant priority. This
@@ -1021,138 +1098,158 @@ def run_kernel(
     max_depth, n_stage_ends = _depth_bounds(kinds, offsets)
     lock_level = _lock_levels(lock_prio)
     spin_locks = np.flatnonzero((lock_kind != _SPINLOCK) & (lock_spin_s > 0.0))
-    # CPU state and accounts
-    c = np.zeros(12)
-    c[_SH] = 1.0
-    c[_PSH] = 1.0
-    c[_ZSP] = 1.0
-    c[_GSH] = 1.0
-    c[_TIMER_AT] = math.inf
-    ci = np.zeros(9, dtype=np.int64)
+    # The sandboxes' starts and their branches all hold a slot from time 0
+    # where they are due then (a storm), beside the spare ones.
+    at_zero = 0
+    for i in range(n):
+        if arrival[i] <= 0.0:
+            nxt = spawn_base[i + 1] if i + 1 < n else n_tasks - n
+            at_zero += 1 + nxt - spawn_base[i]
+    capacity = min(n_tasks, at_zero + spare_slots)
+    initial_pools = pool_left.copy()
     # Sandboxes that arrive after time 0, by (time, task): the order of their
     # arrival events, whose keys grow with the task (starts run in task order).
     by_time = np.argsort(arrival, kind="mergesort")
     arrivals = by_time[np.searchsorted(arrival[by_time], 0.0, side="right") :]
-    arrival_key = np.full(n, -1, dtype=np.int64)
-    cpu_acc = np.zeros(3 * slots)
-    lock_spin = np.zeros(n_locks)
-    # The event queue and the job heaps: one pending event per task (start,
-    # arrival or resume) and one wake-up per lock at most; one job per task.
-    cap = n_tasks + n_locks + 1
-    ht = np.empty((5, cap))
-    hk = np.empty((5, cap), dtype=np.int64)
-    hv = np.empty((5, cap), dtype=np.int64)
-    hn = np.zeros(5, dtype=np.int64)
-    # Resumes due now, beside the queue (see _resume): one per task at most.
-    ft = np.empty(n_tasks)
-    fk = np.empty(n_tasks, dtype=np.int64)
-    fv = np.empty(n_tasks, dtype=np.int64)
-    job_start = np.empty(n_tasks)
-    job_slot = np.empty(n_tasks, dtype=np.int64)
-    # Tasks: where they are, their stage stack, when they finished.
-    pcs = offsets[:-1].copy()
-    stage_of = np.full(n_tasks, n_stages, dtype=np.int64)
-    spin_depth = np.zeros(n_tasks, dtype=np.int64)
-    depth = np.zeros(n_tasks, dtype=np.int64)
-    st_stage = np.empty((n_tasks, max_depth), dtype=np.int64)
-    st_began = np.empty((n_tasks, max_depth))
-    finish = np.full(n_tasks, np.nan)
-    stage_time = np.zeros((n, n_stages))
-    dur_stage = np.empty(n_stage_ends, dtype=np.int64)
-    dur_val = np.empty(n_stage_ends)
-    # A waiting task's record; lock queues are FIFOs per lock and priority
-    # level, linked through the tasks (head, tail, next, length).
-    w_stage = np.zeros(n_tasks, dtype=np.int64)
-    w_since = np.zeros(n_tasks)
-    w_shared = np.zeros(n_tasks, dtype=np.bool_)
-    q_head = np.full((n_locks, slots), -1, dtype=np.int64)
-    q_tail = np.full((n_locks, slots), -1, dtype=np.int64)
-    q_next = np.empty(n_tasks, dtype=np.int64)
-    q_len = np.zeros(n_locks, dtype=np.int64)
-    # A spinning task's record; spin deadlines are lists per lock, linked
-    # through the tasks (time, cpu seq, next, previous; head and tail per lock).
-    sp_active = np.zeros(n_tasks, dtype=np.bool_)
-    sp_start = np.zeros(n_tasks)
-    sp_slot = np.zeros(n_tasks, dtype=np.int64)
-    sp_lock = np.zeros(n_tasks, dtype=np.int64)
-    sp_pinned = np.zeros(n_tasks, dtype=np.bool_)
-    d_at = np.empty(n_tasks)
-    d_seq = np.empty(n_tasks, dtype=np.int64)
-    d_next = np.empty(n_tasks, dtype=np.int64)
-    d_prev = np.empty(n_tasks, dtype=np.int64)
-    d_head = np.full(n_locks, -1, dtype=np.int64)
-    d_tail = np.full(n_locks, -1, dtype=np.int64)
-    # Locks: owner (-1 none), readers; a wake-up on its way to the head
-    # (-1 none); whether the head lost a race (the next release is its).
-    l_owner = np.full(n_locks, -1, dtype=np.int64)
-    l_readers = np.zeros(n_locks, dtype=np.int64)
-    l_waking = np.full(n_locks, -1, dtype=np.int64)
-    l_handoff = np.zeros(n_locks, dtype=np.bool_)
-    held_since = np.zeros((n_tasks, n_locks))
-    # Counters (locks then gates): acquisitions, contended, waiters, max_waiters;
-    # wait_s, hold_s, contended_wall_s, busy_since.
-    cnt = np.zeros((n_locks + n_gates, 4), dtype=np.int64)
-    cnf = np.zeros((n_locks + n_gates, 4))
-    acq_by_stage = np.zeros((n_locks, slots), dtype=np.int64)
-    # Gates: FIFO rings; a task waits at one gate at most.
-    g_free = gate_permits.copy()
-    g_task = np.empty((n_gates, n_tasks), dtype=np.int64)
-    g_since = np.empty((n_gates, n_tasks))
-    g_head = np.zeros(n_gates, dtype=np.int64)
-    g_len = np.zeros(n_gates, dtype=np.int64)
-    # Pools: being made and the target (the capacity until a POOL_TARGET);
-    # the log of their events, bounded by their ops.
-    n_pools = pool_left.shape[0]
-    pool_making = np.zeros(n_pools, dtype=np.int64)
-    pool_target = pool_left.copy()
-    log_size = _pool_log_size(kinds)
-    ev_t = np.empty(log_size)
-    ev_pool = np.empty(log_size, dtype=np.int32)
-    ev_kind = np.empty(log_size, dtype=np.int8)
-    ev_level = np.empty(log_size, dtype=np.int32)
-    ev_making = np.empty(log_size, dtype=np.int32)
-    ev_task = np.empty(log_size, dtype=np.int64)
-    ev_n = np.zeros(1, dtype=np.int64)
-    pools = (
-        pool_left,
-        pool_making,
-        pool_target,
-        ev_t,
-        ev_pool,
-        ev_kind,
-        ev_level,
-        ev_making,
-        ev_n,
-        ev_task,
-    )
-    n_dur, zeroed, events = _simulate(
-        (
-            kinds,
-            args,
-            amounts,
-            offsets,
-            arrival,
-            branch_parent,
-            spawn_base,
-            arrivals,
-            arrival_key,
-        ),
-        machine,
-        (lock_kind, lock_level, lock_spin_s, lock_wake_s),
-        pools,
-        (c, ci, cpu_acc, lock_spin),
-        (pcs, stage_of, spin_depth, depth, st_stage, st_began, finish),
-        (stage_time, dur_stage, dur_val),
-        (ht, hk, hv, hn, ft, fk, fv),
-        (job_start, job_slot),
-        (w_stage, w_since, w_shared),
-        (q_head, q_tail, q_next, q_len),
-        (sp_active, sp_start, sp_slot, sp_lock, sp_pinned),
-        (d_at, d_seq, d_next, d_prev, d_head, d_tail, spin_locks),
-        (l_owner, l_readers, l_waking, l_handoff),
-        (cnt, cnf, acq_by_stage, held_since),
-        (g_free, g_task, g_since, g_head, g_len),
-    )
+    while True:
+        # CPU state and accounts
+        c = np.zeros(12)
+        c[_SH] = 1.0
+        c[_PSH] = 1.0
+        c[_ZSP] = 1.0
+        c[_GSH] = 1.0
+        c[_TIMER_AT] = math.inf
+        ci = np.zeros(11, dtype=np.int64)
+        arrival_key = np.full(n, -1, dtype=np.int64)
+        cpu_acc = np.zeros(3 * slots)
+        lock_spin = np.zeros(n_locks)
+        # The event queue and the job heaps: one pending event per slot (start,
+        # arrival or resume) and one wake-up per lock at most; one job per slot.
+        cap = capacity + n_locks + 1
+        ht = np.empty((5, cap))
+        hk = np.empty((5, cap), dtype=np.int64)
+        hv = np.empty((5, cap), dtype=np.int64)
+        hn = np.zeros(5, dtype=np.int64)
+        # Resumes due now, beside the queue (see _resume): one per slot at most.
+        ft = np.empty(capacity)
+        fk = np.empty(capacity, dtype=np.int64)
+        fv = np.empty(capacity, dtype=np.int64)
+        job_start = np.empty(capacity)
+        job_slot = np.empty(capacity, dtype=np.int64)
+        # Slots: whose (task), where it is, its stage stack; the free ones (a
+        # stack, slot 0 on top); when each task finished.
+        slot_task = np.empty(capacity, dtype=np.int64)
+        free_slots = np.arange(capacity - 1, -1, -1, dtype=np.int64)
+        ci[_FREE_N] = capacity
+        pcs = np.empty(capacity, dtype=np.int64)
+        stage_of = np.empty(capacity, dtype=np.int64)
+        spin_depth = np.zeros(capacity, dtype=np.int64)
+        depth = np.zeros(capacity, dtype=np.int64)
+        st_stage = np.empty((capacity, max_depth), dtype=np.int64)
+        st_began = np.empty((capacity, max_depth))
+        finish = np.full(n_tasks, np.nan)
+        stage_time = np.zeros((n, n_stages))
+        dur_stage = np.empty(n_stage_ends, dtype=np.int64)
+        dur_val = np.empty(n_stage_ends)
+        # A waiting task's record; lock queues are FIFOs per lock and priority
+        # level, linked through the slots (head, tail, next, length).
+        w_stage = np.zeros(capacity, dtype=np.int64)
+        w_since = np.zeros(capacity)
+        w_shared = np.zeros(capacity, dtype=np.bool_)
+        q_head = np.full((n_locks, slots), -1, dtype=np.int64)
+        q_tail = np.full((n_locks, slots), -1, dtype=np.int64)
+        q_next = np.empty(capacity, dtype=np.int64)
+        q_len = np.zeros(n_locks, dtype=np.int64)
+        # A spinning task's record; spin deadlines are lists per lock, linked
+        # through the slots (time, cpu seq, next, previous; head and tail per lock).
+        sp_active = np.zeros(capacity, dtype=np.bool_)
+        sp_start = np.zeros(capacity)
+        sp_slot = np.zeros(capacity, dtype=np.int64)
+        sp_lock = np.zeros(capacity, dtype=np.int64)
+        sp_pinned = np.zeros(capacity, dtype=np.bool_)
+        d_at = np.empty(capacity)
+        d_seq = np.empty(capacity, dtype=np.int64)
+        d_next = np.empty(capacity, dtype=np.int64)
+        d_prev = np.empty(capacity, dtype=np.int64)
+        d_head = np.full(n_locks, -1, dtype=np.int64)
+        d_tail = np.full(n_locks, -1, dtype=np.int64)
+        # Locks: owner's slot (-1 none), readers; a wake-up on its way to the
+        # head (-1 none); whether the head lost a race (the next release is its).
+        l_owner = np.full(n_locks, -1, dtype=np.int64)
+        l_readers = np.zeros(n_locks, dtype=np.int64)
+        l_waking = np.full(n_locks, -1, dtype=np.int64)
+        l_handoff = np.zeros(n_locks, dtype=np.bool_)
+        held_since = np.zeros((capacity, n_locks))
+        # Counters (locks then gates): acquisitions, contended, waiters, max_waiters;
+        # wait_s, hold_s, contended_wall_s, busy_since.
+        cnt = np.zeros((n_locks + n_gates, 4), dtype=np.int64)
+        cnf = np.zeros((n_locks + n_gates, 4))
+        acq_by_stage = np.zeros((n_locks, slots), dtype=np.int64)
+        # Gates: FIFO rings of slots; a task waits at one gate at most.
+        g_free = gate_permits.copy()
+        g_task = np.empty((n_gates, capacity), dtype=np.int64)
+        g_since = np.empty((n_gates, capacity))
+        g_head = np.zeros(n_gates, dtype=np.int64)
+        g_len = np.zeros(n_gates, dtype=np.int64)
+        # Pools: being made and the target (the capacity until a POOL_TARGET);
+        # the log of their events, bounded by their ops.
+        pool_left[:] = initial_pools
+        n_pools = pool_left.shape[0]
+        pool_making = np.zeros(n_pools, dtype=np.int64)
+        pool_target = pool_left.copy()
+        log_size = _pool_log_size(kinds)
+        ev_t = np.empty(log_size)
+        ev_pool = np.empty(log_size, dtype=np.int32)
+        ev_kind = np.empty(log_size, dtype=np.int8)
+        ev_level = np.empty(log_size, dtype=np.int32)
+        ev_making = np.empty(log_size, dtype=np.int32)
+        ev_task = np.empty(log_size, dtype=np.int64)
+        ev_n = np.zeros(1, dtype=np.int64)
+        pools = (
+            pool_left,
+            pool_making,
+            pool_target,
+            ev_t,
+            ev_pool,
+            ev_kind,
+            ev_level,
+            ev_making,
+            ev_n,
+            ev_task,
+        )
+        n_dur, zeroed, events = _simulate(
+            (
+                kinds,
+                args,
+                amounts,
+                offsets,
+                arrival,
+                branch_parent,
+                spawn_base,
+                arrivals,
+                arrival_key,
+            ),
+            machine,
+            (lock_kind, lock_level, lock_spin_s, lock_wake_s),
+            pools,
+            (c, ci, cpu_acc, lock_spin),
+            (pcs, stage_of, spin_depth, depth, st_stage, st_began, finish, slot_task, free_slots),
+            (stage_time, dur_stage, dur_val),
+            (ht, hk, hv, hn, ft, fk, fv),
+            (job_start, job_slot),
+            (w_stage, w_since, w_shared),
+            (q_head, q_tail, q_next, q_len),
+            (sp_active, sp_start, sp_slot, sp_lock, sp_pinned),
+            (d_at, d_seq, d_next, d_prev, d_head, d_tail, spin_locks),
+            (l_owner, l_readers, l_waking, l_handoff),
+            (cnt, cnf, acq_by_stage, held_since),
+            (g_free, g_task, g_since, g_head, g_len),
+        )
+        if n_dur >= 0:
+            break
+        # More tasks were under way at once than there were slots: again,
+        # from the start, with four times as many.
+        capacity = min(n_tasks, 4 * capacity + 1)
     return (
         finish,
         cpu_acc,

@@ -177,14 +177,21 @@ class KernelCall:
     thread does Python work (a search's sampler choosing the next point).
     Everything that needs the interpreter (the arguments before, the summary
     after) happens on the thread that builds the call and reads :meth:`summary`.
+
+    ``spare_slots``: task slots the loop starts with beyond what its time-0
+    starts need (default ``SPARE_SLOTS`` of :mod:`._fast_nb`); tests give
+    fewer, so that the loop runs out and starts again.
     """
 
     __slots__ = ("_args", "_out", "_run_kernel", "pool_left", "program")
 
-    def __init__(self, program: Program, *, jit: bool = True) -> None:
+    def __init__(
+        self, program: Program, *, jit: bool = True, spare_slots: int | None = None
+    ) -> None:
         p, m = program, program.machine
+        kernel = kernel_module(jit=jit)
         self.program = program
-        self._run_kernel = kernel_module(jit=jit).run_kernel
+        self._run_kernel = kernel.run_kernel
         self.pool_left = np.array([pool.capacity for pool in p.pools], dtype=np.int64)
         self._args = (
             p.op_kind,
@@ -210,6 +217,8 @@ class KernelCall:
                     m.memory_bandwidth_bytes_s,
                 ]
             ),
+            # Tests give fewer to run out of them (the run starts again).
+            kernel.SPARE_SLOTS if spare_slots is None else spare_slots,
         )
         self._out: tuple[Any, ...] | None = None
 
