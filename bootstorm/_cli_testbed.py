@@ -276,7 +276,7 @@ ChromeOutputOption = Annotated[
 #: OUTPUT after the trace, where -o's file was given before issue 37: kept,
 #: hidden, for one release.
 ChromeOldOutputArgument = Annotated[
-    Path | None, typer.Argument(metavar="[OUTPUT]", hidden=True, show_default=False)
+    Path | None, typer.Argument(metavar="OUTPUT", hidden=True, show_default=False)
 ]
 ChromeSimulateCniOption = Annotated[
     str | None,

@@ -459,6 +459,31 @@ CONCEPTS: tuple[Concept, ...] = (
         "whether report.html is one of them.",
     ),
     Concept(
+        name="candidates",
+        option="--candidates",
+        forms=(
+            Form(commands=("validate",), kind="str", syntax="[NAME=]FILE", repeatable=True),
+            Form(commands=("tune",), kind="int", syntax=_COUNT),
+        ),
+        help="The tuned configs run for real and ranked.",
+        optional=True,
+        why="validate is given its candidates (files); tune picks its own from its "
+        "search, and is told how many.",
+    ),
+    Concept(
+        name="trace",
+        option="--trace",
+        forms=(
+            Form(commands=("simulate", "validate", "testbed run"), kind="path", syntax="FILE"),
+            Form(commands=("calibrate",), kind="path", syntax="FILE", repeatable=True),
+        ),
+        help="A storm's trace file.",
+        optional=True,
+        why="simulate, validate and testbed run write the storm they ran; calibrate "
+        "reads recorded storms to fit (validate names those --calibrate-from and "
+        "--measured). A name of its own for calibrate's is left for a later release.",
+    ),
+    Concept(
         name="dry-run",
         option="--dry-run",
         forms=(Form(commands=("calibrate", "config push"), kind="flag", syntax=""),),

@@ -265,3 +265,15 @@ def test_an_old_spelling_searches_as_the_new_one(
         # The same config, but for the moment it was written.
         written[name] = re.sub(r"created_at: .*", "", out.read_text())
     assert written["new"] == written["old"]
+
+
+def test_the_reference_lists_every_old_spelling() -> None:
+    """docs/reference/cli.md's table of old spellings is the declared one."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "cli.md").read_text()
+    rows = {
+        line.split("|")[1].strip().strip("`").split()[0]
+        for line in page.splitlines()
+        if line.startswith("| `")
+    }
+    declared = {a.old for c in CONCEPTS for a in c.aliases}
+    assert declared <= rows, declared - rows
