@@ -22,6 +22,7 @@ from ._options import (
     check_output_dir,
     default_help,
     max_testbed_sandboxes,
+    named_as_options,
     split_names,
 )
 from .models.scenario import MAX_SANDBOXES
@@ -179,22 +180,23 @@ def calibrate_cmd(
     for path in trace or ():
         check_input_file("trace", path)
     if plan:
-        calibrate_plan(
-            sandboxes=plan_sandboxes,
-            runs=plan_runs,
-            pool_kinds=split_names(pool_kind) or None,
-            limit_stages=split_names(limit_stage) or tuple(DEFAULT_STAGES),
-            measured_ops=measured_ops,
-            measure=measure,
-            trace_dir=trace_dir,
-            output=output,
-            dry_run=dry_run,
-            vm=vm,
-            max_evaluations=max_evaluations,
-            executor=executor,
-            runtime=runtime,
-            progress=RichProgress(terminal_console()),
-        )
+        with named_as_options({"limit_stages": "limit_stage", "pool_kinds": "pool_kind"}):
+            calibrate_plan(
+                sandboxes=plan_sandboxes,
+                runs=plan_runs,
+                pool_kinds=split_names(pool_kind) or None,
+                limit_stages=split_names(limit_stage) or tuple(DEFAULT_STAGES),
+                measured_ops=measured_ops,
+                measure=measure,
+                trace_dir=trace_dir,
+                output=output,
+                dry_run=dry_run,
+                vm=vm,
+                max_evaluations=max_evaluations,
+                executor=executor,
+                runtime=runtime,
+                progress=RichProgress(terminal_console()),
+            )
         return
     if trace:
         _calibrate_traces(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ._io import check_output_path, terminal_console, write_atomically
-from ._options import EXECUTOR_OPTION, check_count, default_help, split_names
+from ._options import EXECUTOR_OPTION, check_count, default_help, named_as_options, split_names
 from ._params import parse_seeds
 from ._units import parse_int_list, parse_mib, parse_seconds
 from .models import ConfigError
@@ -171,25 +171,27 @@ def optimize_cmd(
         base, traffic = _workload_search(base, workload, sandboxes=size, sizes=sizes)
         objective = objective or ["memory", "p99"]
         pools = pools or "all"
-    spec = study_spec(
-        base,
-        trials=trials,
-        objectives=tuple(objective or ()),
-        sampler=sampler,
-        stages=stages,
-        pools=pools,
-        seeds=parse_seeds(seeds) if seeds else (),
-        sizes=sizes,
-        robust=robust,
-        memory_budget_mib=parse_mib("memory_budget", memory_budget) if memory_budget else None,
-        p99_slo_s=parse_seconds("slo_p99", slo_p99) if slo_p99 else None,
-        storage=DEFAULT_STORAGE if storage is None else storage,
-        study_name=study_name,
-        sampler_seed=sampler_seed,
-        heartbeat_s=heartbeat_s,
-        executor=executor,
-        **traffic,  # type: ignore[arg-type]
-    )
+    # The spec names its parameters; the user gave options.
+    with named_as_options({"stages": "limit_stage", "pools": "pool_kind", "sizes": "sandboxes"}):
+        spec = study_spec(
+            base,
+            trials=trials,
+            objectives=tuple(objective or ()),
+            sampler=sampler,
+            stages=stages,
+            pools=pools,
+            seeds=parse_seeds(seeds) if seeds else (),
+            sizes=sizes,
+            robust=robust,
+            memory_budget_mib=parse_mib("memory_budget", memory_budget) if memory_budget else None,
+            p99_slo_s=parse_seconds("slo_p99", slo_p99) if slo_p99 else None,
+            storage=DEFAULT_STORAGE if storage is None else storage,
+            study_name=study_name,
+            sampler_seed=sampler_seed,
+            heartbeat_s=heartbeat_s,
+            executor=executor,
+            **traffic,  # type: ignore[arg-type]
+        )
     _search_and_write(spec, jobs=jobs, output=output)
 
 

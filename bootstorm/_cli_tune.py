@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ._io import terminal_console
-from ._options import LIFETIME_OPTION, RUNTIME_OPTION, RuntimeName, default_help, split_names
+from ._options import (
+    LIFETIME_OPTION,
+    RUNTIME_OPTION,
+    RuntimeName,
+    default_help,
+    named_as_options,
+    split_names,
+)
 from .models import ConfigError
 
 if TYPE_CHECKING:
@@ -170,16 +177,17 @@ def tune_cmd(
         "progress": RichProgress(terminal_console()),
         "runtime": runtime,
     }
-    if traffic:
-        tune_traffic(
-            workload=workload_starts,
-            slo_p99_s=slo_s,
-            lifetime_s=lifetime_s,
-            window_s=DEFAULT_WINDOW_S if window_s is None else window_s,
-            **loop,  # type: ignore[arg-type]
-        )
-    else:
-        tune(sandboxes=sandboxes, **loop)  # type: ignore[arg-type]
+    with named_as_options({"limit_stages": "limit_stage", "pool_kinds": "pool_kind"}):
+        if traffic:
+            tune_traffic(
+                workload=workload_starts,
+                slo_p99_s=slo_s,
+                lifetime_s=lifetime_s,
+                window_s=DEFAULT_WINDOW_S if window_s is None else window_s,
+                **loop,  # type: ignore[arg-type]
+            )
+        else:
+            tune(sandboxes=sandboxes, **loop)  # type: ignore[arg-type]
 
 
 def _traffic_options(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,6 +34,7 @@ __all__ = [
     "check_url",
     "default_help",
     "load_workload",
+    "named_as_options",
     "pairs",
     "pool_refill_from_options",
     "scenario_from_options",
@@ -137,6 +140,21 @@ def split_names(items: list[str] | None) -> tuple[str, ...]:
     values may each be comma-separated: ``A --x B,C`` is ``("A", "B", "C")``,
     as a comma list alone is (one syntax for lists in every command)."""
     return tuple(n.strip() for item in items or () for n in item.split(",") if n.strip())
+
+
+@contextmanager
+def named_as_options(options: Mapping[str, str]) -> Iterator[None]:
+    """A workflow's error names its parameter (``stages: unknown name``); the
+    user gave an option (``--limit-stage``): the line names the option, keyed
+    here by the parameter's name (``{"stages": "limit_stage"}``)."""
+    try:
+        yield
+    except ConfigError as exc:
+        text = str(exc)
+        for field, option in options.items():
+            if text.startswith((f"{field}:", f"{field}[", f"{field}.")):
+                raise ConfigError(option + text[len(field) :]) from None
+        raise
 
 
 def scenario_from_options(scenario_file: Path | None, **overrides: Any) -> Scenario:

@@ -277,3 +277,25 @@ def test_the_reference_lists_every_old_spelling() -> None:
     }
     declared = {a.old for c in CONCEPTS for a in c.aliases}
     assert declared <= rows, declared - rows
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["optimize", "--limit-stage", "Boot"], "error: limit_stage: unknown name 'Boot'"),
+        (["optimize", "--pool-kind", "veth"], "error: pool_kind: unknown name 'veth'"),
+        (["optimize", "--sandboxes", "0,5"], "error: sandboxes[0]: must be"),
+        (["calibrate", "--plan", "--dry-run", "--limit-stage", "Boot"], "error: limit_stage: "),
+        (["calibrate", "--plan", "--dry-run", "--pool-kind", "veth"], "error: pool_kind: "),
+    ],
+)
+def test_a_bad_value_names_the_option_it_was_given_as(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The workflows name their parameters (stages, pool_kinds, sizes); the
+    line names the option the user typed."""
+    if argv[0] == "optimize":
+        argv = [*argv, "--storage", "memory"]
+    code, _, err = run_main(argv, capsys)
+    assert code == 2
+    assert err.startswith(line) and len(err.splitlines()) == 1, err

@@ -141,8 +141,8 @@ def test_two_objectives_print_a_pareto_front(tmp_path: Path) -> None:
         (["--slo-p99", "-3s"], "error: slo_p99: expected a duration"),
         (["--objective", "speed"], "error: objective: unknown objective 'speed'"),
         (["--sampler", "bayes"], "error: sampler: unknown sampler 'bayes'"),
-        (["--limit-stage", "Boot"], "error: stages: unknown name 'Boot'"),
-        (["--pool-kind", "veth"], "error: pools: unknown name 'veth'"),
+        (["--limit-stage", "Boot"], "error: limit_stage: unknown name 'Boot'"),
+        (["--pool-kind", "veth"], "error: pool_kind: unknown name 'veth'"),
         (
             ["--sandboxes", "200,x"],
             "error: sandboxes: expected comma-separated integers, but got 'x'",
