@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONCEPTS",
+    "UNIT_SUFFIXES",
     "WRITES_FILE",
     "Alias",
     "Concept",
@@ -242,6 +243,8 @@ CONCEPTS: tuple[Concept, ...] = (
         forms=(Form(commands=("calibrate", "tune"), kind="int", syntax=_COUNT),),
         help="Runs of each calibration plan storm.",
         aliases=(Alias(old="--runs", commands=("calibrate",)),),
+        why="validate's --calibration-runs and --calibration-sandboxes size the one storm "
+        "it fits a profile to first, not a plan's storms.",
     ),
     Concept(
         name="plan-sandboxes",
@@ -490,6 +493,12 @@ CONCEPTS: tuple[Concept, ...] = (
         help="Print what would run; run nothing.",
     ),
 )
+
+#: Units an option's name may end in: its value is a bare number in that
+#: unit (or, in a list form of the table, comma-separated numbers). A value
+#: that carries its own unit (``15s``, ``8GiB``) goes to an option named
+#: without one (``--slo-p99``, ``--memory-budget``).
+UNIT_SUFFIXES: tuple[str, ...] = ("-s", "-mib", "-gbps", "-bytes")
 
 #: Commands whose product is a file: each takes ``-o/--output``. The others
 #: print their product; files some of them write beside it have names of

@@ -21,7 +21,7 @@ from typer import _click as click
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from bootstorm._params import ConfigError, parse_seeds
-from bootstorm._vocabulary import CONCEPTS, WRITES_FILE, Concept, Kind
+from bootstorm._vocabulary import CONCEPTS, UNIT_SUFFIXES, WRITES_FILE, Concept, Kind
 from bootstorm.cli import app, main
 
 Commands = dict[str, tuple[click.Command, click.Context]]
@@ -159,6 +159,23 @@ def test_every_command_that_writes_a_file_takes_dash_o(commands: Commands) -> No
         if path not in WRITES_FILE and any("-o" in p.opts for p in _options(command))
     ]
     assert not others, others
+
+
+def test_a_unit_in_the_name_means_a_bare_number(commands: Commands) -> None:
+    """``--lifetime-s 5``, ``--memory-mib 2048``: a number in the name's unit
+    (a comma-separated list of them where the table declares a list form)."""
+    lists = {
+        (p, c.option) for c in CONCEPTS for f in c.forms if "," in f.syntax for p in f.commands
+    }
+    wrong = []
+    for path, (command, _) in commands.items():
+        for param in _options(command):
+            name = next(o for o in param.opts if o.startswith("--"))
+            if not name.endswith(UNIT_SUFFIXES) or (path, name) in lists:
+                continue
+            if _kind(param) not in ("int", "float"):
+                wrong.append(f"{path} {name}: {_kind(param)}, not a number")
+    assert not wrong, "\n".join(wrong)
 
 
 _SHOWN = re.compile(r"\[default: [^\]]*\]")
