@@ -316,3 +316,20 @@ def test_a_bad_value_names_the_option_it_was_given_as(
     code, _, err = run_main(argv, capsys)
     assert code == 2
     assert err.startswith(line) and len(err.splitlines()) == 1, err
+
+
+def test_chrome_takes_its_old_output_argument(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``testbed chrome TRACE OUT`` (before -o) writes what ``-o OUT`` does."""
+    data = Path(__file__).resolve().parents[1] / "traces" / "data"
+    recorded = str(sorted(data.glob("*-25.jsonl.gz"))[0])
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    code, _, err = run_main(["testbed", "chrome", recorded, "-o", str(new)], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["testbed", "chrome", recorded, str(old)], capsys)
+    assert code == 0, err
+    assert err.startswith("OUTPUT after the trace is now -o/--output;"), err
+    assert old.read_bytes() == new.read_bytes()
+    code, _, err = run_main(["testbed", "chrome", recorded, str(old), "-o", str(new)], capsys)
+    assert code == 2 and err.splitlines()[-1].startswith("error: output: give -o "), err
