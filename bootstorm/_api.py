@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .models import compile_scenario
+from .models import compile_scenario, load_profile
+from .models.compile import with_interval
 from .simulator import run_with
 
 if TYPE_CHECKING:
@@ -71,8 +72,10 @@ def simulate(
 
         sized = estimate_memory(scenario, seed=seed, profile=profile)
         check_run_fits(sandboxes=sized.sandboxes, ops=sized.ops, executor=executor)
-    program = compile_scenario(scenario, seed=seed, profile=profile)
-    return run_with(program, executor, record=record)
+    prof = profile if profile is not None else load_profile(scenario.profile)
+    program = compile_scenario(scenario, seed=seed, profile=prof)
+    # A profile fitted to a node's storms says how sure the answer is.
+    return with_interval(run_with(program, executor, record=record), prof)
 
 
 def compare(

@@ -58,6 +58,10 @@ def _headline(what: WhatIf) -> Table:
     s = result.startup
     t.add_row("makespan (last sandbox up)", f"{result.makespan_s:.2f} s")
     t.add_row("startup mean / p50 / p99", f"{s.mean:.2f} / {s.p50:.2f} / {s.p99:.2f} s")
+    if (band := result.interval) is not None:
+        # Where the node's median should fall, from how far the profile
+        # missed the storms it was fitted to (its staleness is a caution).
+        t.add_row(band.label, band.text())
     if result.ready is not None:
         r = result.ready
         t.add_row("ready (network usable) mean / p99", f"{r.mean:.2f} / {r.p99:.2f} s")

@@ -57,6 +57,7 @@ from ..simulator import SERVICE_FAMILIES, Result
 from ..traces import Trace
 from ._fit import FitReport, FreeParameter, LeastSquaresFit, least_squares_fit, parameter_spread
 from .identify import unseen_directions_of
+from .interval import prediction_error_of
 from .measured_ops import MeasuredCost
 from .targets import Metric, PaperTarget, TargetCheck, check_targets, makespan
 
@@ -741,6 +742,8 @@ def fit_storms(
             "fitted_on": fitted_on(traces),
         }
     )
+    error = prediction_error_of(groups, profile, seed=seed, executor=executor)
+    profile = profile.model_copy(update={"prediction_error": error})
     profile = Profile(**profile.model_dump())  # validated again, with its identification
     return fit.report(checks, profile=profile)
 

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         DataplaneCostTable,
         Traffic,
     )
+    from .interval import DEFAULT_LEVEL, headline_interval
     from .families import (
         CNI_FAMILIES,
         CniFamily,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
         FittedOn,
         HostSpec,
         Identification,
+        PredictionError,
         Profile,
         SriovCostTable,
         TestbedCostTable,
@@ -90,6 +92,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CNI_FAMILIES",
+    "DEFAULT_LEVEL",
     "CNI_NAMES",
     "DATA_PATHS",
     "RTNL",
@@ -112,6 +115,7 @@ __all__ = [
     "HostSpec",
     "Identification",
     "PoolRefill",
+    "PredictionError",
     "Profile",
     "ProgramCache",
     "RtnlOps",
@@ -132,6 +136,7 @@ __all__ = [
     "family_cnis",
     "follow_rate_target",
     "full_pools",
+    "headline_interval",
     "load_profile",
     "load_scenario",
     "ovs_reconfigure_s",
@@ -166,6 +171,8 @@ _SOURCES: dict[str, str] = {
     "qos_resend_s": ".cni",
     "sandbox_plan": ".cni",
     "vport_creators": ".cni",
+    "DEFAULT_LEVEL": ".interval",
+    "headline_interval": ".interval",
     "ProgramCache": ".compile",
     "SeedLike": ".compile",
     "compile_scenario": ".compile",
@@ -184,6 +191,7 @@ _SOURCES: dict[str, str] = {
     "FittedOn": ".profile",
     "HostSpec": ".profile",
     "Identification": ".profile",
+    "PredictionError": ".profile",
     "Profile": ".profile",
     "SriovCostTable": ".profile",
     "TestbedCostTable": ".profile",

@@ -162,8 +162,28 @@ def run_scenario(
 ) -> Result:
     """``scenario`` compiled (:func:`compile_scenario`) and run by ``executor``
     (:func:`~bootstorm.simulator.run_with`): the one way every layer above
-    simulates a what-if it does not need the program of."""
-    return run_with(compile_scenario(scenario, seed=seed, profile=profile), executor, record=record)
+    simulates a what-if it does not need the program of. A profile fitted to
+    a node's storms gives the result its interval (:attr:`Result.interval`)."""
+    prof = profile if profile is not None else load_profile(scenario.profile)
+    result = run_with(compile_scenario(scenario, seed=seed, profile=prof), executor, record=record)
+    return with_interval(result, prof)
+
+
+def with_interval(result: Result, profile: Profile) -> Result:
+    """``result`` with the interval ``profile`` gives its headline numbers
+    (:func:`~.interval.headline_interval`); as it is if the profile records
+    no prediction error (a published profile)."""
+    if profile.prediction_error is None:
+        return result
+    from .interval import headline_interval
+
+    interval = headline_interval(
+        makespan_s=result.makespan_s,
+        mean_s=result.startup.mean,
+        p99_s=result.startup.p99,
+        error=profile.prediction_error,
+    )
+    return dataclasses.replace(result, interval=interval)
 
 
 def check_memory(

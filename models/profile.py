@@ -30,6 +30,7 @@ __all__ = [
     "FittedOn",
     "HostSpec",
     "Identification",
+    "PredictionError",
     "Profile",
     "SriovCostTable",
     "UnseenDirection",
@@ -398,6 +399,20 @@ class FittedOn(_Frozen):
     storms: tuple[Annotated[str, Field(max_length=256)], ...] = ()
 
 
+class PredictionError(_Frozen):
+    """How far the profile's predictions fall from the node's medians, on the
+    storms it was fitted to: per headline metric, the root mean square of
+    ``log(measured median / predicted)`` over ``storms`` storms (each the
+    median of its runs against one simulated run, so the runs' spread and
+    the seed's are in it). What a what-if's interval is made from
+    (:func:`bootstorm.calibration.interval.prediction_interval`)."""
+
+    storms: Annotated[int, Field(ge=2, le=10_000)]
+    makespan_log_rms: Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False)]
+    mean_log_rms: Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False)]
+    p99_log_rms: Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False)]
+
+
 class Profile(_Frozen):
     """A named, versioned set of host facts and operation costs with sources."""
 
@@ -425,6 +440,11 @@ class Profile(_Frozen):
     fitted_on: FittedOn | None = None
     """When and on what machine the storms it was fitted to ran; ``None``: a
     published profile (a paper's host), or one fitted before it was recorded."""
+    prediction_error: PredictionError | None = None
+    """How far it misses the storms it was fitted to, per headline metric:
+    what a what-if's interval is made of. ``None``: a published profile
+    (fitted to a paper's rows, not to runs of a node), or one fitted before
+    this was recorded: its what-ifs carry no interval."""
 
     def staleness(
         self,

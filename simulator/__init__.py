@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         PoolTimeline,
         Result,
         StageStats,
+        HeadlineInterval,
         StartupStats,
     )
     from .simpy_executor import (
@@ -135,6 +136,7 @@ __all__ = [
     "Sleep",
     "Stage",
     "StageStats",
+    "HeadlineInterval",
     "StartupStats",
     "StartupSummary",
     "Step",
@@ -193,6 +195,7 @@ _SOURCES: dict[str, str] = {
     "Retarget": ".steps",
     "Result": ".result",
     "StageStats": ".result",
+    "HeadlineInterval": ".result",
     "StartupStats": ".result",
     "SERVICE_FAMILIES": ".steps",
     "Async": ".steps",

@@ -16,6 +16,7 @@ from .recorder import Recording
 __all__ = [
     "CpuStats",
     "GateStats",
+    "HeadlineInterval",
     "LockStats",
     "PoolEvent",
     "PoolStats",
@@ -28,6 +29,46 @@ __all__ = [
 
 REASONS = ("work", "spin", "zero")
 """Why CPU was burnt, the keys of :attr:`CpuStats.by_stage`'s accounts."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HeadlineInterval:
+    """Where the node's median of a storm's headline numbers should fall,
+    with probability ``level``: each metric's ``(low, high)``, seconds.
+
+    Made by the profile that predicted the storm from how far it missed the
+    ``storms`` storms it was fitted to
+    (:func:`bootstorm.models.headline_interval`); the simulator itself
+    knows nothing of it.
+    """
+
+    level: float
+    makespan_s: tuple[float, float]
+    mean_s: tuple[float, float]
+    p99_s: tuple[float, float]
+    storms: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.level:.0%} interval (node's median)"
+
+    def text(self) -> str:
+        """The intervals in one line, as the CLI and the report show them."""
+        return (
+            f"makespan {self.makespan_s[0]:.2f}-{self.makespan_s[1]:.2f} s, "
+            f"mean {self.mean_s[0]:.2f}-{self.mean_s[1]:.2f} s, "
+            f"p99 {self.p99_s[0]:.2f}-{self.p99_s[1]:.2f} s "
+            f"(from {self.storms} fitted storms)"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "level": self.level,
+            "makespan_s": list(self.makespan_s),
+            "mean_s": list(self.mean_s),
+            "p99_s": list(self.p99_s),
+            "from_storms": self.storms,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -253,6 +294,9 @@ class Result:
     empty_start_sandboxes: npt.NDArray[np.int64] = field(
         default_factory=lambda: np.zeros(0, np.int64), repr=False
     )
+    #: Where the node's medians should fall (a profile fitted to a node's
+    #: storms sets it, see :class:`HeadlineInterval`); None: no such profile.
+    interval: HeadlineInterval | None = None
 
     @property
     def empty_starts(self) -> int:
@@ -295,6 +339,7 @@ class Result:
                 if self.branches
                 else {}
             ),
+            **({"interval": self.interval.to_dict()} if self.interval is not None else {}),
         }
 
     @staticmethod
