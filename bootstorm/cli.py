@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import typer
 from typer.core import TyperGroup
@@ -111,6 +111,17 @@ COMMANDS: dict[str, LazyCommand] = {
         "._cli_agent", "agent_app", "The node agent: stage permits, device pools, tuned config."
     ),
     "config": LazyCommand("._cli_agent", "config_app", "Tuned configs on nodes."),
+}
+
+#: The packages of the optional ``node`` extra (pyproject's), by import name:
+#: the testbed's and the agent's. A command that finds one missing says which
+#: extra to install, in one line (``sweep`` says it of Dask the same way);
+#: tests/test_packaging.py holds this table to pyproject's.
+_EXTRA_OF = {
+    "aiohttp": "node",
+    "httpx": "node",
+    "prometheus_client": "node",
+    "pyroute2": "node",
 }
 
 
@@ -221,6 +232,32 @@ def _root(
     """Predict and shorten boot storms of secure containers."""
 
 
+def _command_path(argv: list[str] | None) -> str:
+    """The command a command line asks for (``agent serve``, ``validate``), for a message."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in COMMANDS:
+        return "bootstorm"
+    path = args[0]
+    if COMMANDS[path].attribute.endswith("_app") and len(args) > 1 and not args[1].startswith("-"):
+        path += f" {args[1]}"  # a group's subcommand
+    return path
+
+
+def _run(command: click.Command, argv: list[str] | None) -> Any:
+    """``command``'s run; a package of an optional extra found missing (by the
+    command's module or one it loads) is a :class:`ConfigError` naming the
+    command, the package and the extra."""
+    try:
+        return command.main(args=argv, prog_name="bootstorm", standalone_mode=False)
+    except ModuleNotFoundError as exc:
+        extra = _EXTRA_OF.get(exc.name or "")
+        if extra is None:
+            raise  # not a package of an extra (or one of its modules): a bug to see whole
+        raise ConfigError(
+            f"{_command_path(argv)}: needs {exc.name}; pip install 'bootstorm[{extra}]'"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning bad input into one line and exit 2."""
     handler = logging.StreamHandler()
@@ -235,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     from .workflows._errors import StormInterruptedError
 
     try:
-        code = command.main(args=argv, prog_name="bootstorm", standalone_mode=False)
+        code = _run(command, argv)
     except (ConfigError, ProgramError, TraceFormatError) as exc:
         # A malformed scenario, profile, config or trace: what and where, no traceback.
         for line in str(exc).splitlines():

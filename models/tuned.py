@@ -68,8 +68,8 @@ __all__ = [
 # header records the config a storm ran under): see traces/_config.py.
 
 
-# mypy sees bootstorm.traces as untyped (the packages are mapped by setup.cfg's
-# package_dir, which mypy does not follow), hence the ignore.
+# mypy sees bootstorm.traces as untyped (the packages are mapped by pyproject's
+# package-dir, which mypy does not follow), hence the ignore.
 class TunedConfig(AppliedConfig):  # type: ignore[misc]
     """Settings for one node, validated on both ends (optimizer and agent).
 

@@ -10,9 +10,9 @@ build, and a command that cannot be loaded fails the build.
 
 from __future__ import annotations
 
-import configparser
 import shutil
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -68,19 +68,18 @@ _mirror: Path | None = None
 
 
 def _package_dirs(root: Path) -> dict[str, str]:
-    """setup.cfg's package_dir: ``bootstorm.X`` -> folder ``X`` at the root."""
-    cfg = configparser.ConfigParser()
-    cfg.read(root / "setup.cfg")
-    lines = cfg.get("options", "package_dir", fallback="").splitlines()
-    pairs = (line.split("=", 1) for line in lines if "=" in line)
-    return {name.strip(): folder.strip() for name, folder in pairs}
+    """pyproject's ``package-dir``: ``bootstorm.X`` -> folder ``X`` at the root."""
+    with (root / "pyproject.toml").open("rb") as f:
+        pyproject = tomllib.load(f)
+    mapping: dict[str, str] = pyproject["tool"]["setuptools"]["package-dir"]
+    return dict(mapping)
 
 
 @event_priority(100)  # before mkdocstrings reads its handler's options
 def on_config(config: Any, **_: Any) -> Any:
     # The API reference reads the docstrings from the source (griffe), which
-    # looks for `bootstorm.models` under bootstorm/; setup.cfg maps the
-    # subpackages to top-level folders (package_dir). A throw-away tree of
+    # looks for `bootstorm.models` under bootstorm/; pyproject maps the
+    # subpackages to top-level folders (package-dir). A throw-away tree of
     # links shaped as the installed package lets it find them.
     global _mirror
     root = Path(config["config_file_path"]).resolve().parent

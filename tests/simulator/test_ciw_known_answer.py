@@ -11,7 +11,7 @@ floating-point tolerance. A statistical test (``test_queueing.py``) would pass
 a kernel that served customers in the wrong order with the right mean; this
 one does not.
 
-``ciw`` is a test dependency (setup.cfg's ``test`` extra); the test skips
+``ciw`` is a test dependency (pyproject's ``test`` extra); the test skips
 without it.
 """
 

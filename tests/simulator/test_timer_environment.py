@@ -96,7 +96,7 @@ PRIVATE = re.compile(r"\.(_now|_eid|_ok|_defused)\b|env\._queue\b")
 
 
 def test_the_simpy_internals_the_timer_slot_relies_on_are_there() -> None:
-    """SimPy is pinned to the 4.1 series (setup.cfg); a release that moves these
+    """SimPy is pinned to the 4.1 series (pyproject.toml); a release that moves these
     fails here, not as a wrong result."""
     major, minor = (int(x) for x in simpy.__version__.split(".")[:2])
     assert (major, minor) == (4, 1), simpy.__version__

@@ -5,11 +5,25 @@ mirred, QEMU microVM) and returns their trace; :func:`sweep_leftovers`
 removes what a killed run left. Needs root; the module imports without it.
 """
 
-from ._leftovers import SweepReport, sweep_leftovers, sweep_lock
-from .admission import Admission, LocalAdmission
-from .driver import STAGES, StormOptions, StormResult, TestbedError, run_storm
-from .runtime import StormRuntime, register_runtime, runtime_names
-from .summary import LockSummary, StormSummary, summarize
+# Names load on first use (PEP 562): the storm's modules need pyroute2 (the
+# `bootstorm[node]` extra), and commands that run without it (`calibrate`
+# against a paper) check their sizes against StormOptions' bounds, which
+# `.options` holds and imports without it.
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._errors import TestbedError
+    from ._leftovers import SweepReport, sweep_leftovers, sweep_lock
+    from .admission import Admission, LocalAdmission
+    from .driver import run_storm
+    from .options import STAGES, StormOptions, StormResult
+    from .runtime import StormRuntime, register_runtime, runtime_names
+    from .summary import LockSummary, StormSummary, summarize
 
 __all__ = [
     "STAGES",
@@ -29,3 +43,33 @@ __all__ = [
     "sweep_leftovers",
     "sweep_lock",
 ]
+
+_SOURCES = {
+    "TestbedError": "._errors",
+    "SweepReport": "._leftovers",
+    "sweep_leftovers": "._leftovers",
+    "sweep_lock": "._leftovers",
+    "Admission": ".admission",
+    "LocalAdmission": ".admission",
+    "run_storm": ".driver",
+    "STAGES": ".options",
+    "StormOptions": ".options",
+    "StormResult": ".options",
+    "StormRuntime": ".runtime",
+    "register_runtime": ".runtime",
+    "runtime_names": ".runtime",
+    "LockSummary": ".summary",
+    "StormSummary": ".summary",
+    "summarize": ".summary",
+}
+#: Names of the runtime registry: the built-in runtimes register themselves
+#: when the driver loads, as they did when this package imported it whole.
+_REGISTRY = frozenset({"StormRuntime", "register_runtime", "runtime_names"})
+
+_getattr, __dir__ = lazy_exports(__name__, globals(), _SOURCES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _REGISTRY:
+        importlib.import_module(".driver", __name__)
+    return _getattr(name)
