@@ -25,6 +25,7 @@ from ._options import (
     named_as_options,
     split_names,
 )
+from .models import ConfigError
 from .models.scenario import MAX_SANDBOXES
 from .simulator import ExecutorName
 from .workflows import DEFAULT_CHECK_SEEDS
@@ -93,6 +94,15 @@ MeasuredOpsOption = Annotated[
         "(bootstorm testbed measure-ops --output FILE), fitted with the storms."
     ),
 ]
+RefreshOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--refresh",
+        metavar="PROFILE",
+        help="Rescale this node profile to today's speed: to the storms given with "
+        "--trace, or (root) to 2 storms of --plan-sandboxes run now; writes --output.",
+    ),
+]
 PlanOption = Annotated[
     bool,
     typer.Option(
@@ -149,6 +159,7 @@ def calibrate_cmd(
     predict_sandboxes: PredictSandboxesOption = None,
     measured_ops: MeasuredOpsOption = None,
     plan: PlanOption = False,
+    refresh: RefreshOption = None,
     plan_sandboxes: PlanSandboxesOption = 50,
     plan_runs: PlanRunsOption = 3,
     pool_kind: PoolKindOption = None,
@@ -179,6 +190,23 @@ def calibrate_cmd(
     check_output_dir("trace_dir", trace_dir)
     for path in trace or ():
         check_input_file("trace", path)
+    if refresh is not None:
+        check_input_file("refresh", refresh)
+        if plan:
+            raise ConfigError("refresh: give --refresh or --plan, not both")
+        _calibrate_refresh(
+            refresh,
+            trace_paths=trace or [],
+            sandboxes=plan_sandboxes,
+            vm=vm,
+            runtime=runtime,
+            trace_dir=trace_dir,
+            output=output,
+            executor=executor,
+            as_json=as_json,
+            console=terminal_console(),
+        )
+        return
     if plan:
         with named_as_options({"limit_stages": "limit_stage", "pool_kinds": "pool_kind"}):
             calibrate_plan(
@@ -292,6 +320,80 @@ def calibrate_check(
             + "[/]"
         )
     return 1 if unexpected else 0
+
+
+def _calibrate_refresh(
+    profile_path: Path,
+    *,
+    trace_paths: list[Path],
+    sandboxes: int,
+    vm: bool,
+    runtime: str,
+    trace_dir: Path | None,
+    output: Path | None,
+    executor: str,
+    as_json: bool,
+    console: Console,
+) -> None:
+    """``calibrate --refresh``: the factor, each storm's errors before and
+    after (or ``--json``), and the refreshed profile written to ``--output``."""
+    from ._render import narrow_table
+    from ._render_node import RichProgress
+    from .workflows import refresh_node_profile
+
+    done = refresh_node_profile(
+        profile_path,
+        trace_paths=trace_paths,
+        sandboxes=sandboxes,
+        vm=vm,
+        runtime=runtime,
+        trace_dir=trace_dir,
+        executor=executor,
+        progress=RichProgress(console),
+    )
+    if output is not None:
+        write_atomically(output, done.profile.to_yaml())
+    if as_json:
+        payload = {
+            "profile": str(profile_path),
+            "scale": done.scale,
+            "at_bound": done.at_bound,
+            "storms": [
+                {
+                    "storm": e.storm,
+                    "makespan_error_before": e.makespan_before,
+                    "makespan_error_after": e.makespan_after,
+                    "mean_error_before": e.mean_before,
+                    "mean_error_after": e.mean_after,
+                }
+                for e in done.storms
+            ],
+            "output": None if output is None else str(output),
+        }
+        sys.stdout.write(json.dumps(payload) + "\n")
+        return
+    table = narrow_table(f"{profile_path.name}: time costs ×{done.scale:g}, predicted vs measured")
+    table.add_column("storm", justify="left", min_width=16, ratio=1)
+    for column in ("makespan before", "after", "mean before", "after"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for e in done.storms:
+        table.add_row(
+            e.storm,
+            f"{e.makespan_before:+.1%}",
+            f"{e.makespan_after:+.1%}",
+            f"{e.mean_before:+.1%}",
+            f"{e.mean_after:+.1%}",
+        )
+    console.print(table)
+    if done.at_bound:
+        console.print(
+            "[yellow]caution: the factor hit its bound (×0.5 or ×2): more than this node's "
+            "speed changed; refit it (sudo bootstorm calibrate --plan)[/]"
+        )
+    if output is not None:
+        console.print(f"refreshed profile written to [bold]{output}[/]")
+    else:
+        console.print("nothing written: give --output FILE to keep the refreshed profile")
 
 
 def _calibrate_traces(

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         fit_traces,
         load_measured,
         node_profile,
+        refresh_node_profile,
         run_plan,
     )
     from .search import (
@@ -113,6 +114,7 @@ _SOURCES: dict[str, str] = {
             "fit_traces",
             "load_measured",
             "node_profile",
+            "refresh_node_profile",
             "run_plan",
         ),
         ".profile",
@@ -232,6 +234,7 @@ __all__ = [
     "measure_operations_here",
     "node_profile",
     "read_candidates",
+    "refresh_node_profile",
     "run_plan",
     "run_search",
     "run_storm_here",

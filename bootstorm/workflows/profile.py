@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CHECK_SEEDS",
+    "REFRESH_STORMS",
     "BootstrapPrediction",
     "PaperCheck",
     "PlanDesigned",
@@ -41,6 +42,7 @@ __all__ = [
     "load_measured",
     "measure_here",
     "node_profile",
+    "refresh_node_profile",
     "run_plan",
 ]
 
@@ -218,6 +220,63 @@ def fit_traces(
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     return TraceFit(traces=traces, storms=len(groups), report=report)
+
+
+#: Storms a refresh runs on the node when no recorded one is given: "one or
+#: two" (issue 38); two give the factor a second look at the same drift.
+REFRESH_STORMS = 2
+
+
+def refresh_node_profile(
+    profile_path: Path,
+    *,
+    trace_paths: Sequence[Path] = (),
+    sandboxes: int = 50,
+    vm: bool = True,
+    runtime: str = "cni",
+    trace_dir: Path | None = None,
+    executor: str = "compiled",
+    progress: Progress | None = None,
+) -> Any:
+    """``calibrate --refresh``: the node profile at ``profile_path`` rescaled
+    to recorded storms (``trace_paths``) or, without any, to
+    :data:`REFRESH_STORMS` storms of ``sandboxes`` run here now (root).
+    Returns a :class:`~bootstorm.calibration.refresh.Refresh`."""
+    from ..calibration.refresh import refresh_profile
+    from ..models import load_profile
+    from ..traces import read_trace, write_trace
+
+    profile = load_profile(profile_path)
+    if profile.testbed is None:
+        raise ConfigError(
+            f"refresh: {profile_path} has no testbed section (a published host's); "
+            "refresh a node's fitted profile (calibrate --plan)"
+        )
+    progress = progress or SilentProgress()
+    if trace_paths:
+        traces = [read_trace(p) for p in trace_paths]
+    else:
+        if os.geteuid() != 0:
+            raise ConfigError("refresh: running its storms needs root (or give --trace FILE)")
+        traces = []
+        for k in range(REFRESH_STORMS):
+            traces.append(
+                storm_trace(
+                    sandboxes,
+                    None,
+                    vm=vm,
+                    runtime=runtime,
+                    what=f"refresh storm {k + 1} of {REFRESH_STORMS}",
+                    progress=progress,
+                )
+            )
+            if trace_dir is not None:
+                write_trace(traces[-1], trace_dir / f"refresh-{sandboxes}-run{k + 1}.jsonl.gz")
+    with progress.status(f"rescaling {profile.name!r} to {len(traces)} storm(s) …"):
+        try:
+            return refresh_profile(profile, traces, executor=executor)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True, kw_only=True)
