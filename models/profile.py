@@ -472,7 +472,8 @@ class Profile(_Frozen):
                 lines.append(
                     f"profile {self.name!r} was fitted to storms recorded "
                     f"{age_s / 86_400:.1f} days ago ({at:%Y-%m-%d %H:%M} UTC); this machine "
-                    "kind drifted 30% in a day: refit it (sudo bootstorm calibrate --plan) "
+                    "kind drifted 30% in a day: refresh it (sudo bootstorm calibrate --refresh "
+                    "PROFILE -o NEW) or refit it (sudo bootstorm calibrate --plan) "
                     "before acting on this answer"
                 )
         for what, then, here in (
