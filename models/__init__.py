@@ -47,7 +47,6 @@ if TYPE_CHECKING:
         DataplaneCostTable,
         Traffic,
     )
-    from .interval import DEFAULT_LEVEL, headline_interval
     from .families import (
         CNI_FAMILIES,
         CniFamily,
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
         cni_family,
         family_cnis,
     )
+    from .interval import DEFAULT_LEVEL, headline_interval
     from .profile import (
         CostEvidence,
         CostTable,
@@ -92,9 +92,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CNI_FAMILIES",
-    "DEFAULT_LEVEL",
     "CNI_NAMES",
     "DATA_PATHS",
+    "DEFAULT_LEVEL",
     "RTNL",
     "RTNL_OPS",
     "STAGES",

@@ -58,13 +58,13 @@ if TYPE_CHECKING:
     from .result import (
         CpuStats,
         GateStats,
+        HeadlineInterval,
         LockStats,
         PoolEvent,
         PoolStats,
         PoolTimeline,
         Result,
         StageStats,
-        HeadlineInterval,
         StartupStats,
     )
     from .simpy_executor import (
@@ -109,6 +109,7 @@ __all__ = [
     "FastExecutor",
     "GateSpec",
     "GateStats",
+    "HeadlineInterval",
     "Hold",
     "KernelCall",
     "LockKind",
@@ -136,7 +137,6 @@ __all__ = [
     "Sleep",
     "Stage",
     "StageStats",
-    "HeadlineInterval",
     "StartupStats",
     "StartupSummary",
     "Step",
