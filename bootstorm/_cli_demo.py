@@ -77,6 +77,7 @@ def run_demo(
     import optuna
 
     from ._render_optimize import config_summary
+    from .calibration.tornado import tornado
     from .optimizers import SearchSpace, StudySpec, optimize
     from .report import write_report
 
@@ -189,5 +190,6 @@ def run_demo(
                 ("pools", ", ".join(f"{k}={v}" for k, v in tuned_config.pools.items())),
             ],
             caveats=known,
+            sensitivity=tornado(tuned, base=tuned_result),
         )
         console.print(f"report written to [bold]{report_path}[/] (opens offline)")

@@ -107,6 +107,7 @@ def report_cmd(
         assert source is not None
         title, kw = _recorded(Path(source))
     else:
+        from .calibration.tornado import tornado
         from .workflows import what_if
 
         scenario = scenario_from_options(
@@ -123,6 +124,8 @@ def report_cmd(
             "caveats": what.known.misses,
             "unidentified": what.identification.cautions,
             "stale": what.identification.stale,
+            # Each unidentified cost at both ends (two compiled storms each: well under 1 s).
+            "sensitivity": tornado(scenario, base=what.result),
         }
     write_report(output, title=title, **kw)
     terminal_console().print(
@@ -249,12 +252,10 @@ def _recorded(path: Path) -> tuple[str, dict[str, Any]]:
         raise ConfigError(
             f"source: {shown_path(path)} holds no stage spans (a header only); nothing to report"
         )
-    h = trace.header
-    facts = [("trace", path.name), ("source", h.source)]
-    if h.host is not None:
-        facts.append(("host", f"{h.host.cores} CPUs, kernel {h.host.kernel}"))
-    title = f"{h.scenario.sandboxes} × {h.scenario.cni} ({h.source})"
-    return title, {"recording": to_recording(trace), "facts": facts}
+    from .report import trace_facts, trace_title
+
+    facts = trace_facts(trace, name=path.name)
+    return trace_title(trace), {"recording": to_recording(trace), "facts": facts}
 
 
 def _not_a_scenario(source: str) -> bool:

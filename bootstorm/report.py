@@ -6,7 +6,8 @@ opens offline and can be mailed to a colleague:
 - the **timeline**: one row per sandbox, one colour per stage (seed 001 Fig. 4);
 - the **stage breakdown**: mean time per stage and its share of the mean
   and of the p99 tail's startup (seed 001 Table 1, seed 000 Fig. 6);
-- **lock statistics**: acquisitions, waits and holds per lock;
+- **lock statistics**: acquisitions, waits and holds per lock, and the
+  tasks waiting for each lock over the storm;
 - the **CPU timeline**: busy and spinning cores, and the memory bandwidth
   zeroing takes (seed 000 Fig. 10c);
 - for an Optuna **study**: the optimisation history, parameter importances
@@ -21,9 +22,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import html
+import os
 import warnings
 import zlib
 from collections.abc import Mapping, Sequence
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +37,12 @@ from .simulator import LockStats, Recording, Result
 
 if TYPE_CHECKING:
     from .calibration import KnownMiss
+    from .calibration.tornado import Tornado
     from .simulator.timeline import Window
+    from .traces import Trace
 
 __all__ = [
+    "best_trials",
     "breakdown_figure",
     "candidate_stages_figure",
     "candidates_figure",
@@ -46,12 +52,18 @@ __all__ = [
     "lock_figure",
     "lock_rows",
     "lock_table_html",
+    "lock_waiters",
+    "lock_waits_figure",
     "memory_p99_figure",
     "report_html",
+    "show_static_images",
     "stage_colour",
     "stage_comparison_figure",
     "study_figures",
     "timeline_figure",
+    "tornado_figure",
+    "trace_facts",
+    "trace_title",
     "traffic_figure",
     "write_report",
 ]
@@ -386,6 +398,92 @@ def lock_table_html(recording: Recording, result: Result | None = None) -> str:
     return f"<table class='data locks'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+#: Slices of the storm the lock-waits figure averages its waiters over: a
+#: 400-sandbox storm has 20 000 RTNL waits, 40 000 steps per lock drawn one
+#: by one; 400 slices show its shape at a tenth of a page's pixels each.
+LOCK_WAIT_BINS = 400
+
+
+def _lock_family(name: str) -> str:
+    """A lock's row in the figures: a family of one lock per object
+    (``vfio_vf/17``) is one (``vfio_vf/*``), as in :func:`lock_rows`."""
+    return f"{name.split('/', 1)[0]}/*" if "/" in name else name
+
+
+def lock_waiters(
+    recording: Recording, *, bins: int = LOCK_WAIT_BINS
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The tasks waiting for each lock over the storm, from the recorded
+    waits (each a begin and an end): the slices' midpoints (s since the
+    burst) and, per lock with any wait, the mean number of waiters over each
+    slice (its wait-seconds in the slice over the slice's length; exact, not
+    sampled: a spike shorter than a slice lowers its height, never vanishes).
+    Locks by wait-seconds, largest first; none when no task waited."""
+    waits: dict[str, list[tuple[float, float]]] = {}
+    for lock, _task, _stage, is_hold, begin, end in recording.lock_spans:
+        if not is_hold and end > begin:
+            waits.setdefault(_lock_family(recording.lock_names[lock]), []).append((begin, end))
+    ends = [e for *_, e in recording.stage_spans] + [e for w in waits.values() for _, e in w]
+    horizon = max(ends, default=0.0)
+    if not waits or horizon <= 0.0:
+        return np.zeros(0), {}
+    edges = np.linspace(0.0, horizon, bins + 1)
+    out: dict[str, np.ndarray] = {}
+    for name, spans in sorted(waits.items(), key=lambda kv: -sum(e - b for b, e in kv[1])):
+        pairs = np.asarray(spans, dtype=np.float64)
+        times = np.concatenate([pairs[:, 0], pairs[:, 1]])
+        step = np.concatenate([np.ones(len(pairs)), -np.ones(len(pairs))])
+        order = np.argsort(times, kind="stable")
+        times, waiting = times[order], np.cumsum(step[order])
+        # The waiters are a step function: its integral is piecewise linear
+        # between events, so interpolating it at the slices' edges is exact.
+        area = np.concatenate([[0.0], np.cumsum(waiting[:-1] * np.diff(times))])
+        out[name] = np.diff(np.interp(edges, times, area)) / np.diff(edges)
+    return (edges[:-1] + edges[1:]) / 2, out
+
+
+#: Locks the lock-waits figure draws, those waited on longest: a measured
+#: storm's kernel saw waits on forty locks, most of them a few microseconds
+#: once (``spinlock@__d_lookup``), and forty lines hide the two that matter.
+MAX_WAIT_LINES = 8
+
+
+def lock_waits_figure(
+    recording: Recording, *, bins: int = LOCK_WAIT_BINS, max_locks: int = MAX_WAIT_LINES
+) -> Any | None:
+    """Tasks waiting for each lock over the storm (:func:`lock_waiters`), one
+    colour per lock, the ``max_locks`` waited on longest; ``None`` when no
+    task waited for a lock."""
+    go = _go()
+    mid, every = lock_waiters(recording, bins=bins)
+    if not every:
+        return None
+    waiters = dict(list(every.items())[:max_locks])
+    left = len(every) - len(waiters)
+    slice_ms = 1e3 * float(mid[1] - mid[0]) if mid.size > 1 else 2e3 * float(mid[0])
+    fig = go.Figure()
+    for k, (name, line) in enumerate(waiters.items()):
+        fig.add_trace(
+            go.Scatter(
+                x=mid,
+                y=line,
+                name=name,
+                mode="lines",
+                line={"shape": "hv", "color": _PALETTE[k % len(_PALETTE)]},
+                hovertemplate=f"{html.escape(name)}: %{{y:.1f}} waiting at %{{x:.2f}} s"
+                "<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title="Lock waits over time: tasks waiting for each lock"
+        + (f" (the {len(waiters)} waited on longest; {left} more in the table)" if left else ""),
+        xaxis_title="time since the burst, s",
+        yaxis_title=f"tasks waiting (mean over {slice_ms:.3g} ms)",
+        legend_title_text="lock",
+    )
+    return fig
+
+
 def cpu_figure(recording: Recording) -> Any:
     go = _go()
     frame = recording.cpu_frame()
@@ -415,6 +513,87 @@ def cpu_figure(recording: Recording) -> Any:
     return fig
 
 
+#: The tornado's two ends: the cost divided by its factor, and multiplied.
+_LOW_END_COLOUR, _HIGH_END_COLOUR = _PALETTE[0], _PALETTE[3]
+
+
+def tornado_figure(tornado: Tornado) -> Any:
+    """One row per unidentified cost (largest makespan swing on top): the
+    makespan and the p99 startup with the cost at each end of its plausible
+    range, bars from the value under the profile (the dashed line)."""
+    go = _go()
+    from plotly.subplots import make_subplots
+
+    bars = tornado.bars
+    labels = [f"{b.costs} (×/÷{b.factor:.3g})" for b in bars]
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        horizontal_spacing=0.04,
+        subplot_titles=("makespan", "p99 startup"),
+    )
+    for col, (metric, base) in enumerate(
+        (("makespan", tornado.makespan_s), ("p99", tornado.p99_s)), start=1
+    ):
+        for end, name, colour in (
+            (0, "the cost ÷ its factor", _LOW_END_COLOUR),
+            (1, "the cost × its factor", _HIGH_END_COLOUR),
+        ):
+            values = [(b.makespan_s if metric == "makespan" else b.p99_s)[end] for b in bars]
+            fig.add_trace(
+                go.Bar(
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    orientation="h",
+                    y=labels,
+                    x=[v - base for v in values],
+                    base=base,
+                    marker_color=colour,
+                    opacity=0.85,
+                    customdata=[(v, (v - base) / base if base else 0.0) for v in values],
+                    hovertemplate="%{y}<br>" + name + ": %{customdata[0]:.3f} s "
+                    "(%{customdata[1]:+.1%})<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+        fig.add_vline(
+            x=base,
+            line_dash="dash",
+            line_color="#444",
+            annotation_text=f"as profiled {base:.2f} s",
+            annotation_position="top",
+            row=1,
+            col=col,
+        )
+    fig.update_xaxes(title_text="makespan, s", row=1, col=1)
+    fig.update_xaxes(title_text="p99 startup, s", row=1, col=2)
+    fig.update_yaxes(autorange="reversed", title_text="unidentified cost (its range)", row=1, col=1)
+    fig.update_layout(
+        title="Sensitivity to the costs the profile never identified<br><sup>the what-if "
+        "with one cost at each end of its plausible range, the others as profiled; "
+        "longest bar on top</sup>",
+        barmode="overlay",
+        height=160 + 26 * max(len(bars), 1),
+        legend={"orientation": "h", "y": -0.15 if len(bars) > 4 else -0.4},
+    )
+    return fig
+
+
+def _tornado_section(tornado: Tornado) -> Any:
+    """The tornado chart, or a line saying no unidentified cost moves the what-if."""
+    from .calibration.tornado import NEGLIGIBLE_S
+
+    if tornado.bars:
+        return tornado_figure(tornado)
+    return (
+        "<p>No cost the profile never identified moves this what-if "
+        f"(by more than {NEGLIGIBLE_S * 1e6:g} µs).</p>"
+    )
+
+
 def _value(trial: Any, *, k: int) -> float:
     return float(trial.values[k])
 
@@ -422,7 +601,7 @@ def _value(trial: Any, *, k: int) -> float:
 def study_figures(study: Any) -> list[Any]:
     """Optuna's own Plotly figures: the Pareto front (two objectives), the
     history of each objective, and parameter importances."""
-    return [fig for _, fig in _study_sections(study)]
+    return [fig for _, fig in _study_sections(study) if not isinstance(fig, str)]
 
 
 #: The unit of each objective ``bootstorm optimize`` minimises (its metric names).
@@ -456,6 +635,62 @@ def _off_chart(title: str, hidden: int) -> str:
     return f"{title} ({hidden} trial{'s' if hidden > 1 else ''} off the chart, above)"
 
 
+def _feasible(trial: Any) -> bool:
+    """Whether a trial met the study's constraints (Optuna keeps them, each
+    ``<= 0`` when met, in the trial's system attributes)."""
+    return all(c <= 0.0 for c in trial.system_attrs.get("constraints", ()))
+
+
+def best_trials(study: Any) -> list[Any]:
+    """The study's best: with one objective, its best feasible trial; with
+    several, the Pareto front of its feasible trials (a trial no other is as
+    good as on every objective and better on one), by the first objective."""
+    done = [t for t in study.trials if t.state.name == "COMPLETE" and _feasible(t)]
+    signs = [1.0 if d.name == "MINIMIZE" else -1.0 for d in study.directions]
+
+    def key(t: Any) -> tuple[float, ...]:
+        return tuple(s * v for s, v in zip(signs, t.values, strict=True))
+
+    if len(signs) == 1:
+        return sorted(done, key=lambda t: (key(t), t.number))[:1]
+
+    def dominated(t: Any) -> bool:
+        mine = key(t)
+        return any(
+            all(x <= y for x, y in zip(key(o), mine, strict=True)) and key(o) != mine for o in done
+        )
+
+    return sorted((t for t in done if not dominated(t)), key=lambda t: (key(t), t.number))
+
+
+def _param(name: str) -> str:
+    """A searched parameter as a column: ``limit_AddCNI`` as ``limit AddCNI``."""
+    return name.replace("_", " ", 1)
+
+
+def _best_html(study: Any, names: Sequence[str]) -> str:
+    """The best config (one objective) or the Pareto front's configs (two):
+    each trial's objectives, with units, and its searched values."""
+    best = best_trials(study)
+    if not best:
+        return "<p>No completed trial met the study's constraints.</p>"
+    params = sorted({p for t in best for p in t.params})
+    head = ["trial", *(_with_unit(n) for n in names), *(_param(p) for p in params)]
+    rows = [
+        (
+            t.number,
+            *(f"{v:,.3f}" for v in t.values),
+            *(_cell(t.params[p]) if p in t.params else "—" for p in params),
+        )
+        for t in best
+    ]
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in row) + "</tr>" for row in rows
+    )
+    return f"<table class='data best'><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>"
+
+
 def _study_sections(study: Any) -> list[tuple[str, Any]]:
     import optuna.visualization as vis
 
@@ -466,6 +701,12 @@ def _study_sections(study: Any) -> list[tuple[str, Any]]:
     names = study.metric_names or [f"objective {k}" for k in range(len(study.directions))]
     labels = [_with_unit(n) for n in names]
     multi = len(names) > 1
+    best = best_trials(study)
+    if multi:
+        heading = f"Pareto front: the {len(best)} best configs, by {names[0]}"
+    else:
+        heading = f"Best config: trial {best[0].number}" if best else "Best config"
+    sections.append((heading, _best_html(study, names)))
     if multi:
         front = vis.plot_pareto_front(study, target_names=labels)
         (x_range, x_hidden), (y_range, y_hidden) = (
@@ -505,6 +746,79 @@ def _study_sections(study: Any) -> list[tuple[str, Any]]:
     return sections
 
 
+def _trace_settings(trace: Trace) -> str:
+    """The pools and limits a measured storm ran with, in a line ("" for none)."""
+    from .models.tuned import settings_line
+
+    h = trace.header
+    pools = dict(h.scenario.pools) or (dict(h.config.pools) if h.config is not None else {})
+    limits = dict(h.config.limits) if h.config is not None else {}
+    return str(settings_line(pools=pools, limits=limits))
+
+
+def trace_title(trace: Trace) -> str:
+    """A measured storm in a line: size, variant, source, pools and limits."""
+    h = trace.header
+    head = f"{h.scenario.sandboxes} × {h.scenario.cni} ({h.source})"
+    settings = _trace_settings(trace)
+    return f"{head}, {settings}" if settings else head
+
+
+def trace_facts(trace: Trace, *, name: str | None = None) -> list[tuple[str, str]]:
+    """The headline of a measured storm, as a simulated one's: what ran
+    (sandboxes, runtime, host, the config in force), its makespan and
+    mean/p50/p99 startup (:func:`bootstorm.validation.testbed.summarize`:
+    a sandbox's startup from its own arrival), the CPU it kept busy."""
+    from .validation.testbed.summary import summarize
+
+    h = trace.header
+    facts = [] if name is None else [("trace", name)]
+    sc = h.scenario
+    summary = summarize(trace)
+    done = (
+        f"{summary.sandboxes:,}"
+        if summary.completed == summary.sandboxes
+        else f"{summary.sandboxes:,} ({summary.completed:,} completed every stage)"
+    )
+    runtime = f"{sc.runtime} ({sc.cni}), VM {sc.vm}" + (
+        ", through a node agent" if sc.through_agent else ""
+    )
+    source = h.source
+    if h.created_at is not None:
+        at = h.created_at.astimezone(UTC) if h.created_at.tzinfo else h.created_at
+        source += f", recorded {at:%Y-%m-%d %H:%M} UTC"
+    facts += [
+        ("source", source),
+        ("sandboxes", done),
+        ("runtime", runtime),
+    ]
+    if h.host is not None:
+        host = h.host
+        machine = f"{host.hostname}: " if host.hostname else ""
+        cpu = f" ({host.cpu_model})" if host.cpu_model else ""
+        facts.append(
+            (
+                "host",
+                f"{machine}{host.cores} CPUs{cpu}, {host.memory_mib:,} MiB, kernel {host.kernel}",
+            )
+        )
+    facts.append(("pools and limits", _trace_settings(trace) or "none"))
+    if summary.completed:
+        facts += [
+            ("makespan (last sandbox up)", f"{summary.makespan_s:.2f} s"),
+            (
+                "startup mean / p50 / p99",
+                f"{summary.startup_mean_s:.2f} / {summary.startup_p50_s:.2f} / "
+                f"{summary.startup_p99_s:.2f} s",
+            ),
+        ]
+    if h.busy_core_s is not None:
+        facts.append(("CPU busy (whole host)", f"{h.busy_core_s:.1f} core-s"))
+    if summary.schedule_span_s:
+        facts.append(("arrivals spread over", f"{summary.schedule_span_s:.2f} s"))
+    return facts
+
+
 def _headline(result: Result | None, facts: Sequence[tuple[str, str]]) -> str:
     rows = list(facts)
     if result is not None:
@@ -512,6 +826,11 @@ def _headline(result: Result | None, facts: Sequence[tuple[str, str]]) -> str:
         rows += [
             ("makespan (last sandbox up)", f"{result.makespan_s:.2f} s"),
             ("startup mean / p50 / p99", f"{s.mean:.2f} / {s.p50:.2f} / {s.p99:.2f} s"),
+            *(
+                [(result.interval.label, result.interval.text())]
+                if result.interval is not None
+                else []
+            ),
             (
                 "CPU busy / spinning",
                 f"{result.cpu.busy_core_s:.1f} / {result.cpu.spin_core_s:.2f} core-s",
@@ -888,6 +1207,7 @@ def report_html(
     chosen: tuple[str, Any] | None = None,
     compared: Mapping[str, tuple[str, Result]] | None = None,
     stale: Sequence[str] = (),
+    sensitivity: Tornado | None = None,
 ) -> str:
     """The report as one HTML document (plotly.js embedded once).
 
@@ -908,7 +1228,9 @@ def report_html(
     ``compared``: what-ifs side by side, by label, each as (its scenario in
     a line, its result): headline figures, the change against the first,
     their stages stacked; ``stale``: why the profile may no longer be the
-    node's (``Identification.stale``), shown as cautions under the headline."""
+    node's (``Identification.stale``), shown as cautions under the headline;
+    ``sensitivity``: the what-if at both ends of each unidentified cost
+    (:func:`bootstorm.calibration.tornado.tornado`), drawn as a tornado chart."""
     if (
         recording is None
         and study is None
@@ -946,8 +1268,13 @@ def report_html(
             ("Stage breakdown", breakdown_figure(recording, result)),
             ("Locks", lock_table_html(recording, result)),
         ]
+        waits = lock_waits_figure(recording)
+        if waits is not None:
+            sections.append(("Lock waits over time", waits))
         if recording.cpu_samples:  # a measured storm has no CPU timeline
             sections.append(("CPU", cpu_figure(recording)))
+    if sensitivity is not None:
+        sections.append(("Sensitivity to the unidentified costs", _tornado_section(sensitivity)))
     if study is not None:
         sections += _study_sections(study)
     parts = []
@@ -973,6 +1300,42 @@ def report_html(
         + (" — opens offline (plotly.js embedded)" if plotly_js_included else "")
         + "</footer></body></html>\n"
     )
+
+
+#: Pixels across of the PNG beside each notebook figure: the width of
+#: GitHub's notebook view (each figure keeps its own height).
+STATIC_IMAGE_WIDTH_PX = 900
+
+
+def show_static_images(*, width_px: int = STATIC_IMAGE_WIDTH_PX) -> bool:
+    """In a notebook: every Plotly figure shown from now on carries a PNG
+    beside its interactive form, for readers that run no plotly.js (GitHub,
+    nbviewer, a notebook opened without its widgets); JupyterLab still shows
+    the interactive one.
+
+    The PNG is drawn by kaleido in a headless Chromium, kept running between
+    figures (its start costs seconds, each figure then a fraction of one).
+    Without kaleido (the ``notebooks`` extra) or a Chromium to drive, figures
+    stay interactive only and this returns False."""
+    try:
+        import kaleido
+
+        # kaleido's own search for a browser (PATH, BROWSER_PATH, its download).
+        from choreographer.browsers.chromium import Chromium
+    except ImportError:
+        return False
+    browser = Chromium.find_browser(skip_local=False)
+    if browser is None or not os.access(browser, os.X_OK):
+        return False  # asked for anyway, kaleido's server would wait for it forever
+    import plotly.io as pio
+
+    # With a browser kept running, plotly passes it options it already has,
+    # and says so at every figure: a notebook's output is no place for that.
+    warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
+    kaleido.start_sync_server(silence_warnings=True)
+    pio.renderers["png"].width = width_px
+    pio.renderers.default = "plotly_mimetype+png"
+    return True
 
 
 def write_report(path: str | Path, **kw: Any) -> Path:

@@ -157,16 +157,23 @@ def test_headless_chromium_renders_the_report(tmp_path: Path, fastiov_html: str)
 def test_chromium_shows_every_lock_row_and_every_axis_title(tmp_path: Path) -> None:
     """The locks table once rendered empty (a 210-px Plotly box with no room
     for rows); every figure's axes are labelled, with their units."""
+    from bootstorm.calibration.tornado import tornado
+
     storm = Scenario(cni="ipvtap", sandboxes=60, profile="paper-000")
     r = simulate(storm, record=True)
-    seen = _probe(tmp_path, report_html(title="t", recording=r.recording, result=r))
+    page = report_html(
+        title="t", recording=r.recording, result=r, sensitivity=tornado(storm, base=r)
+    )
+    seen = _probe(tmp_path, page)
     taken = [name for name, lock in r.locks.items() if lock.acquisitions]
     assert seen["lock_rows"] == len(taken) > 0
     assert set(seen["lock_cells"]) == set(taken)
     axes = seen["axes"]
-    assert len(axes) == 3  # timeline, stage breakdown, CPU
+    assert len(axes) == 5  # timeline, stage breakdown, lock waits, CPU, tornado
     assert all(len(titles) >= 2 and all(titles) for titles in axes), axes
-    assert "time since the burst, s" in axes[0] and "cores" in axes[2]
+    assert "time since the burst, s" in axes[0] and "cores" in axes[3]
+    assert axes[2][0] == "time since the burst, s" and axes[2][1].startswith("tasks waiting")
+    assert {"makespan, s", "p99 startup, s", "unidentified cost (its range)"} <= set(axes[4])
 
 
 def _study_with_a_bad_trial() -> object:
@@ -346,3 +353,160 @@ def test_a_stage_has_one_colour_in_every_figure() -> None:
     for bar in stage_comparison_figure({"plain": plain, "pooled": pooled}).data:
         assert bar.marker.color == stage_colour(bar.name)
     assert len({stage_colour(s) for s in ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")}) == 5
+
+
+def test_the_lock_waits_over_time_add_up_to_each_lock_s_wait() -> None:
+    """Issue 37: each lock's waiters over the storm, derived from the
+    recorded waits; their integral is the lock's summed wait, exactly."""
+    from bootstorm.report import lock_waiters, lock_waits_figure
+
+    r = simulate(Scenario(cni="veth", sandboxes=60, profile="paper-000"), record=True)
+    assert r.recording is not None
+    mid, waiters = lock_waiters(r.recording, bins=200)
+    slice_s = float(mid[1] - mid[0])
+    assert set(waiters) == {name for name, lk in r.locks.items() if lk.wait_s > 0}
+    for name, line in waiters.items():
+        assert float(line.sum()) * slice_s == pytest.approx(r.locks[name].wait_s, rel=1e-9)
+        assert line.max() <= r.locks[name].max_waiters + 1e-9  # a mean over each slice
+    assert next(iter(waiters)) == max(waiters, key=lambda n: r.locks[n].wait_s)
+    fig = lock_waits_figure(r.recording)
+    assert [t.name for t in fig.data] == list(waiters)
+    assert len({t.line.color for t in fig.data}) == len(fig.data)  # one colour per lock
+    assert fig.layout.xaxis.title.text == "time since the burst, s"
+    assert fig.layout.yaxis.title.text.startswith("tasks waiting (mean over")
+    page = report_html(title="t", recording=r.recording, result=r)
+    assert "<h2>Lock waits over time</h2>" in page
+    assert "Lock waits over time: tasks waiting for each lock" in page
+
+
+def test_a_storm_nobody_waited_in_has_no_lock_waits_figure() -> None:
+    from bootstorm.report import lock_waits_figure
+
+    r = simulate(Scenario(cni="no-network", sandboxes=1, profile="paper-000"), record=True)
+    assert r.recording is not None
+    assert all(lk.wait_s == 0 for lk in r.locks.values())
+    assert lock_waits_figure(r.recording) is None
+    assert "Lock waits over time" not in report_html(title="t", recording=r.recording, result=r)
+
+
+def test_a_measured_storm_s_lock_waits_show_the_locks_waited_on_longest() -> None:
+    from bootstorm.report import MAX_WAIT_LINES, lock_waits_figure
+
+    fig = lock_waits_figure(to_recording(read_trace(TRACE)))
+    assert fig.data[0].name == "rtnl"  # the kernel's longest waits in a veth storm
+    assert len(fig.data) == MAX_WAIT_LINES and "more in the table" in fig.layout.title.text
+
+
+def test_a_measured_storm_s_report_has_its_headline(tmp_path: Path) -> None:
+    """Issue 37: a testbed run's report opens with its makespan, mean/p50/p99
+    startup, sandboxes, runtime and host, as a simulated storm's does."""
+    from bootstorm.validation.testbed import summarize
+
+    summary = summarize(read_trace(TRACE))
+    page = _report_cli(str(TRACE), tmp_path)
+    facts = dict(re.findall(r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", page))
+    assert facts["makespan (last sandbox up)"] == f"{summary.makespan_s:.2f} s"
+    assert facts["startup mean / p50 / p99"] == (
+        f"{summary.startup_mean_s:.2f} / {summary.startup_p50_s:.2f} / "
+        f"{summary.startup_p99_s:.2f} s"
+    )
+    assert facts["sandboxes"] == "25"
+    assert facts["runtime"] == "threads (veth-peer-in-netns), VM qemu-microvm"
+    assert facts["host"] == "vm: 2 CPUs, 24,105 MiB, kernel 6.18.44-fc-v595"
+    assert facts["pools and limits"] == "none"
+    assert "<h2>Lock waits over time</h2>" in page
+    # A pooled run names its pools in the title and the headline.
+    from bootstorm.report import trace_facts, trace_title
+
+    pooled = read_trace(TRACE.with_name("testbed-veth-qemu-25-netns-pool.jsonl.gz"))
+    assert trace_title(pooled) == "25 × veth-peer-in-netns (testbed), pools netns=25"
+    assert ("pools and limits", "pools netns=25") in trace_facts(pooled)
+
+
+def test_a_scenario_s_report_has_the_tornado_of_its_unidentified_costs(tmp_path: Path) -> None:
+    """Issue 37: the report of a what-if draws each unidentified cost's two
+    ends as a tornado, the longest bar on top."""
+    from bootstorm.calibration.tornado import tornado
+    from bootstorm.report import tornado_figure
+
+    storm = Scenario(cni="ipvtap", sandboxes=40, profile="paper-000")
+    found = tornado(storm)
+    assert len(found.bars) >= 3
+    swings = [found.swing_s(b) for b in found.bars]
+    assert swings == sorted(swings, reverse=True)
+    fig = tornado_figure(found)
+    low = fig.data[0]
+    assert list(low.y) == [f"{b.costs} (×/÷2)" for b in found.bars]
+    assert low.base == found.makespan_s  # each bar starts at the storm as profiled
+    assert [x + found.makespan_s for x in low.x] == pytest.approx(
+        [b.makespan_s[0] for b in found.bars]
+    )
+    assert fig.layout.xaxis.title.text == "makespan, s"
+    assert fig.layout.xaxis2.title.text == "p99 startup, s"
+    page = _report_cli("storm-400-ipvtap", tmp_path, "--sandboxes", "40")
+    assert "<h2>Sensitivity to the unidentified costs</h2>" in page
+    assert found.bars[0].costs in page
+    quiet = found.__class__(makespan_s=1.0, mean_s=1.0, p99_s=1.0, bars=(), error_rel=0.1)
+    r = simulate(storm, record=True)
+    assert "No cost the profile never identified moves" in report_html(
+        title="t", recording=r.recording, result=r, sensitivity=quiet
+    )
+
+
+def _single_objective_study() -> object:
+    import optuna
+
+    study = optuna.create_study(direction="minimize")
+    for k, (limit, value, met) in enumerate(((2, 9.0, True), (4, 8.0, False), (8, 8.5, True))):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"limit_AddCNI": limit},
+                distributions={"limit_AddCNI": optuna.distributions.IntDistribution(1, 400)},
+                value=value,
+                system_attrs={"constraints": [-1.0 if met else 1.0]},
+            )
+        )
+        assert study.trials[k].number == k
+    return study
+
+
+def _two_objective_study() -> object:
+    """Makespan against memory: trials 0, 1 and 3 trade one for the other."""
+    import optuna
+
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(["makespan", "memory"])
+    points = ((10.0, 100.0, True), (11.0, 50.0, True), (12.0, 60.0, True), (13.0, 0.0, True))
+    for makespan, memory, met in (*points, (9.0, 0.0, False)):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"pool_netns": int(memory)},
+                distributions={"pool_netns": optuna.distributions.IntDistribution(0, 400)},
+                values=[makespan, memory],
+                system_attrs={"constraints": [-1.0 if met else 1.0]},
+            )
+        )
+    return study
+
+
+def test_a_study_report_shows_its_best_config_and_its_front() -> None:
+    """Issue 37: the best feasible trial's config (one objective) or every
+    config of the Pareto front (two), each with its objectives and units."""
+    from bootstorm.report import best_trials
+
+    single = _single_objective_study()
+    (best,) = best_trials(single)
+    assert best.number == 2  # trial 1 is faster but broke a constraint
+    page = report_html(title="study", study=single)
+    assert "<h2>Best config: trial 2</h2>" in page
+    assert "<th>limit AddCNI</th>" in page and "<td>8</td>" in page
+    two = _two_objective_study()
+    # Trial 2 is dominated by trial 1, trial 4 broke a constraint.
+    assert [t.number for t in best_trials(two)] == [0, 1, 3]
+    page = report_html(title="study", study=two)
+    assert "<h2>Pareto front: the 3 best configs, by makespan</h2>" in page
+    assert "<th>trial</th><th>makespan, s</th><th>memory, MiB</th><th>pool netns</th>" in page
+    assert "<td>3</td><td>13.000</td><td>0.000</td><td>0</td>" in page
+    assert "<h2>Pareto front</h2>" in page  # and Optuna's figure of it
