@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         PoolSpec,
         Program,
         ProgramError,
+        SharedOps,
     )
     from .recorder import (
         Recording,
@@ -132,6 +133,7 @@ __all__ = [
     "Result",
     "Retarget",
     "SandboxPlan",
+    "SharedOps",
     "Signal",
     "SimPyExecutor",
     "Sleep",
@@ -183,6 +185,7 @@ _SOURCES: dict[str, str] = {
     "OpKind": ".program",
     "PoolSpec": ".program",
     "Program": ".program",
+    "SharedOps": ".program",
     "ProgramError": "._errors",
     "Recording": ".recorder",
     "CpuStats": ".result",

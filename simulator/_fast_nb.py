@@ -177,13 +177,6 @@ _NOW, _S, _SP, _Z, _G, _LAST, _SH, _PSH, _ZSP, _GSH, _TIMER_AT, _TIMER_T = range
     _FREE_N,
 ) = range(11)
 
-# A task's state lives in a *slot*, taken when it starts (a sandbox at its
-# arrival, a branch when it is spawned) and given back when it ends: a day of
-# a million starts with refilling pools runs three million tasks, but only
-# those under way at one moment hold state. A run starts with this many slots
-# beyond what its time-0 starts need, and again with more if they run out
-# (the run is deterministic: the retry gives the same result).
-SPARE_SLOTS = 1 << 16
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -626,18 +619,23 @@ def _lock_levels(lock_prio: Any) -> Any:
 
 
 @_jit
-def _depth_bounds(kinds: Any, offsets: Any) -> Any:
+def _depth_bounds(kinds: Any, offsets: Any, uses: Any) -> Any:
     """The most STAGE_BEGIN ops in one task (bounds its stage nesting), and
-    the STAGE_END ops in all (bounds the stage durations)."""
+    the STAGE_END ops its tasks run in all (bounds the stage durations);
+    ``uses[p]``: the tasks that run template ``p``."""
     deepest = 0
     ends = 0
-    for task in range(offsets.shape[0] - 1):
+    for part in range(offsets.shape[0] - 1):
+        if uses[part] == 0:
+            continue
         begins = 0
-        for pc in range(offsets[task], offsets[task + 1]):
+        part_ends = 0
+        for pc in range(offsets[part], offsets[part + 1]):
             if kinds[pc] == _STAGE_BEGIN:
                 begins += 1
             elif kinds[pc] == _STAGE_END:
-                ends += 1
+                part_ends += 1
+        ends += part_ends * uses[part]
         if begins > deepest:
             deepest = begins
     return deepest, ends
@@ -658,17 +656,25 @@ def _pool_log(pools: Any, now: float, pool: int, what: int, task: int) -> None:
 
 
 @_jit
-def _pool_log_size(kinds: Any) -> int:
-    """Pool ops in the program: each runs at most once, so the log's bound."""
+def _pool_log_size(kinds: Any, offsets: Any, uses: Any) -> int:
+    """Pool ops its tasks run: each at most once, so the log's bound."""
     size = 0
-    for k in kinds:
-        if k in (_POOL_TRY, _POOL_ORDER, _POOL_PUT, _POOL_TARGET):
-            size += 1
+    for part in range(offsets.shape[0] - 1):
+        for pc in range(offsets[part], offsets[part + 1]):
+            if kinds[pc] in (_POOL_TRY, _POOL_ORDER, _POOL_PUT, _POOL_TARGET):
+                size += uses[part]
     return size
 
 
 @_inline
-def _take_slot(ci: Any, tasks: Any, offsets: Any, task: int, outside: int) -> int:
+def _amount(amounts: Any, slot: Any, own_amount: Any, own_base: int, pc: int) -> float:
+    """Op ``pc``'s amount for the task whose own amounts start at ``own_base``."""
+    j = slot[pc]
+    return float(amounts[pc] if j < 0 else own_amount[own_base + j])
+
+
+@_inline
+def _take_slot(ci: Any, tasks: Any, offsets: Any, task_part: Any, task: int, outside: int) -> int:
     """A free slot for ``task``, set to its first op outside every stage
     (-1: none left, the run must start again with more)."""
     pcs, stage_of, spin_depth, depth = tasks[0], tasks[1], tasks[2], tasks[3]
@@ -680,7 +686,7 @@ def _take_slot(ci: Any, tasks: Any, offsets: Any, task: int, outside: int) -> in
     ci[_FREE_N] = k
     s = free_slots[k]
     slot_task[s] = task
-    pcs[s] = offsets[task]
+    pcs[s] = offsets[task_part[task]]
     stage_of[s] = outside
     spin_depth[s] = 0
     depth[s] = 0
@@ -708,7 +714,8 @@ def _simulate(
 ) -> Any:
     """The event loop, on the state :func:`run_kernel` allocated; returns how
     many stage durations it logged, the bytes zeroed and the events."""
-    kinds, args, amounts, offsets, arrival, branch_parent, spawn_base, arrivals, arrival_key = prog
+    kinds, args, amounts, offsets, arrival, branch_parent, spawn_base = prog[:7]
+    arrivals, arrival_key, slot, task_part, own_offsets, own_amount = prog[7:]
     lock_kind, lock_level, lock_spin_s, lock_wake_s = locks
     c, ci, cpu_acc, lock_spin = state
     pcs, stage_of, spin_depth, depth, st_stage, st_began, finish, slot_task, free_slots = tasks
@@ -827,7 +834,7 @@ def _simulate(
                 ci[_EID] += 1
                 arrival_key[task] = _NORMAL_KEY + ci[_EID]
                 continue
-            s = _take_slot(ci, tasks, offsets, task, n_stages)
+            s = _take_slot(ci, tasks, offsets, task_part, task, n_stages)
             if s < 0:
                 return -1, zeroed, 0
         else:
@@ -835,20 +842,21 @@ def _simulate(
             s = x
             task = slot_task[s]
         pc = pcs[s]
+        own_base = own_offsets[task]
         if what == _RESUME:
             kind = kinds[pc]
             if kind == _ACQUIRE and lock_kind[args[pc]] == _SPINLOCK:
                 spin_depth[s] += 1
             elif kind == _ZERO:
-                zeroed += amounts[pc]
+                zeroed += _amount(amounts, slot, own_amount, own_base, pc)
             pc += 1
-        end = offsets[task + 1]
+        end = offsets[task_part[task] + 1]
         stage = stage_of[s]
         while pc < end:
             kind = kinds[pc]
             blocked = False
             if kind in (_CPU, _GUEST_CPU):
-                amount = amounts[pc]
+                amount = _amount(amounts, slot, own_amount, own_base, pc)
                 if amount > 0.0:
                     _advance(c)
                     ci[_CSEQ] += 1
@@ -864,7 +872,7 @@ def _simulate(
                     _settle(c, ci, machine, ht, hn, dl)
                     blocked = True
             elif kind == _SLEEP:
-                amount = amounts[pc]
+                amount = _amount(amounts, slot, own_amount, own_base, pc)
                 if amount > 0.0:
                     ci[_EID] += 1
                     at = now + amount
@@ -994,7 +1002,8 @@ def _simulate(
             elif kind == _GATE_EXIT:
                 gi = args[pc]
                 row = n_locks + gi
-                permits = max(1, int(amounts[pc]))  # a signal lets many go
+                # A signal lets many go.
+                permits = max(1, int(_amount(amounts, slot, own_amount, own_base, pc)))
                 while permits > 0 and g_len[gi]:
                     permits -= 1
                     head = g_head[gi]
@@ -1007,7 +1016,7 @@ def _simulate(
                     _resume(c, ci, heaps, g_task[gi, head])  # the permit passes on
                 g_free[gi] += permits
             elif kind == _ZERO:
-                amount = amounts[pc]
+                amount = _amount(amounts, slot, own_amount, own_base, pc)
                 if amount > 0.0:
                     _advance(c)
                     ci[_CSEQ] += 1
@@ -1022,13 +1031,13 @@ def _simulate(
                 if pool_left[pi] > 0:
                     pool_left[pi] -= 1
                     _pool_log(pools, now, pi, _TAKE, task)
-                    pc += int(amounts[pc])
+                    pc += int(_amount(amounts, slot, own_amount, own_base, pc))
                     continue
                 _pool_log(pools, now, pi, _MISS, task)
             elif kind == _POOL_ORDER:
                 pi = args[pc]
                 if pool_left[pi] + pool_making[pi] >= pool_target[pi]:
-                    pc += int(amounts[pc])
+                    pc += int(_amount(amounts, slot, own_amount, own_base, pc))
                     continue
                 pool_making[pi] += 1
                 _pool_log(pools, now, pi, _ORDERED, task)
@@ -1039,16 +1048,16 @@ def _simulate(
                 _pool_log(pools, now, pi, _MADE, task)
             elif kind == _POOL_TARGET:
                 pi = args[pc]
-                pool_target[pi] = int(amounts[pc])
+                pool_target[pi] = int(_amount(amounts, slot, own_amount, own_base, pc))
                 pool_left[pi] = min(pool_left[pi], pool_target[pi])
                 _pool_log(pools, now, pi, _RETARGET, task)
             elif kind == _JUMP:
-                pc += int(amounts[pc])
+                pc += int(_amount(amounts, slot, own_amount, own_base, pc))
                 continue
             elif kind == _SPAWN:
                 ci[_EID] += 1
                 branch = n + spawn_base[task] + args[pc]
-                b = _take_slot(ci, tasks, offsets, branch, n_stages)
+                b = _take_slot(ci, tasks, offsets, task_part, branch, n_stages)
                 if b < 0:
                     return -1, zeroed, 0
                 _push(ht, hk, hv, hn, _QUEUE, now, _URGENT_KEY + ci[_EID], b * 8 + _START)
@@ -1069,6 +1078,10 @@ def run_kernel(
     args: Any,
     amounts: Any,
     offsets: Any,
+    slot: Any,
+    task_part: Any,
+    own_offsets: Any,
+    own_amount: Any,
     arrival: Any,
     branch_parent: Any,
     spawn_base: Any,
@@ -1084,18 +1097,21 @@ def run_kernel(
 ) -> Any:
     """Run the program; ``pool_left`` (ready devices per pool, the capacities
     to begin with) is updated in place. ``spare_slots``: task slots beyond
-    those the time-0 starts need, to begin with (:data:`SPARE_SLOTS`).
+    those the time-0 starts need, to begin with (:data:`._memory.SPARE_SLOTS`).
 
     Tasks ``0 .. n - 1`` are the sandboxes (``n = len(arrival)``), the others
     branches; ``lock_prio[lock, stage]`` is a waiter's grant priority. This
     allocates the state and owns it while :func:`_simulate` runs on views.
     """
     n = arrival.shape[0]
-    n_tasks = offsets.shape[0] - 1
+    n_tasks = task_part.shape[0]
     n_locks = lock_kind.shape[0]
     n_gates = gate_permits.shape[0]
     slots = n_stages + 1
-    max_depth, n_stage_ends = _depth_bounds(kinds, offsets)
+    uses = np.zeros(offsets.shape[0] - 1, dtype=np.int64)
+    for t in range(n_tasks):
+        uses[task_part[t]] += 1
+    max_depth, n_stage_ends = _depth_bounds(kinds, offsets, uses)
     lock_level = _lock_levels(lock_prio)
     spin_locks = np.flatnonzero((lock_kind != _SPINLOCK) & (lock_spin_s > 0.0))
     # The sandboxes' starts and their branches all hold a slot from time 0
@@ -1197,7 +1213,7 @@ def run_kernel(
         n_pools = pool_left.shape[0]
         pool_making = np.zeros(n_pools, dtype=np.int64)
         pool_target = pool_left.copy()
-        log_size = _pool_log_size(kinds)
+        log_size = _pool_log_size(kinds, offsets, uses)
         ev_t = np.empty(log_size)
         ev_pool = np.empty(log_size, dtype=np.int32)
         ev_kind = np.empty(log_size, dtype=np.int8)
@@ -1228,6 +1244,10 @@ def run_kernel(
                 spawn_base,
                 arrivals,
                 arrival_key,
+                slot,
+                task_part,
+                own_offsets,
+                own_amount,
             ),
             machine,
             (lock_kind, lock_level, lock_spin_s, lock_wake_s),

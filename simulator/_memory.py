@@ -17,6 +17,7 @@ from pathlib import Path
 from ._errors import ProgramError
 
 __all__ = [
+    "SPARE_SLOTS",
     "MemoryEstimate",
     "ProgramTooLargeError",
     "available_memory_bytes",
@@ -27,13 +28,21 @@ __all__ = [
 
 MIB = 1 << 20
 
-# Bytes per task of the compiled kernel's state (see ``_fast_nb.run_kernel``):
-# the event queue and four job heaps (5 rows of a float, an int and an int,
-# 120), the FIFO of resumes (24), the job's start and slot (16), pc, stage,
-# spin depth and stack depth (32), the finish time (8), the waiter record (17),
-# the lock-queue link (8), the spinner record (26) and the spin-deadline
-# list (32). Per lock, per gate and per stage-stack level come on top.
-_KERNEL_BYTES_PER_TASK = 120 + 24 + 16 + 32 + 8 + 17 + 8 + 26 + 32
+# Bytes per task slot of the compiled kernel's state (see
+# ``_fast_nb.run_kernel``): the event queue and four job heaps (5 rows of a
+# float, an int and an int, 120), the FIFO of resumes (24), the job's start
+# and slot (16), the slot's task, pc, stage, spin depth and stack depth (40),
+# the free list (8), the waiter record (17), the lock-queue link (8), the
+# spinner record (26) and the spin-deadline list (32). Per lock, per gate and
+# per stage-stack level come on top; each task's finish time (8) apart.
+_KERNEL_BYTES_PER_SLOT = 120 + 24 + 16 + 40 + 8 + 17 + 8 + 26 + 32
+
+#: Task slots the compiled loop starts with beyond those its time-0 starts
+#: need (``_fast_nb.run_kernel``): a sandbox holds one from its arrival to
+#: its end, a branch from its spawn to its end, so a day of a million starts
+#: needs a few hundred at once. A run that needs more starts again with four
+#: times as many (the same result: slots never decide an order).
+SPARE_SLOTS = 1 << 16
 # What the result keeps and sorts: finish and startup times, their sorted
 # copies for the percentiles, and each stage's durations (copied out by stage).
 _RESULT_BYTES_PER_SANDBOX = 48
@@ -84,20 +93,35 @@ class MemoryEstimate:
         stage_ends: int,
         max_depth: int,
         pool_ops: int = 0,
+        own_amounts: int | None = None,
+        template_ops: int = 0,
+        templates: int = 0,
+        at_zero: int | None = None,
     ) -> MemoryEstimate:
         """The estimate for a program of these sizes (``stage_ends``: STAGE_END
         ops run in all; ``max_depth``: the deepest nesting of stages;
-        ``pool_ops``: pool ops, each of which logs one event at most)."""
+        ``pool_ops``: pool ops, each of which logs one event at most;
+        ``own_amounts``: the amounts tasks hold of their own, beside the
+        ``template_ops`` of ``templates`` they share (:class:`~.program.SharedOps`; None: one
+        per op); ``at_zero``: sandboxes that start at time 0, whose tasks all
+        hold a kernel slot at once (None: all of them)."""
         tasks = sandboxes + branches
+        own = ops if own_amounts is None else own_amounts
         program = (
-            ops * (1 + 4 + 8)  # op_kind int8, op_arg int32, op_amount float64
-            + (tasks + 1) * 8  # offsets
+            own * 8  # own_amount float64
+            + template_ops * (1 + 4 + 8 + 4)  # kind, arg, amount, slot
+            + (templates + 1) * 8  # the templates' offsets
+            + (tasks + 1) * 8  # own_offsets
+            + tasks * 4  # task_part
             + sandboxes * (8 + 8)  # arrival_s, spawn_base
             + branches * (8 + 4)  # branch_parent, branch_kind
         )
-        per_task = _KERNEL_BYTES_PER_TASK + 16 * max(max_depth, 1) + 8 * locks + 16 * gates
+        starting = sandboxes if at_zero is None else at_zero
+        slots = min(tasks, -(-starting * tasks // max(sandboxes, 1)) + SPARE_SLOTS)
+        per_slot = _KERNEL_BYTES_PER_SLOT + 16 * max(max_depth, 1) + 8 * locks + 16 * gates
         run = (
-            tasks * per_task
+            slots * per_slot
+            + tasks * 8  # finish times
             + sandboxes * (8 * stages + _RESULT_BYTES_PER_SANDBOX)
             + stage_ends * (16 + _RESULT_BYTES_PER_STAGE_END)
             + pool_ops * _POOL_LOG_BYTES

@@ -40,8 +40,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections import deque
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -56,6 +57,7 @@ from ._build import (
     lock_priority_table,
     startup_summary,
 )
+from ._memory import SPARE_SLOTS
 from .program import Program
 from .result import Result
 
@@ -179,7 +181,7 @@ class KernelCall:
     after) happens on the thread that builds the call and reads :meth:`summary`.
 
     ``spare_slots``: task slots the loop starts with beyond what its time-0
-    starts need (default ``SPARE_SLOTS`` of :mod:`._fast_nb`); tests give
+    starts need (default :data:`._memory.SPARE_SLOTS`); tests give
     fewer, so that the loop runs out and starts again.
     """
 
@@ -193,11 +195,16 @@ class KernelCall:
         self.program = program
         self._run_kernel = kernel.run_kernel
         self.pool_left = np.array([pool.capacity for pool in p.pools], dtype=np.int64)
+        ops = p.ops
         self._args = (
-            p.op_kind,
-            p.op_arg,
-            p.op_amount,
-            p.offsets,
+            ops.kind,
+            ops.arg,
+            ops.amount,
+            ops.offsets,
+            ops.slot,
+            ops.task_part,
+            ops.own_offsets,
+            ops.own_amount,
             p.arrival_s,
             p.branch_parent,
             p.spawn_base,
@@ -218,7 +225,7 @@ class KernelCall:
                 ]
             ),
             # Tests give fewer to run out of them (the run starts again).
-            kernel.SPARE_SLOTS if spare_slots is None else spare_slots,
+            SPARE_SLOTS if spare_slots is None else spare_slots,
         )
         self._out: tuple[Any, ...] | None = None
 
@@ -253,14 +260,24 @@ def summarise_concurrently(
     most 8) while this thread builds the next program: ``programs`` may be a
     generator that compiles them. Each summary is the one a lone run gives,
     to the bit (runs share nothing)."""
-    workers = threads if threads is not None else min(os.cpu_count() or 1, 8)
-    calls: list[KernelCall] = []
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        runs = []
+    workers = max(1, threads if threads is not None else min(os.cpu_count() or 1, 8))
+    summaries: list[StartupSummary] = []
+    # At most ``workers`` runs held at once, each let go once summarised: a
+    # what-if's 38 caution storms of 100 000 sandboxes held every program and
+    # its outputs to the end (1.8 GiB, where one storm takes 80 MiB).
+    pending: deque[tuple[KernelCall, Future[None]]] = deque()
+
+    def summarise_oldest() -> None:
+        call, run = pending.popleft()
+        run.result()
+        summaries.append(call.summary())
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         for program in programs:
             call = KernelCall(program)
-            calls.append(call)
-            runs.append(pool.submit(call.run))
-        for run in runs:
-            run.result()
-    return [call.summary() for call in calls]
+            pending.append((call, pool.submit(call.run)))
+            while len(pending) > workers:
+                summarise_oldest()
+        while pending:
+            summarise_oldest()
+    return summaries

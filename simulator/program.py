@@ -16,7 +16,8 @@ import dataclasses
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar
+from functools import cached_property
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +34,7 @@ __all__ = [
     "PoolSpec",
     "Program",
     "ProgramError",
+    "SharedOps",
     "check_rules",
 ]
 
@@ -329,13 +331,120 @@ def _first_not_finite_nonnegative(values: _F64) -> int:
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
+class SharedOps:
+    """Every task's ops, as templates that many tasks share.
+
+    A day of a million sandboxes runs a handful of plans, and its refill
+    branches two: task ``t`` runs template ``task_part[t]``, whose ops are
+    ``kind``, ``arg`` and ``amount`` over ``offsets[p]:offsets[p + 1]``. The
+    tasks of one template differ only in some amounts (service-time jitter,
+    growth with the sandbox, a sandbox's own pool target): a template op whose
+    ``slot`` is ``j >= 0`` takes task ``t``'s own amount
+    ``own_amount[own_offsets[t] + j]`` instead of ``amount``. Each task then
+    holds 8 bytes per amount of its own, not 13 per op (a million sandboxes
+    of the ipvtap day: 103 ops each, 37 of them with an amount of their own).
+
+    :meth:`of_flat` wraps one array per field, one template per task (a
+    program built by hand); :meth:`flat` gives that layout back.
+    """
+
+    task_part: _I32
+    offsets: _I64
+    kind: _I8
+    arg: _I32
+    amount: _F64
+    slot: _I32
+    own_offsets: _I64
+    own_amount: _F64
+
+    def __post_init__(self) -> None:
+        for name in (
+            "task_part",
+            "offsets",
+            "kind",
+            "arg",
+            "amount",
+            "slot",
+            "own_offsets",
+            "own_amount",
+        ):
+            getattr(self, name).setflags(write=False)
+
+    @classmethod
+    def of_flat(cls, *, offsets: _I64, kind: _I8, arg: _I32, amount: _F64) -> SharedOps:
+        """One template per task: ``offsets``, ``kind``, ``arg``, ``amount`` as
+        :class:`Program` documents them (no copy)."""
+        n_tasks = max(int(offsets.shape[0]) - 1, 0)
+        ops = cls(
+            task_part=np.arange(n_tasks, dtype=np.int32),
+            offsets=offsets,
+            kind=kind,
+            arg=arg,
+            amount=amount,
+            slot=np.full(kind.shape[0], -1, dtype=np.int32),
+            own_offsets=np.zeros(n_tasks + 1, dtype=np.int64),
+            own_amount=np.zeros(0),
+        )
+        ops.__dict__["flat"] = (offsets, kind, arg, amount)
+        return ops
+
+    @property
+    def n_tasks(self) -> int:
+        return int(self.task_part.shape[0])
+
+    @cached_property
+    def task_lengths(self) -> _I64:
+        """Ops per task."""
+        lengths: _I64 = np.diff(self.offsets)[self.task_part]
+        return lengths
+
+    @property
+    def n_ops(self) -> int:
+        """Ops over all tasks (as :meth:`flat` lays them out)."""
+        return int(self.task_lengths.sum())
+
+    def task_ops(self, task: int) -> tuple[_I8, _I32, _F64]:
+        """Task ``task``'s kinds, arguments and amounts."""
+        p = int(self.task_part[task])
+        lo, hi = int(self.offsets[p]), int(self.offsets[p + 1])
+        amount = self.amount[lo:hi].copy()
+        slot = self.slot[lo:hi]
+        own = slot >= 0
+        amount[own] = self.own_amount[int(self.own_offsets[task]) + slot[own]]
+        return self.kind[lo:hi], self.arg[lo:hi], amount
+
+    @cached_property
+    def flat(self) -> tuple[_I64, _I8, _I32, _F64]:
+        """``(offsets, kind, arg, amount)`` with every task's ops in a row of
+        its own (what a program built by hand holds): made on first use, as
+        large as the program's ops (13 bytes each)."""
+        lengths = self.task_lengths
+        offsets = np.zeros(self.n_tasks + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        total = int(offsets[-1])
+        index = np.repeat(self.offsets[self.task_part] - offsets[:-1], lengths)
+        index += np.arange(total, dtype=np.int64)
+        kind, arg, amount = self.kind[index], self.arg[index], self.amount[index]
+        slot = self.slot[index]
+        own = np.flatnonzero(slot >= 0)
+        if own.size:
+            base = np.repeat(self.own_offsets[:-1], lengths)[own]
+            amount[own] = self.own_amount[base + slot[own]]
+        for array in (offsets, kind, arg, amount):
+            array.setflags(write=False)
+        return offsets, kind, arg, amount
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Program:
     """Everything an executor needs, and nothing about where it came from.
 
     The program runs *tasks*: first one per sandbox, then the *branches* —
     work a sandbox starts with a ``SPAWN`` op and does not wait for (a driver
     initialised in the background, pages zeroed by a helper thread). Ops of
-    task ``t`` are ``op_*[offsets[t]:offsets[t + 1]]``; branch ``b`` is task
+    task ``t`` are ``op_*[offsets[t]:offsets[t + 1]]`` (held as templates the
+    tasks share, :class:`SharedOps`; :meth:`from_flat` builds a program from
+    those four arrays, as a test writes one by hand); branch ``b`` is task
     ``n_sandboxes + b``, belongs to sandbox ``branch_parent[b]`` and is of
     kind ``branch_names[branch_kind[b]]``. Sandbox ``i``'s ``SPAWN k`` starts
     branch ``spawn_base[i] + k``. A sandbox is *ready* when it is up and its
@@ -351,10 +460,7 @@ class Program:
     gates: tuple[GateSpec, ...]
     pools: tuple[PoolSpec, ...]
     arrival_s: _F64
-    offsets: _I64
-    op_kind: _I8
-    op_arg: _I32
-    op_amount: _F64
+    ops: SharedOps
     branch_names: tuple[str, ...] = ()
     ready_branches: tuple[str, ...] = ()
     branch_parent: _I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -367,20 +473,38 @@ class Program:
             object.__setattr__(
                 self, "spawn_base", np.zeros(self.arrival_s.shape[0], dtype=np.int64)
             )
-        for name in (
-            "arrival_s",
-            "op_amount",
-            "op_kind",
-            "op_arg",
-            "offsets",
-            "branch_parent",
-            "branch_kind",
-            "spawn_base",
-        ):
+        for name in ("arrival_s", "branch_parent", "branch_kind", "spawn_base"):
             getattr(self, name).setflags(write=False)
         if not self.validated:
             self.validate()
             object.__setattr__(self, "validated", True)
+
+    @classmethod
+    def from_flat(
+        cls, *, offsets: _I64, op_kind: _I8, op_arg: _I32, op_amount: _F64, **fields: Any
+    ) -> Program:
+        """A program whose task ``t`` runs ``op_*[offsets[t]:offsets[t + 1]]``
+        (one template per task, the arrays kept as given)."""
+        ops = SharedOps.of_flat(offsets=offsets, kind=op_kind, arg=op_arg, amount=op_amount)
+        return cls(ops=ops, **fields)
+
+    # Every task's ops in a row of its own: what a walk, the reference
+    # executor or a test reads. A compiled program makes them on first use.
+    @property
+    def offsets(self) -> _I64:
+        return self.ops.flat[0]
+
+    @property
+    def op_kind(self) -> _I8:
+        return self.ops.flat[1]
+
+    @property
+    def op_arg(self) -> _I32:
+        return self.ops.flat[2]
+
+    @property
+    def op_amount(self) -> _F64:
+        return self.ops.flat[3]
 
     @property
     def n_sandboxes(self) -> int:
@@ -404,7 +528,7 @@ class Program:
 
     @property
     def n_ops(self) -> int:
-        return int(self.op_kind.shape[0])
+        return self.ops.n_ops
 
     @property
     def pool_memory_mib(self) -> float:
@@ -419,15 +543,19 @@ class Program:
         templates) stay shared: the compiled ops get their amounts here. The
         structure is unchanged, so the copy is not walked again.
         """
-        at = np.flatnonzero(self.op_kind == OpKind.POOL_TARGET)
-        task = np.searchsorted(self.offsets, at, side="right") - 1
-        if at.size and int(task.max()) >= self.n_sandboxes:
+        ops = self.ops
+        at = np.flatnonzero(ops.kind == OpKind.POOL_TARGET)  # template ops
+        part_of = np.searchsorted(ops.offsets, at, side="right") - 1
+        # Tasks running each such template op, and the op's amount of its own.
+        users = [np.flatnonzero(ops.task_part == p) for p in part_of.tolist()]
+        if any(u.size and int(u.max()) >= self.n_sandboxes for u in users):
             raise ProgramError("POOL_TARGET ops belong in sandboxes, not in branches")
-        amount = self.op_amount.copy()
-        pool_of = self.op_arg[at]
+        # A program written op by op holds its amounts per op already.
+        flat = ops.flat if at.size and bool((ops.slot[at] < 0).any()) else None
+        amount = ops.own_amount.copy() if flat is None else flat[3].copy()
         for i, spec in enumerate(self.pools):
-            mine = pool_of == i
-            if not mine.any():
+            mine = np.flatnonzero(ops.arg[at] == i)
+            if not mine.size:
                 continue
             if spec.name not in targets:
                 raise ProgramError(f"targets: no target for pool {spec.name!r}")
@@ -439,8 +567,18 @@ class Program:
                 )
             if not np.all((given >= 0) & (given == np.floor(given))):
                 raise ProgramError(f"targets[{spec.name!r}]: must be whole numbers >= 0")
-            amount[at[mine]] = given[task[mine]]
-        return dataclasses.replace(self, op_amount=amount, validated=True)
+            for k in mine.tolist():
+                tasks = users[k]
+                if flat is None:
+                    amount[ops.own_offsets[tasks] + ops.slot[at[k]]] = given[tasks]
+                else:
+                    position = at[k] - ops.offsets[part_of[k]]
+                    amount[flat[0][tasks] + position] = given[tasks]
+        if flat is None:
+            changed = dataclasses.replace(ops, own_amount=amount)
+        else:
+            changed = SharedOps.of_flat(offsets=flat[0], kind=flat[1], arg=flat[2], amount=amount)
+        return dataclasses.replace(self, ops=changed, validated=True)
 
     def lock_index(self, name: str) -> int:
         for i, spec in enumerate(self.locks):
@@ -460,23 +598,44 @@ class Program:
         64-bit digest of its structure (kinds, arguments, jumps), not to a row.
         """
         self._validate_arrays()
-        self._validate_tasks()
+        ops = self.ops
+        if ops.offsets.shape[0] - 1 == self.n_tasks and np.array_equal(
+            ops.task_part, np.arange(self.n_tasks)
+        ):
+            self._validate_tasks()  # one template per task: grouped by digest
+            return
+        # Tasks of one template share its kinds, arguments and jumps: a walk
+        # for each count of branches they spawn, unless a jump is a task's own.
+        spawns = self._task_spawns()
+        jumps = np.isin(ops.kind, (OpKind.POOL_TRY, OpKind.JUMP, OpKind.POOL_ORDER))
+        for part in np.unique(ops.task_part).tolist():
+            lo, hi = int(ops.offsets[part]), int(ops.offsets[part + 1])
+            users = np.flatnonzero(ops.task_part == part)
+            if not bool((ops.slot[lo:hi][jumps[lo:hi]] >= 0).any()):
+                users = users[np.unique(spawns[users], return_index=True)[1]]
+            for t in users.tolist():
+                self._validate_sandbox(t, int(spawns[t]))
 
     def _validate_arrays(self) -> None:
         """The checks that need no walk: shapes, names, arrivals and amounts."""
         tasks = self.n_tasks
-        if (
-            self.offsets.shape != (tasks + 1,)
-            or self.offsets[0] != 0
-            or self.offsets[-1] != self.n_ops
-        ):
+        ops = self.ops
+        if ops.task_part.shape != (tasks,):
             raise ProgramError(
                 f"`offsets` must have {tasks + 1} entries (one per sandbox and branch, "
-                f"plus one) from 0 to {self.n_ops}, but got shape {self.offsets.shape}"
+                f"plus one), but got shape {(ops.task_part.shape[0] + 1,)}"
+            )
+        parts = ops.offsets.shape[0] - 1
+        if parts < 0 or ops.offsets[0] != 0 or ops.offsets[-1] != ops.kind.shape[0]:
+            raise ProgramError(
+                f"`offsets` must run from 0 to {ops.kind.shape[0]} (the ops), "
+                f"but got shape {ops.offsets.shape}"
             )
         self._validate_branches()
-        if np.any(np.diff(self.offsets) < 0):
+        if np.any(np.diff(ops.offsets) < 0):
             raise ProgramError("`offsets` must be non-decreasing")
+        if tasks and not (int(ops.task_part.min()) >= 0 and int(ops.task_part.max()) < parts):
+            raise ProgramError(f"`task_part` must index the {parts} templates")
         for spec in self.locks:
             unknown = sorted({name for name, _ in spec.stage_priority} - set(self.stage_names))
             if unknown:
@@ -484,18 +643,45 @@ class Program:
                     f"lock {spec.name!r}: stage_priority names unknown stages {unknown}; "
                     f"the program has {list(self.stage_names)}"
                 )
-        if not (self.op_kind.shape == self.op_arg.shape == self.op_amount.shape):
+        if not (ops.kind.shape == ops.arg.shape == ops.amount.shape == ops.slot.shape):
             raise ProgramError("`op_kind`, `op_arg` and `op_amount` must have one shape")
+        self._validate_own_amounts()
         i = _first_not_finite_nonnegative(self.arrival_s)
         if i >= 0:
             raise ProgramError(
                 f"arrival_s[{i}] must be finite and >= 0, but got {self.arrival_s[i]}"
             )
-        j = _first_not_finite_nonnegative(self.op_amount)
+        j = _first_not_finite_nonnegative(ops.amount)
         if j >= 0:
+            raise ProgramError(f"op_amount[{j}] must be finite and >= 0, but got {ops.amount[j]}")
+        j = _first_not_finite_nonnegative(ops.own_amount)
+        if j >= 0:
+            task = int(np.searchsorted(ops.own_offsets, j, side="right")) - 1
             raise ProgramError(
-                f"op_amount[{j}] must be finite and >= 0, but got {self.op_amount[j]}"
+                f"task {task}'s own amount {j - int(ops.own_offsets[task])} must be finite "
+                f"and >= 0, but got {ops.own_amount[j]}"
             )
+
+    def _validate_own_amounts(self) -> None:
+        """Each template's ops with an amount of their own are numbered 0 ..
+        k - 1, and each task of it has k amounts of its own."""
+        ops = self.ops
+        parts = ops.offsets.shape[0] - 1
+        own_per_part = np.zeros(parts, dtype=np.int64)
+        for p in range(parts):
+            slots = ops.slot[int(ops.offsets[p]) : int(ops.offsets[p + 1])]
+            mine = np.sort(slots[slots >= 0])
+            if not np.array_equal(mine, np.arange(mine.size)) or bool((slots < -1).any()):
+                raise ProgramError(
+                    f"template {p}: its own-amount slots must be 0 .. k - 1, once each"
+                )
+            own_per_part[p] = mine.size
+        expected = np.zeros(self.n_tasks + 1, dtype=np.int64)
+        np.cumsum(own_per_part[ops.task_part], out=expected[1:])
+        if not np.array_equal(ops.own_offsets, expected) or ops.own_amount.shape != (
+            int(expected[-1]),
+        ):
+            raise ProgramError("`own_offsets` must give each task its template's own amounts")
 
     def _task_spawns(self) -> _I64:
         """Branches each task must spawn: its own for a sandbox, -1 for a branch
@@ -523,10 +709,8 @@ class Program:
         _, first, group = np.unique(digest, return_index=True, return_inverse=True)
         representative = first[group.reshape(-1)]
         walk = np.union1d(first, np.flatnonzero(self._differs(representative, lengths, spawns)))
-        offsets = self.offsets
         for t in walk.tolist():
-            lo = int(offsets[t])
-            self._validate_sandbox(t, lo, int(offsets[t + 1]), int(spawns[t]))
+            self._validate_sandbox(t, int(spawns[t]))
 
     def _validate_templates(self, tasks: npt.ArrayLike) -> None:
         """Check a program whose every task repeats the ops of one of ``tasks``.
@@ -539,9 +723,8 @@ class Program:
         """
         self._validate_arrays()
         spawns = self._task_spawns()
-        offsets = self.offsets
         for t in sorted(set(np.asarray(tasks, dtype=np.int64).tolist())):
-            self._validate_sandbox(t, int(offsets[t]), int(offsets[t + 1]), int(spawns[t]))
+            self._validate_sandbox(t, int(spawns[t]))
 
     def _chunks(self) -> Iterator[tuple[int, int]]:
         """Runs of whole tasks ``[t, t2)`` of about :data:`_CHUNK_OPS` ops each."""
@@ -669,10 +852,9 @@ class Program:
         if not np.array_equal(self.spawn_base, expected):
             raise ProgramError("`spawn_base[i]` must be the index of sandbox i's first branch")
 
-    def _validate_sandbox(self, sandbox: int, lo: int, hi: int, spawns: int = 0) -> None:
-        kinds = self.op_kind[lo:hi].tolist()
-        args = self.op_arg[lo:hi].tolist()
-        amounts = self.op_amount[lo:hi].tolist()
+    def _validate_sandbox(self, sandbox: int, spawns: int = 0) -> None:
+        kind, arg, amount = self.ops.task_ops(sandbox)
+        kinds, args, amounts = kind.tolist(), arg.tolist(), amount.tolist()
         n_locks, n_stages, n_gates = len(self.locks), len(self.stage_names), len(self.gates)
         limits = {
             OpKind.ACQUIRE: n_locks,
@@ -713,7 +895,7 @@ class Program:
         start: _PathState = (0, (), (), (), frozenset())
         todo = [start]
         visited = {start}
-        end = hi - lo
+        end = len(kinds)
         while todo:
             pc, held, stages, gates, spawned = todo.pop()
             if pc == end:

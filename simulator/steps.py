@@ -39,6 +39,7 @@ from .program import (
     PoolSpec,
     Program,
     ProgramError,
+    SharedOps,
     check_rules,
 )
 
@@ -525,8 +526,18 @@ def compile_program(
         for i, plan in enumerate(plans):
             which[i] = templates.of(plan)
         counts = np.bincount(which, minlength=templates.count)
+    at_zero = None
+    if arrival_s is not None:
+        given = np.asarray(arrival_s, dtype=np.float64)
+        at_zero = int(np.count_nonzero(~(given > 0.0))) if given.shape == (n,) else None
     check_fits(
-        templates.estimate(counts.astype(np.int64), locks=len(locks), gates=len(gates), sandboxes=n)
+        templates.estimate(
+            counts.astype(np.int64),
+            locks=len(locks),
+            gates=len(gates),
+            sandboxes=n,
+            at_zero=at_zero,
+        )
     )
     if which is None:
         assert isinstance(plans, CyclicPlans)
@@ -551,22 +562,43 @@ def compile_program(
     del which, n_branch, nth
     part_kind = np.array([templates.part_kind.get(p, -1) for p in range(len(parts))], np.int64)
     branch_kind = part_kind[branch_part].astype(np.int32)
-    part_length = np.array([len(ops) for ops in parts], dtype=np.int64)
-    offsets = np.zeros(task_part.size + 1, dtype=np.int64)
-    np.cumsum(part_length[task_part], out=offsets[1:])
-    total = int(offsets[-1])
-    op_kind = np.empty(total, dtype=np.int8)
-    op_arg = np.empty(total, dtype=np.int32)
-    op_amount = np.empty(total, dtype=np.float64)
-    # Scatter per part, a slice of its tasks at a time (one jitter draw per
+    # The templates (each part's ops once) and, per task, the amounts that
+    # differ between the tasks of one part: jittered service times, growth
+    # with the sandbox, a sandbox's own pool target (SharedOps).
+    jittering = service_cv > 0.0
+    part_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(ops) for ops in parts], out=part_offsets[1:])
+    total = int(part_offsets[-1])
+    t_kind = np.empty(total, dtype=np.int8)
+    t_arg = np.empty(total, dtype=np.int32)
+    t_amount = np.empty(total, dtype=np.float64)
+    t_slot = np.full(total, -1, dtype=np.int32)
+    columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    own_count = np.zeros(len(parts), dtype=np.int64)
+    for part, ops in enumerate(parts):
+        lo, hi = int(part_offsets[part]), int(part_offsets[part + 1])
+        k = np.array([o[0] for o in ops], dtype=np.int8)
+        base = np.array([o[2] for o in ops], dtype=np.float64)
+        jit = np.array([o[3] for o in ops], dtype=bool) & jittering
+        growth = np.array([o[4] for o in ops], dtype=np.float64)
+        own = jit | (growth != 0.0) | (k == OpKind.POOL_TARGET)
+        t_kind[lo:hi] = k
+        t_arg[lo:hi] = np.array([o[1] for o in ops], dtype=np.int32)
+        t_amount[lo:hi] = base
+        t_slot[lo:hi][own] = np.arange(int(own.sum()), dtype=np.int32)
+        own_count[part] = int(own.sum())
+        columns.append((base[own], growth[own], jit[own], jit))
+    own_offsets = np.zeros(task_part.size + 1, dtype=np.int64)
+    np.cumsum(own_count[task_part], out=own_offsets[1:])
+    own_amount = np.empty(int(own_offsets[-1]), dtype=np.float64)
+    # Fill per part, a slice of its tasks at a time (one jitter draw per
     # slice, in task order: the same stream as one draw for them all); tasks
     # grouped by part in one sort, not one scan per part.
     order = np.argsort(task_part, kind="stable")
     bounds = np.searchsorted(task_part[order], np.arange(len(parts) + 1))
-    del task_part
     first_tasks: list[int] = []
     jitter = None
-    if service_cv > 0.0:
+    if jittering:
         assert rng is not None
         draws = sum(
             int(bounds[part + 1] - bounds[part]) * sum(1 for o in ops if o[3])
@@ -578,21 +610,16 @@ def compile_program(
         if not ops or not members.size:
             continue
         first_tasks.append(int(members[0]))
-        k = np.array([o[0] for o in ops], dtype=np.int8)
-        a = np.array([o[1] for o in ops], dtype=np.int32)
-        base = np.array([o[2] for o in ops], dtype=np.float64)
-        jit = np.array([o[3] for o in ops], dtype=bool)
-        growth = np.array([o[4] for o in ops], dtype=np.float64)
+        base, growth, jit, jit_all = columns[part]
+        width = int(own_count[part])
+        if not width:
+            continue
         grows = np.flatnonzero(growth)  # adding 0 elsewhere would change nothing
-        jittered = service_cv > 0.0 and bool(jit.any())
+        jittered = bool(jit.any())
         rows_per_slice = max(1, _CHUNK_OPS // len(ops))
         for lo in range(0, members.size, rows_per_slice):
             rows = members[lo : lo + rows_per_slice]
-            kinds, args, amounts, write_back = _rows(
-                op_kind, op_arg, op_amount, offsets[rows], len(ops)
-            )
-            kinds[...] = k
-            args[...] = a
+            amounts, write_back = _own_rows(own_amount, own_offsets[rows], width)
             amounts[...] = base
             if grows.size:
                 owner = rows.copy()
@@ -601,9 +628,10 @@ def compile_program(
                 amounts[:, grows] += owner[:, None].astype(np.float64) * growth[grows][None, :]
             if jittered:
                 assert jitter is not None
-                amounts[:, jit] *= jitter.next((rows.size, int(jit.sum())))
+                amounts[:, jit] *= jitter.next((rows.size, int(jit_all.sum())))
             if write_back is not None:
                 write_back()
+    del order, bounds, columns
 
     stage_names = tuple(sorted(templates.flat.stage_ids, key=templates.flat.stage_ids.__getitem__))
     branch_names = templates.branch_names
@@ -614,17 +642,23 @@ def compile_program(
         gates=tuple(gates),
         pools=tuple(pools),
         arrival_s=arrivals,
-        offsets=offsets,
-        op_kind=op_kind,
-        op_arg=op_arg,
-        op_amount=op_amount,
+        ops=SharedOps(
+            task_part=task_part.astype(np.int32),
+            offsets=part_offsets,
+            kind=t_kind,
+            arg=t_arg,
+            amount=t_amount,
+            slot=t_slot,
+            own_offsets=own_offsets,
+            own_amount=own_amount,
+        ),
         branch_names=tuple(sorted(branch_names, key=branch_names.__getitem__)),
         ready_branches=tuple(sorted(templates.ready)),
         branch_parent=branch_parent,
         branch_kind=branch_kind,
         spawn_base=spawn_base,
-        # Every task is a copy of its part's kinds, arguments and jumps: one
-        # walk per part checks them all (the arrays are checked in full).
+        # Every task runs its part's kinds, arguments and jumps: one walk per
+        # part checks them all (the arrays are checked in full).
         validated=True,
     )
     if jitter is not None:
@@ -765,10 +799,17 @@ class _Templates:
         return main, table, n_branches
 
     def estimate(
-        self, counts: np.ndarray, *, locks: int, gates: int, sandboxes: int
+        self,
+        counts: np.ndarray,
+        *,
+        locks: int,
+        gates: int,
+        sandboxes: int,
+        at_zero: int | None = None,
     ) -> MemoryEstimate:
-        """What the program takes when template ``t`` serves ``counts[t]`` sandboxes."""
-        ops = branches = stage_ends = pool_ops = 0
+        """What the program takes when template ``t`` serves ``counts[t]``
+        sandboxes, ``at_zero`` of them starting at time 0 (None: all)."""
+        ops = branches = stage_ends = pool_ops = own = 0
         depth = 1
         for t, ids in enumerate(self.template_parts):
             times = int(counts[t])
@@ -776,11 +817,18 @@ class _Templates:
             for p in ids:
                 part = self.parts[p]
                 ops += times * len(part)
+                # An upper bound of the amounts each task holds of its own
+                # (jittered ones only if the storm jitters: see compile_program).
+                own += times * sum(1 for o in part if o[3] or o[4] or o[0] in _OWN_KINDS)
                 ends = sum(1 for o in part if o[0] == OpKind.STAGE_END)
                 stage_ends += times * ends
                 pool_ops += times * sum(1 for o in part if o[0] in _POOL_KINDS)
                 depth = max(depth, _stage_depth(part))
         return MemoryEstimate.of(
+            own_amounts=own,
+            template_ops=sum(len(part) for part in self.parts),
+            templates=len(self.parts),
+            at_zero=at_zero,
             sandboxes=sandboxes,
             branches=branches,
             ops=ops,
@@ -795,6 +843,8 @@ class _Templates:
 
 #: Ops that write the pools' log (one record each at most).
 _POOL_KINDS = frozenset((OpKind.POOL_TRY, OpKind.POOL_ORDER, OpKind.POOL_PUT, OpKind.POOL_TARGET))
+#: Ops whose amount is always a task's own (a sandbox's pool target).
+_OWN_KINDS = frozenset((OpKind.POOL_TARGET,))
 
 
 def _stage_depth(ops: Sequence[_Op]) -> int:
@@ -808,38 +858,26 @@ def _stage_depth(ops: Sequence[_Op]) -> int:
     return deepest
 
 
-def _rows(
-    op_kind: np.ndarray, op_arg: np.ndarray, op_amount: np.ndarray, starts: np.ndarray, length: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, Callable[[], None] | None]:
-    """The ops ``starts[i] + j`` (``j < length``) of each array as ``(rows, length)``
-    arrays to fill, and what puts them in place afterwards (``None``: nothing).
-
-    Where the rows are evenly spaced (one template: back to back; a few
-    templates in turn: strided) they are views into the arrays, written in
-    place; otherwise buffers, scattered by index when written back.
-    """
+def _own_rows(
+    own_amount: np.ndarray, starts: np.ndarray, width: int
+) -> tuple[np.ndarray, Callable[[], None] | None]:
+    """The amounts ``starts[i] + j`` (``j < width``) as a ``(rows, width)``
+    array to fill, and what puts it in place afterwards (``None``: a view,
+    written in place, where the rows are evenly spaced)."""
     m = starts.size
-    stride = int(starts[1] - starts[0]) if m > 1 else length
-    if stride >= length and (m < 3 or bool((np.diff(starts) == stride).all())):
-        lo = int(starts[0])
-        kinds, args, amounts = (
-            as_strided(
-                arr[lo:],
-                shape=(m, length),
-                strides=(stride * arr.itemsize, arr.itemsize),
-                writeable=True,
-            )
-            for arr in (op_kind, op_arg, op_amount)
+    stride = int(starts[1] - starts[0]) if m > 1 else width
+    if stride >= width and (m < 3 or bool((np.diff(starts) == stride).all())):
+        view = as_strided(
+            own_amount[int(starts[0]) :],
+            shape=(m, width),
+            strides=(stride * own_amount.itemsize, own_amount.itemsize),
+            writeable=True,
         )
-        return kinds, args, amounts, None
-    index = starts[:, None] + np.arange(length)[None, :]
-    kinds = np.empty(index.shape, dtype=op_kind.dtype)
-    args = np.empty(index.shape, dtype=op_arg.dtype)
-    amounts = np.empty(index.shape, dtype=op_amount.dtype)
+        return view, None
+    index = starts[:, None] + np.arange(width)[None, :]
+    amounts = np.empty(index.shape, dtype=own_amount.dtype)
 
     def write_back() -> None:
-        op_kind[index] = kinds
-        op_arg[index] = args
-        op_amount[index] = amounts
+        own_amount[index] = amounts
 
-    return kinds, args, amounts, write_back
+    return amounts, write_back

@@ -29,7 +29,7 @@ import pytest
 
 from ._errors import DeadlockError
 from .executors import Executor
-from .program import GateSpec, LockKind, LockSpec, MachineSpec, PoolSpec, Program
+from .program import GateSpec, LockKind, LockSpec, MachineSpec, PoolSpec, Program, SharedOps
 from .reference_problems import (
     ReferenceProblem,
     deadlock_program,
@@ -55,16 +55,26 @@ from .steps import (
     compile_program,
 )
 
-__all__ = ["ExecutorContract", "assert_same_program", "assert_same_result"]
+__all__ = [
+    "ExecutorContract",
+    "assert_same_program",
+    "assert_same_result",
+    "with_flat_ops",
+]
 
 
 def assert_same_program(a: Program, b: Program) -> None:
     """``a`` and ``b`` are the same program: every array to the bit (dtype,
-    shape, bytes), every spec equal. Read from :class:`Program`'s fields, so
-    a field added there is compared too; ``validated`` is how it was built,
-    not what it is."""
-    for f in dataclasses.fields(Program):
-        if f.name == "validated":
+    shape, bytes), every spec equal. Read from :class:`Program`'s fields (and
+    its :class:`SharedOps`'), so a field added there is compared too;
+    ``validated`` is how it was built, not what it is."""
+    _same_fields(a, b, Program)
+    _same_fields(a.ops, b.ops, SharedOps)
+
+
+def _same_fields(a: object, b: object, cls: type) -> None:
+    for f in dataclasses.fields(cls):
+        if f.name in ("validated", "ops"):
             continue
         x, y = getattr(a, f.name), getattr(b, f.name)
         if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
@@ -75,6 +85,20 @@ def assert_same_program(a: Program, b: Program) -> None:
             assert x.tobytes() == y.tobytes(), f"{f.name}: not the same to the bit"
         else:
             assert x == y, f"{f.name}: {x!r} against {y!r}"
+
+
+def with_flat_ops(program: Program, *, validated: bool = False, **arrays: np.ndarray) -> Program:
+    """``program`` with some of its per-task op arrays (``offsets``,
+    ``op_kind``, ``op_arg``, ``op_amount``) replaced, one template per task,
+    and checked again unless ``validated``: how a test breaks a program."""
+    flat = {
+        name: arrays.get(name, getattr(program, name))
+        for name in ("offsets", "op_kind", "op_arg", "op_amount")
+    }
+    ops = SharedOps.of_flat(
+        offsets=flat["offsets"], kind=flat["op_kind"], arg=flat["op_arg"], amount=flat["op_amount"]
+    )
+    return dataclasses.replace(program, ops=ops, validated=validated)
 
 
 def assert_same_result(reference: Result, result: Result) -> None:

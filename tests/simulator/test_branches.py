@@ -74,7 +74,7 @@ def test_a_branch_cannot_start_a_branch() -> None:
 
 def test_raw_spawn_of_a_branch_that_does_not_exist_is_rejected() -> None:
     with pytest.raises(ProgramError, match="spawn of branch 1, but it has 1 branches"):
-        Program(
+        Program.from_flat(
             machine=ONE_CORE,
             stage_names=(),
             locks=(),
@@ -93,7 +93,7 @@ def test_raw_spawn_of_a_branch_that_does_not_exist_is_rejected() -> None:
 
 def test_raw_branch_never_spawned_is_rejected() -> None:
     with pytest.raises(ProgramError, match="without spawning branches"):
-        Program(
+        Program.from_flat(
             machine=ONE_CORE,
             stage_names=(),
             locks=(),

@@ -273,7 +273,7 @@ def _sandbox_alone(program: Program, i: int, capacities: tuple[int, ...]) -> Pro
         replace(gate, permits=program.n_sandboxes) if gate.signal else gate
         for gate in program.gates
     )
-    return Program(
+    return Program.from_flat(
         machine=program.machine,
         stage_names=program.stage_names,
         locks=program.locks,

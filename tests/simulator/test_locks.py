@@ -7,7 +7,6 @@ binary fractions (0.25, 0.5, ...) so that most times are exact in floating point
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 from collections.abc import Callable, Sequence
 
@@ -40,6 +39,7 @@ from bootstorm.simulator import (
     run_program,
 )
 from bootstorm.simulator.fast import run_program_fast
+from bootstorm.simulator.testing import with_flat_ops
 
 MANY_CORES = MachineSpec(cores=64)
 
@@ -626,7 +626,7 @@ def _raw(
     """A :class:`Program` built directly from (kind, arg, amount) ops per sandbox."""
     ops = [op for sandbox in sandboxes for op in sandbox]
     offsets = np.cumsum([0, *(len(s) for s in sandboxes)]).astype(np.int64)
-    return Program(
+    return Program.from_flat(
         machine=MachineSpec(cores=1),
         stage_names=tuple(stages),
         locks=tuple(locks),
@@ -749,13 +749,9 @@ def test_malformed_program_arrays_are_rejected() -> None:
     }
     for offsets in bad_offsets.values():
         with pytest.raises(ProgramError, match="offsets"):
-            dataclasses.replace(good, offsets=offsets, validated=False)
+            with_flat_ops(good, offsets=offsets)
     with pytest.raises(ProgramError, match="one shape"):
-        dataclasses.replace(
-            good,
-            validated=False,
-            op_amount=np.array([1.0, 1.0, 1.0]),
-        )
+        with_flat_ops(good, op_amount=np.array([1.0, 1.0, 1.0]))
 
 
 def test_validation_checks_every_sandbox_not_just_one_per_template() -> None:

@@ -36,7 +36,7 @@ from bootstorm.simulator import (
     steps,
 )
 from bootstorm.simulator._memory import check_fits, check_run_fits
-from bootstorm.simulator.testing import assert_same_program
+from bootstorm.simulator.testing import assert_same_program, with_flat_ops
 
 
 def _with_bad_release(program: Program, sandbox: int) -> Program:
@@ -45,7 +45,7 @@ def _with_bad_release(program: Program, sandbox: int) -> Program:
     release = lo + int(np.flatnonzero(program.op_kind[lo:hi] == OpKind.RELEASE)[0])
     args = program.op_arg.copy()
     args[release] = (args[release] + 1) % len(program.locks)
-    return dataclasses.replace(program, op_arg=args, validated=False)
+    return with_flat_ops(program, op_arg=args)
 
 
 def test_a_malformed_sandbox_among_many_good_ones_is_found() -> None:
@@ -167,7 +167,8 @@ def _peak_bytes(run: object) -> int:
 
 def _program_bytes(p: Program) -> int:
     """The bytes of the program's arrays (every array field)."""
-    values = (getattr(p, f.name) for f in dataclasses.fields(p))
+    values = [getattr(p, f.name) for f in dataclasses.fields(p)]
+    values += [getattr(p.ops, f.name) for f in dataclasses.fields(p.ops)]
     return sum(v.nbytes for v in values if isinstance(v, np.ndarray))
 
 
@@ -204,10 +205,10 @@ def test_the_estimate_is_checked_against_what_is_available() -> None:
         stage_ends=5000,
         max_depth=1,
     )
-    # The program's arrays are 13 bytes an op plus a few per sandbox.
-    assert 97_000 * 13 < estimate.program_bytes < 97_000 * 13 + 1000 * 64
+    # An amount of its own is 8 bytes (every op, unless told), plus a few per sandbox.
+    assert 97_000 * 8 < estimate.program_bytes < 97_000 * 8 + 1000 * 64
     check_fits(estimate, available_bytes=estimate.total_bytes)
-    with pytest.raises(ProgramTooLargeError, match="1000 sandboxes would need about 2 MiB"):
+    with pytest.raises(ProgramTooLargeError, match="1000 sandboxes would need about 1 MiB"):
         check_fits(estimate, available_bytes=estimate.total_bytes - 1)
 
 
