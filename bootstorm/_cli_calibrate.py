@@ -129,6 +129,15 @@ LimitStageOption = Annotated[
         "comma-separated)." + default_help("AddCNI, Cgroup, AttachIf, StartVM")
     ),
 ]
+PlanPluginOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--cni-plugin",
+        help="With --plan (runtime cni): CNI plugins a what-if may switch to (bridge, ptp, "
+        "macvlan; repeat, or comma-separated): the plan runs a storm of each but the "
+        "bridge." + default_help("the bridge only"),
+    ),
+]
 MeasureOption = Annotated[
     bool,
     typer.Option(help="With --plan: time each operation alone first (unless --measured-ops)."),
@@ -164,6 +173,7 @@ def calibrate_cmd(
     plan_runs: PlanRunsOption = 3,
     pool_kind: PoolKindOption = None,
     limit_stage: LimitStageOption = None,
+    cni_plugin: PlanPluginOption = None,
     measure: MeasureOption = True,
     trace_dir: TraceDirOption = None,
     dry_run: DryRunOption = False,
@@ -208,7 +218,9 @@ def calibrate_cmd(
         )
         return
     if plan:
-        with named_as_options({"limit_stages": "limit_stage", "pool_kinds": "pool_kind"}):
+        with named_as_options(
+            {"limit_stages": "limit_stage", "pool_kinds": "pool_kind", "plugins": "cni_plugin"}
+        ):
             calibrate_plan(
                 sandboxes=plan_sandboxes,
                 runs=plan_runs,
@@ -223,6 +235,7 @@ def calibrate_cmd(
                 max_evaluations=max_evaluations,
                 executor=executor,
                 runtime=runtime,
+                plugins=split_names(cni_plugin),
                 progress=RichProgress(terminal_console()),
             )
         return

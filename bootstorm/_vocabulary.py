@@ -131,10 +131,14 @@ CONCEPTS: tuple[Concept, ...] = (
     Concept(
         name="cni-plugin",
         option="--cni-plugin",
-        forms=(Form(commands=("testbed run", "agent serve"), kind="str", syntax="NAME"),),
+        forms=(
+            Form(commands=("testbed run", "agent serve"), kind="str", syntax="NAME"),
+            Form(commands=("calibrate",), kind="str", syntax="NAME[,NAME...]", repeatable=True),
+        ),
         help="The real CNI plugin binary (bridge, ptp, ...), host-local IPAM.",
         aliases=(Alias(old="--cni", commands=("agent serve",)),),
-        why="--cni names a modelled CNI (ipvtap, veth); a plugin binary is another thing.",
+        why="--cni names a modelled CNI (ipvtap, veth); a plugin binary is another thing. "
+        "calibrate --plan takes the plugins a what-if may switch to: repeat, or a comma list.",
     ),
     Concept(
         name="cni-bin-dir",

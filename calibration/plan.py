@@ -16,6 +16,11 @@ unseen directions (:func:`~.identify.unseen_directions_of`) is added until
 none is left or no storm helps. The baseline storm is always in the plan.
 Linearised at a start that is a guess, the plan is a design, not a proof:
 the fit on its storms reports what is still unseen.
+
+A CNI plugin is a mechanism too: when the search space includes another
+plugin than the bridge (``plugins``), the plan runs a storm of it, so that
+what its ADD costs apart from the bridge's is seen by a storm and not only
+counted (``models/testbed.py``'s ``CNI_ADD_REQUESTS``).
 """
 
 from __future__ import annotations
@@ -47,31 +52,38 @@ __all__ = [
     "calibration_plan",
     "candidate_storms",
     "check_plan_names",
+    "runtime_plugins",
     "runtime_pool_kinds",
     "runtime_variant",
 ]
 
 Peer = Literal["in-netns", "moved"]
 Runtime = Literal["threads", "cni"]
-_VARIANT = {(v.runtime, v.peer): cni for cni, v in TESTBED_CNIS.items()}
+_VARIANT = {(v.runtime, v.peer, v.plugin): cni for cni, v in TESTBED_CNIS.items()}
 
 
-def runtime_variant(runtime: Runtime) -> str:
-    """The catalog's ``cni`` for a storm of the testbed's ``runtime`` (default peer)."""
-    cni: str = _VARIANT[(runtime, "in-netns")]
+def runtime_variant(runtime: Runtime, plugin: str = "bridge") -> str:
+    """The catalog's ``cni`` for a storm of the testbed's ``runtime`` (default
+    peer) with the CNI runtime's ``plugin``."""
+    cni: str = _VARIANT[(runtime, "in-netns", plugin)]
     return cni
+
+
+def runtime_plugins(runtime: Runtime) -> tuple[str, ...]:
+    """The CNI plugins the catalog has a variant of for ``runtime``, bridge first."""
+    return tuple(dict.fromkeys(p for r, _, p in _VARIANT if r == runtime))
 
 
 def runtime_pool_kinds(runtime: Runtime) -> tuple[str, ...]:
     """The pool kinds the testbed's ``runtime`` takes from."""
-    kinds: tuple[str, ...] = TESTBED_CNIS[_VARIANT[(runtime, "in-netns")]].pool_kinds
+    kinds: tuple[str, ...] = TESTBED_CNIS[runtime_variant(runtime)].pool_kinds
     return kinds
 
 
 @dataclass(frozen=True, kw_only=True)
 class PlanStorm:
     """One storm of a plan: its size, its runtime, where the veth peer is made
-    (the threads runtime), its pools and limits."""
+    (the threads runtime), the CNI runtime's plugin, its pools and limits."""
 
     sandboxes: int
     peer: Peer = "in-netns"
@@ -79,14 +91,20 @@ class PlanStorm:
     pools: Mapping[str, int] = field(default_factory=dict)
     limits: Mapping[str, int] = field(default_factory=dict)
     why: str = ""
+    plugin: str = "bridge"
 
     __rules__: ClassVar[Rules] = Rules(
         sandboxes=Interval(int, 2),
-        runtime=OneOf(tuple(sorted({r for r, _ in _VARIANT}))),
+        runtime=OneOf(tuple(sorted({r for r, _, _ in _VARIANT}))),
         peer=Depends(
             lambda s: OneOf(
-                tuple(sorted(p for r, p in _VARIANT if r == s.runtime)),
+                tuple(sorted({p for r, p, _ in _VARIANT if r == s.runtime})),
                 what=f"the peers of the {s.runtime} runtime",
+            )
+        ),
+        plugin=Depends(
+            lambda s: OneOf(
+                runtime_plugins(s.runtime), what=f"the plugins of the {s.runtime} runtime"
             )
         ),
     )
@@ -99,8 +117,10 @@ class PlanStorm:
     @property
     def name(self) -> str:
         """A file-safe name: ``50-moved-pool-netns-limit-AttachIf4`` (``cni-50-…``
-        for the CNI runtime)."""
+        for the CNI runtime, ``cni-ptp-50-…`` for another plugin than the bridge)."""
         parts = [str(self.sandboxes)]
+        if self.plugin != "bridge":
+            parts.insert(0, self.plugin)
         if self.runtime == "cni":
             parts.insert(0, "cni")
         if self.peer == "moved":
@@ -118,7 +138,7 @@ class PlanStorm:
     def scenario(self, *, background_load: float = 0.0) -> Scenario:
         """The storm as the testbed catalog simulates it."""
         return Scenario(
-            cni=_VARIANT[(self.runtime, self.peer)],
+            cni=_VARIANT[(self.runtime, self.peer, self.plugin)],
             sandboxes=self.sandboxes,
             profile="local",
             pools=dict(self.pools),
@@ -144,11 +164,23 @@ class CalibrationPlan:
 
 
 def check_plan_names(
-    *, runtime: Runtime, pool_kinds: Sequence[str] | None, limit_stages: Sequence[str]
+    *,
+    runtime: Runtime,
+    pool_kinds: Sequence[str] | None,
+    limit_stages: Sequence[str],
+    plugins: Sequence[str] = (),
 ) -> None:
-    """Refuse a pool kind the ``runtime`` does not pool or a stage the testbed
-    does not have (``ValueError``, one line): checked before anything is
-    measured, so that a typo does not cost the operations' timing first."""
+    """Refuse a pool kind the ``runtime`` does not pool, a stage the testbed
+    does not have or a plugin its catalog has no variant of (``ValueError``,
+    one line): checked before anything is measured, so that a typo does not
+    cost the operations' timing first."""
+    known = runtime_plugins(runtime)
+    for plugin in plugins:
+        if plugin not in known:
+            raise ValueError(
+                f"plugins: unknown plugin {short_repr(plugin)}; "
+                f"the testbed's {runtime} runtime has {', '.join(known)}"
+            )
     kinds = runtime_pool_kinds(runtime)
     for kind in pool_kinds or ():
         if kind not in kinds:
@@ -171,11 +203,15 @@ def candidate_storms(
     limit_stages: Sequence[str] = ("AddCNI", "Cgroup", "AttachIf", "StartVM"),
     peers: Sequence[Peer] = ("in-netns", "moved"),
     runtime: Runtime = "threads",
+    plugins: Sequence[str] = (),
 ) -> list[PlanStorm]:
     """Every storm a plan may choose from: the baseline at two sizes, each peer
-    mode (the threads runtime), each pool kind (full; default: every kind
-    the runtime pools), a binding limit on each stage."""
-    check_plan_names(runtime=runtime, pool_kinds=pool_kinds, limit_stages=limit_stages)
+    mode (the threads runtime), each other CNI plugin in ``plugins`` (the CNI
+    runtime: the baseline storm of it), each pool kind (full; default: every
+    kind the runtime pools), a binding limit on each stage."""
+    check_plan_names(
+        runtime=runtime, pool_kinds=pool_kinds, limit_stages=limit_stages, plugins=plugins
+    )
     kinds = runtime_pool_kinds(runtime)
     half = max(2, sandboxes // 2)
     # A limit binds when it admits a small share of the storm: an eighth
@@ -195,6 +231,16 @@ def candidate_storms(
             for p in peers
             if p != "in-netns"
         ]
+    out += [
+        PlanStorm(
+            sandboxes=sandboxes,
+            runtime=runtime,
+            plugin=p,
+            why=f"plugin {p}: its ADD's requests, in place of the bridge's",
+        )
+        for p in dict.fromkeys(plugins)
+        if p != "bridge"
+    ]
     for kind in kinds if pool_kinds is None else pool_kinds:
         pools = {kind: sandboxes}
         if kind == "veth":
@@ -220,10 +266,13 @@ def candidate_storms(
 
 
 def _mechanisms(storm: PlanStorm) -> set[str]:
-    """What a storm exercises beyond the baseline: its peer mode, pools, limits, size."""
+    """What a storm exercises beyond the baseline: its peer mode, plugin, pools,
+    limits, size."""
     out = {f"size:{storm.sandboxes}"}
     if storm.peer != "in-netns":
         out.add(f"peer:{storm.peer}")
+    if storm.plugin != "bridge":
+        out.add(f"plugin:{storm.plugin}")
     out |= {f"pool:{k}" for k in storm.pools}
     out |= {f"limit:{k}" for k in storm.limits}
     return out
@@ -263,6 +312,7 @@ def calibration_plan(
     limit_stages: Sequence[str] = ("AddCNI", "Cgroup", "AttachIf", "StartVM"),
     peers: Sequence[Peer] = ("in-netns", "moved"),
     runtime: Runtime = "threads",
+    plugins: Sequence[str] = (),
     cores: int = 2,
     start: Profile | None = None,
     measured: Mapping[str, MeasuredCost] | None = None,
@@ -274,8 +324,9 @@ def calibration_plan(
     together with the ``measured`` costs, leave no direction of the testbed's
     costs unseen, linearised at ``start`` (default: the fit's starting point
     on a host of ``cores``); with ``cover_mechanisms``, then every peer mode,
-    pool kind and stage limit the search may use that those storms do not
-    run, and a second size."""
+    CNI plugin (``plugins``: those the search may switch to), pool kind and
+    stage limit the search may use that those storms do not run, and a
+    second size."""
     if runs < 1:
         raise ValueError(f"runs: must be at least 1, but got {runs}")
     # The fit's own starting point, the measured costs at their measurement:
@@ -299,6 +350,7 @@ def calibration_plan(
         limit_stages=limit_stages,
         peers=peers,
         runtime=runtime,
+        plugins=plugins,
     )
     paths = [p.path for p in params]
     prior_rows = []

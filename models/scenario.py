@@ -65,6 +65,8 @@ CniName = Literal[
     "testbed-veth",
     "testbed-veth-moved",
     "testbed-cni-bridge",
+    "testbed-cni-ptp",
+    "testbed-cni-macvlan",
 ]
 CNI_NAMES: tuple[str, ...] = get_args(CniName)
 

@@ -55,6 +55,36 @@ waits (a Python call under the GIL each), and the work is theirs:
 
 No process of this runtime shares a GIL with another: only the thread's
 spawning is serial.
+
+Each plugin the testbed runs (``--cni-plugin``) is a variant of its own
+(``testbed-cni-bridge``, ``testbed-cni-ptp``, ``testbed-cni-macvlan``): the
+runtime, the shim and the VM are the same, the ADD's requests are the
+plugin's (:data:`CNI_ADD_REQUESTS`). They were counted the same way for
+each, with ``python experiments/count_cni_netlink.py`` (root; one ADD of
+each plugin into a fresh namespace under ``strace -f``, its requests
+classified by ``nlmsg_type``: ``RTM_NEW*``, ``RTM_DEL*`` and
+``RTM_SETLINK`` take RTNL, ``RTM_GET*`` lookups and dumps do not on this
+kernel, 6.18; the sysctls the plugins write take none), on this project's
+host on 2026-11-28, containernetworking-plugins 1.1.1:
+
+- ``bridge``: 8 of 17 requests — the bridge (``EEXIST``), the bridge up,
+  the veth pair, the host end up, enslaved, its hairpin flag; host-local;
+  the address, ``eth0`` up;
+- ``ptp``: 9 of 15, all after host-local (ptp asks for the address first):
+  the veth pair (made in the namespace, its peer on the host), the host end
+  up; in the namespace the address, ``eth0`` up, the kernel's subnet route
+  deleted, a route to the gateway and the subnet through it; on the host the
+  gateway address on the host end and a route to the sandbox — no bridge,
+  no port: a host route per sandbox instead;
+- ``macvlan``: 4 of 10 — the macvlan link made on the run's master and
+  into the namespace (one netdev: :data:`MACVLAN_PER_VETH_PAIR` of a veth
+  pair's creation), renamed to ``eth0``; host-local; the address, ``eth0`` up.
+
+Every other RTNL request is priced as the bridge's small ones are
+(``rtnl_small_hold_s``: a link flag, an address, a route are the same kind
+of short work under RTNL), the pair as ``rtnl_veth_hold_s``, both execs as
+``cni_exec_cpu_s`` and the lease as ``ipam_hold_s``: a profile fitted to
+bridge storms predicts the others.
 """
 
 from __future__ import annotations
@@ -69,9 +99,11 @@ from .profile import Profile, TestbedCostTable
 from .scenario import Scenario
 
 __all__ = [
+    "CNI_ADD_REQUESTS",
     "CNI_RUNTIME_COSTS",
     "GIL",
     "IPAM_LOCK",
+    "MACVLAN_PER_VETH_PAIR",
     "TESTBED_CNIS",
     "TESTBED_POOL_KINDS",
     "TESTBED_STAGES",
@@ -100,6 +132,8 @@ class TestbedVariant:
     recorded: str
     peer: Peer = "in-netns"
     pool_kinds: tuple[str, ...] = ("netns", "veth", "netns-veth")
+    #: The CNI runtime's main plugin (``testbed run --cni-plugin``).
+    plugin: Literal["bridge", "ptp", "macvlan"] = "bridge"
 
 
 #: The testbed's variants, by the ``cni`` a scenario names.
@@ -113,6 +147,15 @@ TESTBED_CNIS: dict[str, TestbedVariant] = {
     "testbed-cni-bridge": TestbedVariant(
         runtime="cni", recorded="cni-bridge", pool_kinds=("netns", "netns-veth")
     ),
+    "testbed-cni-ptp": TestbedVariant(
+        runtime="cni", recorded="cni-ptp", pool_kinds=("netns", "netns-veth"), plugin="ptp"
+    ),
+    "testbed-cni-macvlan": TestbedVariant(
+        runtime="cni",
+        recorded="cni-macvlan",
+        pool_kinds=("netns", "netns-veth"),
+        plugin="macvlan",
+    ),
 }
 #: Pool kinds of the testbed: ``netns-veth`` (a namespace with its veth peer
 #: inside) is taken before ``netns`` and ``veth`` (see :func:`testbed_plan`).
@@ -125,6 +168,42 @@ IPAM_LOCK = "host-local"
 #: after the IPAM call (strace of one ADD, see the module's text).
 BRIDGE_RTNL_BEFORE_IPAM = ("bridge (EEXIST)", "bridge up", "host end up", "enslave", "hairpin")
 BRIDGE_RTNL_AFTER_IPAM = ("address", "eth0 up")
+#: The link an ADD creates, by the hold that prices it.
+VETH_PAIR = "veth pair"
+MACVLAN_LINK = "macvlan link"
+#: Each plugin's RTNL-taking netlink requests before and after host-local's
+#: exec, the link's creation among them, in the order the plugin sends them
+#: (containernetworking-plugins 1.1.1; counted with strace on one ADD each,
+#: ``experiments/count_cni_netlink.py``, see the module's text).
+CNI_ADD_REQUESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "bridge": (
+        (*BRIDGE_RTNL_BEFORE_IPAM[:2], VETH_PAIR, *BRIDGE_RTNL_BEFORE_IPAM[2:]),
+        BRIDGE_RTNL_AFTER_IPAM,
+    ),
+    "ptp": (
+        (),
+        (
+            VETH_PAIR,
+            "host end up",
+            "address",
+            "eth0 up",
+            "subnet route (del)",
+            "route to gateway",
+            "subnet via gateway",
+            "host end address",
+            "host route",
+        ),
+    ),
+    "macvlan": ((MACVLAN_LINK, "rename to eth0"), ("address", "eth0 up")),
+}
+#: A macvlan link's creation under RTNL against a veth pair's (one netdev
+#: registered on its master against two): 0.43, the median over 6 runs
+#: (0.12-0.52) of the ratio of 50 serial creations' medians (30 in the
+#: first), interleaved, each less a netlink no-op's, on this project's host
+#: (``python experiments/count_cni_netlink.py --time 50``, 2026-11-28;
+#: docs/research-log.md). A profile prices the pair (``rtnl_veth_hold_s``);
+#: the macvlan is this share of it.
+MACVLAN_PER_VETH_PAIR = 0.43
 
 
 def testbed_costs(profile: Profile) -> TestbedCostTable:
@@ -151,7 +230,7 @@ def testbed_plan(
 ) -> tuple[Stage, ...]:
     """The stages of one testbed sandbox."""
     if variant.runtime == "cni":
-        return _cni_plan(scenario, c)
+        return _cni_plan(scenario, c, plugin=variant.plugin)
     return _threads_plan(scenario, c, peer=variant.peer)
 
 
@@ -350,7 +429,7 @@ def _cni_costs(c: TestbedCostTable) -> tuple[float, float, float, float, float]:
     return exec_cpu_s, ipam_hold_s, shim_cpu_s, tc_cpu_s, spawn_cpu_s
 
 
-def _cni_plan(scenario: Scenario, c: TestbedCostTable) -> tuple[Stage, ...]:
+def _cni_plan(scenario: Scenario, c: TestbedCostTable, *, plugin: str) -> tuple[Stage, ...]:
     """A sandbox of the CNI runtime (see the module's text)."""
     exec_cpu_s, ipam_hold_s, shim_cpu_s, tc_cpu_s, spawn_cpu_s = _cni_costs(c)
 
@@ -361,18 +440,23 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable) -> tuple[Stage, ...]:
     def rtnl(hold_s: float, label: str) -> Step:
         return Hold(RTNL, (Cpu(hold_s, label),))
 
+    def request(label: str) -> Step:
+        if label == VETH_PAIR:
+            return rtnl(c.rtnl_veth_hold_s, label)
+        if label == MACVLAN_LINK:
+            return rtnl(c.rtnl_veth_hold_s * MACVLAN_PER_VETH_PAIR, label)
+        return rtnl(c.rtnl_small_hold_s, label)
+
+    before, after = CNI_ADD_REQUESTS[plugin]
     netns = _netns(scenario, c)
     kworker = _kworker(c)
     add: tuple[Step, ...] = (
-        spawn("exec bridge"),
-        Cpu(exec_cpu_s, "bridge start"),
-        rtnl(c.rtnl_small_hold_s, BRIDGE_RTNL_BEFORE_IPAM[0]),
-        rtnl(c.rtnl_small_hold_s, BRIDGE_RTNL_BEFORE_IPAM[1]),
-        rtnl(c.rtnl_veth_hold_s, "veth pair"),
-        *(rtnl(c.rtnl_small_hold_s, label) for label in BRIDGE_RTNL_BEFORE_IPAM[2:]),
+        spawn(f"exec {plugin}"),
+        Cpu(exec_cpu_s, f"{plugin} start"),
+        *(request(label) for label in before),
         Cpu(exec_cpu_s, "host-local start"),
         Hold(IPAM_LOCK, (Cpu(ipam_hold_s, "lease"),)),
-        *(rtnl(c.rtnl_small_hold_s, label) for label in BRIDGE_RTNL_AFTER_IPAM),
+        *(request(label) for label in after),
     )
     add_cni: tuple[Step, ...] = (*add, *kworker)
     if scenario.pools.get("netns-veth", 0) > 0:

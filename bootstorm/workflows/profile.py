@@ -345,6 +345,7 @@ def run_plan(
                 peer=storm.peer,
                 runtime=storm.runtime,
                 progress=progress,
+                cni_plugin=storm.plugin,
             )
 
     rng = np.random.default_rng(order_seed)
@@ -377,11 +378,13 @@ def calibrate_plan(
     executor: str = "compiled",
     progress: Progress | None = None,
     runtime: str = "threads",
+    plugins: Sequence[str] = (),
 ) -> Profile | None:
     """Measure the operations alone (``measure``), design the plan from the
     catalog for the testbed's ``runtime``, run its storms here and fit them
     together; ``dry_run``: show the plan only (returns ``None``).
-    ``pool_kinds``: None for every kind the runtime pools."""
+    ``pool_kinds``: None for every kind the runtime pools; ``plugins``: the
+    CNI plugins a what-if may switch to (a storm of each other than the bridge)."""
     from ..calibration.plan import calibration_plan, check_plan_names
     from ..calibration.trace_fit import fit_storms
 
@@ -393,7 +396,9 @@ def calibrate_plan(
     if not dry_run and os.geteuid() != 0:
         raise ConfigError("plan: running the plan's storms needs root (or give --dry-run)")
     try:
-        check_plan_names(runtime=runtime, pool_kinds=pool_kinds, limit_stages=limit_stages)
+        check_plan_names(
+            runtime=runtime, pool_kinds=pool_kinds, limit_stages=limit_stages, plugins=plugins
+        )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     measured = load_measured(measured_ops)
@@ -406,6 +411,7 @@ def calibrate_plan(
             pool_kinds=pool_kinds,
             limit_stages=limit_stages,
             runtime=runtime,
+            plugins=plugins,
             cores=os.cpu_count() or 1,
             measured=measured,
             executor=executor,

@@ -87,13 +87,15 @@ def storm_trace(
     arrival_s: tuple[float, ...] | None = None,
     lifetime_s: float | None = None,
     cni_wrapper: str = "none",
+    cni_plugin: str = "bridge",
 ) -> Trace:
     """The trace of one real storm of ``sandboxes`` under ``config``; a
     failed sandbox is a :class:`ConfigError` line (``what`` names the storm).
     ``arrival_s``: start each sandbox at its time (a workload's schedule)
     instead of all at once; ``lifetime_s``: stop each VM that long after it
     came up; ``cni_wrapper``: exec the CNI plugin through ``bootstorm-cni``
-    (its permits from the node agent behind ``admission``)."""
+    (its permits from the node agent behind ``admission``); ``cni_plugin``:
+    the CNI runtime's main plugin."""
     options = checked_storm_options(
         sandboxes=sandboxes,
         vm=vm,
@@ -103,6 +105,7 @@ def storm_trace(
         arrival_s=arrival_s,
         lifetime_s=lifetime_s,
         cni_wrapper=cni_wrapper,
+        cni_plugin=cni_plugin,
     )
     result = run_storm_here(options, admission=admission, progress=progress)
     if result.failures:
