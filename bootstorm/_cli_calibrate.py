@@ -313,26 +313,30 @@ def calibrate_check(
 ) -> int:
     """``bootstorm calibrate --check [--seeds 1001-1010]``: the check's table
     (or ``--json``) of :func:`bootstorm.workflows.check_paper`. Returns the
-    exit status: 1 when a row misses that ``KNOWN_MISSES`` does not name, else 0."""
+    exit status: 1 when a row misses that ``KNOWN_MISSES`` does not name, or
+    when the identity check contradicts a row's label; else 0."""
     from rich.markup import escape
 
-    from ._render_node import RichProgress, check_records, check_table
+    from ._render_node import RichProgress, check_notes, check_records, check_table
     from .workflows import check_paper
 
     console = console or terminal_console()
     check = check_paper(targets, seeds=seeds, executor=executor, progress=RichProgress(console))
+    failed = bool(check.unexpected or check.mislabelled)
     unexpected = check.unexpected
     if as_json:
         sys.stdout.write(json.dumps(check_records(check)) + "\n")
-        return 1 if unexpected else 0
+        return 1 if failed else 0
     console.print(check_table(check))
+    for line in check_notes(check):
+        console.print(line)
     if unexpected:
         console.print(
             "[red]unexpected misses (not in KNOWN_MISSES): "
             + ", ".join(f"{c.row.key} {escape(c.row.label)}" for c in unexpected)
             + "[/]"
         )
-    return 1 if unexpected else 0
+    return 1 if failed else 0
 
 
 def _calibrate_refresh(

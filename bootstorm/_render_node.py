@@ -246,6 +246,60 @@ def check_table(check: PaperCheck) -> Table:
     return t
 
 
+#: Below this many standard errors between a passing row's error and its
+#: tolerance's edge, another draw of as many unseen seeds can put it on
+#: either side (S0-1 at +4.8% of ±5%).
+EDGE_SE = 2.0
+
+
+def check_notes(check: PaperCheck) -> list[str]:
+    """``calibrate --check``'s lines under the table: each declared derivation's
+    verdict (identity or not, mechanically), rows the seeds cannot move, rows
+    at their tolerance's edge, and labels the verdict contradicts."""
+    lines: list[str] = []
+    derived = [c for c in check.checks if c.row.derived_from is not None]
+    if derived:
+        lines.append(
+            "identity check: each relation on the paper's values of the rows it uses, "
+            "against the model's mean; within the row's tolerance, the fitted rows "
+            "alone give the row (identity), else it is a prediction:"
+        )
+    for c in derived:
+        d = c.row.derived_from
+        assert d is not None and c.derived is not None and c.derived_model is not None
+        err = c.derived_error or 0.0
+        verdict = "determined: identity" if c.determined else "not determined: predict"
+        colour = "green" if c.label_holds else "red"
+        lines.append(
+            f"  {c.row.key} ({c.row.kind}): {escape(d.formula)} = {c.derived:,.4g} "
+            f"(on the model's rows {c.derived_model:,.4g}); model {c.mean:,.4g}, "
+            f"{err:+.1%} of ±{c.row.tolerance_rel:.0%}: [{colour}]{verdict}[/]"
+        )
+    fixed = sorted({c.row.key for c in check.checks if c.deterministic})
+    if fixed:
+        lines.append(
+            "deterministic, spread 0 by construction (one flow: every core alike, or a "
+            f"count the catalog sets): {', '.join(fixed)}"
+        )
+    edge = [
+        c
+        for c in check.checks
+        if c.status == "pass" and c.row.kind == "fit" and c.edge_se < EDGE_SE
+    ]
+    for c in edge:
+        lines.append(
+            f"[yellow]at its tolerance's edge: {c.row.key} {escape(c.row.label)} "
+            f"{c.rel_error:+.1%} of ±{c.row.tolerance_rel:.0%}, {c.edge_se:.1f} standard "
+            f"errors ({c.se_rel:.1%}) inside: other unseen seeds can put it on either side[/]"
+        )
+    for c in check.mislabelled:
+        lines.append(
+            f"[red]mislabelled: {c.row.key} is labelled {c.row.kind} but the identity "
+            f"check finds it {'determined' if c.determined else 'not determined'}[/]"
+        )
+    return lines
+
+
 def check_records(check: PaperCheck) -> dict[str, Any]:
     """The ``calibrate --check --json`` object."""
     rows = [
@@ -261,6 +315,19 @@ def check_records(check: PaperCheck) -> dict[str, Any]:
             "se_rel": c.se_rel,
             "tolerance_rel": c.row.tolerance_rel,
             "status": c.status,
+            "deterministic": c.deterministic,
+            "edge_se": None if math.isinf(c.edge_se) else c.edge_se,
+            "derived_from": None
+            if c.row.derived_from is None
+            else {
+                "formula": c.row.derived_from.formula,
+                "uses": list(c.row.derived_from.uses),
+                "from_paper": c.derived,
+                "from_model": c.derived_model,
+                "error": c.derived_error,
+                "determined": c.determined,
+            },
+            "label_holds": c.label_holds,
         }
         for c in check.checks
     ]

@@ -93,6 +93,12 @@ class PaperCheck:
         """Misses that ``KNOWN_MISSES`` does not name."""
         return tuple(c for c in self.checks if c.status == "MISS")
 
+    @property
+    def mislabelled(self) -> tuple[RowCheck, ...]:
+        """Rows whose label the identity check contradicts: a *predict* row its
+        declared relation determines, or an *identity* it does not."""
+        return tuple(c for c in self.checks if not c.label_holds)
+
 
 def _target_set(targets: str) -> Any:
     from ..calibration import TARGET_SETS

@@ -108,9 +108,10 @@ def test_s0_7_pool_memory_for_400_vports_and_400x400_ipvtaps() -> None:
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=known_miss("S0-5/order").reason)
 @checks_rows("S0-5/order", "S0-5/slower-than-none")
 def test_s0_5_ipvtap_and_macvtap_best_of_the_kernel_datapath_cnis() -> None:
-    """S0-5 (predict): every CNI is slower than no-network; ipvtap ≈ macvtap are
-    the best. vhost-user is left out of the order: its OVS-DPDK port setup cost
-    (costs.vhost_user_setup_s) has no source, so its place is not a prediction."""
+    """S0-5 (a fit: costs.mutex_wake_s was chosen against it): every CNI is
+    slower than no-network; ipvtap ≈ macvtap are the best. vhost-user is left
+    out of the order: its OVS-DPDK port setup cost (costs.vhost_user_setup_s)
+    has no source, so its place is not a prediction."""
     nonet = _storm("no-network").makespan_s
     spans = {cni: _storm(cni).makespan_s for cni in CNIS}
     assert all(m > nonet for m in spans.values()), spans

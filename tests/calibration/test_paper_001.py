@@ -85,8 +85,11 @@ ROWS = PaperRows(
     "S1-4/p99",
     "S1-4/vanilla-p99",
     "S1-5/ablations",
+    "S1-5/no-skip",
     "S1-5/eager-zero",
     "S1-6",
+    "S1-9/at-200",
+    "S1-9/at-10",
     "S1-7/at-10",
     "S1-10/makespan",
 )
@@ -135,7 +138,7 @@ def test_s1_5_every_optimisation_contributes() -> None:
 # -- S1-6: pre-zeroing ------------------------------------------------------------------
 
 
-@checks_rows("S1-6")
+@checks_rows("S1-6/order")
 def test_s1_6_less_prezeroing_is_slower() -> None:
     pre = {p: run(f"prezero-{p}").startup.mean for p in (10, 50, 100)}
     assert pre[10] > pre[50] > pre[100]
@@ -193,8 +196,9 @@ def _divided(n: int) -> float:
 
 @checks_rows("S1-9/at-200")
 def test_s1_9_reduction_at_200() -> None:
-    """Not an identity: at 200 the node's share is 1.3 GB and 0.56 vCPU per
-    sandbox, not the fitted storm's 512 MB and 0.5; but close to it."""
+    """An identity by the mechanical check (calibrate --check): seed 001's
+    65.7% is S1-4's cut of the fitted storm, and the model's storm of 1.3 GB
+    and 0.56 vCPU per sandbox lands within 15% of that arithmetic."""
     assert abs(_divided(200) - 0.657) <= 0.15 * 0.657
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
+from paper_rows import PaperRows
 
 from bootstorm.calibration import (
     PAPER_002_FIT,
@@ -42,6 +43,25 @@ def test_fit_is_reproducible_from_its_start() -> None:
     from bootstorm.calibration import fit_paper_002
 
     assert fit_paper_002().profile == PROFILE
+
+
+#: ``calibrate --check --targets paper-002``'s rows, the pairs' RSS hashes and
+#: placements drawn at each of the ten unseen check seeds.
+ROWS = PaperRows(
+    "paper-002",
+    sandboxes=0,
+    expected_miss={
+        "S2-2/spread:bridge per-pair spread, 50 pairs": "S2-2/spread",
+        "S2-2/spread:OVS per-pair spread, 50 pairs": "S2-2/spread",
+        "S2-3/ovs-apart:OVS pinned apart, 48 pairs": "S2-3/ovs-apart",
+        "S2-3/bridge-together:bridge pinned together, 48 pairs": "S2-3/bridge-together",
+    },
+)
+
+
+@pytest.mark.parametrize("key", ROWS.params())
+def test_row_on_the_mean_of_ten_unseen_seeds(key: str) -> None:
+    ROWS.judge(key)
 
 
 @pytest.mark.parametrize("path", ["bridge-intra", "ovs-intra"])
