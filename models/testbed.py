@@ -108,6 +108,7 @@ __all__ = [
     "TESTBED_POOL_KINDS",
     "TESTBED_STAGES",
     "TestbedVariant",
+    "plugin_cautions",
     "testbed_costs",
     "testbed_lock_specs",
     "testbed_plan",
@@ -204,6 +205,40 @@ CNI_ADD_REQUESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 #: docs/research-log.md). A profile prices the pair (``rtnl_veth_hold_s``);
 #: the macvlan is this share of it.
 MACVLAN_PER_VETH_PAIR = 0.43
+
+
+#: What a what-if of another plugin than the bridge rests on, measured on
+#: this project's host (docs/testbed.md, "Another plugin, predicted";
+#: tests/calibration/test_cni_plugin_switch.py).
+PLUGIN_SWITCH_CAUTION = (
+    "{cni}: its ADD is priced from the requests strace counted, with the bridge's costs; "
+    "held out (50 sandboxes, a profile fitted to bridge storms) the makespan and mean "
+    "startup came within 10% and the switch from the bridge within 3 points, but the "
+    "model blamed AddCNI for 12-16 points more of the switch than the host did: read the "
+    "makespan and mean startup, not AddCNI's share"
+)
+
+
+def plugin_cautions(cni: str, profile: Profile) -> tuple[str, ...]:
+    """What a what-if of the CNI runtime with another plugin than the bridge
+    should say under its answer: how far such a switch was held out, and,
+    where the profile names no storm of that plugin (in ``fitted_on`` or its
+    sources), that the answer is a prediction. Nothing for any other CNI."""
+    variant = TESTBED_CNIS.get(cni)
+    if variant is None or variant.runtime != "cni" or variant.plugin == "bridge":
+        return ()
+    lines = [PLUGIN_SWITCH_CAUTION.format(cni=cni)]
+    storms = profile.fitted_on.storms if profile.fitted_on is not None else ()
+    seen = any(variant.recorded in s for s in storms) or any(
+        cni in text for text in profile.sources.values()
+    )
+    if not seen:
+        lines.append(
+            f"{profile.name} was fitted to no storm of {variant.recorded}: this what-if is "
+            f"a prediction from the bridge's costs (`sudo bootstorm calibrate --plan "
+            f"--cni-plugin {variant.plugin}` runs one)"
+        )
+    return tuple(lines)
 
 
 def testbed_costs(profile: Profile) -> TestbedCostTable:

@@ -21,6 +21,7 @@ from ..calibration.identify import (
     whatif_cautions,
 )
 from ..models import Profile, Scenario, Traffic, load_profile
+from ..models.testbed import plugin_cautions
 
 if TYPE_CHECKING:
     from ..models import SeedLike
@@ -91,6 +92,9 @@ class Identification:
     stale: tuple[str, ...] = ()
     """Why the profile may no longer be the node's (:meth:`Profile.staleness`
     against this machine, now): too old, another kernel or CPU."""
+    plugin: tuple[str, ...] = ()
+    """What a what-if of another CNI plugin than the bridge rests on
+    (:func:`bootstorm.models.testbed.plugin_cautions`)."""
 
     @property
     def imprecise(self) -> bool:
@@ -147,6 +151,7 @@ class WhatIf:
         payload["unidentified"] = [c.to_dict() for c in self.identification.cautions]
         payload["profile_error_rel"] = self.identification.error_rel
         payload["profile_stale"] = list(self.identification.stale)
+        payload["plugin_cautions"] = list(self.identification.plugin)
         if self.background is not None:
             payload["background"] = self.background.to_dict()
         return payload
@@ -248,6 +253,7 @@ def identification(
         fitted=prof.identification is not None,
         testbed=prof.testbed is not None,
         stale=staleness(prof),
+        plugin=plugin_cautions(scenario.cni, prof),
     )
 
 

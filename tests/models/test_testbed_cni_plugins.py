@@ -162,3 +162,21 @@ def test_simulate_answers_a_ptp_what_if_on_the_bridge_fitted_profile() -> None:
         out[plugin] = json.loads(res.stdout)
     assert out["ptp"]["makespan_s"] != out["bridge"]["makespan_s"]
     assert out["macvlan"]["makespan_s"] > 0
+    # The profile saw bridge storms only: a ptp what-if says it is a prediction.
+    assert out["bridge"]["plugin_cautions"] == []
+    ptp = out["ptp"]["plugin_cautions"]
+    assert len(ptp) == 2 and "not AddCNI's share" in ptp[0]
+    assert "fitted to no storm of cni-ptp" in ptp[1] and "--cni-plugin ptp" in ptp[1]
+
+
+def test_a_profile_fitted_to_a_storm_of_the_plugin_drops_the_prediction_caution(
+    truth: Profile,
+) -> None:
+    assert tb.plugin_cautions("testbed-cni-bridge", truth) == ()
+    assert tb.plugin_cautions("veth", truth) == ()
+    assert len(tb.plugin_cautions("testbed-cni-macvlan", truth)) == 2
+    seen = truth.model_copy(
+        update={"sources": {**truth.sources, "service_cv": "fit: 50 × testbed-cni-macvlan"}}
+    )
+    (line,) = tb.plugin_cautions("testbed-cni-macvlan", seen)
+    assert line.startswith("testbed-cni-macvlan: its ADD is priced")
