@@ -221,7 +221,8 @@ def main() -> None:
             work.mkdir()
             seq = count(plugin, args.bin_dir, work)
             rtnl = sum(takes for _, takes in seq)
-            print(f"{plugin}: {rtnl} RTNL-taking requests of {len(seq)} (execs included)")
+            sent = sum(not kind.startswith("exec ") for kind, _ in seq)
+            print(f"{plugin}: {rtnl} of its {sent} requests take RTNL")
             for kind, takes in seq:
                 print(f"  {'RTNL' if takes else '    '}  {kind}")
 

@@ -212,10 +212,10 @@ MACVLAN_PER_VETH_PAIR = 0.43
 #: tests/calibration/test_cni_plugin_switch.py).
 PLUGIN_SWITCH_CAUTION = (
     "{cni}: its ADD is priced from the requests strace counted, with the bridge's costs; "
-    "held out (50 sandboxes, a profile fitted to bridge storms) the makespan and mean "
-    "startup came within 10% and the switch from the bridge within 3 points, but the "
-    "model blamed AddCNI for 12-16 points more of the switch than the host did: read the "
-    "makespan and mean startup, not AddCNI's share"
+    "held out (50 and 150 sandboxes, a profile fitted to bridge storms) the makespan and "
+    "mean startup came within 10% and the switch from the bridge within 3 points (50; 5 "
+    "at 150, 3 rounds), but the model blamed AddCNI for 11-16 points more of the switch "
+    "than the host did: read the makespan and mean startup, not AddCNI's share"
 )
 
 

@@ -4,7 +4,8 @@
 # QEMU microVMs), RUNS (5) interleaved rounds, the plugins' order rotated each
 # round so that drifts of the host hit every plugin alike. The plan's profile
 # (../plan/local.yaml) was fitted on bridge storms only: ptp and macvlan are
-# predictions. FIRST: the round to start at. Each storm runs under the
+# predictions. SANDBOXES: the size (50; the 150s: SANDBOXES=150 RUNS=3).
+# FIRST: the round to start at. Each storm runs under the
 # testbed's lock (one storm at a time).
 set -euo pipefail
 cd "$(dirname "$0")"
