@@ -2,7 +2,7 @@
 and unit, the same in every command that takes it, and the old spellings
 that still parse for one release.
 
-``tests/test_vocabulary.py`` walks every command's options against
+``tests/bootstorm/test_vocabulary.py`` walks every command's options against
 :data:`CONCEPTS`: an option spelled as a concept's canonical name is in that
 concept's commands, of its declared kind; an old spelling is hidden where it
 still parses; every command in :data:`WRITES_FILE` has ``-o/--output``.
@@ -530,7 +530,8 @@ def install_aliases(command: click.Command, path: str) -> None:
         target = _canonical_param(command, concept)
         taken = any(alias.old in p.opts + p.secondary_opts for p in command.params)
         if target is None or taken:
-            continue  # the table and the command disagree: tests/test_vocabulary.py says how
+            # The table and the command disagree: tests/bootstorm/test_vocabulary.py says how.
+            continue
         name = f"vocabulary_alias_{n}"
         command.params.append(
             TyperOption(

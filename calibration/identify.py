@@ -52,10 +52,12 @@ __all__ = [
     "DEFAULT_ERROR_REL",
     "PLAUSIBLE_FACTOR",
     "DecisionCaution",
+    "DirectionRuns",
     "IdentificationCaution",
     "Sensitivity",
     "confirm_unseen",
     "decision_cautions",
+    "direction_runs",
     "identification_of",
     "profile_numbers",
     "sensitivities",
@@ -337,6 +339,45 @@ def _ends(profile: Profile, direction: UnseenDirection) -> tuple[Profile, Profil
     )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DirectionRuns:
+    """A what-if under its profile and at both ends of each unseen direction
+    of it: what its cautions (:func:`sensitivities`) and its tornado chart
+    (:func:`~.tornado.tornado`) read."""
+
+    identification: Identification
+    reference: Result | StartupSummary
+    """The what-if under the profile itself."""
+    ends: tuple[tuple[StartupSummary, StartupSummary], ...]
+    """Per direction of ``identification.unseen``: the what-if at its low and high end."""
+
+
+def direction_runs(
+    scenario: Scenario,
+    *,
+    profile: Profile | None = None,
+    seed: int | None = None,
+    executor: str = "compiled",
+    base: Result | StartupSummary | None = None,
+) -> DirectionRuns:
+    """Run ``scenario`` at both ends of each unseen direction of ``profile``
+    (default: the scenario's), one direction at a time, on one service-time
+    stream (``seed``); ``base``: the what-if already run with it (not run
+    again)."""
+    prof = _resolve(scenario, profile)
+    ident = identification_of(prof)
+    ends = [_ends(prof, direction) for direction in ident.unseen]
+    storms = [(scenario, end) for pair in ends for end in pair]
+    if base is None:
+        storms.append((scenario, prof))
+    ran = _summaries(storms, seed, executor)
+    return DirectionRuns(
+        identification=ident,
+        reference=base if base is not None else ran[-1],
+        ends=tuple((ran[2 * i], ran[2 * i + 1]) for i in range(len(ident.unseen))),
+    )
+
+
 def sensitivities(
     scenario: Scenario,
     *,
@@ -349,17 +390,10 @@ def sensitivities(
     (default: the scenario's): how its makespan and mean startup move,
     largest first. A direction the what-if does not use moves nothing and is
     left out."""
-    prof = _resolve(scenario, profile)
-    ident = identification_of(prof)
-    ends = [_ends(prof, direction) for direction in ident.unseen]
-    storms = [(scenario, end) for pair in ends for end in pair]
-    if base is None:
-        storms.append((scenario, prof))
-    ran = _summaries(storms, seed, executor)
-    ref: Result | StartupSummary = base if base is not None else ran[-1]
+    runs = direction_runs(scenario, profile=profile, seed=seed, executor=executor, base=base)
+    ref = runs.reference
     out = []
-    for i, direction in enumerate(ident.unseen):
-        moved = ran[2 * i : 2 * i + 2]
+    for direction, moved in zip(runs.identification.unseen, runs.ends, strict=True):
         m = tuple(_rel(r.makespan_s, ref.makespan_s) for r in moved)
         a = tuple(_rel(r.startup.mean, ref.startup.mean) for r in moved)
         if max(abs(x) for x in (*m, *a)) < 1e-9:

@@ -14,18 +14,45 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..models import PredictionError, Profile, run_scenario
+from ..simulator import Result
 from ..traces import Trace
+
+if TYPE_CHECKING:
+    from .trace_fit import StormStats
 
 __all__ = [
     "CoveredRow",
     "IntervalCoverage",
+    "headline_pairs",
     "interval_coverage",
     "prediction_error_of",
 ]
+
+
+def headline_pairs(
+    runs: Sequence[Trace], profile: Profile, *, seed: int = 0, executor: str = "compiled"
+) -> tuple[StormStats, Result, list[tuple[str, float, float]]]:
+    """One storm (its runs pooled) simulated under ``profile``: its stats,
+    the result, and (metric, measured, predicted) of makespan, mean and p99
+    startup, in that order."""
+    from .trace_fit import StormStats
+
+    stats = StormStats.pooled(runs)
+    result = run_scenario(stats.scenario(), seed=seed, profile=profile, executor=executor)
+    return (
+        stats,
+        result,
+        [
+            ("makespan_s", stats.makespan_s, result.makespan_s),
+            ("startup mean_s", float(stats.latency_s.mean()), result.startup.mean),
+            ("startup p99_s", stats.p99_s, result.startup.p99),
+        ],
+    )
 
 
 def prediction_error_of(
@@ -37,19 +64,12 @@ def prediction_error_of(
 ) -> PredictionError | None:
     """``profile``'s error on ``groups`` (each the runs of one storm); None
     for fewer than two storms (one residual says nothing of a spread)."""
-    from .trace_fit import StormStats
-
     if len(groups) < 2:
         return None
-    logs: dict[str, list[float]] = {"makespan": [], "mean": [], "p99": []}
+    logs: dict[str, list[float]] = {"makespan_s": [], "startup mean_s": [], "startup p99_s": []}
     for runs in groups:
-        stats = StormStats.pooled(runs)
-        result = run_scenario(stats.scenario(), seed=seed, profile=profile, executor=executor)
-        for metric, measured, predicted in (
-            ("makespan", stats.makespan_s, result.makespan_s),
-            ("mean", float(stats.latency_s.mean()), result.startup.mean),
-            ("p99", stats.p99_s, result.startup.p99),
-        ):
+        _, _, pairs = headline_pairs(runs, profile, seed=seed, executor=executor)
+        for metric, measured, predicted in pairs:
             if measured > 0.0 and predicted > 0.0:
                 logs[metric].append(math.log(measured / predicted))
     if min(len(v) for v in logs.values()) < 2:
@@ -60,9 +80,9 @@ def prediction_error_of(
 
     return PredictionError(
         storms=len(groups),
-        makespan_log_rms=rms(logs["makespan"]),
-        mean_log_rms=rms(logs["mean"]),
-        p99_log_rms=rms(logs["p99"]),
+        makespan_log_rms=rms(logs["makespan_s"]),
+        mean_log_rms=rms(logs["startup mean_s"]),
+        p99_log_rms=rms(logs["startup p99_s"]),
     )
 
 
@@ -108,23 +128,19 @@ def interval_coverage(
 ) -> IntervalCoverage:
     """Each storm of ``groups`` (held out of ``profile``'s fit: its runs
     pooled) predicted with its interval, against the node's median."""
-    from .trace_fit import StormStats, storm_name
+    from .trace_fit import storm_name
 
     if profile.prediction_error is None:
         raise ValueError(f"profile {profile.name!r} has no prediction_error: no interval to check")
     rows = []
     level = 0.0
     for runs in groups:
-        stats = StormStats.pooled(runs)
-        result = run_scenario(stats.scenario(), seed=seed, profile=profile, executor=executor)
+        stats, result, pairs = headline_pairs(runs, profile, seed=seed, executor=executor)
         interval = result.interval
         assert interval is not None
         level = interval.level
-        for metric, measured, predicted, (low, high) in (
-            ("makespan_s", stats.makespan_s, result.makespan_s, interval.makespan_s),
-            ("startup mean_s", float(stats.latency_s.mean()), result.startup.mean, interval.mean_s),
-            ("startup p99_s", stats.p99_s, result.startup.p99, interval.p99_s),
-        ):
+        bands = (interval.makespan_s, interval.mean_s, interval.p99_s)
+        for (metric, measured, predicted), (low, high) in zip(pairs, bands, strict=True):
             rows.append(
                 CoveredRow(
                     storm=storm_name(stats),

@@ -25,8 +25,9 @@ from datetime import UTC, datetime
 
 from scipy.optimize import minimize_scalar
 
-from ..models import Profile, TestbedCostTable, run_scenario
+from ..models import Profile, TestbedCostTable
 from ..traces import Trace
+from .interval import headline_pairs
 
 __all__ = ["MAX_SCALE", "Refresh", "StormError", "refresh_profile"]
 
@@ -73,18 +74,15 @@ def _scaled(profile: Profile, factor: float) -> Profile:
 def _errors(
     profile: Profile, groups: Sequence[Sequence[Trace]], seed: int, executor: str
 ) -> list[tuple[str, float, float]]:
-    from .trace_fit import StormStats, storm_name
+    """Per storm: its name, and the makespan's and mean startup's relative errors."""
+    from .trace_fit import storm_name
 
     out = []
     for runs in groups:
-        stats = StormStats.pooled(runs)
-        result = run_scenario(stats.scenario(), seed=seed, profile=profile, executor=executor)
+        stats, _, pairs = headline_pairs(runs, profile, seed=seed, executor=executor)
+        (_, makespan, predicted_makespan), (_, mean, predicted_mean) = pairs[:2]
         out.append(
-            (
-                storm_name(stats),
-                result.makespan_s / stats.makespan_s - 1.0,
-                result.startup.mean / float(stats.latency_s.mean()) - 1.0,
-            )
+            (storm_name(stats), predicted_makespan / makespan - 1.0, predicted_mean / mean - 1.0)
         )
     return out
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..models import Profile, Scenario, UnseenDirection
 from ..simulator import Result, StartupSummary
-from .identify import _ends, _resolve, _summaries, identification_of
+from .identify import direction_runs
 
 __all__ = ["NEGLIGIBLE_S", "Tornado", "TornadoBar", "tornado"]
 
@@ -108,17 +108,10 @@ def tornado(
     (not run again). Two storms per direction, on the compiled executor by
     default: a built-in profile's 19 assumptions take under a second for a
     400-sandbox storm once the simulator is compiled."""
-    prof = _resolve(scenario, profile)
-    ident = identification_of(prof)
-    ends = [_ends(prof, direction) for direction in ident.unseen]
-    storms = [(scenario, end) for pair in ends for end in pair]
-    if base is None:
-        storms.append((scenario, prof))
-    ran = _summaries(storms, seed, executor)
-    ref: Result | StartupSummary = base if base is not None else ran[-1]
+    runs = direction_runs(scenario, profile=profile, seed=seed, executor=executor, base=base)
+    ident, ref = runs.identification, runs.reference
     bars = []
-    for i, direction in enumerate(ident.unseen):
-        low, high = ran[2 * i], ran[2 * i + 1]
+    for direction, (low, high) in zip(ident.unseen, runs.ends, strict=True):
         bar = TornadoBar(
             direction=direction,
             makespan_s=(low.makespan_s, high.makespan_s),

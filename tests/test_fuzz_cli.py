@@ -214,7 +214,8 @@ def _params() -> dict[str, list[Param]]:
             if p.name in ("help",) or getattr(p, "is_eager", False):
                 continue
             if getattr(p, "hidden", False):
-                continue  # an old spelling: tests/test_vocabulary.py holds it to the new one
+                # An old spelling: tests/bootstorm/test_vocabulary.py holds it to the new one.
+                continue
             kind, choices = _base_type(p)
             params.append(
                 Param(

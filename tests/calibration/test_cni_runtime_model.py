@@ -25,21 +25,6 @@ from bootstorm.validation.recording import from_recording
 CNI = "testbed-cni-bridge"
 
 
-@pytest.fixture(scope="module")
-def truth() -> Profile:
-    start = trace_fit.testbed_template(cores=2, memory_mib=2048, service_cv=0.05, runtimes=("cni",))
-    return start.with_values(
-        {
-            "testbed.cni_exec_cpu_s": 4e-3,
-            "testbed.shim_start_cpu_s": 15e-3,
-            "testbed.tc_exec_cpu_s": 1.5e-3,
-            "testbed.vm_boot_s": 0.1,
-            "testbed.vm_boot_cpu_s": 0.02,
-        },
-        source="the synthetic node",
-    )
-
-
 def _holds(steps: Sequence[Step], lock: str, *, pool_full: bool = False) -> Iterator[str]:
     for step in steps:
         if isinstance(step, Hold):

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from bootstorm.calibration import trace_fit
 from bootstorm.calibration.plan import PlanStorm, calibration_plan, candidate_storms
 from bootstorm.models import Profile, Scenario, run_scenario
 from bootstorm.models import testbed as tb
@@ -21,21 +20,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CNI_PLAN = ROOT / "traces" / "data" / "cni" / "plan"
 #: RTNL-taking requests of one ADD, counted with strace (2026-11-28, plugins 1.1.1).
 COUNTED = {"bridge": 8, "ptp": 9, "macvlan": 4}
-
-
-@pytest.fixture(scope="module")
-def truth() -> Profile:
-    start = trace_fit.testbed_template(cores=2, memory_mib=2048, service_cv=0.05, runtimes=("cni",))
-    return start.with_values(
-        {
-            "testbed.cni_exec_cpu_s": 4e-3,
-            "testbed.shim_start_cpu_s": 15e-3,
-            "testbed.tc_exec_cpu_s": 1.5e-3,
-            "testbed.vm_boot_s": 0.1,
-            "testbed.vm_boot_cpu_s": 0.02,
-        },
-        source="the synthetic node",
-    )
 
 
 def _holds(steps: Sequence[Step], lock: str) -> Iterator[tuple[str, float]]:

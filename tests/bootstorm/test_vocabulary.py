@@ -17,25 +17,15 @@ from typing import Any, get_args, get_origin
 
 import pytest
 import typer
+from cli_runner import run_main
 from typer import _click as click
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from bootstorm._params import ConfigError, parse_seeds
 from bootstorm._vocabulary import CONCEPTS, UNIT_SUFFIXES, WRITES_FILE, Concept, Kind
-from bootstorm.cli import app, main
+from bootstorm.cli import app
 
 Commands = dict[str, tuple[click.Command, click.Context]]
-
-
-def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """``bootstorm ARGV`` in this process: its exit code, stdout and stderr."""
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _walk(command: click.Command, path: str, parent: click.Context | None) -> Iterator[Any]:
@@ -286,7 +276,7 @@ def test_an_old_spelling_searches_as_the_new_one(
 
 def test_the_reference_lists_every_old_spelling() -> None:
     """docs/reference/cli.md's table of old spellings is the declared one."""
-    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "cli.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md").read_text()
     rows = {
         line.split("|")[1].strip().strip("`").split()[0]
         for line in page.splitlines()
@@ -322,7 +312,7 @@ def test_chrome_takes_its_old_output_argument(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``testbed chrome TRACE OUT`` (before -o) writes what ``-o OUT`` does."""
-    data = Path(__file__).resolve().parents[1] / "traces" / "data"
+    data = Path(__file__).resolve().parents[2] / "traces" / "data"
     recorded = str(sorted(data.glob("*-25.jsonl.gz"))[0])
     new, old = tmp_path / "new.json", tmp_path / "old.json"
     code, _, err = run_main(["testbed", "chrome", recorded, "-o", str(new)], capsys)
