@@ -1,5 +1,5 @@
 """``bootstorm calibrate``: a profile fitted to a paper's rows, to recorded
-storms (``--trace``) or to a calibration plan run on this node (``--plan``);
+storms (``--measured``) or to a calibration plan run on this node (``--plan``);
 and ``--check``, every row of a built-in profile on unseen seeds."""
 
 from __future__ import annotations
@@ -69,11 +69,12 @@ MaxEvaluationsOption = Annotated[
     int,
     typer.Option(min=1, max=MAX_FIT_EVALUATIONS, help="Budget of objective evaluations."),
 ]
-TraceOption = Annotated[
+MeasuredOption = Annotated[
     list[Path] | None,
     typer.Option(
+        "--measured",
         help="Fit a local testbed profile to this recorded storm instead "
-        "(repeat for several runs of one storm: pooled)."
+        "(repeat for several runs of one storm: pooled).",
     ),
 ]
 BootstrapOption = Annotated[
@@ -81,7 +82,7 @@ BootstrapOption = Annotated[
     typer.Option(
         min=0,
         max=MAX_BOOTSTRAP,
-        help="With --trace: refits on resampled sandboxes for an interval.",
+        help="With --measured: refits on resampled sandboxes for an interval.",
     ),
 ]
 PredictSandboxesOption = Annotated[
@@ -90,7 +91,7 @@ PredictSandboxesOption = Annotated[
 MeasuredOpsOption = Annotated[
     Path | None,
     typer.Option(
-        help="With --trace or --plan: costs timed alone "
+        help="With --measured or --plan: costs timed alone "
         "(bootstorm testbed measure-ops --output FILE), fitted with the storms."
     ),
 ]
@@ -100,7 +101,7 @@ RefreshOption = Annotated[
         "--refresh",
         metavar="PROFILE",
         help="Rescale this node profile to today's speed: to the storms given with "
-        "--trace, or (root) to 2 storms of --plan-sandboxes run now; writes --output.",
+        "--measured, or (root) to 2 storms of --plan-sandboxes run now; writes --output.",
     ),
 ]
 PlanOption = Annotated[
@@ -152,7 +153,7 @@ DryRunOption = Annotated[
 VmOption = Annotated[bool, typer.Option(help="With --plan: QEMU microVMs in StartVM.")]
 AsJsonOption = Annotated[
     bool,
-    typer.Option("--json", help="With --trace or --check: one JSON object instead of tables."),
+    typer.Option("--json", help="With --measured or --check: one JSON object instead of tables."),
 ]
 
 
@@ -163,7 +164,7 @@ def calibrate_cmd(
     check_only: CheckOnlyOption = False,
     seeds: SeedsOption = "1001-1010",
     max_evaluations: MaxEvaluationsOption = 150,
-    trace: TraceOption = None,
+    measured: MeasuredOption = None,
     bootstrap: BootstrapOption = 0,
     predict_sandboxes: PredictSandboxesOption = None,
     measured_ops: MeasuredOpsOption = None,
@@ -182,7 +183,7 @@ def calibrate_cmd(
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
     runtime: Annotated[RuntimeName, RUNTIME_OPTION] = "cni",
 ) -> None:
-    """Fit a profile to a paper's *fit* rows, to recorded storms (--trace), or
+    """Fit a profile to a paper's *fit* rows, to recorded storms (--measured), or
     to a calibration plan run on this node (--plan); print the per-target
     error table and what identified each cost."""
     from ._render_node import RichProgress
@@ -198,15 +199,15 @@ def calibrate_cmd(
     check_count("predict_sandboxes", predict_sandboxes, low=1, high=MAX_SANDBOXES)
     check_input_file("measured_ops", measured_ops)
     check_output_dir("trace_dir", trace_dir)
-    for path in trace or ():
-        check_input_file("trace", path)
+    for path in measured or ():
+        check_input_file("measured", path)
     if refresh is not None:
         check_input_file("refresh", refresh)
         if plan:
             raise ConfigError("refresh: give --refresh or --plan, not both")
         _calibrate_refresh(
             refresh,
-            trace_paths=trace or [],
+            trace_paths=measured or [],
             sandboxes=plan_sandboxes,
             vm=vm,
             runtime=runtime,
@@ -239,9 +240,9 @@ def calibrate_cmd(
                 progress=RichProgress(terminal_console()),
             )
         return
-    if trace:
+    if measured:
         _calibrate_traces(
-            trace,
+            measured,
             output=output,
             measured_ops=measured_ops,
             bootstrap=bootstrap,
@@ -425,7 +426,7 @@ def _calibrate_traces(
     as_json: bool,
     console: Console,
 ) -> None:
-    """``calibrate --trace``: the error table and what identified each cost
+    """``calibrate --measured``: the error table and what identified each cost
     (or ``--json``), and with ``--bootstrap`` an interval of a prediction."""
     from ._render import target_table
     from ._render_node import RichProgress, print_profile_identification

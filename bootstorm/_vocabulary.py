@@ -480,15 +480,20 @@ CONCEPTS: tuple[Concept, ...] = (
     Concept(
         name="trace",
         option="--trace",
-        forms=(
-            Form(commands=("simulate", "validate", "testbed run"), kind="path", syntax="FILE"),
-            Form(commands=("calibrate",), kind="path", syntax="FILE", repeatable=True),
-        ),
-        help="A storm's trace file.",
+        forms=(Form(commands=("simulate", "validate", "testbed run"), kind="path", syntax="FILE"),),
+        help="Write the storm's trace here.",
         optional=True,
-        why="simulate, validate and testbed run write the storm they ran; calibrate "
-        "reads recorded storms to fit (validate names those --calibrate-from and "
-        "--measured). A name of its own for calibrate's is left for a later release.",
+        why="written, never read: a recorded storm given to read is --measured.",
+    ),
+    Concept(
+        name="measured",
+        option="--measured",
+        forms=(
+            Form(commands=("validate", "calibrate"), kind="path", syntax="FILE", repeatable=True),
+        ),
+        help="A recorded storm to read (repeat for runs of one storm, pooled).",
+        optional=True,
+        aliases=(Alias(old="--trace", commands=("calibrate",)),),
     ),
     Concept(
         name="dry-run",

@@ -60,7 +60,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "calibrate": LazyCommand(
         "._cli_calibrate",
         "calibrate_cmd",
-        "Fit a profile to a paper's *fit* rows, to recorded storms (--trace), or "
+        "Fit a profile to a paper's *fit* rows, to recorded storms (--measured), or "
         "to a calibration plan run on this node (--plan); print the per-target "
         "error table and what identified each cost.",
         summarise=True,

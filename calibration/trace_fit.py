@@ -1,4 +1,4 @@
-"""Fit a testbed profile to a recorded storm (``bootstorm calibrate --trace``).
+"""Fit a testbed profile to a recorded storm (``bootstorm calibrate --measured``).
 
 A recorded storm (``bootstorm testbed run --trace``) measures, per sandbox
 and stage, how long each stage took under the contention of that storm. The
@@ -395,7 +395,8 @@ IDENTIFIED_FACTOR = 2.0
 own error) reaches further than this factor either way counts as unidentified."""
 
 _START = (
-    "start value of `bootstorm calibrate --trace`; replaced by the fit (calibration/trace_fit.py)"
+    "start value of `bootstorm calibrate --measured`; replaced by the fit "
+    "(calibration/trace_fit.py)"
 )
 
 
@@ -701,7 +702,7 @@ def fit_storms(
         return (
             f"fit: {len(stats)} recorded storm(s) ({'; '.join(names)})"
             + (f" and {len(measured)} measured cost(s)" if measured else "")
-            + " by `bootstorm calibrate --trace` (calibration/trace_fit.py)"
+            + " by `bootstorm calibrate --measured` (calibration/trace_fit.py)"
         )
 
     # Measured costs start where they were measured. A measured sum (the
@@ -1015,7 +1016,7 @@ def fit_trace(
         targets,
         params,
         source_for=lambda _ids: (
-            "fit: the recorded storm by `bootstorm calibrate --trace` (calibration/trace_fit.py)"
+            "fit: the recorded storm by `bootstorm calibrate --measured` (calibration/trace_fit.py)"
         ),
         seed=seed,
         executor=executor,

@@ -245,7 +245,7 @@ def testbed_costs(profile: Profile) -> TestbedCostTable:
     if profile.testbed is None:
         raise ConfigError(
             f"profile: {profile.name!r} has no `testbed` section; fit one to a recorded storm "
-            "with `bootstorm calibrate --trace FILE --output local.yaml`"
+            "with `bootstorm calibrate --measured FILE --output local.yaml`"
         )
     return profile.testbed
 
@@ -458,7 +458,7 @@ def _cni_costs(c: TestbedCostTable) -> tuple[float, float, float, float, float]:
         raise ConfigError(
             f"profile: testbed.{missing[0]} is not set: the CNI runtime's costs "
             f"({', '.join(missing)}) come from a storm of it; fit one with "
-            "`bootstorm calibrate --trace FILE` on a `testbed run --runtime cni` trace"
+            "`bootstorm calibrate --measured FILE` on a `testbed run --runtime cni` trace"
         )
     exec_cpu_s, ipam_hold_s, shim_cpu_s, tc_cpu_s, spawn_cpu_s = values
     return exec_cpu_s, ipam_hold_s, shim_cpu_s, tc_cpu_s, spawn_cpu_s

@@ -299,7 +299,7 @@ _MISSING = "/nonexistent-bootstorm-dir/out"
         (("tune", "--report", f"{_MISSING}/r.html"), "report: no directory"),
         (("tune", "--measured-ops", "/dev/null"), "measured_ops: /dev/null: a character device"),
         (("calibrate", "--plan", "--plan-runs", "1000000000"), "plan_runs: must be in 1..100"),
-        (("calibrate", "--trace", "/dev/null"), "trace: /dev/null: a character device"),
+        (("calibrate", "--measured", "/dev/null"), "measured: /dev/null: a character device"),
         (("calibrate", "--predict-sandboxes", "-1"), "predict_sandboxes: must be in 1.."),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, tuple) else None,

@@ -265,8 +265,8 @@ BASE: dict[str, dict[str, list[str]]] = {
 #: What an option that says "With --X: ..." in its help needs beside it to
 #: matter: --X with a valid value (``calibrate --bootstrap`` needs a trace).
 COMPANIONS: dict[tuple[str, str], list[str]] = {
-    ("calibrate", "--trace"): ["--trace", "@trace"],
-    ("calibrate", "--bootstrap"): ["--bootstrap", "2", "--trace", "@trace"],
+    ("calibrate", "--measured"): ["--measured", "@trace"],
+    ("calibrate", "--bootstrap"): ["--bootstrap", "2", "--measured", "@trace"],
     ("calibrate", "--check"): ["--check"],
     ("calibrate", "--plan"): ["--plan"],
     ("validate", "--candidates"): ["--candidates", "@tuned", "--profile", "@profile"],

@@ -191,6 +191,26 @@ def measure_here(
     return dict(testbed_costs_from(times))
 
 
+def read_storms(paths: Sequence[Path], *, option: str = "measured") -> tuple[Trace, ...]:
+    """The recorded storms at ``paths`` (``--measured`` files), each with a
+    sandbox that passed every stage: one that has none is refused naming its
+    file (a trace cut after its header)."""
+    from ..calibration.trace_fit import StormStats
+    from ..traces import read_trace
+    from ..traces.files import shown_path
+
+    traces = []
+    for path in paths:
+        trace = read_trace(path)
+        try:
+            StormStats.of(trace)
+        except ValueError as exc:
+            why = str(exc).removeprefix("trace: ")
+            raise ConfigError(f"{option}: {shown_path(path)}: {why}") from None
+        traces.append(trace)
+    return tuple(traces)
+
+
 def fit_traces(
     trace_paths: Sequence[Path],
     *,
@@ -202,9 +222,8 @@ def fit_traces(
     """One ``local`` profile fitted to every recorded storm given (runs of
     one storm pooled, different storms together) and the measured costs."""
     from ..calibration.trace_fit import fit_storms, group_storms
-    from ..traces import read_trace
 
-    traces = tuple(read_trace(p) for p in trace_paths)
+    traces = read_storms(trace_paths)
     measured = load_measured(measured_ops)
     try:
         groups = group_storms(list(traces))
@@ -250,7 +269,7 @@ def refresh_node_profile(
     Returns a :class:`~bootstorm.calibration.refresh.Refresh`."""
     from ..calibration.refresh import refresh_profile
     from ..models import load_profile
-    from ..traces import read_trace, write_trace
+    from ..traces import write_trace
 
     profile = load_profile(profile_path)
     if profile.testbed is None:
@@ -260,7 +279,7 @@ def refresh_node_profile(
         )
     progress = progress or SilentProgress()
     if trace_paths:
-        traces = [read_trace(p) for p in trace_paths]
+        traces = list(read_storms(trace_paths))
     else:
         if os.geteuid() != 0:
             raise ConfigError("refresh: running its storms needs root (or give --trace FILE)")

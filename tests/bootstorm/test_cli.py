@@ -424,7 +424,7 @@ CUT_CELL = re.compile(r"…(?![0-9+\-−])")
 
 @pytest.mark.slow
 def test_calibrate_on_recorded_storms_reads_at_80_columns(tmp_path: Path) -> None:
-    """Piped, calibrate --trace printed 120 columns and cut the
+    """Piped, calibrate --measured printed 120 columns and cut the
     identification's sources at 60 characters; its fit table headed this
     node's own measurements "paper"."""
     data = Path(__file__).resolve().parents[2] / "traces/data/validation"

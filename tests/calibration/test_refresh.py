@@ -113,7 +113,7 @@ def test_the_cli_writes_the_profile_and_json(tmp_path: Path) -> None:
     out = tmp_path / "refreshed.yaml"
     argv = ["calibrate", "--refresh", str(PLAN_PROFILE), "-o", str(out), "--json"]
     for p in BASELINE:
-        argv += ["--trace", p]
+        argv += ["--measured", p]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
@@ -125,8 +125,8 @@ def test_the_cli_writes_the_profile_and_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["--refresh", "paper-000.yaml", "--trace", BASELINE[0]], "has no testbed section"),
-        (["--refresh", str(PLAN_PROFILE), "--plan", "--trace", BASELINE[0]], "not both"),
+        (["--refresh", "paper-000.yaml", "--measured", BASELINE[0]], "has no testbed section"),
+        (["--refresh", str(PLAN_PROFILE), "--plan", "--measured", BASELINE[0]], "not both"),
         (["--refresh", "nowhere.yaml"], "refresh"),
     ],
 )

@@ -123,7 +123,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_calibrate_trace_prints_its_error_table_and_writes_the_profile(tmp_path: Path) -> None:
     out_file = tmp_path / "local.yaml"
     out = _cli(
-        "calibrate", "--trace", str(SMALL), "--output", str(out_file), "--max-evaluations", "10"
+        "calibrate", "--measured", str(SMALL), "--output", str(out_file), "--max-evaluations", "10"
     )
     assert out.returncode == 0, out.stderr
     assert "AttachIf mean" in out.stdout and "RTNL wait" in out.stdout
@@ -164,10 +164,10 @@ def test_validate_takes_at_most_one_profile_source() -> None:
 def test_a_malformed_or_missing_trace_is_one_line_per_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"record": "header"}\n')
-    out = _cli("calibrate", "--trace", str(bad))
+    out = _cli("calibrate", "--measured", str(bad))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.startswith("error: bad.jsonl:1: header.")
-    out = _cli("calibrate", "--trace", str(tmp_path / "missing.jsonl.gz"))
+    out = _cli("calibrate", "--measured", str(tmp_path / "missing.jsonl.gz"))
     assert out.returncode == 2 and "cannot read" in out.stderr and "Traceback" not in out.stderr
 
 

@@ -6,4 +6,4 @@
 # together into local.yaml. The held-out storms (../heldout/) are never fitted.
 set -euo pipefail
 cd "$(dirname "$0")"
-bootstorm calibrate --plan --plan-sandboxes 50 --runs 3 --trace-dir . --output local.yaml
+bootstorm calibrate --plan --plan-sandboxes 50 --plan-runs 3 --trace-dir . --output local.yaml

@@ -7,4 +7,4 @@
 # held-out storms (../heldout/) are never fitted.
 set -euo pipefail
 cd "$(dirname "$0")"
-bootstorm calibrate --plan --runtime cni --plan-sandboxes 50 --runs 3 --trace-dir . --output local.yaml
+bootstorm calibrate --plan --runtime cni --plan-sandboxes 50 --plan-runs 3 --trace-dir . --output local.yaml

@@ -7,6 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 bootstorm validate --runtime cni --profile ../plan/local.yaml --sandboxes 150 \
-    --repeat "${RUNS:-5}" --trace-out . --threshold 1 \
+    --repeats "${RUNS:-5}" --trace-dir . --threshold 1 \
     --candidates pool-netns-veth150.yaml --candidates pool-netns-veth75.yaml \
     --candidates limit-startvm2.yaml --candidates limit-startvm1.yaml

@@ -5,4 +5,4 @@
 # host drifts by up to 30% between days). Never fitted to the ranking storms.
 set -euo pipefail
 cd "$(dirname "$0")"
-bootstorm calibrate --plan --runtime cni --plan-sandboxes 50 --runs 3 --trace-dir . --output local.yaml
+bootstorm calibrate --plan --runtime cni --plan-sandboxes 50 --plan-runs 3 --trace-dir . --output local.yaml
