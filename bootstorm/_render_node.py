@@ -335,29 +335,30 @@ def check_records(check: PaperCheck) -> dict[str, Any]:
 
 
 def candidates_table(title: str, comparison: Any) -> Table:
-    """``tune``'s table: each candidate's settings, makespan and mean startup
-    measured against predicted (medians of the runs)."""
-    t = Table(title=title)
+    """``tune``'s table: each candidate's makespan and mean startup measured
+    against the model's (medians of the runs), its settings under its name;
+    at 80 columns, nothing cut."""
+    from ._render import narrow_table
+
+    t = narrow_table(title)
+    t.add_column("config and settings", justify="left", overflow="fold", min_width=12, ratio=1)
     for col in (
-        "config",
-        "settings",
-        "makespan measured",
-        "predicted",
-        "error",
-        "mean measured",
-        "predicted",
-        "error",
+        "makespan s\nmeasured",
+        "\nmodel",
+        "\nerror",
+        "mean s\nmeasured",
+        "\nmodel",
+        "\nerror",
     ):
-        t.add_column(col, justify="left" if col in ("config", "settings") else "right")
+        t.add_column(col, justify="right", no_wrap=True)
     for r in comparison.rows:
         t.add_row(
-            r.name,
-            escape(describe_config(r.candidate.config)),
-            f"{r.measured_makespan_s:.2f} s",
-            f"{r.predicted_makespan_s:.2f} s",
+            f"{r.name}\n[dim]{escape(describe_config(r.candidate.config))}[/]",
+            f"{r.measured_makespan_s:.2f}",
+            f"{r.predicted_makespan_s:.2f}",
             f"{r.makespan_error:+.1%}",
-            f"{r.measured_mean_s:.2f} s",
-            f"{r.predicted_mean_s:.2f} s",
+            f"{r.measured_mean_s:.2f}",
+            f"{r.predicted_mean_s:.2f}",
             f"{r.mean_error:+.1%}",
         )
     return t
@@ -427,53 +428,57 @@ def candidate_validation_records(outcome: CandidateValidation) -> dict[str, Any]
 def print_candidate_validation(console: Console, outcome: CandidateValidation) -> None:
     """``validate --candidates``: a row per candidate, then the rankings'
     agreement and the pairs ordered otherwise."""
+    from ._render import narrow_table
+
     comparison = outcome.comparison
     records = comparison.records()
     rho, rho_mean = comparison.spearman_makespan, comparison.spearman_mean
     failed = outcome.failed
     first = comparison.rows[0]
     runs = f"median of {comparison.repeats} run{'s' if comparison.repeats > 1 else ''}"
-    table = Table(
-        title=f"{comparison.sandboxes} × {first.scenario.cni}: "
+    # Two tables that each fit 80 columns (twelve columns in one were cut to
+    # "ma…" and "13…" when piped): the figures, then what each candidate set
+    # and how its runs spread.
+    figures = narrow_table(
+        f"{comparison.sandboxes} × {first.scenario.cni}: "
         f"{len(records)} candidates, predicted vs measured ({runs})"
     )
-    columns = (
-        "candidate",
-        "pools",
-        "limits",
+    figures.add_column("candidate", justify="left", overflow="fold", min_width=10, ratio=1)
+    for col in (
         "makespan s\nmeasured",
-        "runs s\nfastest–slowest",
-        "makespan s\npredicted",
-        "makespan\nerror",
+        "\nmodel",
+        "\nerror",
         "mean s\nmeasured",
-        "mean s\npredicted",
-        "mean\nerror",
-        "rank\nmeasured",
-        "rank\npredicted",
-    )
-    for col in columns:
-        # Names fold onto a second line in a narrow terminal; never cut to "bas…".
-        if col in columns[:3]:
-            table.add_column(col, justify="left", overflow="fold", min_width=8)
-        else:
-            table.add_column(col, justify="right")
+        "\nmodel",
+        "\nerror",
+        "rank\nm / p",
+    ):
+        figures.add_column(col, justify="right", no_wrap=True)
+    settings = narrow_table("their settings, and each one's runs (makespan)")
+    settings.add_column("candidate", justify="left", overflow="fold", min_width=10, ratio=1)
+    settings.add_column("pools", justify="left", overflow="fold", ratio=1)
+    settings.add_column("limits", justify="left", overflow="fold", ratio=1)
+    settings.add_column("runs s\nfastest–slowest", justify="right", no_wrap=True)
     for r in records:
         color = "red" if r["name"] in failed else "green"
-        table.add_row(
+        figures.add_row(
+            r["name"],
+            f"{r['measured_makespan_s']:.2f}",
+            f"{r['predicted_makespan_s']:.2f}",
+            f"[{color}]{r['makespan_error']:+.1%}[/]",
+            f"{r['measured_mean_s']:.2f}",
+            f"{r['predicted_mean_s']:.2f}",
+            f"{r['mean_error']:+.1%}",
+            f"{r['measured_rank']} / {r['predicted_rank']}",
+        )
+        settings.add_row(
             r["name"],
             _shown(r["pools"]),
             _shown(r["limits"]),
-            f"{r['measured_makespan_s']:.3f}",
             "{:.2f}–{:.2f}".format(*r["run_range_s"]),
-            f"{r['predicted_makespan_s']:.3f}",
-            f"[{color}]{r['makespan_error']:+.1%}[/]",
-            f"{r['measured_mean_s']:.3f}",
-            f"{r['predicted_mean_s']:.3f}",
-            f"{r['mean_error']:+.1%}",
-            str(r["measured_rank"]),
-            str(r["predicted_rank"]),
         )
-    console.print(table)
+    console.print(figures)
+    console.print(settings)
     spearman = (
         "undefined (all predicted or all measured makespans are equal)"
         if math.isnan(rho)
