@@ -277,7 +277,6 @@ def _search_and_write(spec: StudySpec, *, jobs: int, output: Path) -> None:
             f"predicted for {base.sandboxes} × {base.cni} (seed {base.seed}) with it: "
             f"makespan {predicted['makespan_s']:.2f} s, startup mean {predicted['mean_s']:.2f} s, "
             f"p99 {predicted['p99_s']:.2f} s",
-            soft_wrap=True,
         )
     print_caution(console, chosen.known)
     print_identification(console, chosen.identification)

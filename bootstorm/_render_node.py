@@ -223,7 +223,8 @@ def check_table(check: PaperCheck) -> Table:
         padding=0,
         collapse_padding=True,
     )
-    t.add_column("row (kind)", justify="left", min_width=16, ratio=1)
+    # A long row key folds onto a second line ("S2-3/bridge-toge…" was cut).
+    t.add_column("row (kind)", justify="left", min_width=16, ratio=1, overflow="fold")
     for col in ("paper", "model\nmean", "seeds\nmin…max", "error", "± se"):
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("toler-\nance", justify="right")
