@@ -23,7 +23,8 @@ SourceOption = Annotated[
     list[str] | None,
     typer.Argument(
         help="A scenario YAML or an installed example's name (simulated), a trace "
-        "(.jsonl[.gz], measured or simulated), or a study: its journal file (optimize's "
+        "(.jsonl[.gz], measured or simulated), a sweep's table (bootstorm sweep --output: "
+        ".csv or .parquet), or a study: its journal file (optimize's "
         "default: ~/.local/state/bootstorm/studies.log, with --study-name) or an Optuna "
         "storage URL (sqlite:///study.db, postgresql://...). Several scenarios: one page "
         "that compares them. Default: the scenario the options describe."
@@ -78,8 +79,17 @@ def report_cmd(
     source = given[0] if given else None
     is_study = source is not None and ("://" in source or source.endswith(".log"))
     recorded = source is not None and source.endswith((".jsonl", ".jsonl.gz"))
+    swept = source is not None and source.endswith((".csv", ".parquet"))
+    if swept and len(given) == 1 and config is None and workload is None:
+        assert source is not None
+        title, kw = _swept(Path(source))
+        write_report(output, title=title, **kw)
+        terminal_console().print(
+            f"report written to [bold]{output}[/] (self-contained; open it in a browser)"
+        )
+        return
     if len(given) > 1 or (config is not None and workload is None):
-        if is_study or recorded or any(_not_a_scenario(x) for x in given):
+        if is_study or recorded or swept or any(_not_a_scenario(x) for x in given):
             raise ConfigError(
                 f"source: several sources (or --config without --workload) compare scenarios, "
                 f"but got {', '.join(given)}"
@@ -269,6 +279,37 @@ def scenario_title(scenario: Any) -> str:
     head = f"{scenario.sandboxes} × {scenario.cni} on {scenario.profile}"
     settings = settings_line(pools=scenario.pools, limits=scenario.limits)
     return f"{head}, {settings}" if settings else head
+
+
+def _swept(path: Path) -> tuple[str, dict[str, Any]]:
+    """A sweep's table (``bootstorm sweep --output``) and its report's title."""
+    import pandas as pd
+
+    from .report import SWEEP_FIGURES, SWEEP_PARAMETERS
+
+    check_input_file("source", path)
+    try:
+        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except ImportError as exc:
+        raise ConfigError(f"source: {path}: reading parquet needs {exc.name}") from None
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"source: {path}: not a table ({short_repr(str(exc))})") from None
+    for column in (*SWEEP_PARAMETERS, *SWEEP_FIGURES):
+        if column not in frame.columns:
+            raise ConfigError(f"source: {path}: not a sweep's table (no column {column!r})")
+    if frame.empty:
+        raise ConfigError(f"source: {path}: a sweep's table without a point")
+    for column in SWEEP_FIGURES:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        bad = values.isna() | (values < 0)
+        if bad.any():
+            row = int(bad.to_numpy().nonzero()[0][0])
+            raise ConfigError(
+                f"source: {path}: row {row + 1}: {column} must be a number >= 0, "
+                f"but got {short_repr(str(frame[column].iloc[row]))}"
+            )
+        frame[column] = values
+    return f"sweep of {len(frame)} points ({path.name})", {"sweep": frame}
 
 
 def _compared(

@@ -295,6 +295,70 @@ def stage_comparison_figure(results: Mapping[str, Result]) -> Any:
     return fig
 
 
+#: The columns of ``bootstorm sweep --output``'s table a report reads: the
+#: grid's parameters, then each point's figures.
+SWEEP_PARAMETERS = ("sandboxes", "cni", "memory_mib", "pools", "seed")
+SWEEP_FIGURES = ("makespan_s", "mean_s", "p99_s")
+
+
+def sweep_figure(frame: Any) -> Any:
+    """A sweep's points (``bootstorm sweep --output``): makespan and p99
+    startup against the sandboxes started, one line per combination of the
+    other parameters (CNI, guest memory, pools), the median over seeds with
+    their range as error bars."""
+    go = _go()
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("makespan", "p99 startup"))
+    others = ["cni", "memory_mib", "pools"]
+    for k, (key, group) in enumerate(frame.groupby(others, sort=False)):
+        label = f"{key[0]}, {key[1]} MiB, pools {key[2]}"
+        by_size = group.groupby("sandboxes")
+        color = _PALETTE[k % len(_PALETTE)]
+        for col, metric in enumerate(("makespan_s", "p99_s"), start=1):
+            med = by_size[metric].median()
+            low, high = by_size[metric].min(), by_size[metric].max()
+            fig.add_trace(
+                go.Scatter(
+                    x=med.index.tolist(),
+                    y=med.tolist(),
+                    name=label,
+                    legendgroup=label,
+                    showlegend=col == 1,
+                    line_color=color,
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": (high - med).tolist(),
+                        "arrayminus": (med - low).tolist(),
+                    },
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_xaxes(title_text="sandboxes started at once")
+    fig.update_yaxes(title_text="makespan, s", row=1, col=1)
+    fig.update_yaxes(title_text="p99 startup, s", row=1, col=2)
+    fig.update_layout(title="The sweep's points (median over seeds; bars: their range)")
+    return fig
+
+
+def sweep_table_html(frame: Any) -> str:
+    """Every point of a sweep, its parameters and figures, as an HTML table."""
+    cols = [*SWEEP_PARAMETERS, *SWEEP_FIGURES]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    rows = []
+    for record in frame[cols].to_dict("records"):
+        cells = "".join(
+            f"<td>{record[c]:.3f}</td>"
+            if c in SWEEP_FIGURES
+            else f"<td>{html.escape(str(record[c]))}</td>"
+            for c in cols
+        )
+        rows.append(f"<tr>{cells}</tr>")
+    return f"<table class='facts'><tr>{head}</tr>{''.join(rows)}</table>"
+
+
 def dataplane_figure(frames: Mapping[str, Any]) -> Any:
     """Aggregate throughput against flows, one line per data path, and the
     CPU it costs by kind (from :func:`bootstorm.dataplane_sweep` frames)."""
@@ -1208,6 +1272,7 @@ def report_html(
     compared: Mapping[str, tuple[str, Result]] | None = None,
     stale: Sequence[str] = (),
     sensitivity: Tornado | None = None,
+    sweep: Any = None,
 ) -> str:
     """The report as one HTML document (plotly.js embedded once).
 
@@ -1230,7 +1295,9 @@ def report_html(
     their stages stacked; ``stale``: why the profile may no longer be the
     node's (``Identification.stale``), shown as cautions under the headline;
     ``sensitivity``: the what-if at both ends of each unidentified cost
-    (:func:`bootstorm.calibration.tornado.tornado`), drawn as a tornado chart."""
+    (:func:`bootstorm.calibration.tornado.tornado`), drawn as a tornado chart;
+    ``sweep``: a sweep's table (``bootstorm sweep --output``, a DataFrame),
+    drawn point by point (:func:`sweep_figure`) and listed."""
     if (
         recording is None
         and study is None
@@ -1238,9 +1305,15 @@ def report_html(
         and traffic is None
         and not traffic_candidates
         and not compared
+        and sweep is None
     ):
         raise ValueError("a report needs a recorded storm, a study, candidates, or more")
     sections: list[tuple[str, Any]] = []
+    if sweep is not None:
+        sections += [
+            ("The sweep", sweep_figure(sweep)),
+            ("Every point", sweep_table_html(sweep)),
+        ]
     if compared:
         sections.append(
             (

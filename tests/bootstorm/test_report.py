@@ -510,3 +510,47 @@ def test_a_study_report_shows_its_best_config_and_its_front() -> None:
     assert "<th>trial</th><th>makespan, s</th><th>memory, MiB</th><th>pool netns</th>" in page
     assert "<td>3</td><td>13.000</td><td>0.000</td><td>0</td>" in page
     assert "<h2>Pareto front</h2>" in page  # and Optuna's figure of it
+
+
+_SWEEP_HEADER = (
+    "sandboxes,cni,memory_mib,pools,seed,makespan_s,mean_s,p50_s,p99_s,busy_core_s,"
+    "spin_core_s,pool_memory_mib,caveats\n"
+)
+
+
+def test_a_sweeps_table_is_a_report_of_its_points(tmp_path: Path) -> None:
+    """``report SWEEP.csv`` (issue 37): the points drawn against the
+    sandboxes, one line per CNI, the median over seeds, every point listed."""
+    table = tmp_path / "sweep.csv"
+    table.write_text(
+        _SWEEP_HEADER
+        + "50,ipvtap,512,none,0,4.0,3.5,3.49,3.96,73.9,0.01,0.0,\n"
+        + "50,ipvtap,512,none,1,4.2,3.6,3.59,4.10,73.9,0.01,0.0,\n"
+        + "100,ipvtap,512,none,0,7.5,6.1,6.0,7.4,147.8,0.02,0.0,\n"
+        + "50,veth,512,none,0,3.26,2.62,2.60,3.14,73.2,0.13,0.0,S0-5\n"
+    )
+    done = _run_report(str(table), tmp_path)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "sweep of 4 points (sweep.csv)" in page
+    assert "The sweep" in page and "Every point" in page
+    assert "ipvtap, 512 MiB, pools none" in page and "veth, 512 MiB, pools none" in page
+    assert "<td>7.500</td>" in page  # the 100-sandbox point, listed
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ("a,b\n1,2\n", "not a sweep's table (no column 'sandboxes')"),
+        (_SWEEP_HEADER, "a sweep's table without a point"),
+        (_SWEEP_HEADER + "50,ipvtap,512,none,0,-1,3.5,3.49,3.96,1,0,0,\n", "row 1: makespan_s"),
+    ],
+)
+def test_a_bad_sweep_table_is_one_line_exit_2(tmp_path: Path, body: str, says: str) -> None:
+    table = tmp_path / "sweep.csv"
+    table.write_text(body)
+    result = _run_report(str(table), tmp_path)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert says in line
+    assert not (tmp_path / "r.html").exists()
