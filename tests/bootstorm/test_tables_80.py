@@ -12,8 +12,11 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+DATA = Path(__file__).resolve().parents[2] / "traces" / "data"
 
 #: A cut cell: a character, the ellipsis, then a space, a border or the end.
 CUT = re.compile(r"\S…(\s|│|┃|$)", re.MULTILINE)
@@ -25,8 +28,15 @@ CUT = re.compile(r"\S…(\s|│|┃|$)", re.MULTILINE)
         ["calibrate", "--check", "--targets", "paper-002", "--seeds", "1001"],
         ["optimize", "--trials", "10", "--sandboxes", "100"],
         ["dataplane"],
+        [
+            "validate",
+            "--profile",
+            str(DATA / "plan" / "local.yaml"),
+            "--measured",
+            str(DATA / "heldout" / "baseline-run1.jsonl.gz"),
+        ],
     ],
-    ids=["calibrate-check", "optimize", "dataplane"],
+    ids=["calibrate-check", "optimize", "dataplane", "validate-measured"],
 )
 def test_a_commands_tables_read_whole_when_piped(argv: list[str]) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
