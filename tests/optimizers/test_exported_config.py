@@ -124,7 +124,9 @@ def test_a_search_over_several_storms_predicts_the_named_one(tmp_path: Path) -> 
 
 
 def _predicted_line(text: str) -> tuple[str, str]:
-    found = re.search(r"makespan (\d+\.\d\d) s, startup mean (\d+\.\d\d) s", text)
+    # The line wraps at 80 columns (a piped run): read it as one.
+    joined = " ".join(text.split())
+    found = re.search(r"makespan (\d+\.\d\d) s, startup mean (\d+\.\d\d) s", joined)
     assert found is not None, text
     return found.group(1), found.group(2)
 
