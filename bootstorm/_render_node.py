@@ -335,6 +335,23 @@ def check_records(check: PaperCheck) -> dict[str, Any]:
     return {"targets": check.targets, "seeds": list(check.seeds), "rows": rows}
 
 
+#: A candidate's figures, measured against the model's, as both tables show them.
+_FIGURE_COLUMNS = (
+    "makespan s\nmeasured",
+    "\nmodel",
+    "\nerror",
+    "mean s\nmeasured",
+    "\nmodel",
+    "\nerror",
+)
+
+
+def _figure_columns(table: Table, *more: str) -> None:
+    """A candidate's figures (and ``more``) as right-aligned columns that never wrap."""
+    for col in (*_FIGURE_COLUMNS, *more):
+        table.add_column(col, justify="right", no_wrap=True)
+
+
 def candidates_table(title: str, comparison: Any) -> Table:
     """``tune``'s table: each candidate's makespan and mean startup measured
     against the model's (medians of the runs), its settings under its name;
@@ -343,15 +360,7 @@ def candidates_table(title: str, comparison: Any) -> Table:
 
     t = narrow_table(title)
     t.add_column("config and settings", justify="left", overflow="fold", min_width=12, ratio=1)
-    for col in (
-        "makespan s\nmeasured",
-        "\nmodel",
-        "\nerror",
-        "mean s\nmeasured",
-        "\nmodel",
-        "\nerror",
-    ):
-        t.add_column(col, justify="right", no_wrap=True)
+    _figure_columns(t)
     for r in comparison.rows:
         t.add_row(
             f"{r.name}\n[dim]{escape(describe_config(r.candidate.config))}[/]",
@@ -445,16 +454,7 @@ def print_candidate_validation(console: Console, outcome: CandidateValidation) -
         f"{len(records)} candidates, predicted vs measured ({runs})"
     )
     figures.add_column("candidate", justify="left", overflow="fold", min_width=10, ratio=1)
-    for col in (
-        "makespan s\nmeasured",
-        "\nmodel",
-        "\nerror",
-        "mean s\nmeasured",
-        "\nmodel",
-        "\nerror",
-        "rank\nm / p",
-    ):
-        figures.add_column(col, justify="right", no_wrap=True)
+    _figure_columns(figures, "rank\nm / p")
     settings = narrow_table("their settings, and each one's runs (makespan)")
     settings.add_column("candidate", justify="left", overflow="fold", min_width=10, ratio=1)
     settings.add_column("pools", justify="left", overflow="fold", ratio=1)

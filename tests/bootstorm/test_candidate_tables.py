@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from rich.console import Console
+from test_tables_80 import CUT, piped
 
 from bootstorm._render_node import candidates_table
 from bootstorm.workflows import validate_candidates
@@ -27,7 +26,7 @@ CANDIDATES = [
 def _readable(text: str) -> None:
     lines = text.splitlines()
     assert max(len(line.rstrip()) for line in lines) <= 80, max(len(x) for x in lines)
-    assert "…" not in text, [line for line in lines if "…" in line]
+    assert not CUT.search(text), CUT.findall(text)
 
 
 def test_validate_candidates_prints_whole_figures_when_piped() -> None:
@@ -35,18 +34,8 @@ def test_validate_candidates_prints_whole_figures_when_piped() -> None:
     argv += ["--sandboxes", "150", "--threshold", "1"]
     for c in CANDIDATES:
         argv += ["--candidates", c]
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    out = subprocess.run(
-        [sys.executable, "-c", "from bootstorm.cli import main; main()", *argv],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=RANKING,
-        env=env,
-    )
-    assert out.returncode == 0, out.stderr
-    _readable(out.stdout)
-    assert "pool-netns-veth150" in out.stdout and "13.42" in out.stdout
+    out = piped(argv, cwd=RANKING)
+    assert "pool-netns-veth150" in out and "13.42" in out
 
 
 def test_tunes_candidates_table_prints_whole_figures_at_80_columns() -> None:

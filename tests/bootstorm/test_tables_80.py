@@ -22,6 +22,25 @@ DATA = Path(__file__).resolve().parents[2] / "traces" / "data"
 CUT = re.compile(r"\S…(\s|│|┃|$)", re.MULTILINE)
 
 
+def piped(argv: list[str], *, cwd: Path | None = None) -> str:
+    """``bootstorm ARGV``'s stdout, piped, checked: no line past 80 columns,
+    no cell cut (exit 1 is a check that found a known miss)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    out = subprocess.run(
+        [sys.executable, "-c", "from bootstorm.cli import main; main()", *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=cwd,
+    )
+    assert out.returncode in (0, 1), out.stderr
+    wide = [line for line in out.stdout.splitlines() if len(line.rstrip()) > 80]
+    assert not wide, wide
+    assert not CUT.search(out.stdout), CUT.findall(out.stdout)
+    return out.stdout
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -39,15 +58,4 @@ CUT = re.compile(r"\S…(\s|│|┃|$)", re.MULTILINE)
     ids=["calibrate-check", "optimize", "dataplane", "validate-measured"],
 )
 def test_a_commands_tables_read_whole_when_piped(argv: list[str]) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    out = subprocess.run(
-        [sys.executable, "-c", "from bootstorm.cli import main; main()", *argv],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert out.returncode in (0, 1), out.stderr  # 1: a check with a known miss
-    wide = [line for line in out.stdout.splitlines() if len(line.rstrip()) > 80]
-    assert not wide, wide
-    assert not CUT.search(out.stdout), CUT.findall(out.stdout)
+    piped(argv)
