@@ -109,15 +109,17 @@ class PoolLog:
         for i, spec in enumerate(p.pools):
             if spec.ticket:
                 continue
-            mine = self.pool == i
+            # The indices once, then a gather per column: a boolean mask
+            # scanned per column took 0.4 s over a day's 7 M events.
+            mine = np.flatnonzero(self.pool == i)
             out[spec.name] = PoolTimeline(
                 initial=spec.capacity,
                 memory_mib_per_device=spec.memory_mib_per_device,
-                t_s=self.t_s[mine],
-                event=self.event[mine],
-                ready=self.ready[mine],
-                making=self.making[mine],
-                task=self.task[mine],
+                t_s=self.t_s.take(mine),
+                event=self.event.take(mine),
+                ready=self.ready.take(mine),
+                making=self.making.take(mine),
+                task=self.task.take(mine),
             )
         return out
 
@@ -362,9 +364,18 @@ def _branch_finish(p: Program, done: npt.NDArray[np.float64]) -> dict[str, npt.N
         return out
     kinds, first = np.unique(p.branch_kind, return_index=True)
     for kind in kinds[np.argsort(first)].tolist():
-        mine = p.branch_kind == kind
+        mine = np.flatnonzero(p.branch_kind == kind)
         col = np.full(p.n_sandboxes, np.nan)
+        parent = p.branch_parent.take(mine)
+        ends = done.take(mine)
         # fmax is exact and order-free: the same maxima as one branch at a time.
-        np.fmax.at(col, p.branch_parent[mine], done[mine])
+        if parent.size and not (parent[1:] < parent[:-1]).any():
+            # Branches in sandbox order (as compile_program numbers them):
+            # one reduction per run of a parent, not ufunc.at's slow scatter
+            # (0.2 s over a day's 2 M refill branches).
+            starts = np.flatnonzero(np.concatenate(([True], parent[1:] != parent[:-1])))
+            col[parent[starts]] = np.fmax.reduceat(ends, starts)
+        else:
+            np.fmax.at(col, parent, ends)
         out[p.branch_names[kind]] = col
     return out

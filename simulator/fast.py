@@ -101,7 +101,7 @@ class FastExecutor:
                 sums=cnf[:, :3].tolist(),
                 acquisitions_by_stage=by_stage.tolist(),
                 pool_log=pool_log(out),
-                durations=[dur_val[dur_stage == s] for s in range(n_stages)],
+                durations=by_stage_durations(dur_stage, dur_val, n_stages),
                 stage_time=stage_time,
                 zeroed_bytes=float(zeroed),
                 events=int(events),
@@ -112,6 +112,20 @@ class FastExecutor:
         """What :meth:`run` returns, cut to :class:`StartupSummary`'s figures."""
         out = KernelCall(program, jit=self.jit).outputs
         return startup_summary(program, out[0], pool_log(out))
+
+
+def by_stage_durations(
+    dur_stage: np.ndarray, dur_val: np.ndarray, n_stages: int
+) -> list[np.ndarray]:
+    """Per stage, its durations in the order they were logged: what
+    ``dur_val[dur_stage == s]`` gives for each ``s``, from one stable sort
+    by stage (a radix sort of 16-bit codes) instead of a scan per stage."""
+    if n_stages >= 1 << 15 or dur_stage.size < 1 << 12:
+        return [dur_val[dur_stage == s] for s in range(n_stages)]
+    order = np.argsort(dur_stage.astype(np.int16), kind="stable")
+    grouped = dur_val.take(order)
+    ends = np.cumsum(np.bincount(dur_stage, minlength=n_stages))
+    return np.split(grouped, ends[:-1])
 
 
 def run_program_fast(program: Program, *, jit: bool = True) -> Result:

@@ -6,6 +6,7 @@ import enum
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -195,17 +196,59 @@ class PoolTimeline:
     def ready_at(self, times_s: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Devices ready at each of ``times_s`` (after every event at that time)."""
         at = np.searchsorted(self.t_s, np.asarray(times_s, dtype=np.float64), side="right")
-        levels = np.concatenate(([self.initial], self.ready.astype(np.int64)))
-        return levels[at]
+        # The level after the last event at or before each time (the initial
+        # one before the first), read where it is: the per-window calls of
+        # :func:`.timeline.windows` copied all the levels each time.
+        flat = np.atleast_1d(at)
+        if self.ready.size:
+            levels = self.ready.take(np.maximum(flat - 1, 0)).astype(np.int64)
+            levels[flat == 0] = self.initial
+        else:
+            levels = np.full(flat.shape, self.initial, dtype=np.int64)
+        return levels.reshape(at.shape) if at.ndim else levels[0]
 
     def ready_device_s(self, *, until_s: float, since_s: float = 0.0) -> float:
-        """Integral of ready devices over ``[since_s, until_s]`` (device-seconds)."""
+        """Integral of ready devices over ``[since_s, until_s]`` (device-seconds).
+
+        The sum of (time between level changes) x (level) over the events
+        strictly inside the interval, one ``np.dot``. Events come in time
+        order, so those are one slice found by two binary searches, and
+        the level after an event is its own ``ready`` entry: the cost is the
+        events inside, not all of them (:func:`.timeline.windows` asks once
+        per window). An event followed by another at the same time has
+        a step of 0 and so adds 0 whatever its level: the sum is the one
+        that evaluated the level at every edge (:meth:`ready_at`), to the
+        bit (``tests/simulator/test_pool_integral.py``).
+        """
         if until_s <= since_s:
             return 0.0
-        cut = (self.t_s > since_s) & (self.t_s < until_s)
-        edges = np.concatenate(([since_s], self.t_s[cut], [until_s]))
-        levels = self.ready_at(edges[:-1])
+        t_s = self.t_s
+        if not self._in_time_order:
+            # Not made by an executor: as many searches as events (the
+            # same figure, slower).
+            cut = (t_s > since_s) & (t_s < until_s)
+            edges = np.concatenate(([since_s], t_s[cut], [until_s]))
+            levels = self.ready_at(edges[:-1])
+            return float(np.dot(np.diff(edges), levels))
+        lo = int(np.searchsorted(t_s, since_s, side="right"))
+        hi = int(np.searchsorted(t_s, until_s, side="left"))
+        hi = max(hi, lo)
+        edges = np.empty(hi - lo + 2, dtype=np.float64)
+        edges[0] = since_s
+        edges[1:-1] = t_s[lo:hi]
+        edges[-1] = until_s
+        levels = np.empty(hi - lo + 1, dtype=np.int64)
+        levels[0] = self.initial if lo == 0 else self.ready[lo - 1]
+        levels[1:] = self.ready[lo:hi]
         return float(np.dot(np.diff(edges), levels))
+
+    @cached_property
+    def _in_time_order(self) -> bool:
+        """Whether the events are in time order, none NaN (an executor's always are)."""
+        t_s = self.t_s
+        if t_s.size < 2:
+            return not np.isnan(t_s).any()
+        return not ((t_s[1:] < t_s[:-1]).any() or np.isnan(t_s).any())
 
     def memory_mib_h(self, *, until_s: float, since_s: float = 0.0) -> float:
         """Memory the idle devices held over ``[since_s, until_s]``, MiB·h."""
