@@ -44,7 +44,7 @@ MAX_RUNS = 100
 
 
 TargetsOption = Annotated[
-    str, typer.Option(help="Published targets to fit: paper-000, -001, -002, -004.")
+    str, typer.Option(help="Published targets to fit: paper-000, -001, -002, -003, -004.")
 ]
 WriteOption = Annotated[bool, typer.Option(help="Overwrite the built-in profile with the fit.")]
 OutputOption = Annotated[

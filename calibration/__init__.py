@@ -33,6 +33,7 @@ from .targets import (
     rtnl_contended_wall,
     rtnl_share_in,
 )
+from .tsor_dataplane import FREE_PARAMETERS_003, PAPER_003_FIT, fit_paper_003
 
 __all__ = [
     "CHECK_SEEDS",
@@ -41,11 +42,13 @@ __all__ = [
     "FREE_PARAMETERS",
     "FREE_PARAMETERS_001",
     "FREE_PARAMETERS_002",
+    "FREE_PARAMETERS_003",
     "FREE_PARAMETERS_004",
     "KNOWN_MISSES",
     "PAPER_000_FIT",
     "PAPER_001_FIT",
     "PAPER_002_FIT",
+    "PAPER_003_FIT",
     "PAPER_004_FIT",
     "PAPER_ROWS",
     "PREDICT_TOLERANCE",
@@ -70,6 +73,7 @@ __all__ = [
     "fit_paper_000",
     "fit_paper_001",
     "fit_paper_002",
+    "fit_paper_003",
     "fit_paper_004",
     "known_miss",
     "makespan",
@@ -96,5 +100,6 @@ TARGET_SETS: dict[str, TargetSet] = {
     "paper-000": TargetSet(rows=PAPER_000_FIT, fit=fit_paper_000),
     "paper-001": TargetSet(rows=PAPER_001_FIT, fit=fit_paper_001),
     "paper-002": TargetSet(rows=PAPER_002_FIT, fit=fit_paper_002),
+    "paper-003": TargetSet(rows=PAPER_003_FIT, fit=fit_paper_003),
     "paper-004": TargetSet(rows=PAPER_004_FIT, fit=fit_paper_004),
 }

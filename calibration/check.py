@@ -68,7 +68,12 @@ _MISS_KEY = {"S1-2/mean": "S1-2/shares", "S1-2/p99": "S1-2/shares"}
 
 class Runs(Protocol):
     """One seed's simulations, each run once: a storm by calling it, a
-    data-plane load by :meth:`flows` (drawn at the seed)."""
+    data-plane load by :meth:`flows` (drawn at the seed); ``profile`` is the
+    profile checked (a model that is no simulation reads it directly)."""
+
+    @property
+    def profile(self) -> Profile: ...
+
 
     def __call__(self, scenario: Scenario, /) -> Result: ...
 
@@ -704,11 +709,18 @@ def _paper_002_rows() -> tuple[CheckRow, ...]:
     )
 
 
+def _paper_003_rows() -> tuple[CheckRow, ...]:
+    from .tsor_dataplane import paper_003_check_rows
+
+    return paper_003_check_rows()
+
+
 #: ``bootstorm calibrate --check --targets NAME``: the rows held to the mean of the seeds.
 CHECK_ROWS: dict[str, Callable[[], tuple[CheckRow, ...]]] = {
     "paper-000": _paper_000_rows,
     "paper-001": _paper_001_rows,
     "paper-002": _paper_002_rows,
+    "paper-003": _paper_003_rows,
     "paper-004": _paper_004_rows,
 }
 

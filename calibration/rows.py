@@ -322,6 +322,95 @@ PAPER_ROWS: dict[str, PaperRow] = keyed(
         PaperRow(key="S1-9/rises", kind="predict", figure="the reduction rises as N falls"),
         PaperRow(key="S1-10/faster", kind="predict", figure="FastIOV starts faster than ipvtap"),
         PaperRow(key="S1-10/makespan", kind="predict", figure="−41.3% makespan, −31.8% average"),
+        # -- seed 003: TSoR ---------------------------------------------------------------
+        PaperRow(key="S3-1", kind="fit", figure="one connection, 64 KB: 34.3 Gbps"),
+        PaperRow(key="S3-2", kind="fit", figure="64 B messages: 9.3 us"),
+        PaperRow(
+            key="S3-2/vs-host",
+            kind="fit",
+            figure="64 B latency 70% below host-mode runC",
+            why="rdma.host_oneway_s (host-mode runC's small-message latency) has no other "
+            "source: solved for this figure",
+        ),
+        PaperRow(
+            key="S3-3",
+            kind="identity",
+            figure="64 KB, 3 connections saturate 100 Gbps",
+            why="three connections of S3-1's 34.3 Gbps exceed the link, whose RoCEv2 goodput "
+            "at a 4096-byte MTU is 100 x 4096/4178 = 98.0 Gbps: the link's number, not TSoR's",
+        ),
+        PaperRow(
+            key="S3-4/vs-host",
+            kind="identity",
+            figure="TCP connection setup less than half of host-mode runC's",
+            why="a TSoR connect is one round trip of S3-2's 9.3 us trips (plus a data channel "
+            "on each side, 1 us assumed), host runC's one round trip of its own: the cut is "
+            "about S3-2's 70%",
+        ),
+        PaperRow(
+            key="S3-4/qp",
+            kind="mechanism",
+            figure="a QP setup takes several ms against hundreds of us for TCP",
+            why="the catalog charges a per-connection QP setup the paper's 'up to several "
+            "milliseconds' (tsor.qp_setup_s, an assumption taken from §4.1.3's words)",
+        ),
+        PaperRow(
+            key="S3-5/set-rps",
+            kind="fit",
+            figure="Redis SET, one connection, 42 K RPS",
+            why="rdma.redis_request_s (Redis's own time per request) has no source: solved "
+            "for this figure",
+        ),
+        PaperRow(
+            key="S3-5/set-p95",
+            kind="identity",
+            figure="Redis SET p95 23 us",
+            why="one connection, one request at a time: the latency is 1 / S3-5's 42 K RPS "
+            "= 23.8 us (the model has no spread, so its p95 is its mean)",
+        ),
+        PaperRow(key="S3-5/get-3", kind="predict", figure="Redis GET, 3 connections: 108 K RPS"),
+        PaperRow(
+            key="S3-5/latency-vs-host",
+            kind="identity",
+            figure="Redis SET p95 64% below host-mode runC",
+            why="1 - (1/RPS) / (2 x host latency + Redis's time) with S3-2's latencies and "
+            "S3-5's fitted RPS: arithmetic of the fit rows",
+        ),
+        PaperRow(
+            key="S3-5/rps-vs-host",
+            kind="identity",
+            figure="Redis SET RPS 2.3 x host-mode runC",
+            why="(2 x host latency + Redis's time) x RPS with S3-2's latencies and S3-5's "
+            "fitted RPS: arithmetic of the fit rows, which lands at 2.8x",
+        ),
+        PaperRow(
+            key="S3-6/throughput",
+            kind="predict",
+            figure="Node.js 64 KB document: 3.11 x host-mode runC's throughput",
+        ),
+        PaperRow(key="S3-7/txn-put", kind="predict", figure="etcd txn-put 1.49 x host runC's RPS"),
+        PaperRow(
+            key="S3-M/no-device",
+            kind="mechanism",
+            figure="a TSoR pod makes no network device (static CIDR, node-level connections)",
+            why="the catalog's TSoR pod takes RTNL only for its namespace's loopback and "
+            "net_prio's two operations (models/tsor.py)",
+        ),
+        PaperRow(
+            key="S3-M/assumed-costs",
+            kind="predict",
+            figure="a TSoR pod's start costs (the paper gives none)",
+        ),
+        PaperRow(
+            key="S3-M/dynamic-ip",
+            kind="predict",
+            figure="the wait for a dynamic IP to propagate (the paper gives none)",
+        ),
+        PaperRow(
+            key="S3-M/qp-per-pod",
+            kind="predict",
+            figure="a per-pod QP setup and memory registration (the paper: 'several ms')",
+        ),
         # -- seeds 002 and 004 -------------------------------------------------------------
         PaperRow(key="S2-1", kind="fit", figure="bridge ≈ 56, OVS ≈ 70 Gbps plateau"),
         PaperRow(key="S2-1/plateau", kind="predict", figure="plateau from about 5 pairs"),

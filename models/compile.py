@@ -255,6 +255,15 @@ def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
             f"keep {reserved:.3g} cores busy, all the node has ({capacity:.3g} cores' worth of "
             f"work from {cores} CPUs)"
         )
+    # A family's own node service (TSoR's) keeps its cores besides.
+    if built.reserved_cores > 0.0:
+        if reserved + built.reserved_cores >= capacity * (1.0 - 1e-9):
+            raise ConfigError(
+                f"cores: {cni}'s node service keeps {built.reserved_cores:.3g} cores"
+                + (f" and the background traffic {reserved:.3g}" if reserved else "")
+                + f", all the node has ({capacity:.3g} cores' worth of work from {cores} CPUs)"
+            )
+        reserved += built.reserved_cores
     # Hyper-threads are CPUs to the scheduler but not cores' worth of work:
     # the capacity they lack is held back like the background's.
     smt_shortfall = cores - capacity

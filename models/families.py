@@ -32,6 +32,14 @@ from .sriov import (
     sriov_profile_costs,
 )
 from .testbed import TESTBED_CNIS, TESTBED_STAGES, testbed_costs, testbed_lock_specs, testbed_plan
+from .tsor import (
+    TSOR_POOL_KINDS,
+    TSOR_STAGES,
+    TSOR_VARIANTS,
+    tsor_lock_specs,
+    tsor_plan,
+    tsor_profile_costs,
+)
 
 __all__ = [
     "CNI_FAMILIES",
@@ -50,6 +58,9 @@ class FamilyPlans:
     plans: Sequence[Any]
     signals: tuple[GateSpec, ...] = ()
     tickets: tuple[PoolSpec, ...] = ()
+    reserved_cores: float = 0.0
+    """Host cores the family's own node service keeps from the storm (TSoR's
+    service core)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,6 +175,22 @@ def _sriov_plans(scenario: Scenario, prof: Profile) -> FamilyPlans:
     )
 
 
+# -- TSoR (seed 003) -----------------------------------------------------------------
+
+
+def _tsor_locks(scenario: Scenario, prof: Profile) -> list[LockSpec]:
+    return tsor_lock_specs(prof.boot_costs(), scenario.rtnl_priority)
+
+
+def _tsor_plans(scenario: Scenario, prof: Profile) -> FamilyPlans:
+    tsor = tsor_profile_costs(prof)
+    plan = tsor_plan(scenario, prof.boot_costs(), tsor, TSOR_VARIANTS[scenario.cni])
+    return FamilyPlans(
+        plans=CyclicPlans([plan], sandboxes=scenario.sandboxes),
+        reserved_cores=tsor.service_cores,
+    )
+
+
 # -- the testbed's runtimes ----------------------------------------------------------
 
 
@@ -219,6 +246,14 @@ CNI_FAMILIES: Mapping[str, CniFamily] = MappingProxyType(
                 plans=_sriov_plans,
             ),
             CniFamily(
+                name="tsor",
+                cnis=tuple(TSOR_VARIANTS),
+                stages=lambda cni: TSOR_STAGES,
+                pool_kinds=lambda cni: TSOR_POOL_KINDS,
+                locks=_tsor_locks,
+                plans=_tsor_plans,
+            ),
+            CniFamily(
                 name="testbed",
                 cnis=tuple(TESTBED_CNIS),
                 stages=lambda cni: TESTBED_STAGES,
@@ -246,5 +281,5 @@ def cni_family(cni: str) -> CniFamily:
 
 def family_cnis(name: str) -> frozenset[str]:
     """The CNIs of the family ``name`` (``software``, ``no-network``, ``sriov``,
-    ``testbed``), for a predicate that asks which family a storm is of."""
+    ``tsor``, ``testbed``), for a predicate that asks which family a storm is of."""
     return frozenset(CNI_FAMILIES[name].cnis)

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..traces.operations import POOL_DEVICE_KINDS
 from ._errors import ConfigError, format_validation_error, load_yaml_model_shared
 from .dataplane import DataplaneCostTable
+from .rdma import RdmaCostTable
 
 __all__ = [
     "PROFILE_SCHEMA_VERSION",
@@ -33,6 +34,7 @@ __all__ = [
     "PredictionError",
     "Profile",
     "SriovCostTable",
+    "TsorCostTable",
     "UnseenDirection",
     "available_profiles",
     "load_profile",
@@ -227,6 +229,26 @@ class SriovCostTable(_Frozen):
     vf_guest_init_s: Seconds
     vf_pf_service_s: Seconds
     vf_pf_service_per_vf_s: Seconds
+
+
+class TsorCostTable(_Frozen):
+    """A TSoR node's per-pod costs (seed 003, :mod:`~bootstorm.models.tsor`).
+
+    ``service_cores``: host cores the TSoR Service keeps (seed 003 §7: one);
+    its work for a pod runs there, one request at a time, so the ``*_s`` times
+    are waits of the pod, not its CPU. The paper gives none of them.
+    """
+
+    service_cores: Annotated[float, Field(ge=0.0, le=MAX_CORES, allow_inf_nan=False)]
+    #: The Client Manager makes a pod's shared-memory region (SQ/CQ, ring buffers).
+    client_register_s: Seconds
+    #: ``tsor-dynamic-ip``: the wait for a pod's IP to reach every node.
+    ip_propagation_s: Seconds
+    #: ``tsor-qp-per-pod``: one RDMA QP connection set up for the pod (create,
+    #: exchange metadata over TCP, change its states).
+    qp_setup_s: Seconds
+    #: ``tsor-qp-per-pod``: registering (pinning) the pod's own memory region.
+    mr_register_s: Seconds
 
 
 class TestbedCostTable(_Frozen):
@@ -432,6 +454,10 @@ class Profile(_Frozen):
     """The testbed's own sandboxes, fitted to a recorded storm."""
     dataplane: DataplaneCostTable | None = None
     """The receive data plane (softirq chains); ``None`` if never measured."""
+    tsor: TsorCostTable | None = None
+    """TSoR's per-pod startup costs (seed 003); ``None``: no TSoR storm here."""
+    rdma: RdmaCostTable | None = None
+    """TSoR's RDMA data plane (seed 003's rows); ``None`` if never fitted."""
     sources: dict[str, str]
     identification: Identification | None = None
     """Per cost: measured, fitted or unidentified, with its range
@@ -525,6 +551,10 @@ class Profile(_Frozen):
                     paths.append(f"costs.{k}")
         if self.sriov is not None:
             paths += [f"sriov.{k}" for k in SriovCostTable.model_fields]
+        if self.tsor is not None:
+            paths += [f"tsor.{k}" for k in TsorCostTable.model_fields]
+        if self.rdma is not None:
+            paths += [f"rdma.{k}" for k in RdmaCostTable.model_fields]
         if self.testbed is not None:
             # The CNI runtime's costs need a source only where they are set;
             # a pooled device's memory only for the kinds measured.

@@ -61,6 +61,10 @@ CniName = Literal[
     "prezero-10",
     "prezero-50",
     "prezero-100",
+    # TSoR (seed 003): TCP sockets over RDMA, and the two designs it argues against.
+    "tsor",
+    "tsor-dynamic-ip",
+    "tsor-qp-per-pod",
     # The testbed's own sandboxes (``bootstorm testbed run``), on a profile fitted to a trace.
     "testbed-veth",
     "testbed-veth-moved",
@@ -139,7 +143,10 @@ class Scenario(BaseModel):
         The network: one of :data:`CNI_NAMES` — a software CNI of seed 000,
         or SR-IOV passthrough of seed 001 (``sriov-vanilla``, ``fastiov``,
         its ablations ``fastiov-no-lock``/``-sync-vf``/``-no-skip``/
-        ``-eager-zero``, pre-zeroing ``prezero-10``/``-50``/``-100``).
+        ``-eager-zero``, pre-zeroing ``prezero-10``/``-50``/``-100``), or
+        TSoR of seed 003 (``tsor``, and the designs it argues against:
+        ``tsor-dynamic-ip``, ``tsor-qp-per-pod``; the profile needs a
+        ``tsor`` section).
     sandboxes:
         How many sandboxes start (1 to 10⁹; a storm this machine has not the
         memory for is refused when it is compiled).

@@ -21,7 +21,7 @@ from bootstorm.calibration.rows import Derivation, PaperRow, checks_rows
 from bootstorm.models import load_profile
 
 HERE = Path(__file__).resolve().parent
-PAPER_TESTS = ("test_paper_000.py", "test_paper_001.py")
+PAPER_TESTS = ("test_paper_000.py", "test_paper_001.py", "test_paper_003.py")
 # Tests of a fit's reproducibility, not of a paper's figure.
 _NOT_ROWS = {
     "test_the_built_in_profile_is_the_fit_byte_for_byte",

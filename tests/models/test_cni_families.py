@@ -180,6 +180,11 @@ def _storms(cni: str, profile: Profile) -> list[Scenario]:
 
 # -- the tests -------------------------------------------------------------------------
 
+#: The CNIs the old dispatch knew: every family but those added after the
+#: registry (seed 003's TSoR, tests/models/test_tsor.py), which it never had.
+_OLD_CNIS = tuple(c for c in CNI_NAMES if cni_family(c).name != "tsor")
+
+
 
 def test_every_cni_a_scenario_accepts_is_in_exactly_one_family() -> None:
     seen = [cni for family in CNI_FAMILIES.values() for cni in family.cnis]
@@ -189,13 +194,13 @@ def test_every_cni_a_scenario_accepts_is_in_exactly_one_family() -> None:
         assert cni in cni_family(cni).cnis
 
 
-@pytest.mark.parametrize("cni", CNI_NAMES)
+@pytest.mark.parametrize("cni", _OLD_CNIS)
 def test_stages_and_pool_kinds_are_the_old_dispatchs(cni: str) -> None:
     assert scenario_stages(cni) == _old_stages(cni)
     assert scenario_pool_kinds(cni) == _old_pool_kinds(cni)
 
 
-@pytest.mark.parametrize("cni", CNI_NAMES)
+@pytest.mark.parametrize("cni", _OLD_CNIS)
 def test_every_cni_compiles_to_the_same_program_as_before(
     cni: str, testbed_profile: Profile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
