@@ -20,7 +20,7 @@ from .models.scenario import MAX_BACKGROUND_FLOWS
 if TYPE_CHECKING:
     from .models.softirq import DataplaneResult
 
-__all__ = ["dataplane_cmd", "dataplane_table", "parse_flows"]
+__all__ = ["completion_table", "dataplane_cmd", "dataplane_table", "parse_flows"]
 
 
 def parse_flows(text: str) -> list[int]:
@@ -94,6 +94,30 @@ def dataplane_table(title: str, results: list[DataplaneResult]) -> Table:
     return t
 
 
+def completion_table(results: list[DataplaneResult]) -> Table | None:
+    """Flow completion times per traffic load (``None`` without ``flow_bytes``)."""
+    from rich import box
+
+    done = [r for r in results if r.fct_p50_s is not None and r.fct_p99_s is not None]
+    if not done:
+        return None
+    title = f"flow completion, {done[0].traffic.flow_bytes:,} bytes per flow, all at once"
+    t = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1),
+        min_width=len(title),
+    )
+    for col in ("flows", "p50 ms", "p99 ms"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in done:
+        assert r.fct_p50_s is not None and r.fct_p99_s is not None
+        t.add_row(str(r.traffic.flows), f"{r.fct_p50_s * 1e3:,.2f}", f"{r.fct_p99_s * 1e3:,.2f}")
+    return t
+
+
 def dataplane_cmd(
     profile: Annotated[str, typer.Option(help="Profile with a `dataplane` section.")] = "paper-004",
     path: Annotated[
@@ -106,6 +130,10 @@ def dataplane_cmd(
         typer.Option(help="Bytes per send/recv.  [default: 128 KiB TCP, 8 KiB UDP]"),
     ] = None,
     flow_gbps: Annotated[float | None, typer.Option(help="Offered Gbps per flow.")] = None,
+    flow_bytes: Annotated[
+        int | None,
+        typer.Option(help="Bytes per flow: adds its completion times (p50, p99)."),
+    ] = None,
     placement: Annotated[
         str, typer.Option(help="random, pinned-apart or pinned-together.")
     ] = "random",
@@ -131,6 +159,7 @@ def dataplane_cmd(
             flows=n,
             message_bytes=message_bytes,
             flow_gbps=flow_gbps,
+            flow_bytes=flow_bytes,
             placement=placement,
             seed=seed,
         )
@@ -146,4 +175,7 @@ def dataplane_cmd(
         return
     console = terminal_console()
     console.print(dataplane_table(f"{path} {proto} on {prof.name}", results))
+    completion = completion_table(results)
+    if completion is not None:
+        console.print(completion)
     print_caution(console, *(known_misses(r.traffic) for r in results))

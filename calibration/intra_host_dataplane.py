@@ -21,15 +21,31 @@ from ._dataplane import dataplane_evaluator
 from ._fit import FitReport, FreeParameter, least_squares_fit
 from .targets import PaperTarget, check_targets
 
-__all__ = ["FREE_PARAMETERS_002", "PAIRS", "PAPER_002_FIT", "fit_paper_002", "pairs_traffic"]
+__all__ = [
+    "FCT_BYTES",
+    "FREE_PARAMETERS_002",
+    "PAIRS",
+    "PAPER_002_FIT",
+    "fct_traffic",
+    "fit_paper_002",
+    "pairs_traffic",
+]
 
 PROFILE = "paper-002"
 PAIRS = 50  # seed 002 Fig. 2 runs 1 to 50 pairs; the plateau is read at 50
+#: Seed 002 §III-A: netcat sends "a fixed amount of data (5 MB)" per pair for
+#: the flow completion times (Fig. 5); read as 5 MiB (``dd bs=1M count=5``).
+FCT_BYTES = 5 * 2**20
 
 
 def pairs_traffic(path: str, pairs: int = PAIRS, **changes: object) -> Traffic:
     """``pairs`` iperf TCP pairs through the VM's ``path`` (bridge-intra, ovs-intra)."""
     return Traffic(path=path, proto="tcp", flows=pairs, draws=32, **changes)
+
+
+def fct_traffic(path: str, pairs: int) -> Traffic:
+    """``pairs`` netcat pairs each sending :data:`FCT_BYTES` at once (seed 002 Fig. 5)."""
+    return pairs_traffic(path, pairs, flow_bytes=FCT_BYTES)
 
 
 def _aggregate(r: DataplaneResult) -> float:

@@ -413,16 +413,123 @@ PAPER_ROWS: dict[str, PaperRow] = keyed(
         ),
         # -- seeds 002 and 004 -------------------------------------------------------------
         PaperRow(key="S2-1", kind="fit", figure="bridge ≈ 56, OVS ≈ 70 Gbps plateau"),
-        PaperRow(key="S2-1/plateau", kind="predict", figure="plateau from about 5 pairs"),
+        PaperRow(
+            key="S2-1/plateau",
+            kind="predict",
+            figure="plateau from about 5 pairs (bridge, OVS, macvlan)",
+        ),
+        PaperRow(
+            key="S2-Fig2/order",
+            kind="predict",
+            figure="driver order at 50 pairs: OVS > macvlan > bridge",
+        ),
         PaperRow(key="S2-2/unequal", kind="predict", figure="pairs get unequal throughput"),
         PaperRow(key="S2-2/spread", kind="predict", figure="per-container spread up to 3x"),
+        PaperRow(
+            key="S2-2/extremes",
+            kind="predict",
+            figure="bridge pairs from ≈ 0.6 to ≈ 1.6 Gbps at 50 pairs (Fig. 3)",
+        ),
         PaperRow(key="S2-3/ovs-apart", kind="predict", figure="OVS pinned apart +21.2%"),
         PaperRow(
             key="S2-3/bridge-together", kind="predict", figure="bridge pinned together −13.2%"
         ),
+        PaperRow(
+            key="S2-Fig5/p99",
+            kind="predict",
+            figure="FCT p99 of 5 MB, 10 / 50 pairs: bridge 154.3 / 202.6, macvlan 115.9 / "
+            "162.0, OVS 110.7 / 146.1 ms",
+        ),
+        PaperRow(
+            key="S2-Fig5/growth",
+            kind="predict",
+            figure="FCT p99 from 10 to 50 pairs: bridge +31.3%, macvlan +39.8%, OVS +32.0%",
+        ),
+        PaperRow(
+            key="S2-Fig5/drivers",
+            kind="identity",
+            figure="FCT p99 bridge / OVS: 1.39 at 10 and at 50 pairs",
+            why="a flow's time is its size over its share of the CPU-bound aggregate, so the "
+            "drivers' FCT ratio is S2-1's throughput ratio, 70 / 56 = 1.25, with the spread's "
+            "shape on top; calibrate --check finds it within 15%",
+        ),
+        PaperRow(
+            key="S2-Fig5/macvlan",
+            kind="predict",
+            figure="FCT p99 macvlan / OVS: 1.05 at 10, 1.11 at 50 pairs",
+        ),
+        PaperRow(
+            key="S2-Fig10/rises",
+            kind="mechanism",
+            figure="aggregate throughput rises with message size (50 pairs, Fig. 10)",
+            why="every stage costs per skb and GSO makes an skb of one message (up to 64 KB): "
+            "fewer, larger skbs carry more bytes per core-second by construction",
+        ),
         PaperRow(key="S4-1", kind="fit", figure="single TCP flow 23 / 6.4 Gbps"),
+        PaperRow(
+            key="S4-1/linux-overlay",
+            kind="predict",
+            figure="single TCP flow, Linux overlay 6.5 Gbps",
+        ),
         PaperRow(key="S4-2", kind="fit", figure="single UDP flow 9.3 / 3.9 Gbps"),
+        PaperRow(
+            key="S4-2/linux-overlay",
+            kind="predict",
+            figure="single UDP flow, Linux overlay 4.7 Gbps",
+        ),
         PaperRow(key="S4-3", kind="predict", figure="overlay flows 1 → 6: x4 (6.4 → 25 Gbps)"),
+        PaperRow(
+            key="S4-Fig3/one-flow",
+            kind="identity",
+            figure="one TCP flow: overlay 72% below native",
+            why="the quotient of S4-1's two fitted flows, 6.4 / 23 = 0.278",
+        ),
+        PaperRow(
+            key="S4-Fig3/six-flows",
+            kind="predict",
+            figure="six TCP flows: overlay 25 against native ≈ 37 Gbps",
+        ),
+        PaperRow(
+            key="S4-Fig3/eighty-flows",
+            kind="identity",
+            figure="80 TCP flows: overlay and native both saturate 40 Gbps",
+            why="80 flows of S4-1's rates exceed the link on either path: the ratio is the "
+            "goodputs' through VXLAN and natively, 1398 / 1448 = 0.965, the link's number",
+        ),
+        PaperRow(
+            key="S4-Fig4/cpu",
+            kind="predict",
+            figure="one TCP flow: the overlay burns as much CPU as native (or more)",
+        ),
+        PaperRow(
+            key="S4-Fig5/native-flat",
+            kind="identity",
+            figure="native UDP flat whatever the flow count (≈ 9.3 Gbps)",
+            why="the catalog hashes native UDP on addresses only (seed 004's explanation), so "
+            "every flow lands on S4-2's one saturated core: S4-2 native itself",
+        ),
+        PaperRow(
+            key="S4-Fig7/gap-widens",
+            kind="predict",
+            figure="TCP packet rate: overlay near native at 64 B, the gap widening to 8 KB",
+        ),
+        PaperRow(
+            key="S4-Fig8/lower-cpu",
+            kind="predict",
+            figure="small TCP packets: the overlay uses less CPU than native",
+        ),
+        PaperRow(
+            key="S4-Fig9/order",
+            kind="predict",
+            figure="64 B UDP packet rate: Docker overlay < Linux overlay < native",
+        ),
+        PaperRow(
+            key="S4-Fig11/irq",
+            kind="identity",
+            figure="64 B UDP: the overlay's IRQs ≈ 10 x its TCP case",
+            why="TCP's 64 B messages ride 1398-byte frames at the receiver-bound rate native "
+            "64 B UDP runs at, so the IRQ ratio is S4-5/rate (a fit) x 1398 / 64 = 10.9",
+        ),
         PaperRow(
             key="S4-3/native",
             kind="identity",

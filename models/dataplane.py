@@ -270,6 +270,10 @@ class Traffic(BaseModel):
         128 KiB for TCP and 8 KiB for UDP.
     flow_gbps:
         Offered load per flow; ``None``: as fast as the node lets it go.
+    flow_bytes:
+        Bytes each flow carries, for its flow completion time (size over the
+        flow's steady rate, all flows running together: seed 002's netcat
+        flows); ``None``: long-lived flows, no completion time.
     cores:
         Override the host's core count.
     placement:
@@ -292,6 +296,7 @@ class Traffic(BaseModel):
     # socket buffer is tens of MiB; a larger figure is a typo, not a load.
     message_bytes: Annotated[int, Field(ge=1, le=2**30)] | None = None
     flow_gbps: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
+    flow_bytes: Annotated[int, Field(ge=1, le=2**50)] | None = None
     cores: Annotated[int, Field(ge=1)] | None = None
     placement: Literal["random", "pinned-apart", "pinned-together"] = "random"
     draws: Annotated[int, Field(ge=1)] = 64

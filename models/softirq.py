@@ -57,6 +57,14 @@ receiver never sleeps.
 
 Placement (RSS hash, scheduler) is random: results are means over
 ``Traffic.draws`` seeded draws.
+
+Flow completion times (``Traffic.flow_bytes``): each flow's size over its
+steady max-min rate, pooled over the flows of every draw, so the spread of
+rates among pairs gives the tail (p99 of the completion times is the size
+over the 1st percentile of the rates). All flows start together and run
+the whole time: one that finishes frees no CPU for the others, so the tail
+is an upper bound of the fluid model's, and a flow's connection set-up,
+slow start and process start are not in it.
 """
 
 from __future__ import annotations
@@ -276,6 +284,10 @@ class DataplaneResult:
     softirq_per_s: float
     messages_per_s: float
     wakeups_per_s: float
+    fct_p50_s: float | None = None
+    """Median flow completion time, s (``Traffic.flow_bytes`` set; else ``None``)."""
+    fct_p99_s: float | None = None
+    """99th-percentile flow completion time, s, of the flows of all draws."""
 
     __rules__: ClassVar[Rules]  # every number a finite one >= 0 (below the class)
 
@@ -305,9 +317,22 @@ class DataplaneResult:
         return out
 
 
+_OPTIONAL = ("traffic", "fct_p50_s", "fct_p99_s")
 DataplaneResult.__rules__ = Rules(
-    **{f.name: _NON_NEGATIVE for f in fields(DataplaneResult) if f.name != "traffic"}
+    **{f.name: _NON_NEGATIVE for f in fields(DataplaneResult) if f.name not in _OPTIONAL}
 )
+
+
+def _completion_quantiles(
+    flow_bytes: int | None, rates: list[_F64]
+) -> tuple[float | None, float | None]:
+    """(p50, p99) of ``flow_bytes`` over each flow's rate (Gbps), pooled."""
+    if flow_bytes is None:
+        return None, None
+    gbps = np.concatenate(rates)
+    fct = flow_bytes * 8.0 / (np.maximum(gbps, _EPS) * BITS_PER_GBIT)
+    p50, p99 = np.quantile(fct, [0.5, 0.99])
+    return float(p50), float(p99)
 
 
 def _placement(
@@ -453,6 +478,7 @@ def solve_dataplane(
     )
     frames_per_gbit = fc.batches * frames_per_poll
     sums = np.zeros(11)
+    drawn_rates: list[_F64] = []
     for _ in range(traffic.draws):
         rss, recv, send = _placement(traffic, path, costs, n_cores, threads_per_core, rng)
         demand = np.zeros((n_cores + 1 + smt.shape[0], n))
@@ -501,6 +527,7 @@ def solve_dataplane(
                 log.debug("wake-ups: no fixed point in %d steps", 4 * _WAKE_ITERATIONS)
             # The wake-ups reported are the ones whose switches the CPU pays.
             woken = wake / wakeup_s
+        drawn_rates.append(rates.copy())
         total = float(rates.sum())
         rho = np.minimum(busy[core], 1.0)
         batches = rates * fc.batches
@@ -524,6 +551,7 @@ def solve_dataplane(
             ]
         )
     m = sums / traffic.draws
+    fct_p50, fct_p99 = _completion_quantiles(traffic.flow_bytes, drawn_rates)
     return DataplaneResult(
         traffic=traffic,
         cores=n_cores,
@@ -541,6 +569,8 @@ def solve_dataplane(
         softirq_per_s=float(m[9]),
         messages_per_s=float(m[0]) * fc.messages,
         wakeups_per_s=float(m[10]),
+        fct_p50_s=fct_p50,
+        fct_p99_s=fct_p99,
     )
 
 

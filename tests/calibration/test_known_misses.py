@@ -121,10 +121,27 @@ def _keys(*whats: Scenario | Traffic) -> list[str]:
             ["S1-2/shares", "S1-4/p99", "S1-4/vf-time", "S1-7/at-10", "S1-8/memory"],
         ),
         (Traffic(path="docker-overlay", flows=1), []),
-        (Traffic(path="bridge-intra", flows=48), ["S2-2/spread"]),
+        (Traffic(path="bridge-intra", flows=48), ["S2-2/spread", "S2-2/extremes"]),
         (
             Traffic(path="bridge-intra", flows=48, placement="pinned-together"),
-            ["S2-2/spread", "S2-3/bridge-together"],
+            ["S2-2/spread", "S2-2/extremes", "S2-3/bridge-together"],
+        ),
+        # issue 36: the Linux overlay and macvlan missed silently
+        (Traffic(path="linux-overlay"), ["S4-1/linux-overlay"]),
+        (Traffic(path="linux-overlay", proto="udp"), ["S4-2/linux-overlay"]),
+        (Traffic(path="macvlan-intra"), ["S2-Fig2/order"]),
+        (
+            Traffic(path="ovs-intra", flows=10, flow_bytes=5 * 2**20),
+            ["S2-2/spread", "S2-2/extremes", "S2-Fig5/p99", "S2-Fig5/growth"],
+        ),
+        (Traffic(path="ovs-intra", flow_bytes=5 * 2**20), ["S2-Fig5/p99"]),
+        (
+            Traffic(path="docker-overlay", proto="udp", message_bytes=64),
+            ["S4-Fig11/irq", "S4-5/rate"],
+        ),
+        (
+            Traffic(path="docker-overlay", message_bytes=256),
+            ["S4-Fig8/lower-cpu"],
         ),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
@@ -138,7 +155,7 @@ def test_caveats_match_the_what_ifs_their_rows_test(
 def test_caveats_of_several_what_ifs_come_once_each_in_registry_order() -> None:
     one = Traffic(path="ovs-intra", flows=48, placement="pinned-apart")
     keys = _keys(one, one.model_copy(update={"flows": 10}), Scenario(cni="veth", qos_rules=2))
-    assert keys == ["S0-5/order", "S0-11/veth", "S2-2/spread", "S2-3/ovs-apart"]
+    assert keys == ["S0-5/order", "S0-11/veth", "S2-2/spread", "S2-2/extremes", "S2-3/ovs-apart"]
 
 
 def test_comparison_rows_concern_no_single_what_if() -> None:

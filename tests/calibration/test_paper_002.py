@@ -1,9 +1,11 @@
 """The paper-002 profile against seed 002: its fit row (S2-1) and, never
-fitted, the predict rows S2-2 and S2-3 (tolerances and xfails as in
-test_paper_004.py)."""
+fitted, the predict rows S2-2 and S2-3, the driver order (Fig. 2), the flow
+completion times from 10 to 50 pairs (Fig. 5) and the message sizes
+(Fig. 10); tolerances and xfails as in test_paper_004.py."""
 
 from __future__ import annotations
 
+import itertools
 from functools import cache
 
 import pytest
@@ -16,7 +18,8 @@ from bootstorm.calibration import (
     check_targets,
     known_miss,
 )
-from bootstorm.calibration.intra_host_dataplane import pairs_traffic
+from bootstorm.calibration.intra_host_dataplane import FCT_BYTES, fct_traffic, pairs_traffic
+from bootstorm.calibration.rows import checks_rows
 from bootstorm.models import load_profile
 from bootstorm.models.softirq import DataplaneResult, solve_on_profile
 
@@ -24,8 +27,11 @@ PROFILE = load_profile("paper-002")
 
 
 @cache
-def run(path: str, pairs: int, placement: str = "random") -> DataplaneResult:
-    return solve_on_profile(PROFILE, pairs_traffic(path, pairs, placement=placement))
+def run(
+    path: str, pairs: int, placement: str = "random", message: int | None = None
+) -> DataplaneResult:
+    traffic = pairs_traffic(path, pairs, placement=placement, message_bytes=message)
+    return solve_on_profile(PROFILE, traffic)
 
 
 def near(model: float, paper: float, tol: float = PREDICT_TOLERANCE) -> bool:
@@ -55,6 +61,18 @@ ROWS = PaperRows(
         "S2-2/spread:OVS per-pair spread, 50 pairs": "S2-2/spread",
         "S2-3/ovs-apart:OVS pinned apart, 48 pairs": "S2-3/ovs-apart",
         "S2-3/bridge-together:bridge pinned together, 48 pairs": "S2-3/bridge-together",
+        "S2-2/extremes:bridge slowest pair, 50 pairs (Gbps)": "S2-2/extremes",
+        "S2-Fig5/p99:bridge FCT p99, 10 pairs (ms)": "S2-Fig5/p99",
+        "S2-Fig5/p99:bridge FCT p99, 50 pairs (ms)": "S2-Fig5/p99",
+        "S2-Fig5/p99:macvlan FCT p99, 10 pairs (ms)": "S2-Fig5/p99",
+        "S2-Fig5/p99:macvlan FCT p99, 50 pairs (ms)": "S2-Fig5/p99",
+        "S2-Fig5/p99:OVS FCT p99, 10 pairs (ms)": "S2-Fig5/p99",
+        "S2-Fig5/p99:OVS FCT p99, 50 pairs (ms)": "S2-Fig5/p99",
+        "S2-Fig5/growth:bridge FCT p99, 10 to 50 pairs": "S2-Fig5/growth",
+        "S2-Fig5/growth:macvlan FCT p99, 10 to 50 pairs": "S2-Fig5/growth",
+        "S2-Fig5/growth:OVS FCT p99, 10 to 50 pairs": "S2-Fig5/growth",
+        "S2-Fig5/macvlan:FCT p99 macvlan / OVS, 10 pairs": "S2-Fig5/macvlan",
+        "S2-Fig5/macvlan:FCT p99 macvlan / OVS, 50 pairs": "S2-Fig5/macvlan",
     },
 )
 
@@ -64,16 +82,39 @@ def test_row_on_the_mean_of_ten_unseen_seeds(key: str) -> None:
     ROWS.judge(key)
 
 
-@pytest.mark.parametrize("path", ["bridge-intra", "ovs-intra"])
+@checks_rows("S2-1/plateau")
+@pytest.mark.parametrize("path", ["bridge-intra", "ovs-intra", "macvlan-intra"])
 def test_s2_1_plateau_from_about_5_pairs(path: str) -> None:
-    """The knee of S2-1 (not fitted: only the plateau values are): the
-    aggregate rises with pairs, is within 10% of its plateau by 8 pairs, and
-    OVS stays above the bridge."""
+    """The knee of S2-1 (not fitted: only the plateau values are), for each
+    of Fig. 2's drivers: the aggregate rises with pairs, is within 10% of its
+    plateau by 8 pairs, and OVS stays above the bridge."""
     plateau = run(path, 50).aggregate_gbps
     assert run(path, 1).aggregate_gbps < run(path, 2).aggregate_gbps < run(path, 4).aggregate_gbps
     assert run(path, 2).aggregate_gbps < 0.6 * plateau
     assert run(path, 8).aggregate_gbps > 0.9 * plateau
     assert run("ovs-intra", 50).aggregate_gbps > run("bridge-intra", 50).aggregate_gbps
+
+
+@checks_rows("S2-Fig2/order")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=known_miss("S2-Fig2/order").reason)
+def test_s2_fig2_driver_order_ovs_macvlan_bridge() -> None:
+    """Seed 002 §III-B and §III-C: OVS best, bridge worst, macvlan between."""
+    bridge, ovs, macvlan = (run(p, 50).aggregate_gbps for p in PATHS)
+    assert bridge < ovs  # holds: both fitted (S2-1)
+    assert bridge < macvlan < ovs, f"bridge {bridge:.1f}, macvlan {macvlan:.1f}, OVS {ovs:.1f}"
+
+
+PATHS = ("bridge-intra", "ovs-intra", "macvlan-intra")
+
+
+def test_a_macvlan_what_if_prints_its_caution() -> None:
+    """The order's miss reaches any load through macvlan (issue 36: it was silent)."""
+    from bootstorm.calibration import caveats
+
+    keys = [m.key for m in caveats(pairs_traffic("macvlan-intra", 50))]
+    assert "S2-Fig2/order" in keys and "S2-Fig5/macvlan" not in keys
+    keys = [m.key for m in caveats(fct_traffic("macvlan-intra", 10))]
+    assert {"S2-Fig2/order", "S2-Fig5/macvlan", "S2-Fig5/p99"} <= set(keys)
 
 
 # -- S2-2: per-container throughput spreads up to 3x at 50 pairs ----------------------
@@ -117,3 +158,45 @@ def test_s2_3_ovs_pinned_apart_plus_21_percent() -> None:
 )
 def test_s2_3_bridge_pinned_together_minus_13_percent() -> None:
     assert near(_pinning_gain("bridge-intra", "pinned-together"), -0.132)
+
+
+# -- Fig. 5: flow completion times of 5 MB from 10 to 50 pairs -------------------------
+
+
+@checks_rows("S2-Fig5/drivers")
+@pytest.mark.parametrize("pairs", [10, 50])
+def test_s2_fig5_fct_order_follows_the_throughput(pairs: int) -> None:
+    """OVS's flows finish first, the bridge's last (the identity of S2-1's two
+    plateaus: each flow's time is its size over its share). Each flow's time
+    is its size over its rate, so the median is the median rate's."""
+    bridge, ovs = (solve_on_profile(PROFILE, fct_traffic(p, pairs)) for p in PATHS[:2])
+    assert ovs.fct_p99_s is not None and bridge.fct_p99_s is not None
+    assert ovs.fct_p50_s is not None and ovs.fct_p50_s <= ovs.fct_p99_s < bridge.fct_p99_s
+    assert ovs.fct_p99_s >= FCT_BYTES * 8 / (ovs.flow_max_gbps * 1e9)
+
+
+@checks_rows("S2-Fig5/p99")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=known_miss("S2-Fig5/p99").reason)
+def test_s2_fig5_bridge_p99_at_50_pairs() -> None:
+    r = solve_on_profile(PROFILE, fct_traffic("bridge-intra", 50))
+    assert r.fct_p99_s is not None
+    assert near(r.fct_p99_s * 1e3, 202.6), f"{r.fct_p99_s * 1e3:.1f} ms vs 202.6"
+
+
+@checks_rows("S2-Fig5/growth")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=known_miss("S2-Fig5/growth").reason)
+def test_s2_fig5_p99_grows_about_a_third_from_10_to_50_pairs() -> None:
+    at = {n: solve_on_profile(PROFILE, fct_traffic("ovs-intra", n)).fct_p99_s for n in (10, 50)}
+    assert at[10] is not None and at[50] is not None
+    assert near(at[50] / at[10] - 1.0, 0.320), f"{at[50] / at[10] - 1:+.0%} vs +32.0%"
+
+
+# -- Fig. 10: larger messages, more throughput (50 pairs) ------------------------------
+
+
+@checks_rows("S2-Fig10/rises")
+@pytest.mark.parametrize("path", PATHS)
+def test_s2_fig10_throughput_rises_with_message_size(path: str) -> None:
+    sizes = (64, 256, 1024, 4096, 16384, 65536)
+    gbps = [run(path, 50, message=m).aggregate_gbps for m in sizes]
+    assert all(a < b for a, b in itertools.pairwise(gbps)), gbps

@@ -91,6 +91,47 @@ def test_overlay_stages_add_their_per_packet_costs() -> None:
     assert r.per_flow_ceiling_gbps == pytest.approx(8000 / 4e-6 / 1e9, rel=1e-12)
 
 
+def test_flow_completion_time_is_size_over_the_flow_s_rate() -> None:
+    """One flow at its 4 Gbps ceiling (the test above) carries 1 MB in 2 ms;
+    without a size there is no completion time."""
+    one = Traffic(path="native", proto="udp", flows=1, message_bytes=1000, draws=1)
+    r = solve_dataplane(table(nic=2e-6), one.model_copy(update={"flow_bytes": 10**6}), cores=4)
+    assert r.fct_p50_s == pytest.approx(2e-3, rel=1e-9)
+    assert r.fct_p99_s == pytest.approx(2e-3, rel=1e-9)
+    bare = solve_dataplane(table(nic=2e-6), one, cores=4)
+    assert bare.fct_p50_s is None and bare.fct_p99_s is None
+    assert bare.to_dict()["fct_p99_s"] is None
+
+
+def test_flow_completion_tail_comes_from_the_pairs_unequal_shares() -> None:
+    """Three bridged pairs pinned each to one core of two: pairs 0 and 2 share
+    core 0 (2 Gbps each), pair 1 has core 1 (4 Gbps; the bridge costs 0.25
+    core-s per Gbit of 64 KB skbs). 1 MB takes 4, 2 and 4 ms: the median and
+    the p99 are the slow pairs' 4 ms, pooled over the draws alike."""
+    cost = 0.25 * 8 * 65536 / 1e9
+    for draws in (1, 3):
+        traffic = Traffic(
+            path="bridge-intra",
+            flows=3,
+            message_bytes=65536,
+            placement="pinned-together",
+            flow_bytes=10**6,
+            draws=draws,
+        )
+        r = solve_dataplane(table(bridge=cost), traffic, cores=2)
+        assert (r.flow_min_gbps, r.flow_max_gbps) == pytest.approx((2.0, 4.0), rel=1e-9)
+        assert r.fct_p50_s == pytest.approx(4e-3, rel=1e-9)
+        assert r.fct_p99_s == pytest.approx(4e-3, rel=1e-9)
+    # Five pairs on five cores but one: p99 interpolates towards the slowest.
+    five = Traffic(
+        path="bridge-intra", flows=5, placement="pinned-together", flow_bytes=10**6, draws=1
+    )
+    r = solve_dataplane(table(bridge=cost), five, cores=4)
+    fct = sorted(8e6 / (g * 1e9) for g in (2.0, 4.0, 4.0, 4.0, 2.0))
+    assert r.fct_p99_s == pytest.approx(float(np.quantile(fct, 0.99)), rel=1e-9)
+    assert r.fct_p50_s == pytest.approx(2e-3, rel=1e-9)
+
+
 def test_max_min_fair_known_answers() -> None:
     # Two flows on one unit resource: half each.
     np.testing.assert_allclose(max_min_rates(np.ones((1, 2)), np.ones(1), np.full(2, np.inf)), 0.5)
