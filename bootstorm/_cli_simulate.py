@@ -42,8 +42,8 @@ CniOption = Annotated[
     typer.Option(
         help="no-network, veth, ipvlan, macvlan, ipvtap, macvtap, tc-routing, vhost-user, "
         "ebpf; SR-IOV (profile paper-001): sriov-vanilla, fastiov, fastiov-no-lock, "
-        "fastiov-sync-vf, fastiov-no-skip, fastiov-eager-zero, prezero-10/50/100"
-        + default_help("cni"),
+        "fastiov-sync-vf, fastiov-no-skip, fastiov-eager-zero, prezero-10/50/100; TSoR "
+        "(seed 003): tsor, tsor-dynamic-ip, tsor-qp-per-pod" + default_help("cni"),
     ),
 ]
 SandboxesOption = Annotated[
