@@ -616,10 +616,29 @@ def compile_program(
             continue
         grows = np.flatnonzero(growth)  # adding 0 elsewhere would change nothing
         jittered = bool(jit.any())
+        # Without growth, an amount is its base times its factor (one
+        # rounding, as multiplying the base in place): written straight into
+        # the task's amounts, a run of columns at a time, instead of the base
+        # first and the factors through a gather and a scatter (a third of
+        # a day's compile).
+        runs = _runs(jit) if jittered and not grows.size else None
         rows_per_slice = max(1, _CHUNK_OPS // len(ops))
         for lo in range(0, members.size, rows_per_slice):
             rows = members[lo : lo + rows_per_slice]
             amounts, write_back = _own_rows(own_amount, own_offsets[rows], width)
+            if runs is not None:
+                assert jitter is not None
+                factors = jitter.next((rows.size, int(jit_all.sum())))
+                for a, b, drawn, is_jit in runs:
+                    if is_jit:
+                        np.multiply(
+                            base[a:b], factors[:, drawn : drawn + b - a], out=amounts[:, a:b]
+                        )
+                    else:
+                        amounts[:, a:b] = base[a:b]
+                if write_back is not None:
+                    write_back()
+                continue
             amounts[...] = base
             if grows.size:
                 owner = rows.copy()
@@ -665,6 +684,19 @@ def compile_program(
         jitter.done()
     program._validate_templates(first_tasks)
     return program
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int, int, bool]]:
+    """``mask``'s runs of equal values: ``(start, end, trues before, value)``."""
+    out = []
+    start = drawn = 0
+    for i in range(1, mask.size + 1):
+        if i == mask.size or mask[i] != mask[start]:
+            value = bool(mask[start])
+            out.append((start, i, drawn, value))
+            drawn += (i - start) if value else 0
+            start = i
+    return out
 
 
 class _Jitter:

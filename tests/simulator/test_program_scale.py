@@ -17,7 +17,13 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from bootstorm.models import Scenario, compile_scenario, estimate_memory
+from bootstorm.models import (
+    FollowRate,
+    PoolRefill,
+    Scenario,
+    compile_scenario,
+    estimate_memory,
+)
 from bootstorm.simulator import (
     Cpu,
     CyclicPlans,
@@ -94,6 +100,19 @@ def test_compiled_programs_pass_the_full_check(
         ("veth", "paper-000", {"sandboxes": 200}),  # growth per sandbox
         ("fastiov", "paper-001", {"sandboxes": 60}),  # branches, one plan per sandbox
         ("no-network", "paper-000", {"sandboxes": 90, "seed": 3}),
+        # refill branches; a pool target per start beside jittered columns
+        (
+            "ipvtap",
+            "paper-000",
+            {
+                "sandboxes": 120,
+                "pools": {"netns": 3, "ipvtap": 2},
+                "arrival_s": tuple(0.05 * i for i in range(120)),
+                "pool_refill": PoolRefill(
+                    concurrency=2, follow_rate=FollowRate(window_s=1.0, cover_s=0.5)
+                ),
+            },
+        ),
     ],
 )
 def test_building_in_slices_gives_the_arrays_of_one_pass(
@@ -130,6 +149,37 @@ def test_a_compile_from_the_same_stream_takes_the_kept_factors_and_moves_it_alik
     assert again_rng.random() == first_rng.random()
     other = compile_program(plans, rng=np.random.default_rng(6), **kwargs)  # type: ignore[arg-type]
     assert calls and not np.array_equal(other.op_amount, first.op_amount)
+
+
+def test_jittered_amounts_are_the_base_times_the_factors_in_task_order() -> None:
+    """Each jittered amount is its base times one factor (one rounding), the
+    factors drawn in task order, op by op: written straight into the
+    tasks' amounts, a run of columns at a time."""
+    plans = [_plan(1.0)] * 50
+    kwargs = {"machine": MachineSpec(cores=2), "locks": (LockSpec(name="m"),), "service_cv": 0.3}
+    program = compile_program(plans, rng=np.random.default_rng(9), **kwargs)  # type: ignore[arg-type]
+    ops = program.ops
+    own = ops.slot >= 0
+    base = ops.amount[own]
+    sigma = float(np.sqrt(np.log1p(0.3**2)))
+    factors = np.random.default_rng(9).lognormal(-0.5 * sigma * sigma, sigma, (50, base.size))
+    want = base[None, :] * factors
+    assert ops.own_amount.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("mask", "runs"),
+    [
+        ([True, True], [(0, 2, 0, True)]),
+        (
+            [False, True, True, False, True],
+            [(0, 1, 0, False), (1, 3, 0, True), (3, 4, 2, False), (4, 5, 2, True)],
+        ),
+        ([False], [(0, 1, 0, False)]),
+    ],
+)
+def test_runs_of_columns(mask: list[bool], runs: list[tuple[int, int, int, bool]]) -> None:
+    assert steps._runs(np.array(mask)) == runs
 
 
 def _plan(work_s: float) -> tuple[Stage, ...]:
