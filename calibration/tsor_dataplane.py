@@ -24,12 +24,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..models import Profile, Scenario, load_profile
-from ..models import rdma as m
 from ..models.rdma import (
     RdmaCostTable,
     closed_loop_rps,
+    connect_s,
+    host_connect_s,
+    host_one_way_s,
+    host_request_s,
+    multi_connection_gbps,
     one_way_s,
     rdma_costs,
+    request_s,
     single_connection_gbps,
 )
 from ._fit import FitReport, FreeParameter, least_squares_fit
@@ -174,23 +179,24 @@ def paper_003_check_rows() -> tuple[CheckRow, ...]:
         "S3-5/set-rps",
     )
 
-    def host_request_us(lat_us: float, cut: float, rps: float) -> tuple[float, float]:
-        """(TSoR's request time, host runC's) from S3-2's and S3-5's numbers, us."""
+    def _tsor_over_host(lat_us: float, cut: float, rps: float) -> float:
+        """TSoR's request time over host runC's, from S3-2's latency and cut
+        and S3-5's single-connection RPS (Redis's time the same on both)."""
         tsor_us = 1e6 / rps
         redis_us = tsor_us - 2.0 * lat_us
-        return tsor_us, 2.0 * lat_us / (1.0 - cut) + redis_us
+        return tsor_us / (2.0 * lat_us / (1.0 - cut) + redis_us)
 
     def doc_ratio(r: RdmaCostTable) -> float:
         """Node.js 64 KB document, one request at a time, network only."""
-        tsor = m.one_way_s(r, 64) + m.one_way_s(r, MESSAGE_64K)
-        host = m.host_one_way_s(r, 64) + m.host_one_way_s(r, MESSAGE_64K)
-        return host / tsor
+        tsor = one_way_s(r, 64) + one_way_s(r, MESSAGE_64K)
+        host = host_one_way_s(r, 64) + host_one_way_s(r, MESSAGE_64K)
+        return float(host / tsor)
 
     def etcd_ratio(r: RdmaCostTable) -> float:
         """etcd txn-put, ten connections, network only (no server time)."""
         bare = r.model_copy(update={"redis_request_s": 0.0})
-        host = 10.0 / m.host_request_s(bare)
-        return m.closed_loop_rps(bare, 10) / host
+        host = 10.0 / host_request_s(bare)
+        return float(closed_loop_rps(bare, 10) / host)
 
     none_tsor = Scenario(cni="tsor", sandboxes=200, profile="paper-003")
     return (
@@ -199,7 +205,7 @@ def paper_003_check_rows() -> tuple[CheckRow, ...]:
             key="S3-3",
             label="64 KB, 3 connections (Gbps)",
             value=100.0,
-            read=_rdma(lambda r: m.multi_connection_gbps(r, MESSAGE_64K, 3)),
+            read=_rdma(lambda r: multi_connection_gbps(r, MESSAGE_64K, 3)),
             tolerance_rel=p,
             derived_from=Derivation(
                 uses=("S3-1",),
@@ -211,7 +217,7 @@ def paper_003_check_rows() -> tuple[CheckRow, ...]:
             key="S3-4/vs-host",
             label="TCP connect cut against host-mode runC (at least half)",
             value=0.5,
-            read=_rdma(lambda r: 1.0 - m.connect_s(r) / m.host_connect_s(r)),
+            read=_rdma(lambda r: 1.0 - connect_s(r) / host_connect_s(r)),
             tolerance_rel=p,
             at_least=True,
             derived_from=Derivation(
@@ -227,9 +233,9 @@ def paper_003_check_rows() -> tuple[CheckRow, ...]:
             read=lambda runs: (
                 (
                     float(runs.profile.tsor.qp_setup_s if runs.profile.tsor else 0.0)
-                    + m.connect_s(rdma_costs(runs.profile))
+                    + connect_s(rdma_costs(runs.profile))
                 )
-                / m.host_connect_s(rdma_costs(runs.profile))
+                / host_connect_s(rdma_costs(runs.profile))
             ),
             tolerance_rel=p,
             at_least=True,
@@ -238,7 +244,7 @@ def paper_003_check_rows() -> tuple[CheckRow, ...]:
             key="S3-5/set-p95",
             label="Redis SET latency, one connection (us)",
             value=23.0,
-            read=_rdma(lambda r: m.request_s(r) * 1e6),
+            read=_rdma(lambda r: request_s(r) * 1e6),
             tolerance_rel=p,
             derived_from=Derivation(
                 uses=(set_rps,), formula="1 / S3-5 SET RPS", relation=lambda rps: 1e6 / rps
@@ -248,35 +254,31 @@ def paper_003_check_rows() -> tuple[CheckRow, ...]:
             key="S3-5/get-3",
             label="Redis GET, 3 connections (RPS)",
             value=108_000.0,
-            read=_rdma(lambda r: m.closed_loop_rps(r, 3)),
+            read=_rdma(lambda r: closed_loop_rps(r, 3)),
             tolerance_rel=p,
         ),
         CheckRow(
             key="S3-5/latency-vs-host",
             label="Redis SET latency cut against host-mode runC",
             value=0.64,
-            read=_rdma(lambda r: 1.0 - m.request_s(r) / m.host_request_s(r)),
+            read=_rdma(lambda r: 1.0 - request_s(r) / host_request_s(r)),
             tolerance_rel=p,
             derived_from=Derivation(
                 uses=(latency, host_cut, set_rps),
                 formula="1 - TSoR request / host request (S3-2, S3-5)",
-                relation=lambda lat, cut, rps: (
-                    1.0 - (lambda t, h: t / h)(*host_request_us(lat, cut, rps))
-                ),
+                relation=lambda lat, cut, rps: 1.0 - _tsor_over_host(lat, cut, rps),
             ),
         ),
         CheckRow(
             key="S3-5/rps-vs-host",
             label="Redis SET RPS against host-mode runC",
             value=2.3,
-            read=_rdma(lambda r: m.host_request_s(r) * m.closed_loop_rps(r, 1)),
+            read=_rdma(lambda r: host_request_s(r) * closed_loop_rps(r, 1)),
             tolerance_rel=p,
             derived_from=Derivation(
                 uses=(latency, host_cut, set_rps),
                 formula="host request / TSoR request (S3-2, S3-5)",
-                relation=lambda lat, cut, rps: (lambda t, h: h / t)(
-                    *host_request_us(lat, cut, rps)
-                ),
+                relation=lambda lat, cut, rps: 1.0 / _tsor_over_host(lat, cut, rps),
             ),
         ),
         CheckRow(
