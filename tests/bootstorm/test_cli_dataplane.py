@@ -50,6 +50,31 @@ def test_dataplane_placement_warns_of_the_missed_pinning_row(
     assert "S2-3 pinning each pair to one core" in text
 
 
+def test_dataplane_flow_completion_and_the_macvlan_caution_at_80_columns() -> None:
+    """Issue 36: completion times are an output (``--flow-bytes``), and a
+    macvlan what-if says that seed 002 measured macvlan below OVS."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    args = ["dataplane", "--profile", "paper-002", "--path", "macvlan-intra"]
+    args += ["--flows", "10,50", "--flow-bytes", str(5 * 2**20)]
+    out = subprocess.run(
+        [sys.executable, "-c", "from bootstorm.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert max(len(line.rstrip()) for line in out.stdout.splitlines()) <= 80
+    assert "flow completion, 5,242,880 bytes per flow" in out.stdout
+    assert "p99 ms" in out.stdout and "…" not in out.stdout
+    text = " ".join(out.stdout.split())
+    assert "S2-Fig2 macvlan carries 82 Gbps" in text and "S2-Fig5 p99 completion" in text
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
