@@ -7,12 +7,10 @@ test_paper_003.py): these tests hold the mechanisms it describes (§4.1.3,
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from bootstorm.calibration import caveats
+from bootstorm.cli import main
 from bootstorm.models import (
     ConfigError,
     Scenario,
@@ -24,9 +22,6 @@ from bootstorm.models import (
     scenario_stages,
 )
 from bootstorm.models.tsor import TSOR_SERVICE, TSOR_VARIANTS
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bootstorm"))
-from cli_runner import run_main
 
 TSOR = tuple(TSOR_VARIANTS)
 #: No service-time jitter: a variant's extra wait shows exactly.
@@ -134,7 +129,12 @@ def test_every_tsor_storm_names_its_assumed_costs() -> None:
 def test_simulate_tsor_prints_the_cautions(capsys: pytest.CaptureFixture[str]) -> None:
     """`bootstorm simulate --cni tsor --sandboxes 200` answers on the default
     profile and names the assumed costs."""
-    code, out, err = run_main(["simulate", "--cni", "tsor", "--sandboxes", "200"], capsys)
+    try:
+        main(["simulate", "--cni", "tsor", "--sandboxes", "200"])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
     assert code == 0, err
     flat = " ".join(out.split())
     assert "tsor_service" in flat
