@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,17 @@ def fake_bin(tmp_path: Path) -> Path:
     plugin.write_text(FAKE_PLUGIN)
     plugin.chmod(0o755)
     return bin_dir
+
+
+def log_lines(path: Path, *, count: int = 1, within_s: float = 10.0) -> list[str]:
+    """``path``'s lines once it has ``count`` of them: an ADD's line is written
+    by the child that releases its permit, a moment after the plugin exits."""
+    deadline = time.monotonic() + within_s
+    while True:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) >= count or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.01)
 
 
 def network(

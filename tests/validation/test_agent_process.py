@@ -41,6 +41,25 @@ def test_an_agent_process_serves_its_config_and_is_gone_after_the_block() -> Non
     assert not _alive(pid)
 
 
+def _nice(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19: nice
+
+
+def test_the_agent_runs_at_its_units_nice_value() -> None:
+    from pathlib import Path
+
+    from bootstorm.validation.agent._process import AGENT_NICE
+
+    unit = Path(__file__).parents[2] / "validation/agent/deploy/bootstorm-agent.service"
+    assert f"\nNice={AGENT_NICE}\n" in unit.read_text()
+    with agent_process(token=TOKEN, pool_id=free_pool_id()) as agent:
+        # Lowering a nice value needs root: without, the caller's is kept.
+        assert _nice(agent.pid) == (AGENT_NICE if os.geteuid() == 0 else _nice(os.getpid()))
+    with agent_process(token=TOKEN, pool_id=free_pool_id(), nice=None) as agent:
+        assert _nice(agent.pid) == _nice(os.getpid())
+
+
 def test_an_agent_that_cannot_start_is_one_line() -> None:
     with pytest.raises(AgentProcessError, match="did not start") as err:  # noqa: SIM117
         with agent_process(token="short", pool_id=free_pool_id()):

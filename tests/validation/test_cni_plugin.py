@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cni_plugin_helpers import Call, call, cni_environ, fake_bin, network, plugin_argv
+from cni_plugin_helpers import Call, call, cni_environ, fake_bin, log_lines, network, plugin_argv
 from conftest import TOKEN, free_pool_id, thread_agent
 from pydantic import SecretStr
 
@@ -46,10 +46,12 @@ def fake_dir(tmp_path: Path) -> Path:
     return path
 
 
-def _permit_free(client: AgentClient) -> bool:
-    """Whether AddCNI's one permit is free now (taken and given back at once)."""
+def _permit_free(client: AgentClient, *, within_s: float = 10.0) -> bool:
+    """Whether AddCNI's one permit is free within ``within_s`` (taken and given
+    back at once): a finished ADD releases it from a detached child, a moment
+    after the plugin exits; ``within_s=0`` asks whether it is held now."""
     try:
-        lease = client.acquire("AddCNI", "probe", wait_s=0)
+        lease = client.acquire("AddCNI", "probe", wait_s=within_s)
     except AgentError as exc:
         assert exc.status == 408
         return False
@@ -104,7 +106,7 @@ def test_add_delegates_and_returns_the_result_unchanged(
         "name": "testnet",
         "prevResult": {"cniVersion": "1.0.0", "interfaces": []},
     }
-    (line,) = log_file.read_text().splitlines()
+    (line,) = log_lines(log_file)
     record = json.loads(line)
     assert record["outcome"] == "ok" and record["lease"]
     (delegate,) = record["delegates"]
@@ -131,7 +133,7 @@ def test_add_holds_the_permit_while_the_delegate_runs(
         while not (fake_dir / "pid-ADD").exists():
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        assert not _permit_free(client)  # the plugin holds it while the delegate runs
+        assert not _permit_free(client, within_s=0)  # the plugin holds it while the delegate runs
         assert proc.wait(timeout=30) == 0
         assert _permit_free(client)
 
@@ -287,8 +289,64 @@ def test_pool_empty_delegates(
         assert got.rc == 0, got
         assert _permit_free(client)
     assert (fake_dir / "stdin-ADD").exists()
-    assert json.loads(log_file.read_text())["pool"] == "empty"
+    assert json.loads(log_lines(log_file)[0])["pool"] == "empty"
     assert not got.stderr  # an empty pool is no error, nor a warning
+
+
+@contextmanager
+def _agent_answering_release_late() -> Iterator[tuple[str, threading.Event, list[str]]]:
+    """An agent that grants every permit at once and answers a release only
+    when the test sets the event: (url, event, the paths it was asked)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answer = threading.Event()
+    asked: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            asked.append(self.path)
+            if self.path.endswith("/release"):
+                answer.wait(30)
+            body = json.dumps({"lease_id": "L1", "ttl_s": 30.0}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", answer, asked
+    finally:
+        answer.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_add_answers_before_its_release_is_answered(
+    bin_dir: Path, fake_dir: Path, token_file: Path, tmp_path: Path
+) -> None:
+    # The runtime waits for the plugin's exit (and EOF on its output), not for
+    # the agent's answer to the release: a detached child releases and logs.
+    log_file = tmp_path / "plugin.log"
+    with _agent_answering_release_late() as (url, answer, asked):
+        conf = network(url=url, token_file=token_file, log_file=str(log_file))
+        got = call(conf, command="ADD", bin_dir=bin_dir, env={"FAKE_DIR": str(fake_dir)})
+        assert got.rc == 0, got
+        assert got.stdout.startswith(b'{"cniVersion":"1.0.0","interfaces"')
+        # Exited with the release unanswered (the old plugin waited for it here).
+        assert not answer.is_set() and not log_file.exists()
+        answer.set()
+        (line,) = log_lines(log_file)
+    record = json.loads(line)
+    assert asked == ["/v1/stages/AddCNI/acquire", "/v1/leases/L1/release"]
+    assert record["outcome"] == "ok" and record["events"] == [] and record["lease"] == "L1"
 
 
 def test_delegate_failure_passes_through_and_releases(
@@ -333,7 +391,7 @@ def test_sigterm_mid_add_releases_the_permit_and_kills_the_delegate(
         while not (fake_dir / "pid-ADD").exists():
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        assert not _permit_free(client)
+        assert not _permit_free(client, within_s=0)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 1
         assert proc.stdout is not None

@@ -23,7 +23,7 @@ from typing import Any
 import cni_plugin_helpers
 import pytest
 import test_cni_plugin as base
-from cni_plugin_helpers import call, cni_environ, fake_bin, network
+from cni_plugin_helpers import call, cni_environ, fake_bin, log_lines, network
 from conftest import thread_agent
 
 from bootstorm.validation.cni_plugin._delegate import delegate_config
@@ -48,6 +48,7 @@ _REUSED = (
     "token_file",
     # cases
     "test_a_delegate_outlasting_the_lease_ttl_keeps_its_permit",
+    "test_add_answers_before_its_release_is_answered",
     "test_add_delegates_and_returns_the_result_unchanged",
     "test_add_holds_the_permit_while_the_delegate_runs",
     "test_agent_down",
@@ -367,7 +368,7 @@ def test_the_log_line_has_the_python_plugins_fields(
             conf = network(url=client.base_url, token_file=token_file, log_file=str(logs[who]))
             got = call(conf, command="ADD", bin_dir=bin_dir, env={"FAKE_DIR": str(fake_dir)})
             assert got.rc == 0, got
-            (line,) = logs[who].read_text().splitlines()
+            (line,) = log_lines(logs[who])
             records[who] = json.loads(line)
     c, py = records["c"], records["py"]
     assert list(c) == list(py)

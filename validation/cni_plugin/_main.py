@@ -32,7 +32,7 @@ from ._errors import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any, BinaryIO, TextIO
 
 __all__ = ["main", "run"]
@@ -61,6 +61,11 @@ class _Log:
         self.events: list[str] = []
         self.fields: dict[str, Any] = {}
         self.agent_s = 0.0
+        # The plugin's pid, logged: a detached release's child writes the line.
+        self.pid = os.getpid()
+        #: What is left once the answer is written (the lease's release):
+        #: :func:`run` does it inline, or in a detached child (``detach``).
+        self.tail: Callable[[], None] | None = None
 
     def warn(self, message: str) -> None:
         # One line per event: the runtime keeps a plugin's stderr in its log.
@@ -75,7 +80,7 @@ class _Log:
             "wall_s": self.wall_start,
             "start_s": self.start_s,
             "end_s": time.monotonic(),
-            "pid": os.getpid(),
+            "pid": self.pid,
             "command": self.request.command,
             "container_id": self.request.container_id,
             "ifname": self.request.ifname,
@@ -268,6 +273,7 @@ def _add(
 ) -> int:
     agent = _Agent(config, log)
     lease = _acquire(agent, config, request, log)
+    answered = False
     try:
         if config.pool is not None:
             from . import _pool  # the pool path only: its imports stay off plain ADDs
@@ -275,6 +281,7 @@ def _add(
             result = _pool.take_and_attach(agent, config, request, log)
             if result is not None:
                 out.write(result)
+                answered = True
                 return 0
         run = _call_delegate(config, request, environ, log, lease=lease)
         if lease is not None and lease.lost is not None:
@@ -282,10 +289,17 @@ def _add(
             # or renewals went unanswered past the TTL) may have let another in,
             # which undoing this ADD would not undo: logged, the result kept.
             log.warn(f"the permit for stage {config.stage} was lost during the ADD ({lease.lost})")
-        return _passed_through(run, out, log.err)
+        rc = _passed_through(run, out, log.err)
+        answered = True
+        return rc
     finally:
         if lease is not None:
-            lease.release(log)
+            if answered:
+                # The answer is written: the release's round trip to the agent
+                # need not be the ADD's (run() decides, see ``detach``).
+                log.tail = lambda: lease.release(log)
+            else:
+                lease.release(log)
 
 
 def _del(
@@ -388,8 +402,23 @@ def _version(data: bytes, out: BinaryIO) -> int:
     return 0
 
 
-def run(*, environ: Mapping[str, str], stdin: BinaryIO, out: BinaryIO, err: TextIO) -> int:
-    """One call of the plugin: its exit status; its result or error JSON on ``out``."""
+def run(
+    *,
+    environ: Mapping[str, str],
+    stdin: BinaryIO,
+    out: BinaryIO,
+    err: TextIO,
+    detach: bool = False,
+) -> int:
+    """One call of the plugin: its exit status; its result or error JSON on ``out``.
+
+    With ``detach`` (the executable), what is left once the answer is written
+    (an ADD's lease release, then the log line) runs in a child in its own
+    session with its stdio on /dev/null, and this process returns at once:
+    the runtime waits for the plugin's exit and for EOF on its stdout and
+    stderr, not for the agent's answer to a release. Without (a caller in
+    this process), inline.
+    """
     data = stdin.read(MAX_STDIN_BYTES)
     if environ.get("CNI_COMMAND") == "VERSION":
         return _version(data, out)
@@ -417,7 +446,39 @@ def run(*, environ: Mapping[str, str], stdin: BinaryIO, out: BinaryIO, err: Text
         out.write(failure.to_json(version).encode())
         return 1
     finally:
-        log.write(config, outcome=outcome)
+        tail, log.tail = log.tail, None
+
+        def rest() -> None:
+            if tail is not None:
+                tail()
+            log.write(config, outcome=outcome)
+
+        if tail is None or not (detach and _detached(rest, out, err)):
+            rest()
+
+
+def _detached(work: Callable[[], None], out: BinaryIO, err: TextIO) -> bool:
+    """``work`` in a child detached from the runtime (its own session, stdio on
+    /dev/null): True in this process once the child runs, False if it could
+    not be made (the caller does ``work`` inline). The child never returns."""
+    out.flush()
+    err.flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid:
+        return True
+    try:
+        # A release runs to its end (bounded by timeout_s), as the inline one does.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        work()
+    finally:
+        os._exit(0)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -431,6 +492,6 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     out = sys.stdout.buffer
     try:
-        return run(environ=os.environ, stdin=sys.stdin.buffer, out=out, err=sys.stderr)
+        return run(environ=os.environ, stdin=sys.stdin.buffer, out=out, err=sys.stderr, detach=True)
     finally:
         out.flush()

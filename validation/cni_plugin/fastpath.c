@@ -604,6 +604,7 @@ static void fallback(void) {
 
 struct callog {
     double start_s, wall;
+    pid_t pid; /* the plugin's: a detached release's child logs it, not its own */
     double agent_s;
     const struct config *cfg;
     char *events[MAX_EVENTS];
@@ -645,7 +646,7 @@ static void write_log(const char *outcome) {
     if (c == NULL || c->log_file[0] == '\0') return;
     struct buf l = {.max = 1 << 20};
     buf_f(&l, "{\"wall_s\": %.6f, \"start_s\": %.9f, \"end_s\": %.9f, \"pid\": %d, ", g_log.wall,
-          g_log.start_s, now_s(), (int)getpid());
+          g_log.start_s, now_s(), (int)g_log.pid);
     buf_s(&l, "\"command\": \"ADD\", \"container_id\": ");
     json_str(&l, c->container_id, strlen(c->container_id));
     buf_s(&l, ", \"ifname\": ");
@@ -1576,6 +1577,29 @@ static int interrupted(void) {
     return finish(1, "error");
 }
 
+/* _release_detached: the answer is written; the release's round trip to the
+ * agent need not be the ADD's. The runtime waits for this process's exit and
+ * for EOF on its stdout and stderr, so a child with its stdio on /dev/null,
+ * in its own session, releases the lease (bounded by timeout_s, as inline)
+ * and writes the log line; this process exits at once. 0 in the parent once
+ * the child runs; -1 (nothing held, or fork failed) to release inline. */
+static int release_detached(const struct config *c, struct lease *l, const char *outcome) {
+    if (!l->held) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid > 0) return 0;
+    setsid();
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+    }
+    release(c, l);
+    finish(0, outcome);
+    _exit(0);
+}
+
 static int add(const struct json *j, int root, struct config *c) {
     struct lease lease = {0};
     int code = 0;
@@ -1617,9 +1641,9 @@ static int add(const struct json *j, int root, struct config *c) {
                  lease.lost);
         warn(w);
     }
-    release(c, &lease);
     /* _passed_through: its stderr as ours, its stdout and status as ours. */
     if (r.err.p) write_all(2, r.err.p, r.err.len);
+    if (r.spawn_errno || r.out.over) release(c, &lease);
     if (r.spawn_errno) {
         code = 5;
         snprintf(msg, sizeof msg, "delegate %s: cannot exec %.2000s: %s", c->delegate_type,
@@ -1637,6 +1661,7 @@ static int add(const struct json *j, int root, struct config *c) {
     for (size_t i = 0; i < r.out.len; i++)
         if (!strchr(" \t\n\r\v\f", r.out.p[i])) blank = 0;
     if (r.rc != 0 && blank) {
+        release(c, &lease);
         /* " ".join(stderr.split())[-200:] or "no output" */
         struct buf words = {.max = MAX_ERR + 1};
         for (size_t i = 0; i < r.err.len;) {
@@ -1660,12 +1685,16 @@ static int add(const struct json *j, int root, struct config *c) {
     if (r.out.p) write_all(1, r.out.p, r.out.len);
     int rc = r.rc > 0 ? r.rc : (r.rc ? 1 : 0);
     run_free(&r);
-    return finish(rc, rc == 0 ? "ok" : "delegate_error");
+    const char *outcome = rc == 0 ? "ok" : "delegate_error";
+    if (release_detached(c, &lease, outcome) == 0) return rc;
+    release(c, &lease);
+    return finish(rc, outcome);
 }
 
 int main(void) {
     g_log.start_s = now_s();
     g_log.wall = wall_s();
+    g_log.pid = getpid();
     g_log.fields.max = 1 << 16;
     g_log.delegates.max = 1 << 16;
     /* SIGTERM is only ever taken inside ppoll() (see "signals"). */

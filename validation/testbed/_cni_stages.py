@@ -354,9 +354,20 @@ class CniRuntime:
     def plugin_spans(self, sandboxes: Iterable[CniSandbox]) -> list[ExecSpan]:
         """The delegates ``bootstorm-cni`` exec'd, from its log: each inside the
         plugin's own exec span (which :func:`.cni.exec_plugin` recorded)."""
-        try:
-            lines = self.plugin_log.read_text().splitlines()
-        except OSError:
+        sandboxes = list(sandboxes)
+        # An ADD's line is written by the child that releases its permit, a
+        # moment after the plugin exited (bounded by the agent's timeout_s).
+        calls = sum(1 for cs in sandboxes for e in cs.execs if e.program == WRAPPER)
+        deadline = time.monotonic() + WRAPPER_TIMEOUT_S
+        while True:
+            try:
+                lines = self.plugin_log.read_text().splitlines()
+            except OSError:
+                lines = []
+            if len(lines) >= calls or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        if not lines:
             return []
         by_container = {cs.container_id: cs.index for cs in sandboxes if cs.container_id}
         spans: list[ExecSpan] = []
