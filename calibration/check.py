@@ -859,15 +859,25 @@ def _paper_002_fct_rows() -> tuple[CheckRow, ...]:
             )
             for i, pairs in ((1, 10), (2, 50))
         ),
-        *(
-            CheckRow(
-                key="S2-Fig5/macvlan",
-                label=f"FCT p99 macvlan / OVS, {pairs} pairs",
-                value=float(macvlan[i]) / float(ovs[i]),
-                read=p99_ratio("macvlan-intra", "ovs-intra", pairs),
-                tolerance_rel=p,
-            )
-            for i, pairs in ((1, 10), (2, 50))
+        # Fitted at 50 pairs (intra_host_dataplane.PAPER_002_FIT), drawn here at each seed.
+        CheckRow(
+            key="S2-Fig5/macvlan",
+            label="FCT p99 macvlan / OVS, 50 pairs",
+            value=float(macvlan[2]) / float(ovs[2]),
+            read=p99_ratio("macvlan-intra", "ovs-intra", 50),
+            tolerance_rel=FIT_TOLERANCE,
+        ),
+        CheckRow(
+            key="S2-Fig5/macvlan-10",
+            label="FCT p99 macvlan / OVS, 10 pairs",
+            value=float(macvlan[1]) / float(ovs[1]),
+            read=p99_ratio("macvlan-intra", "ovs-intra", 10),
+            tolerance_rel=p,
+            derived_from=Derivation(
+                uses=("S2-Fig5/macvlan",),
+                formula="S2-Fig5/macvlan at 50 pairs (one fitted macvlan cost)",
+                relation=lambda at_50: at_50,
+            ),
         ),
     )
 
@@ -891,7 +901,8 @@ def _paper_002_rows() -> tuple[CheckRow, ...]:
         return lambda runs: runs.flows(pinned).aggregate_gbps / runs.flows(free).aggregate_gbps - 1
 
     return (
-        *(from_target(t) for t in PAPER_002_FIT),
+        # S2-1's loads drawn at each seed; the fitted FCT ratio is a row below.
+        *(from_target(t) for t in PAPER_002_FIT if t.key == "S2-1"),
         *(
             _flow_row("S2-2/spread", f"{name} per-pair spread, 50 pairs", 3.0, traffic, spread, p)
             for name, traffic in (

@@ -137,24 +137,12 @@ _MISSING_CNI_COST = (
     "000's host besides their RTNL holds is not in the model (docs/fidelity.md)"
 )
 
-_MACVLAN_ASSUMED = (
-    "paper-002's macvlan cost per skb is an assumption (veth's, paper-004's fit scaled by "
-    "clock: no source gives macvlan alone), while its bridge and OVS costs are fitted to "
-    "S2-1 and carry all the VM's per-skb overhead (22.9 and 8.3 us against 0.6). Seed 002 "
-    "gives no macvlan throughput to fit it to"
-)
-
 _VXLAN_TIED = (
     "paper-004 ties VXLAN's per-packet cost to the bridge's and veth's (0.54 us each), "
     "fitted to the Docker overlay alone; seed 004's Linux overlay (6.5 / 4.7 Gbps against "
     "Docker's 6.4 / 3.9) says VXLAN is nearly all of the overlay's cost for TCP. Untying it "
     "(two more rows, one more cost) has not been tried"
 )
-
-
-def _macvlan(t: Traffic) -> bool:
-    """A load through a macvlan stage (seed 002's macvlan driver, or a NIC's)."""
-    return any(s.cost == "macvlan" for s in t.data_path.stages)
 
 
 _OVERLAYS = frozenset({"docker-overlay", "linux-overlay", "ovs-overlay"})
@@ -494,32 +482,12 @@ KNOWN_MISSES: dict[str, KnownMiss] = keyed(
             traffic=lambda t: t.placement == "pinned-together",
         ),
         KnownMiss(
-            key="S2-Fig2/order",
-            row="S2-Fig2",
-            profile="paper-002",
-            says="macvlan carries 82 Gbps at 50 pairs in the model, above OVS (70) and bridge "
-            "(56); seed 002 measured OVS > macvlan > bridge: a macvlan what-if is likely "
-            "too fast against OVS",
-            why=_MACVLAN_ASSUMED,
-            traffic=_macvlan,
-        ),
-        KnownMiss(
-            key="S2-Fig5/macvlan",
-            row="S2-Fig5",
-            profile="paper-002",
-            says="macvlan's p99 flow completion time is 0.75x (10 pairs) and 0.79x (50) OVS's "
-            "in the model, 1.05x and 1.11x in seed 002 (Fig. 5): macvlan flows finish too "
-            "soon against OVS",
-            why=_MACVLAN_ASSUMED,
-            traffic=lambda t: _macvlan(t) and t.flow_bytes is not None,
-        ),
-        KnownMiss(
             key="S2-Fig5/p99",
             row="S2-Fig5",
             profile="paper-002",
-            says="p99 completion of 5 MB flows is 6-12 ms at 10 pairs and 27-46 ms at 50 in "
+            says="p99 completion of 5 MB flows is 8-12 ms at 10 pairs and 34-46 ms at 50 in "
             "the model, 111-154 and 146-203 ms in seed 002 (Fig. 5): flow completion times "
-            "are 4-18x too short",
+            "are 4-13x too short",
             why="The model's completion time is the size over the flow's steady CPU-bound "
             "rate; seed 002's 5 MB took 0.27 Gbps at 10 pairs where iperf got 5 Gbps per "
             "pair, so most of its FCT is what a fluid model lacks: netcat's start and "
@@ -530,8 +498,8 @@ KNOWN_MISSES: dict[str, KnownMiss] = keyed(
             key="S2-Fig5/growth",
             row="S2-Fig5",
             profile="paper-002",
-            says="from 10 to 50 pairs p99 flow completion grows 3.9-4.3x in the model (+288% "
-            "to +327%), by a third in seed 002 (+31% to +40%): a what-if on more pairs "
+            says="from 10 to 50 pairs p99 flow completion grows 3.9-4.1x in the model (+288% "
+            "to +305%), by a third in seed 002 (+31% to +40%): a what-if on more pairs "
             "overstates the growth of completion times",
             why="In the model every flow shares the saturated vCPUs for its whole life, so "
             "5x the pairs is about 4x the time; seed 002's times are mostly a fixed part "
