@@ -141,7 +141,10 @@ _VXLAN_TIED = (
     "paper-004 ties VXLAN's per-packet cost to the bridge's and veth's (0.54 us each), "
     "fitted to the Docker overlay alone; seed 004's Linux overlay (6.5 / 4.7 Gbps against "
     "Docker's 6.4 / 3.9) says VXLAN is nearly all of the overlay's cost for TCP. Untying it "
-    "(two more rows, one more cost) has not been tried"
+    "(5 costs for the 6 single-flow rows) was tried and not kept: the best fit holds the "
+    "Linux overlay's TCP (+3.7%) but not its UDP (-6.2%) and moves Docker's fitted UDP to "
+    "+5.8%: per-packet costs alone cannot make bridge and veth 2% of the chain for TCP "
+    "and 17% for UDP"
 )
 
 
