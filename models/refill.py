@@ -97,6 +97,8 @@ def refill_copies(
     the most any kind's target rose at one start (in start order)."""
     if not targets:
         return 1
+    if all(not t.size or (int(t.min()) == int(t.max()) == initial[k]) for k, t in targets.items()):
+        return 1  # static targets, the pools' sizes: no start raises one (no sort needed)
     n = len(next(iter(targets.values())))
     times = np.zeros(n) if arrival_s is None else np.asarray(arrival_s, dtype=np.float64)
     order = np.argsort(times, kind="stable")

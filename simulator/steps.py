@@ -527,8 +527,9 @@ def compile_program(
             which[i] = templates.of(plan)
         counts = np.bincount(which, minlength=templates.count)
     at_zero = None
+    given: np.ndarray | None = None
     if arrival_s is not None:
-        given = np.asarray(arrival_s, dtype=np.float64)
+        given = np.asarray(arrival_s, dtype=np.float64)  # once: a day's tuple takes 50 ms
         at_zero = int(np.count_nonzero(~(given > 0.0))) if given.shape == (n,) else None
     check_fits(
         templates.estimate(
@@ -543,7 +544,7 @@ def compile_program(
         assert isinstance(plans, CyclicPlans)
         # Repeats the cycle (np.resize, without its Python-level concatenation).
         which = cycle[np.arange(n) % cycle.size] if cycle.size > 1 else np.full(n, cycle[0])
-    arrivals = np.zeros(n) if arrival_s is None else np.asarray(arrival_s, dtype=np.float64)
+    arrivals = np.zeros(n) if given is None else given
     if arrivals.shape != (n,):
         raise ProgramError(
             f"`arrival_s` must have one entry per sandbox ({n}), got {arrivals.shape}"

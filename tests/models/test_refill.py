@@ -125,3 +125,22 @@ def test_bad_refill_values_name_the_field() -> None:
         TunedConfig(pool_refill={"follow_rate": {"window_s": 0.5}})
     with pytest.raises(ConfigError, match=r"pool_refill\.concurrency"):
         Scenario(pool_refill={"concurrency": True})
+
+
+@pytest.mark.parametrize(
+    ("targets", "arrivals", "initial", "copies"),
+    [
+        ({"netns": [3, 3, 3], "ipvtap": [2, 2, 2]}, [0, 1, 2], {"netns": 3, "ipvtap": 2}, 1),
+        ({"netns": [5, 5, 5]}, [0, 1, 2], {"netns": 3}, 3),  # the first start raises it by 2
+        ({"netns": [3, 4, 6, 2]}, [0, 1, 2, 3], {"netns": 3}, 3),  # 4 -> 6 at the third start
+        ({"netns": [3, 6, 4, 2]}, [0, 2, 1, 3], {"netns": 3}, 3),  # the same, listed out of order
+        ({"netns": []}, [], {"netns": 3}, 1),
+    ],
+)
+def test_refill_copies_count_the_largest_rise(
+    targets: dict[str, list[int]], arrivals: list[float], initial: dict[str, int], copies: int
+) -> None:
+    """One turn for the taken device plus the largest rise of a target at one
+    start, in time order; static targets (the pools' sizes) rise nowhere."""
+    arrays = {k: np.array(v, dtype=np.int64) for k, v in targets.items()}
+    assert refill_copies(arrays, arrival_s=arrivals, initial=initial) == copies

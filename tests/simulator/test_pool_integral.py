@@ -17,9 +17,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bootstorm.simulator._build import _branch_finish
+from bootstorm.simulator._build import PoolLog, _branch_finish
 from bootstorm.simulator.fast import by_stage_durations
-from bootstorm.simulator.result import PoolTimeline
+from bootstorm.simulator.result import PoolEvent, PoolTimeline
 
 
 def _old_ready_at(line: PoolTimeline, times_s: object) -> np.ndarray:
@@ -143,3 +143,30 @@ def test_branch_ends_as_by_scatter(per: list[list[int]], shuffled: bool) -> None
         want = np.full(len(per), np.nan)
         np.fmax.at(want, parent[kind == k], done[kind == k])
         assert got[name].tobytes() == want.tobytes()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    events=st.lists(
+        st.tuples(st.integers(0, 1), st.integers(0, 4), st.integers(0, 40)), max_size=80
+    )
+)
+def test_empty_starts_as_by_unique(events: list[tuple[int, int, int]]) -> None:
+    """The starts that found a device pool empty: sorted, once each (a
+    ticket pool's misses left out), as ``np.unique`` of their tasks."""
+    pool = np.array([e[0] for e in events], dtype=np.int32)
+    event = np.array([e[1] for e in events], dtype=np.int8)
+    task = np.array([e[2] for e in events], dtype=np.int64)
+    log = PoolLog(
+        t_s=np.zeros(pool.size),
+        pool=pool,
+        event=event,
+        ready=np.zeros(pool.size, dtype=np.int32),
+        making=np.zeros(pool.size, dtype=np.int32),
+        task=task,
+    )
+    program = SimpleNamespace(pools=[SimpleNamespace(ticket=False), SimpleNamespace(ticket=True)])
+    got = log.empty_starts(program)
+    missed = (event == PoolEvent.MISS) & (pool == 0)
+    want = np.unique(task[missed]) if missed.any() else np.zeros(0, dtype=np.int64)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()
