@@ -1,4 +1,4 @@
-"""Tens of real node agents on loopback, in one background event loop, with traffic.
+"""Tens of real node agents on loopback, in processes of their own, with traffic.
 
 Each agent is the real aiohttp application (``create_app``: leases, ``PUT
 /config`` saved in its own state directory, ``/metrics``) on a free port,
@@ -11,18 +11,30 @@ stage ``StartVM`` for ``hold_s``, through the agent's own lease table (the
 path an acquire/release takes in the handler, without the HTTP cost: 50
 agents' traffic fits on 2 cores), so a config that limits the stage to 1
 queues the starts for real and the agent's ``stage_seconds`` shows it.
+
+The agents run in up to ``processes`` forked processes (an event loop each,
+agents dealt to them in turn), apart from the test's own, as nodes are
+apart: with all of them on one loop in the test's process, a scrape of 47
+agents' ``/metrics`` at a window's edge, or the rollout's own work holding
+the GIL, stalled every agent's timers at once and a harmless push read as a
+StartVM p99 of 704 ms against 70 ms (a loaded CI host). What the test reads
+back is what a node keeps on disk: the config in force from the agent's
+saved state, and one line per ``PUT /config`` it was sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import multiprocessing
 import os
 import random
-import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from conftest import TOKEN, NoDevices
@@ -32,39 +44,53 @@ from bootstorm.models import TunedConfig
 from bootstorm.validation.agent import AgentSettings, create_app
 from bootstorm.validation.agent._leases import LeaseError
 from bootstorm.validation.agent._server import AGENT
+from bootstorm.validation.agent._state import ConfigStore
 
 Behaviour = str  # "ok", "slow", "failing", "dropping", "refusing"
+#: How long a process may take to start its agents, or to stop them.
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoopbackAgent:
+    """One agent as the test sees it: its address, and what it keeps on disk."""
+
     name: str
     url: str
     behaviour: Behaviour
-    app: web.Application
-    runner: web.AppRunner
-    puts: list[float] = field(default_factory=list)
+    state_dir: Path
+    pool_id: int
+    start_config: TunedConfig
 
     @property
     def config(self) -> TunedConfig:
-        config: TunedConfig = self.app[AGENT].config
-        return config
+        """The config in force: saved before it is applied (``_state``)."""
+        saved = ConfigStore(self.state_dir, self.pool_id).load()
+        return saved.config if saved is not None else self.start_config
 
     @property
-    def generation(self) -> int:
-        generation: int = self.app[AGENT].generation
-        return generation
+    def puts(self) -> list[str]:
+        """One line per ``PUT /config`` it was sent (its loop's time)."""
+        path = self.state_dir / "puts"
+        return path.read_text().splitlines() if path.exists() else []
 
 
-def _behaviour_middleware(
-    behaviour: Behaviour, delay_s: float, puts: list[float]
-) -> Callable[..., Awaitable[web.StreamResponse]]:
+@dataclass(frozen=True)
+class _Spec:
+    index: int
+    behaviour: Behaviour
+    state_dir: Path
+    pool_id: int
+    seed: int
+
+
+def _behaviour_middleware(behaviour: Behaviour, delay_s: float, puts: Path) -> Any:
     @web.middleware
-    async def behave(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
+    async def behave(request: web.Request, handler: Any) -> web.StreamResponse:
         if request.method == "PUT" and request.path == "/config":
-            puts.append(asyncio.get_running_loop().time())
+            with puts.open("a") as f:
+                f.write(f"{asyncio.get_running_loop().time()}\n")
         if behaviour == "slow":
             await asyncio.sleep(delay_s)
         elif behaviour == "failing":
@@ -82,8 +108,97 @@ def _behaviour_middleware(
     return behave
 
 
+async def _starts(
+    app: web.Application, rng: random.Random, stop: asyncio.Event, *, rate: float, hold_s: float
+) -> None:
+    leases = app[AGENT].leases
+    pending: set[asyncio.Task[None]] = set()
+    n = 0
+
+    async def one(holder: str) -> None:
+        try:
+            lease = await leases.acquire("StartVM", holder, 5.0)
+        except LeaseError:
+            return
+        await asyncio.sleep(hold_s)
+        with suppress(LeaseError):
+            leases.release(lease.lease_id)
+
+    while not stop.is_set():
+        await asyncio.sleep(rng.expovariate(rate))
+        n += 1
+        task = asyncio.create_task(one(f"sb-{n}"))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+    for task in list(pending):
+        task.cancel()
+
+
+def _serve(
+    specs: list[_Spec],
+    config: TunedConfig,
+    rate: float,
+    hold_s: float,
+    delay_s: float,
+    conn: Connection,
+) -> None:
+    """A forked process's life: start its agents, send their URLs, serve and
+    drive traffic until the parent says stop, then clean up and say done."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    stop = asyncio.Event()
+    runners: list[web.AppRunner] = []
+    apps: list[web.Application] = []
+
+    async def start() -> dict[int, str]:
+        urls = {}
+        for spec in specs:
+            settings = AgentSettings(
+                token=SecretStr(TOKEN), port=0, pool_id=spec.pool_id, state_dir=spec.state_dir
+            )
+            app = create_app(settings, config, device_ops=NoDevices())
+            app.middlewares.append(
+                _behaviour_middleware(spec.behaviour, delay_s, spec.state_dir / "puts")
+            )
+            runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            host, port = runner.addresses[0][:2]
+            urls[spec.index] = f"http://{host}:{port}"
+            runners.append(runner)
+            apps.append(app)
+        return urls
+
+    async def run() -> None:
+        traffic = [
+            asyncio.create_task(
+                _starts(app, random.Random(spec.seed), stop, rate=rate, hold_s=hold_s)
+            )
+            for app, spec in zip(apps, specs, strict=True)
+        ]
+        loop.add_reader(conn.fileno(), stop.set)
+        await stop.wait()
+        loop.remove_reader(conn.fileno())
+        await asyncio.gather(*traffic, return_exceptions=True)
+        for app, runner in zip(apps, runners, strict=True):
+            app[AGENT].leases.close()
+            await runner.cleanup()
+
+    code = 1
+    try:
+        conn.send(loop.run_until_complete(start()))
+        loop.run_until_complete(run())
+        conn.send("done")
+        code = 0
+    except BaseException as exc:  # the parent reads it as one line
+        with contextlib.suppress(Exception):
+            conn.send(f"error: {type(exc).__name__}: {exc}")
+    finally:
+        os._exit(code)  # a forked test process: no pytest teardown here
+
+
 class LoopbackFleet:
-    """Agents and their traffic on one event loop in a daemon thread."""
+    """Agents and their traffic in up to ``processes`` processes."""
 
     def __init__(
         self,
@@ -95,86 +210,70 @@ class LoopbackFleet:
         hold_s: float = 0.05,
         delay_s: float = 0.3,
         seed: int = 7,
+        processes: int = 10,
     ) -> None:
-        self._root = state_root
-        self._behaviours = list(behaviours)
         self._config = config or TunedConfig(lease_ttl_s=10.0)
         self._rate = rate
         self._hold_s = hold_s
         self._delay_s = delay_s
-        self._seed = seed
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        base = 5000 + (os.getpid() % 60) * 80
+        self._specs = [
+            _Spec(i, b, state_root / f"agent-{i}", base + i, seed * 1000 + i)
+            for i, b in enumerate(behaviours)
+        ]
+        for spec in self._specs:
+            spec.state_dir.mkdir(parents=True, exist_ok=True)
+        count = max(1, min(processes, len(self._specs)))
+        self._groups = [self._specs[k::count] for k in range(count)]
+        self._procs: list[tuple[Any, Connection]] = []
         self.agents: list[LoopbackAgent] = []
-        self._traffic: list[asyncio.Task[None]] = []
-        self._stop = asyncio.Event()
-
-    def call(self, coro: Awaitable[object], timeout_s: float = 60.0) -> object:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)  # type: ignore[arg-type]
 
     def start(self) -> None:
-        self._thread.start()
-        self.call(self._start())
-
-    async def _start(self) -> None:
-        base = 5000 + (os.getpid() % 60) * 80
-        for i, behaviour in enumerate(self._behaviours):
-            settings = AgentSettings(
-                token=SecretStr(TOKEN),
-                port=0,
-                pool_id=base + i,
-                state_dir=self._root / f"agent-{i}",
+        # fork: the children have this process's imports (no second start-up).
+        ctx = multiprocessing.get_context("fork")
+        urls: dict[int, str] = {}
+        for group in self._groups:
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(
+                target=_serve,
+                args=(group, self._config, self._rate, self._hold_s, self._delay_s, theirs),
+                daemon=True,
             )
-            app = create_app(settings, self._config, device_ops=NoDevices())
-            puts: list[float] = []
-            app.middlewares.append(_behaviour_middleware(behaviour, self._delay_s, puts))
-            runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            host, port = runner.addresses[0][:2]
-            url = f"http://{host}:{port}"
-            self.agents.append(LoopbackAgent(f"node-{i:02d}", url, behaviour, app, runner, puts))
-        for i, agent in enumerate(self.agents):
-            rng = random.Random(self._seed * 1000 + i)
-            self._traffic.append(asyncio.create_task(self._starts(agent, rng)))
-
-    async def _starts(self, agent: LoopbackAgent, rng: random.Random) -> None:
-        leases = agent.app[AGENT].leases
-        pending: set[asyncio.Task[None]] = set()
-        n = 0
-
-        async def one(holder: str) -> None:
-            try:
-                lease = await leases.acquire("StartVM", holder, 5.0)
-            except LeaseError:
-                return
-            await asyncio.sleep(self._hold_s)
-            with suppress(LeaseError):
-                leases.release(lease.lease_id)
-
-        while not self._stop.is_set():
-            await asyncio.sleep(rng.expovariate(self._rate))
-            n += 1
-            task = asyncio.create_task(one(f"sb-{n}"))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-        for task in list(pending):
-            task.cancel()
+            proc.start()
+            theirs.close()
+            self._procs.append((proc, mine))
+        for proc, conn in self._procs:
+            if not conn.poll(START_TIMEOUT_S):
+                raise RuntimeError(f"fleet process {proc.pid}: no agents in {START_TIMEOUT_S} s")
+            got = conn.recv()
+            if isinstance(got, str):
+                raise RuntimeError(f"fleet process {proc.pid}: {got}")
+            urls.update(got)
+        self.agents = [
+            LoopbackAgent(
+                name=f"node-{s.index:02d}",
+                url=urls[s.index],
+                behaviour=s.behaviour,
+                state_dir=s.state_dir,
+                pool_id=s.pool_id,
+                start_config=self._config,
+            )
+            for s in self._specs
+        ]
 
     def stop(self) -> None:
-        async def _stop() -> None:
-            self._stop.set()
-            await asyncio.gather(*self._traffic, return_exceptions=True)
-            for agent in self.agents:
-                agent.app[AGENT].leases.close()
-                await agent.runner.cleanup()
-
-        try:
-            self.call(_stop())
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
+        for _proc, conn in self._procs:
+            with suppress(OSError):
+                conn.send("stop")
+        for proc, conn in self._procs:
+            with suppress(OSError, EOFError):
+                if conn.poll(STOP_TIMEOUT_S):
+                    conn.recv()
+            proc.join(STOP_TIMEOUT_S)
+            if proc.is_alive():  # ours, by PID: it did not stop in time
+                proc.kill()
+                proc.join(5)
+            conn.close()
 
     def inventory(
         self, path: Path, *, labels: Callable[[int], dict[str, str]] | None = None
@@ -195,11 +294,11 @@ class LoopbackFleet:
 
 @contextmanager
 def loopback_fleet(
-    state_root: Path, behaviours: Sequence[Behaviour], **kw: object
+    state_root: Path, behaviours: Sequence[Behaviour], **kw: Any
 ) -> Iterator[LoopbackFleet]:
-    fleet = LoopbackFleet(state_root, behaviours, **kw)  # type: ignore[arg-type]
-    fleet.start()
+    fleet = LoopbackFleet(state_root, behaviours, **kw)
     try:
+        fleet.start()
         yield fleet
     finally:
         fleet.stop()
