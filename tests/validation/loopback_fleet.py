@@ -103,7 +103,8 @@ def _behaviour_middleware(behaviour: Behaviour, delay_s: float, puts: Path) -> A
             return web.json_response(
                 {"error": "config: refused by this node's policy", "problems": []}, status=422
             )
-        return await handler(request)
+        response: web.StreamResponse = await handler(request)
+        return response
 
     return behave
 
