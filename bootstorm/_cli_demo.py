@@ -20,7 +20,7 @@ from ._api import simulate
 from ._io import shown_text, terminal_console, write_atomically
 from ._render import comparison_table, print_caution, print_identification, result_tables
 from .models import ConfigError, Scenario
-from .workflows import identification, known_misses, what_if
+from .workflows import WhatIf, known_misses, what_if
 
 __all__ = ["DEMO_TRIALS", "SPREAD_SEEDS", "demo_cmd", "run_demo"]
 
@@ -77,7 +77,6 @@ def run_demo(
     import optuna
 
     from ._render_optimize import config_summary
-    from .calibration.tornado import tornado
     from .optimizers import SearchSpace, StudySpec, optimize
     from .report import write_report
 
@@ -170,7 +169,9 @@ def run_demo(
     console.print(comparison_table("before / after", final))
     console.print(config_summary(tuned_config), soft_wrap=True)
     known = print_caution(console, known_misses(tuned, tuned_result))
-    unidentified = identification(tuned, result=tuned_result)
+    # One set of storms at the unidentified costs' ends: the cautions and the tornado.
+    tuned_what = WhatIf(scenario=tuned, result=tuned_result, profile=load_profile(tuned.profile))
+    unidentified = tuned_what.identification
     print_identification(console, unidentified)
     config_path = output_dir / "tuned.yaml"
     write_atomically(config_path, tuned_config.to_yaml())
@@ -190,6 +191,6 @@ def run_demo(
                 ("pools", ", ".join(f"{k}={v}" for k, v in tuned_config.pools.items())),
             ],
             caveats=known,
-            sensitivity=tornado(tuned, base=tuned_result),
+            sensitivity=tuned_what.tornado,
         )
         console.print(f"report written to [bold]{report_path}[/] (opens offline)")

@@ -117,7 +117,6 @@ def report_cmd(
         assert source is not None
         title, kw = _recorded(Path(source))
     else:
-        from .calibration.tornado import tornado
         from .workflows import what_if
 
         scenario = scenario_from_options(
@@ -134,8 +133,8 @@ def report_cmd(
             "caveats": what.known.misses,
             "unidentified": what.identification.cautions,
             "stale": what.identification.stale,
-            # Each unidentified cost at both ends (two compiled storms each: well under 1 s).
-            "sensitivity": tornado(scenario, base=what.result),
+            # Each unidentified cost at both ends: the storms the cautions ran.
+            "sensitivity": what.tornado,
         }
     write_report(output, title=title, **kw)
     terminal_console().print(

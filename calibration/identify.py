@@ -385,12 +385,15 @@ def sensitivities(
     seed: int | None = None,
     executor: str = "compiled",
     base: Result | None = None,
+    runs: DirectionRuns | None = None,
 ) -> tuple[Sensitivity, ...]:
     """The what-if at both ends of each unseen direction of ``profile``
     (default: the scenario's): how its makespan and mean startup move,
     largest first. A direction the what-if does not use moves nothing and is
-    left out."""
-    runs = direction_runs(scenario, profile=profile, seed=seed, executor=executor, base=base)
+    left out. ``runs``: those storms already run (:func:`direction_runs`),
+    read instead of running them again."""
+    if runs is None:
+        runs = direction_runs(scenario, profile=profile, seed=seed, executor=executor, base=base)
     ref = runs.reference
     out = []
     for direction, moved in zip(runs.identification.unseen, runs.ends, strict=True):
@@ -411,15 +414,18 @@ def whatif_cautions(
     seed: int | None = None,
     executor: str = "compiled",
     base: Result | None = None,
+    runs: DirectionRuns | None = None,
 ) -> tuple[IdentificationCaution, ...]:
     """The unseen directions that move this what-if's makespan or mean
-    startup by more than the profile's own error (see :func:`sensitivities`)."""
+    startup by more than the profile's own error (see :func:`sensitivities`;
+    ``runs``: its storms already run)."""
     prof = _resolve(scenario, profile)
     error = identification_of(prof).error_rel
+    found = sensitivities(
+        scenario, profile=prof, seed=seed, executor=executor, base=base, runs=runs
+    )
     return tuple(
-        IdentificationCaution(sensitivity=s, error_rel=error)
-        for s in sensitivities(scenario, profile=prof, seed=seed, executor=executor, base=base)
-        if s.moves_rel > error
+        IdentificationCaution(sensitivity=s, error_rel=error) for s in found if s.moves_rel > error
     )
 
 

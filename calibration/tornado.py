@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..models import Profile, Scenario, UnseenDirection
 from ..simulator import Result, StartupSummary
-from .identify import direction_runs
+from .identify import DirectionRuns, direction_runs
 
 __all__ = ["NEGLIGIBLE_S", "Tornado", "TornadoBar", "tornado"]
 
@@ -99,6 +99,7 @@ def tornado(
     seed: int | None = None,
     executor: str = "compiled",
     base: Result | StartupSummary | None = None,
+    runs: DirectionRuns | None = None,
 ) -> Tornado:
     """``scenario`` at both ends of each unseen direction of ``profile``
     (default: the scenario's), one direction at a time.
@@ -107,8 +108,11 @@ def tornado(
     scenario's own); ``base``: the what-if already simulated with that seed
     (not run again). Two storms per direction, on the compiled executor by
     default: a built-in profile's 19 assumptions take under a second for a
-    400-sandbox storm once the simulator is compiled."""
-    runs = direction_runs(scenario, profile=profile, seed=seed, executor=executor, base=base)
+    400-sandbox storm once the simulator is compiled. ``runs``: those storms
+    already run (:func:`~.identify.direction_runs`, as a what-if's cautions
+    ran them), read instead of running them again."""
+    if runs is None:
+        runs = direction_runs(scenario, profile=profile, seed=seed, executor=executor, base=base)
     ident, ref = runs.identification, runs.reference
     bars = []
     for direction, (low, high) in zip(ident.unseen, runs.ends, strict=True):

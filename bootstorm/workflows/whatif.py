@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Any
 from ..calibration import KnownMiss, caveats
 from ..calibration.identify import (
     DEFAULT_ERROR_REL,
+    DirectionRuns,
     IdentificationCaution,
+    direction_runs,
     identification_of,
     whatif_cautions,
 )
+from ..calibration.tornado import Tornado, tornado
 from ..models import Profile, Scenario, Traffic, load_profile
 from ..models.testbed import plugin_cautions
 
@@ -130,6 +133,18 @@ class WhatIf:
         return known_misses(self.scenario, self.result)
 
     @functools.cached_property
+    def direction_runs(self) -> DirectionRuns:
+        """The storm at both ends of each cost the profile never identified
+        (two storms a cost), run once for the cautions and the tornado."""
+        return unseen_direction_runs(
+            self.scenario,
+            profile=self.profile,
+            result=self.result,
+            seed=self.seed,
+            executor=self.executor,
+        )
+
+    @functools.cached_property
     def identification(self) -> Identification:
         """The costs the profile never identified that move this answer."""
         return identification(
@@ -138,6 +153,17 @@ class WhatIf:
             result=self.result,
             seed=self.seed,
             executor=self.executor,
+            runs=self.direction_runs,
+        )
+
+    @functools.cached_property
+    def tornado(self) -> Tornado:
+        """Each unidentified cost at both ends: the report's tornado chart."""
+        return tornado(
+            self.scenario,
+            profile=self.profile,
+            executor=self.executor,
+            runs=self.direction_runs,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -237,16 +263,19 @@ def identification(
     result: Result | None = None,
     seed: SeedLike = None,
     executor: str = "compiled",
+    runs: DirectionRuns | None = None,
 ) -> Identification:
     """The unidentified costs that move ``scenario`` beyond its profile's
     error. ``result``: the what-if already simulated with ``seed``, so that
     it is not run again (a Generator seed cannot be replayed: then the ends
-    are drawn from the scenario's own seed)."""
+    are drawn from the scenario's own seed); ``runs``: the ends already run
+    (:func:`unseen_direction_runs`)."""
     prof = profile if profile is not None else load_profile(scenario.profile)
-    if seed is None or isinstance(seed, int):
-        found = whatif_cautions(scenario, profile=prof, seed=seed, executor=executor, base=result)
-    else:
-        found = whatif_cautions(scenario, profile=prof, executor=executor)
+    if runs is None:
+        runs = unseen_direction_runs(
+            scenario, profile=prof, result=result, seed=seed, executor=executor
+        )
+    found = whatif_cautions(scenario, profile=prof, executor=executor, runs=runs)
     return Identification(
         cautions=found,
         error_rel=identification_of(prof).error_rel,
@@ -255,6 +284,23 @@ def identification(
         stale=staleness(prof),
         plugin=plugin_cautions(scenario.cni, prof),
     )
+
+
+def unseen_direction_runs(
+    scenario: Scenario,
+    *,
+    profile: Profile,
+    result: Result | None = None,
+    seed: SeedLike = None,
+    executor: str = "compiled",
+) -> DirectionRuns:
+    """``scenario`` at both ends of each unseen direction of ``profile``:
+    with ``result`` (run with ``seed``) as the reference where ``seed`` can
+    be replayed (an ``int`` or None); a Generator cannot, and then the ends
+    and the reference are drawn from the scenario's own seed."""
+    if seed is None or isinstance(seed, int):
+        return direction_runs(scenario, profile=profile, seed=seed, executor=executor, base=result)
+    return direction_runs(scenario, profile=profile, executor=executor)
 
 
 def staleness(profile: Profile, *, now: datetime | None = None) -> tuple[str, ...]:

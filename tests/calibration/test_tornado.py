@@ -67,3 +67,29 @@ def test_its_ends_are_the_cautions_ends() -> None:
 def test_swing_names_its_metrics(three: Tornado) -> None:
     with pytest.raises(ValueError, match="metric: one of makespan, mean, p99"):
         three.swing_s(three.bars[0], "p50")
+
+
+def test_a_what_ifs_cautions_and_tornado_run_the_ends_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`report` and the demo read both off one what-if: its unidentified
+    costs' ends are run once (they were run twice, once per use)."""
+    from bootstorm.calibration import identify
+    from bootstorm.workflows import WhatIf
+
+    prof = _assumed("costs.ipam_s", "costs.vm_boot_sleep_s")
+    base = simulate(STORM, seed=3, executor="compiled")
+    ran: list[int] = []
+    real = identify._summaries
+
+    def counted(storms, seed, executor):  # type: ignore[no-untyped-def]
+        ran.append(len(storms))
+        return real(storms, seed, executor)
+
+    monkeypatch.setattr(identify, "_summaries", counted)
+    what = WhatIf(scenario=STORM, result=base, profile=prof, seed=3)
+    cautions = what.identification.cautions
+    bars = what.tornado.bars
+    assert ran == [4]  # two costs, both ends, once; the base is the what-if's own
+    assert what.tornado == tornado(STORM, profile=prof, seed=3, base=base)
+    assert {c.costs for c in cautions} <= {b.costs for b in bars}
