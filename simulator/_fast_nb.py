@@ -1125,7 +1125,14 @@ def run_kernel(
     initial_pools = pool_left.copy()
     # Sandboxes that arrive after time 0, by (time, task): the order of their
     # arrival events, whose keys grow with the task (starts run in task order).
-    by_time = np.argsort(arrival, kind="mergesort")
+    # A day's arrivals come sorted: then the stable order is the identity,
+    # found in one pass (the sort took 0.1 s of a million).
+    in_order = True
+    for i in range(1, n):
+        if not arrival[i] >= arrival[i - 1]:  # NaN too: left to the sort
+            in_order = False
+            break
+    by_time = np.arange(n) if in_order else np.argsort(arrival, kind="mergesort")
     arrivals = by_time[np.searchsorted(arrival[by_time], 0.0, side="right") :]
     while True:
         # CPU state and accounts

@@ -266,3 +266,23 @@ def test_running_out_of_task_slots_starts_again_to_the_same_bit(spare_slots: int
 def test_generated_programs_with_few_task_slots(case: Case) -> None:
     program = case.compile()
     _same_raw(_raw(program, 0), _raw(program, None))
+
+
+@pytest.mark.parametrize(
+    "order",
+    ["sorted", "reversed", "ties and zeros", "one out of place"],
+)
+def test_arrivals_in_any_order_run_to_the_reference(order: str) -> None:
+    """The loop reads arrivals already in time order as they are (a day's
+    trace) and sorts any others (stably: ties in sandbox order)."""
+    times = np.linspace(0.0, 2.0, 40)
+    arrivals = {
+        "sorted": times,
+        "reversed": times[::-1],
+        "ties and zeros": np.repeat([0.0, 0.0, 0.5, 1.0], 10),
+        "one out of place": np.concatenate((times[:20], [0.1], times[21:])),
+    }[order]
+    program = compile_scenario(
+        Scenario(cni="ipvtap", sandboxes=40, arrival_s=tuple(arrivals.tolist()))
+    )
+    assert_equivalent(program)
