@@ -317,3 +317,39 @@ def least_squares_fit(
         jacobian=np.asarray(sol.jac),
         rows=tuple(used),
     )
+
+
+def fit_published(
+    profile: str,
+    module: str,
+    *,
+    start: Profile | None,
+    targets: Sequence[PaperTarget],
+    params: Sequence[FreeParameter],
+    seed: int = 0,
+    executor: str = "compiled",
+    max_evaluations: int = 200,
+    on_evaluation: Callable[[int, float], None] | None = None,
+) -> FitReport:
+    """A published profile's fit: ``params`` of ``start`` (default: the
+    built-in ``profile``) fitted to ``targets``, each fitted number's source
+    naming its rows, the command that reproduces it and ``module`` (the file
+    that declares the fit); the report checks the fit rows on ``seed``."""
+    from ..models import load_profile
+    from .targets import check_targets
+
+    base = start if start is not None else load_profile(profile)
+    fit = least_squares_fit(
+        base,
+        targets,
+        params,
+        source_for=lambda ids: (
+            f"fit: {', '.join(ids)} by `bootstorm calibrate --targets {profile}` ({module})"
+        ),
+        seed=seed,
+        executor=executor,
+        max_evaluations=max_evaluations,
+        on_evaluation=on_evaluation,
+    )
+    fitted = [t for t in targets if t.role == "fit"]
+    return fit.report(tuple(check_targets(fitted, fit.profile, seed=seed, executor=executor)))

@@ -26,8 +26,8 @@ from ..models import Profile, load_profile
 from ..models.dataplane import Traffic
 from ..models.softirq import DataplaneResult, solve_on_profile
 from ._dataplane import dataplane_evaluator
-from ._fit import FitReport, FreeParameter, least_squares_fit
-from .targets import PaperTarget, check_targets
+from ._fit import FitReport, FreeParameter, fit_published
+from .targets import PaperTarget
 
 __all__ = [
     "FCT_BYTES",
@@ -125,22 +125,14 @@ def fit_paper_002(
     on_evaluation: Callable[[int, float], None] | None = None,
 ) -> FitReport:
     """Fit ``params`` of ``start`` (default: the built-in ``paper-002``) to ``targets``."""
-    base = start if start is not None else load_profile(PROFILE)
-    fit = least_squares_fit(
-        base,
-        targets,
-        params,
-        source_for=lambda ids: (
-            f"fit: {', '.join(ids)} by `bootstorm calibrate --targets "
-            "paper-002` (calibration/intra_host_dataplane.py)"
-        ),
+    return fit_published(
+        PROFILE,
+        "calibration/intra_host_dataplane.py",
+        start=start,
+        targets=targets,
+        params=params,
         seed=seed,
         executor=executor,
         max_evaluations=max_evaluations,
         on_evaluation=on_evaluation,
     )
-    fitted = fit.profile
-    checks = tuple(
-        check_targets([t for t in targets if t.role == "fit"], fitted, seed=seed, executor=executor)
-    )
-    return fit.report(checks)

@@ -37,10 +37,10 @@ from ..models.rdma import (
     request_s,
     single_connection_gbps,
 )
-from ._fit import FitReport, FreeParameter, least_squares_fit
+from ._fit import FitReport, FreeParameter, fit_published
 from .check import CheckRow, Runs, from_target
 from .rows import Derivation
-from .targets import FIT_TOLERANCE, PREDICT_TOLERANCE, PaperTarget, check_targets
+from .targets import FIT_TOLERANCE, PREDICT_TOLERANCE, PaperTarget
 
 __all__ = [
     "FREE_PARAMETERS_003",
@@ -141,26 +141,17 @@ def fit_paper_003(
     on_evaluation: Callable[[int, float], None] | None = None,
 ) -> FitReport:
     """Fit ``params`` of ``start`` (default: the built-in ``paper-003``) to ``targets``."""
-    base = start if start is not None else load_profile(PROFILE)
-    fit = least_squares_fit(
-        base,
-        targets,
-        params,
-        source_for=lambda ids: (
-            f"fit: {', '.join(ids)} by `bootstorm calibrate --targets "
-            "paper-003` (calibration/tsor_dataplane.py)"
-        ),
+    return fit_published(
+        PROFILE,
+        "calibration/tsor_dataplane.py",
+        start=start,
+        targets=targets,
+        params=params,
         seed=seed,
         executor=executor,
         max_evaluations=max_evaluations,
         on_evaluation=on_evaluation,
     )
-    checks = tuple(
-        check_targets(
-            [t for t in targets if t.role == "fit"], fit.profile, seed=seed, executor=executor
-        )
-    )
-    return fit.report(checks)
 
 
 def _rdma(read: Callable[[RdmaCostTable], float]) -> Callable[[Runs], float]:
