@@ -71,8 +71,13 @@ def pool_targets(
     # Starts at or before this one that are still inside the window (t - window, t].
     since = np.searchsorted(ordered, ordered - rule.window_s, side="right")
     in_window = np.arange(1, sandboxes + 1, dtype=np.int64) - since
-    # The rule per distinct count (a handful), not per start.
-    counts, where = np.unique(in_window, return_inverse=True)
+    # The rule per distinct count (a handful), not per start; the counts
+    # found by marks, not by np.unique's sort of a day's million starts.
+    present = np.bincount(in_window)  # every count >= 1: the start itself
+    counts = np.flatnonzero(present)
+    index = np.zeros(present.size, dtype=np.int64)
+    index[counts] = np.arange(counts.size)
+    where = index[in_window]
     out = {}
     for kind, floor in pools.items():
         if floor <= 0:

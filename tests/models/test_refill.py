@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bootstorm.models import (
     ConfigError,
@@ -144,3 +146,24 @@ def test_refill_copies_count_the_largest_rise(
     start, in time order; static targets (the pools' sizes) rise nowhere."""
     arrays = {k: np.array(v, dtype=np.int64) for k, v in targets.items()}
     assert refill_copies(arrays, arrival_s=arrivals, initial=initial) == copies
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    arrivals=st.lists(st.integers(0, 30).map(lambda k: k * 0.5), min_size=1, max_size=60),
+    window=st.sampled_from([1.0, 1.5, 4.0, 100.0]),
+    floor=st.integers(1, 5),
+)
+def test_following_targets_as_by_the_rule_per_start(
+    arrivals: list[float], window: float, floor: int
+) -> None:
+    """Each start's target is the rule applied to the starts in its window
+    (itself and the starts before it at its time included, in start order)."""
+    rule = PoolRefill(follow_rate=FollowRate(window_s=window, cover_s=2.0))
+    got = pool_targets(arrivals, sandboxes=len(arrivals), pools={"netns": floor}, refill=rule)
+    order = sorted(range(len(arrivals)), key=lambda i: (arrivals[i], i))
+    want = np.empty(len(arrivals), dtype=np.int64)
+    for rank, i in enumerate(order):
+        starts = sum(1 for j in order[: rank + 1] if arrivals[j] > arrivals[i] - window)
+        want[i] = follow_rate_target(starts=starts, rule=rule.follow_rate, floor=floor)
+    assert got["netns"].dtype == want.dtype and got["netns"].tolist() == want.tolist()
