@@ -20,6 +20,7 @@ opens offline and can be mailed to a colleague:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import html
 import os
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from .traces import Trace
 
 __all__ = [
+    "ReportSections",
     "best_trials",
     "breakdown_figure",
     "candidate_stages_figure",
@@ -1255,104 +1257,120 @@ def traffic_figure(result: Result, windows: Sequence[Window]) -> Any:
     return fig
 
 
-def report_html(
-    *,
-    title: str,
-    recording: Recording | None = None,
-    result: Result | None = None,
-    study: Any = None,
-    facts: Sequence[tuple[str, str]] = (),
-    caveats: Sequence[KnownMiss] = (),
-    unidentified: Sequence[Any] = (),
-    candidates: Sequence[Any] = (),
-    traffic: tuple[Result, Sequence[Window]] | None = None,
-    traffic_candidates: Sequence[Any] = (),
-    slo_p99_s: float | None = None,
-    chosen: tuple[str, Any] | None = None,
-    compared: Mapping[str, tuple[str, Result]] | None = None,
-    stale: Sequence[str] = (),
-    sensitivity: Tornado | None = None,
-    sweep: Any = None,
-) -> str:
-    """The report as one HTML document (plotly.js embedded once).
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReportSections:
+    """What one report shows, each section drawn where it is given: the one
+    typed value every producer of a report fills (``report``, ``tune``,
+    ``validate``, the demo, a notebook) and :func:`report_html` draws."""
 
-    ``traffic``: a run on a workload's schedule and its windows
-    (:func:`bootstorm.simulator.timeline.windows`), drawn by :func:`traffic_figure`.
-
-    ``caveats``: the known misses the what-if rests on
-    (:func:`bootstorm.calibration.caveats`), shown under the headline;
-    ``unidentified``: the costs the profile never identified that move it
-    (:func:`bootstorm.calibration.identify.whatif_cautions`); ``candidates``:
-    configs measured on real storms against their predictions (rows with
+    recording: Recording | None = None
+    """A storm's spans (simulated with ``record=True``, or measured): its
+    timeline, stage breakdown, locks, lock waits over time and CPU."""
+    result: Result | None = None
+    """The storm's result: the headline figures and the stages' numbers."""
+    study: Any = None
+    """An Optuna study: its history, best config and Pareto front."""
+    facts: Sequence[tuple[str, str]] = ()
+    """(label, value) lines under the title."""
+    caveats: Sequence[KnownMiss] = ()
+    """The known misses the what-if rests on (:func:`bootstorm.calibration.caveats`)."""
+    unidentified: Sequence[Any] = ()
+    """The costs the profile never identified that move it
+    (:func:`bootstorm.calibration.identify.whatif_cautions`)."""
+    candidates: Sequence[Any] = ()
+    """Configs measured on real storms against their predictions (rows with
     ``name``, ``measured_makespan_s``, ``predicted_makespan_s``,
     ``makespan_error``, ``measured_mean_s``, ``predicted_mean_s``,
-    ``mean_error``, as ``bootstorm tune`` and ``validate --candidates`` make);
-    ``traffic_candidates``: configs run on a workload (``tune --workload``'s
-    rows), with ``slo_p99_s`` drawn as memory held against p99; ``chosen``:
-    the config written, as (name, TunedConfig), or (why none, None);
-    ``compared``: what-ifs side by side, by label, each as (its scenario in
-    a line, its result): headline figures, the change against the first,
-    their stages stacked; ``stale``: why the profile may no longer be the
-    node's (``Identification.stale``), shown as cautions under the headline;
-    ``sensitivity``: the what-if at both ends of each unidentified cost
-    (:func:`bootstorm.calibration.tornado.tornado`), drawn as a tornado chart;
-    ``sweep``: a sweep's table (``bootstorm sweep --output``, a DataFrame),
-    drawn point by point (:func:`sweep_figure`) and listed."""
+    ``mean_error``, as ``bootstorm tune`` and ``validate --candidates`` make)."""
+    traffic: tuple[Result, Sequence[Window]] | None = None
+    """A run on a workload's schedule and its windows
+    (:func:`bootstorm.simulator.timeline.windows`), drawn by :func:`traffic_figure`."""
+    traffic_candidates: Sequence[Any] = ()
+    """Configs run on a workload (``tune --workload``'s rows)."""
+    slo_p99_s: float | None = None
+    """The SLO ``traffic_candidates`` are drawn against (memory held against p99)."""
+    chosen: tuple[str, Any] | None = None
+    """The config written, as (name, TunedConfig), or (why none, None)."""
+    compared: Mapping[str, tuple[str, Result]] | None = None
+    """What-ifs side by side, by label, each as (its scenario in a line, its
+    result): headline figures, the change against the first, stages stacked."""
+    stale: Sequence[str] = ()
+    """Why the profile may no longer be the node's (``Identification.stale``)."""
+    sensitivity: Tornado | None = None
+    """The what-if at both ends of each unidentified cost
+    (:func:`bootstorm.calibration.tornado.tornado`), drawn as a tornado chart."""
+    sweep: Any = None
+    """A sweep's table (``bootstorm sweep --output``, a DataFrame), drawn
+    point by point (:func:`sweep_figure`) and listed."""
+
+
+def report_html(*, title: str, sections: ReportSections | None = None, **fields: Any) -> str:
+    """The report as one HTML document (plotly.js embedded once): ``title``
+    and ``sections`` (:class:`ReportSections`), or the sections' fields as
+    keywords. ValueError if there is nothing to draw."""
+    if sections is None:
+        sections = ReportSections(**fields)
+    elif fields:
+        raise TypeError(f"report_html: sections or its fields, not both (got {sorted(fields)})")
+    s = sections
     if (
-        recording is None
-        and study is None
-        and not candidates
-        and traffic is None
-        and not traffic_candidates
-        and not compared
-        and sweep is None
+        s.recording is None
+        and s.study is None
+        and not s.candidates
+        and s.traffic is None
+        and not s.traffic_candidates
+        and not s.compared
+        and s.sweep is None
     ):
         raise ValueError("a report needs a recorded storm, a study, candidates, or more")
-    sections: list[tuple[str, Any]] = []
-    if sweep is not None:
-        sections += [
-            ("The sweep", sweep_figure(sweep)),
-            ("Every point", sweep_table_html(sweep)),
+    figures: list[tuple[str, Any]] = []
+    if s.sweep is not None:
+        figures += [
+            ("The sweep", sweep_figure(s.sweep)),
+            ("Every point", sweep_table_html(s.sweep)),
         ]
-    if compared:
-        sections.append(
+    if s.compared:
+        figures.append(
             (
                 "Mean startup by stage",
-                stage_comparison_figure({k: r for k, (_, r) in compared.items()}),
+                stage_comparison_figure({k: r for k, (_, r) in s.compared.items()}),
             )
         )
-    if candidates:
-        sections.append(
-            ("Makespan: every run against the prediction", candidates_figure(candidates))
+    if s.candidates:
+        figures.append(
+            ("Makespan: every run against the prediction", candidates_figure(s.candidates))
         )
-        if any(r.measured_stage_mean_s or r.predicted_stage_mean_s for r in candidates):
-            sections.append(
-                ("Stages: measured beside predicted", candidate_stages_figure(candidates))
+        if any(r.measured_stage_mean_s or r.predicted_stage_mean_s for r in s.candidates):
+            figures.append(
+                ("Stages: measured beside predicted", candidate_stages_figure(s.candidates))
             )
-    if traffic_candidates and slo_p99_s is not None:
-        sections.append(
-            ("Memory held against p99 startup", memory_p99_figure(traffic_candidates, slo_p99_s))
+    if s.traffic_candidates and s.slo_p99_s is not None:
+        figures.append(
+            (
+                "Memory held against p99 startup",
+                memory_p99_figure(s.traffic_candidates, s.slo_p99_s),
+            )
         )
-    if traffic is not None:
-        sections.append(("Traffic", traffic_figure(*traffic)))
-    if recording is not None:
-        sections += [
-            ("Timeline", timeline_figure(recording)),
-            ("Stage breakdown", breakdown_figure(recording, result)),
-            ("Locks", lock_table_html(recording, result)),
+    if s.traffic is not None:
+        figures.append(("Traffic", traffic_figure(*s.traffic)))
+    if s.recording is not None:
+        figures += [
+            ("Timeline", timeline_figure(s.recording)),
+            ("Stage breakdown", breakdown_figure(s.recording, s.result)),
+            ("Locks", lock_table_html(s.recording, s.result)),
         ]
-        waits = lock_waits_figure(recording)
+        waits = lock_waits_figure(s.recording)
         if waits is not None:
-            sections.append(("Lock waits over time", waits))
-        if recording.cpu_samples:  # a measured storm has no CPU timeline
-            sections.append(("CPU", cpu_figure(recording)))
-    if sensitivity is not None:
-        sections.append(("Sensitivity to the unidentified costs", _tornado_section(sensitivity)))
-    if study is not None:
-        sections += _study_sections(study)
+            figures.append(("Lock waits over time", waits))
+        if s.recording.cpu_samples:  # a measured storm has no CPU timeline
+            figures.append(("CPU", cpu_figure(s.recording)))
+    if s.sensitivity is not None:
+        figures.append(("Sensitivity to the unidentified costs", _tornado_section(s.sensitivity)))
+    if s.study is not None:
+        figures += _study_sections(s.study)
     parts = []
     plotly_js_included = False
-    for heading, fig in sections:
+    for heading, fig in figures:
         if isinstance(fig, str):  # an HTML table
             div = fig
         else:
@@ -1364,10 +1382,10 @@ def report_html(
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>{_headline(result, facts)}{_caution(caveats)}"
-        f"{_stale(stale)}{_unidentified(unidentified)}{_compared(compared)}{_chosen(chosen)}"
-        f"{_candidates(candidates)}"
-        f"{_traffic_candidates(traffic_candidates, slo_p99_s)}"
+        f"<h1>{html.escape(title)}</h1>{_headline(s.result, s.facts)}{_caution(s.caveats)}"
+        f"{_stale(s.stale)}{_unidentified(s.unidentified)}{_compared(s.compared)}{_chosen(s.chosen)}"
+        f"{_candidates(s.candidates)}"
+        f"{_traffic_candidates(s.traffic_candidates, s.slo_p99_s)}"
         + "\n".join(parts)
         + "<footer>bootstorm report"
         + (" — opens offline (plotly.js embedded)" if plotly_js_included else "")
@@ -1411,8 +1429,10 @@ def show_static_images(*, width_px: int = STATIC_IMAGE_WIDTH_PX) -> bool:
     return True
 
 
-def write_report(path: str | Path, **kw: Any) -> Path:
+def write_report(
+    path: str | Path, *, title: str, sections: ReportSections | None = None, **fields: Any
+) -> Path:
     """Write :func:`report_html` to ``path`` atomically (never a half-written file)."""
     dest = Path(path)
-    write_atomically(dest, report_html(**kw))
+    write_atomically(dest, report_html(title=title, sections=sections, **fields))
     return dest

@@ -57,6 +57,28 @@ def test_the_report_lists_the_known_misses_it_is_given(fastiov_html: str) -> Non
     assert "Caution" not in fastiov_html  # none given, none shown
 
 
+def test_a_notebook_builds_the_report_the_command_writes(tmp_path: Path) -> None:
+    """bootstorm.workflows.reports: what `report` writes, as typed sections a
+    notebook can read, change and draw (no typer, no rich)."""
+    from bootstorm.cli import main
+    from bootstorm.report import ReportSections, write_report
+    from bootstorm.workflows.reports import scenario_report
+
+    scenario = Scenario(cni="ipvtap", sandboxes=12, profile="paper-000")
+    built = scenario_report(scenario)
+    assert isinstance(built.sections, ReportSections)
+    assert built.title == "12 × ipvtap on paper-000"
+    assert built.sections.result is not None and built.sections.recording is not None
+    assert built.sections.sensitivity is not None  # the tornado, from the cautions' storms
+    ours = write_report(tmp_path / "ours.html", title=built.title, sections=built.sections)
+    main(["report", "--cni", "ipvtap", "--sandboxes", "12", "-o", str(tmp_path / "cli.html")])
+    # The same sections (plotly's element ids aside).
+    strip = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+    assert strip.sub("", ours.read_text()) == strip.sub("", (tmp_path / "cli.html").read_text())
+    with pytest.raises(TypeError, match="sections or its fields, not both"):
+        report_html(title="t", sections=built.sections, result=built.sections.result)
+
+
 def test_a_report_needs_something_to_report() -> None:
     with pytest.raises(ValueError, match="needs a recorded storm, a study, candidates"):
         report_html(title="nothing")
