@@ -63,7 +63,7 @@ __all__ = [
 RowStatus = Literal["pass", "known miss", "MISS", "untestable"]
 
 #: A check row whose miss is registered under another key.
-_MISS_KEY = {"S1-2/mean": "S1-2/shares", "S1-2/p99": "S1-2/shares"}
+_MISS_KEY = {"S0-1": "S0-1/edge", "S1-2/mean": "S1-2/shares", "S1-2/p99": "S1-2/shares"}
 
 
 class Runs(Protocol):

@@ -68,7 +68,7 @@ def test_reason_names_row_and_mechanism() -> None:
 
 
 def test_an_unknown_key_names_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="no known miss 'S9-9/x'; known: S0-3/no-network"):
+    with pytest.raises(KeyError, match="no known miss 'S9-9/x'; known: S0-1/edge, S0-3/no-network"):
         known_miss("S9-9/x")
 
 
@@ -107,10 +107,10 @@ def _keys(*whats: Scenario | Traffic) -> list[str]:
             ["S0-9/total", "S0-9/on-top"],
         ),
         (Scenario(cni="ipvlan"), ["S0-5/order", "S0-Fig6/ipvlan-cgroup"]),
-        (Scenario(cni="no-network"), ["S0-3/no-network"]),
+        (Scenario(cni="no-network"), ["S0-1/edge", "S0-3/no-network"]),
         (
             Scenario(cni="no-network", sandboxes=200, profile="paper-001"),
-            ["S0-3/no-network", "S1-4/p99"],
+            ["S0-1/edge", "S0-3/no-network", "S1-4/p99"],
         ),
         (
             Scenario(cni="fastiov", sandboxes=200, profile="paper-001"),

@@ -82,6 +82,17 @@ def test_row_on_the_mean_of_ten_unseen_seeds(key: str) -> None:
     ROWS.judge(key)
 
 
+@checks_rows("S0-1", "S0-1/edge")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=known_miss("S0-1/edge").reason)
+def test_s0_1_on_twenty_other_unseen_seeds() -> None:
+    """S0-1 holds on 1001-1010 (+4.8%) and not on 1011-1030 (+5.2%): a fit
+    row on its tolerance's edge is a known miss, and a what-if of the
+    no-network storm says so. A mechanism that moves it inside will XPASS here."""
+    makespans = [_at_seed("no-network", seed).makespan_s for seed in range(1011, 1031)]
+    mean = float(np.mean(makespans))
+    assert abs(mean - 10.0) <= 0.05 * 10.0, f"{mean:.3f} s against 10 s"
+
+
 @checks_rows("S0-4")
 def test_s0_4_ipvtap_share_is_above_59_percent() -> None:
     for seed in CHECK_SEEDS[:3]:
