@@ -54,25 +54,13 @@ def test_dataplane_flow_completion_and_its_caution_at_80_columns() -> None:
     """Issue 36: completion times are an output (``--flow-bytes``) and say
     that seed 002 measured them longer; macvlan's cost is fitted now (it was
     veth's, which put macvlan above OVS), so the order needs no caution."""
-    import os
-    import subprocess
-    import sys
+    from test_tables_80 import piped
 
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     args = ["dataplane", "--profile", "paper-002", "--path", "macvlan-intra"]
-    args += ["--flows", "10,50", "--flow-bytes", str(5 * 2**20)]
-    out = subprocess.run(
-        [sys.executable, "-c", "from bootstorm.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert out.returncode == 0, out.stderr
-    assert max(len(line.rstrip()) for line in out.stdout.splitlines()) <= 80
-    assert "flow completion, 5,242,880 bytes per flow" in out.stdout
-    assert "p99 ms" in out.stdout and "…" not in out.stdout
-    text = " ".join(out.stdout.split())
+    stdout = piped([*args, "--flows", "10,50", "--flow-bytes", str(5 * 2**20)])
+    assert "flow completion, 5,242,880 bytes per flow" in stdout
+    assert "p99 ms" in stdout
+    text = " ".join(stdout.split())
     assert "S2-Fig5 p99 completion" in text and "S2-Fig2" not in text
 
 
