@@ -819,11 +819,32 @@ def searched_scenario(study: Study) -> Scenario | None:
     if record is None:
         return None
     scenario = _recorded_scenario(study.study_name, record)
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not done:
-        return scenario
-    best = min(done, key=lambda t: (t.values[0], t.number))
-    return trial_scenario(scenario, best)
+    best = _best_completed(study, feasible_only=False)
+    return scenario if best is None else trial_scenario(scenario, best)
+
+
+def feasible_best_trial(study: Study) -> tuple[int, Scenario] | None:
+    """The study's best feasible completed trial by its first objective (the
+    one ``optimize --output`` writes) and the what-if it ran; ``None`` for a
+    study bootstorm did not make, or with no feasible trial."""
+    record = study.user_attrs.get(_SPEC_ATTR)
+    if record is None:
+        return None
+    best = _best_completed(study, feasible_only=True)
+    if best is None:
+        return None
+    return best.number, trial_scenario(_recorded_scenario(study.study_name, record), best)
+
+
+def _best_completed(study: Study, *, feasible_only: bool) -> FrozenTrial | None:
+    """The completed trial best by the first objective (the lower number on a
+    tie); with ``feasible_only``, among those whose constraints all hold."""
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not feasible_only or all(c <= 0.0 for c in t.system_attrs.get("constraints", ()))
+    ]
+    return min(done, key=lambda t: (t.values[0], t.number)) if done else None
 
 
 def trial_scenario(scenario: Scenario, trial: FrozenTrial) -> Scenario:

@@ -246,25 +246,9 @@ def study_report(source: str, study_name: str | None = None) -> Report:
 
 def _chosen_traffic_trial(study: Any) -> tuple[int, Scenario] | None:
     """For a study searched on a workload's starts: the trial ``optimize``
-    writes (the feasible one best by the first objective) and its storm; None
-    for a study of a storm released at once, or with no feasible trial."""
-    from optuna.trial import TrialState
+    writes and its storm; None for a study of a storm released at once, or
+    with no feasible trial."""
+    from ..optimizers import feasible_best_trial
 
-    from ..optimizers import trial_scenario
-    from ..optimizers._study import _SPEC_ATTR, _recorded_scenario
-
-    record = study.user_attrs.get(_SPEC_ATTR)
-    if record is None:
-        return None
-    scenario = _recorded_scenario(study.study_name, record)
-    if scenario.arrival_s is None:
-        return None
-    done = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if all(c <= 0.0 for c in t.system_attrs.get("constraints", ()))
-    ]
-    if not done:
-        return None
-    best = min(done, key=lambda t: (t.values[0], t.number))
-    return best.number, trial_scenario(scenario, best)
+    chosen = feasible_best_trial(study)
+    return None if chosen is None or chosen[1].arrival_s is None else chosen
