@@ -701,17 +701,13 @@ def _off_chart(title: str, hidden: int) -> str:
     return f"{title} ({hidden} trial{'s' if hidden > 1 else ''} off the chart, above)"
 
 
-def _feasible(trial: Any) -> bool:
-    """Whether a trial met the study's constraints (Optuna keeps them, each
-    ``<= 0`` when met, in the trial's system attributes)."""
-    return all(c <= 0.0 for c in trial.system_attrs.get("constraints", ()))
-
-
 def best_trials(study: Any) -> list[Any]:
     """The study's best: with one objective, its best feasible trial; with
     several, the Pareto front of its feasible trials (a trial no other is as
     good as on every objective and better on one), by the first objective."""
-    done = [t for t in study.trials if t.state.name == "COMPLETE" and _feasible(t)]
+    from .optimizers import trial_feasible
+
+    done = [t for t in study.trials if t.state.name == "COMPLETE" and trial_feasible(t)]
     signs = [1.0 if d.name == "MINIMIZE" else -1.0 for d in study.directions]
 
     def key(t: Any) -> tuple[float, ...]:

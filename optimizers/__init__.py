@@ -22,6 +22,7 @@ from ._study import (
     read_study,
     run_worker,
     searched_scenario,
+    trial_feasible,
     trial_outcomes,
     trial_scenario,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "run_worker",
     "searched_scenario",
     "sweep",
+    "trial_feasible",
     "trial_outcomes",
     "trial_scenario",
 ]

@@ -836,13 +836,19 @@ def feasible_best_trial(study: Study) -> tuple[int, Scenario] | None:
     return best.number, trial_scenario(_recorded_scenario(study.study_name, record), best)
 
 
+def trial_feasible(trial: FrozenTrial) -> bool:
+    """Whether a trial met the study's constraints (Optuna keeps them, each
+    ``<= 0`` when met, in the trial's system attributes)."""
+    return all(c <= 0.0 for c in trial.system_attrs.get("constraints", ()))
+
+
 def _best_completed(study: Study, *, feasible_only: bool) -> FrozenTrial | None:
     """The completed trial best by the first objective (the lower number on a
     tie); with ``feasible_only``, among those whose constraints all hold."""
     done = [
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if not feasible_only or all(c <= 0.0 for c in t.system_attrs.get("constraints", ()))
+        if not feasible_only or trial_feasible(t)
     ]
     return min(done, key=lambda t: (t.values[0], t.number)) if done else None
 
