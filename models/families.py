@@ -28,7 +28,7 @@ from .sriov import (
     SRIOV_STAGES,
     SRIOV_VARIANTS,
     sriov_lock_specs,
-    sriov_plan,
+    sriov_plans,
     sriov_profile_costs,
 )
 from .testbed import TESTBED_CNIS, TESTBED_STAGES, testbed_costs, testbed_lock_specs, testbed_plan
@@ -168,10 +168,7 @@ def _sriov_plans(scenario: Scenario, prof: Profile) -> FamilyPlans:
         )
     hugepages = sriov.hugepages if scenario.hugepages is None else scenario.hugepages
     return FamilyPlans(
-        plans=[
-            sriov_plan(scenario, prof.boot_costs(), sriov, variant, vf=i, hugepages=hugepages)
-            for i in range(scenario.sandboxes)
-        ]
+        plans=sriov_plans(scenario, prof.boot_costs(), sriov, variant, hugepages=hugepages)
     )
 
 

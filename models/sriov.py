@@ -43,11 +43,23 @@ Every byte of guest RAM is zeroed exactly once: see :func:`zeroing_ledger`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from .._params import Check, Interval, Rules, validate
-from ..simulator import Async, Cpu, Hold, LockKind, LockSpec, Sleep, Stage, Step, Zero
+from ..simulator import (
+    Async,
+    Cpu,
+    CyclicPlans,
+    Hold,
+    LockKind,
+    LockSpec,
+    Sleep,
+    Stage,
+    Step,
+    Zero,
+)
 from ._errors import ConfigError
 from .cni import (
     MIB,
@@ -73,6 +85,7 @@ __all__ = [
     "ZeroingLedger",
     "sriov_lock_specs",
     "sriov_plan",
+    "sriov_plans",
     "sriov_profile_costs",
     "vf_mutex",
     "zeroing_ledger",
@@ -302,6 +315,43 @@ def _vf_driver(sriov: SriovCostTable) -> tuple[Step, ...]:
     return (Sleep(sriov.vf_guest_init_s, "guest VF init"), Hold(PF_SERVICE, (pf_work,)))
 
 
+def sriov_plans(
+    scenario: Scenario,
+    costs: CostTable,
+    sriov: SriovCostTable,
+    variant: SriovVariant,
+    *,
+    hugepages: bool,
+) -> Sequence[tuple[Stage, ...]]:
+    """Every sandbox's :func:`sriov_plan`, sandbox ``i`` on VF ``i``.
+
+    Only the parent-child devset lock names a sandbox's own VF (its mutex);
+    every other stage is one object shared by all sandboxes, so the compiler
+    flattens the rest once (it looks stages up by identity) and a storm of
+    one plan is one :class:`~bootstorm.simulator.CyclicPlans` entry.
+    """
+    first = sriov_plan(scenario, costs, sriov, variant, vf=0, hugepages=hugepages)
+    if variant.devset_lock == "global":
+        return CyclicPlans((first,), sandboxes=scenario.sandboxes)
+    at = next(i for i, stage in enumerate(first) if stage.name == "vfio-devset")
+    devset = first[at]
+    plans = [first]
+    for vf in range(1, scenario.sandboxes):
+        own = Stage(devset.name, _devset_steps(sriov, variant, vf=vf), gate=devset.gate)
+        plans.append((*first[:at], own, *first[at + 1 :]))
+    return plans
+
+
+def _devset_steps(sriov: SriovCostTable, variant: SriovVariant, *, vf: int) -> tuple[Step, ...]:
+    open_vf = (Cpu(sriov.vfio_open_cpu_s, "vfio open"), Sleep(sriov.vfio_open_s, "VF enable"))
+    if variant.devset_lock == "global":
+        return (Hold(DEVSET_MUTEX, open_vf),)
+    # An open is an inter-child operation: the parent as a reader, the VF's
+    # own mutex. Parent operations (a devset-wide reset, at close) take the
+    # parent as a writer; none happens while sandboxes start.
+    return (Hold(DEVSET_RWLOCK, (Hold(vf_mutex(vf), open_vf),), shared=True),)
+
+
 def sriov_plan(
     scenario: Scenario,
     costs: CostTable,
@@ -332,16 +382,7 @@ def sriov_plan(
             label="image",
         )
 
-    open_vf = (Cpu(sriov.vfio_open_cpu_s, "vfio open"), Sleep(sriov.vfio_open_s, "VF enable"))
-    devset: tuple[Step, ...]
-    if variant.devset_lock == "global":
-        devset = (Hold(DEVSET_MUTEX, open_vf),)
-    else:
-        # An open is an inter-child operation: the parent as a reader, the
-        # VF's own mutex. Parent operations (a devset-wide reset, at close)
-        # take the parent as a writer; none happens while sandboxes start.
-        devset = (Hold(DEVSET_RWLOCK, (Hold(vf_mutex(vf), open_vf),), shared=True),)
-
+    devset = _devset_steps(sriov, variant, vf=vf)
     boot = (
         *vmm_start_steps(costs),
         *boot_steps(costs, touch_bytes=ledger.first_touch),
