@@ -332,7 +332,8 @@ def sriov_plans(
     """
     first = sriov_plan(scenario, costs, sriov, variant, vf=0, hugepages=hugepages)
     if variant.devset_lock == "global":
-        return CyclicPlans((first,), sandboxes=scenario.sandboxes)
+        one: Sequence[tuple[Stage, ...]] = CyclicPlans((first,), sandboxes=scenario.sandboxes)
+        return one
     at = next(i for i, stage in enumerate(first) if stage.name == "vfio-devset")
     devset = first[at]
     plans = [first]
