@@ -192,7 +192,7 @@ def _tsor_plans(scenario: Scenario, prof: Profile) -> FamilyPlans:
 
 
 def _testbed_locks(scenario: Scenario, prof: Profile) -> list[LockSpec]:
-    return testbed_lock_specs()
+    return testbed_lock_specs(testbed_costs(prof))
 
 
 def _testbed_plans(scenario: Scenario, prof: Profile) -> FamilyPlans:

@@ -307,6 +307,15 @@ class TestbedCostTable(_Frozen):
     #: simulated without the calls' cost.
     agent_call_cpu_s: Seconds | None = None
     agent_serve_cpu_s: Seconds | None = None
+    #: The kernel's mutexes (RTNL, cgroup_mutex) hand over to a woken waiter
+    #: that must first get a core: its turn among the node's runnable tasks,
+    #: this much each (:class:`~bootstorm.simulator.LockSpec`'s ``dispatch_s``).
+    #: None: straight to the next waiter, as profiles of before it.
+    mutex_dispatch_s: Seconds | None = None
+    #: The host's kernel does not preempt kernel code (``CONFIG_PREEMPT_NONE``):
+    #: a mutex holder's work in the kernel is not time-sliced. None: not
+    #: known (time-sliced, as profiles of before it).
+    kernel_holders_pinned: bool | None = None
 
     @field_validator("pool_device_mib")
     @classmethod

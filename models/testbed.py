@@ -250,10 +250,15 @@ def testbed_costs(profile: Profile) -> TestbedCostTable:
     return profile.testbed
 
 
-def testbed_lock_specs() -> list[LockSpec]:
+def testbed_lock_specs(c: TestbedCostTable | None = None) -> list[LockSpec]:
+    """The testbed's locks: the kernel's mutexes handed over as ``c`` says
+    (``mutex_dispatch_s``, ``kernel_holders_pinned``; plain FIFO without
+    ``c``), the user-space ones (the GIL, host-local's file lock) FIFO."""
+    dispatch_s = (c.mutex_dispatch_s if c is not None else None) or 0.0
+    pinned = bool(c.kernel_holders_pinned) if c is not None else False
     return [
-        LockSpec(name=RTNL),
-        LockSpec(name=CGROUP_MUTEX),
+        LockSpec(name=RTNL, dispatch_s=dispatch_s, holder_pinned=pinned),
+        LockSpec(name=CGROUP_MUTEX, dispatch_s=dispatch_s, holder_pinned=pinned),
         LockSpec(name=CSS_SET_LOCK),
         LockSpec(name=GIL),
         LockSpec(name=IPAM_LOCK),

@@ -166,7 +166,8 @@ class RunCounts:
     ``counts``/``sums``: per lock then gate, a
     :class:`._contention.ContentionCounter`'s ``acquisitions, contended,
     waiters, max_waiters`` and ``wait_s, hold_s, contended_wall_s``;
-    ``acquisitions_by_stage``: per lock, per stage slot; ``pool_log``: the
+    ``acquisitions_by_stage`` and ``wait_s_by_stage`` (the waits' sums, by the
+    stage each waiter was in): per lock, per stage slot; ``pool_log``: the
     pools' events; ``durations``: per stage, the durations in the order the stage
     ended (the order the sums are made in); ``stage_time``: sandbox × stage.
     """
@@ -177,6 +178,7 @@ class RunCounts:
     counts: list[list[int]]
     sums: list[list[float]]
     acquisitions_by_stage: list[list[int]]
+    wait_s_by_stage: list[list[float]]
     durations: list[npt.NDArray[np.float64]]
     stage_time: npt.NDArray[np.float64]
     zeroed_bytes: float
@@ -292,6 +294,11 @@ def build_result(p: Program, raw: RunCounts, *, recording: Recording | None = No
                 name: count
                 for name, count in zip(names, raw.acquisitions_by_stage[i], strict=True)
                 if count
+            },
+            wait_s_by_stage={
+                name: waited
+                for name, waited in zip(names, raw.wait_s_by_stage[i], strict=True)
+                if waited
             },
         )
     gates = {}

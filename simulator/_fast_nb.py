@@ -400,6 +400,18 @@ def _advance(c: Any) -> None:
 
 
 @_inline
+def _wake_delay(wake_s: float, dispatch_s: float, machine: Any, hn: Any, ci: Any) -> float:
+    """How long a woken mutex waiter takes to run, as ``locks.Mutex``'s."""
+    if dispatch_s <= 0.0:
+        return wake_s
+    runnable = (
+        hn[_H_WORK] + hn[_H_GUEST] + hn[_H_ZERO] + ci[_SPINNING] + hn[_H_PINNED] + ci[_PSPINNING]
+    ) + machine[2]
+    cores = machine[0]
+    return wake_s + dispatch_s * (runnable / cores if runnable > cores else 1.0)
+
+
+@_inline
 def _settle(c: Any, ci: Any, machine: Any, ht: Any, hn: Any, dl: Any) -> None:
     """Recompute the shares and re-arm the timer if the next completion moved earlier."""
     cores, guest_cap, bg, zero_rate, bandwidth = (
@@ -575,7 +587,7 @@ def _grant(
     waiters: Any,
 ) -> None:
     """Hand lock ``lk`` to waiting ``task`` (owner or readers already updated)."""
-    cnt, cnf, acq_by_stage, held_since = counters
+    cnt, cnf, acq_by_stage, held_since, wait_by_stage = counters
     w_stage, w_since = waiters
     now = c[_NOW]
     if sp[0][task]:
@@ -589,6 +601,7 @@ def _grant(
         cnf[lk, 2] += now - cnf[lk, 3]
     cnt[lk, 0] += 1
     acq_by_stage[lk, w_stage[task]] += 1
+    wait_by_stage[lk, w_stage[task]] += now - w_since[task]
     held_since[task, lk] = now
     _resume(c, ci, heaps, task)
 
@@ -716,7 +729,7 @@ def _simulate(
     many stage durations it logged, the bytes zeroed and the events."""
     kinds, args, amounts, offsets, arrival, branch_parent, spawn_base = prog[:7]
     arrivals, arrival_key, slot, task_part, own_offsets, own_amount = prog[7:]
-    lock_kind, lock_level, lock_spin_s, lock_wake_s = locks
+    lock_kind, lock_level, lock_spin_s, lock_wake_s, lock_dispatch_s, lock_pinned = locks
     c, ci, cpu_acc, lock_spin = state
     pcs, stage_of, spin_depth, depth, st_stage, st_began, finish, slot_task, free_slots = tasks
     stage_time, dur_stage, dur_val = stage_log
@@ -727,7 +740,7 @@ def _simulate(
     q_head, q_len = lq[0], lq[3]
     sp_active, sp_start, sp_slot, sp_lock, sp_pinned = sp
     l_owner, l_readers, l_waking, l_handoff = lock_state
-    cnt, cnf, acq_by_stage, held_since = counters
+    cnt, cnf, acq_by_stage, held_since, _ = counters
     g_free, g_task, g_since, g_head, g_len = gates
     pool_left, pool_making, pool_target = pools[0], pools[1], pools[2]
     n = arrival.shape[0]
@@ -845,7 +858,7 @@ def _simulate(
         own_base = own_offsets[task]
         if what == _RESUME:
             kind = kinds[pc]
-            if kind == _ACQUIRE and lock_kind[args[pc]] == _SPINLOCK:
+            if kind == _ACQUIRE and lock_pinned[args[pc]]:
                 spin_depth[s] += 1
             elif kind == _ZERO:
                 zeroed += _amount(amounts, slot, own_amount, own_base, pc)
@@ -896,7 +909,7 @@ def _simulate(
                     cnt[lk, 0] += 1
                     acq_by_stage[lk, stage] += 1
                     held_since[s, lk] = now
-                    if lock_kind[lk] == _SPINLOCK:
+                    if lock_pinned[lk]:
                         spin_depth[s] += 1
                 else:
                     w_stage[s] = stage
@@ -926,11 +939,11 @@ def _simulate(
                 cnf[lk, 1] += now - held_since[s, lk]
                 grants = 0
                 if lock_kind[lk] != _RW:
-                    if lock_kind[lk] == _SPINLOCK:
+                    if lock_pinned[lk]:
                         spin_depth[s] -= 1
                     if q_len[lk] == 0:
                         l_owner[lk] = -1
-                    elif lock_wake_s[lk] <= 0.0 or l_handoff[lk]:
+                    elif (lock_wake_s[lk] <= 0.0 and lock_dispatch_s[lk] <= 0.0) or l_handoff[lk]:
                         l_handoff[lk] = False
                         grants = 1
                     else:
@@ -940,7 +953,9 @@ def _simulate(
                         if l_waking[lk] < 0:
                             l_waking[lk] = _queue_head(q_head, lk)
                             ci[_EID] += 1
-                            at = now + lock_wake_s[lk]
+                            at = now + _wake_delay(
+                                lock_wake_s[lk], lock_dispatch_s[lk], machine, hn, ci
+                            )
                             _push(
                                 ht, hk, hv, hn, _QUEUE, at, _NORMAL_KEY + ci[_EID], lk * 8 + _WAKE
                             )
@@ -1090,6 +1105,8 @@ def run_kernel(
     lock_prio: Any,
     lock_spin_s: Any,
     lock_wake_s: Any,
+    lock_dispatch_s: Any,
+    lock_pinned: Any,
     gate_permits: Any,
     pool_left: Any,
     machine: Any,
@@ -1208,6 +1225,7 @@ def run_kernel(
         cnt = np.zeros((n_locks + n_gates, 4), dtype=np.int64)
         cnf = np.zeros((n_locks + n_gates, 4))
         acq_by_stage = np.zeros((n_locks, slots), dtype=np.int64)
+        wait_by_stage = np.zeros((n_locks, slots))
         # Gates: FIFO rings of slots; a task waits at one gate at most.
         g_free = gate_permits.copy()
         g_task = np.empty((n_gates, capacity), dtype=np.int64)
@@ -1257,7 +1275,7 @@ def run_kernel(
                 own_amount,
             ),
             machine,
-            (lock_kind, lock_level, lock_spin_s, lock_wake_s),
+            (lock_kind, lock_level, lock_spin_s, lock_wake_s, lock_dispatch_s, lock_pinned),
             pools,
             (c, ci, cpu_acc, lock_spin),
             (pcs, stage_of, spin_depth, depth, st_stage, st_began, finish, slot_task, free_slots),
@@ -1269,7 +1287,7 @@ def run_kernel(
             (sp_active, sp_start, sp_slot, sp_lock, sp_pinned),
             (d_at, d_seq, d_next, d_prev, d_head, d_tail, spin_locks),
             (l_owner, l_readers, l_waking, l_handoff),
-            (cnt, cnf, acq_by_stage, held_since),
+            (cnt, cnf, acq_by_stage, held_since, wait_by_stage),
             (g_free, g_task, g_since, g_head, g_len),
         )
         if n_dur >= 0:
@@ -1295,4 +1313,5 @@ def run_kernel(
         ev_level[: ev_n[0]],
         ev_making[: ev_n[0]],
         ev_task[: ev_n[0]],
+        wait_by_stage,
     )

@@ -58,7 +58,7 @@ from ._build import (
     startup_summary,
 )
 from ._memory import SPARE_SLOTS
-from .program import Program
+from .program import LockKind, Program
 from .result import Result
 
 __all__ = [
@@ -100,6 +100,7 @@ class FastExecutor:
                 counts=cnt.tolist(),
                 sums=cnf[:, :3].tolist(),
                 acquisitions_by_stage=by_stage.tolist(),
+                wait_s_by_stage=out[17].tolist(),
                 pool_log=pool_log(out),
                 durations=by_stage_durations(dur_stage, dur_val, n_stages),
                 stage_time=stage_time,
@@ -227,6 +228,11 @@ class KernelCall:
             lock_priority_table(p),
             np.array([spec.spin_s for spec in p.locks], dtype=np.float64),
             np.array([spec.wake_s for spec in p.locks], dtype=np.float64),
+            np.array([spec.dispatch_s for spec in p.locks], dtype=np.float64),
+            np.array(
+                [spec.kind is LockKind.SPIN or spec.holder_pinned for spec in p.locks],
+                dtype=np.bool_,
+            ),
             np.array([gate.permits for gate in p.gates], dtype=np.int64),
             self.pool_left,
             np.array(

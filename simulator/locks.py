@@ -63,6 +63,7 @@ class _QueuedLock:
         self._spans = spans
         self._held_since: dict[int, tuple[float, int]] = {}
         self.acquisitions_by_stage = [0] * len(spin_account)
+        self.wait_s_by_stage = [0.0] * len(spin_account)
 
     def _enqueue(self, owner: int, stage: int, shared: bool = False) -> _Waiter:
         now = self.env.now
@@ -82,6 +83,7 @@ class _QueuedLock:
         if waiter.spin is not None:
             self._cpu.stop_spin(waiter.spin)
         self.stats.dequeue(now, now - waiter.since)
+        self.wait_s_by_stage[waiter.stage] += now - waiter.since
         if self._spans is not None:
             self._spans(self.index, waiter.owner, waiter.stage, False, waiter.since, now)
         self._take(waiter.owner, waiter.stage)
@@ -104,11 +106,18 @@ class Mutex(_QueuedLock):
     """A sleeping lock; a waiter may spin up to ``spin_s`` before it sleeps."""
 
     def __init__(
-        self, env: simpy.Environment, *, spin_s: float = 0.0, wake_s: float = 0.0, **kw: object
+        self,
+        env: simpy.Environment,
+        *,
+        spin_s: float = 0.0,
+        wake_s: float = 0.0,
+        dispatch_s: float = 0.0,
+        **kw: object,
     ) -> None:
         super().__init__(env, **kw)  # type: ignore[arg-type]
         self.spin_s = spin_s
         self.wake_s = wake_s
+        self.dispatch_s = dispatch_s
         self.owner: int | None = None
         self._waking = False  # a wake-up is on its way to the head waiter
         self._handoff = False  # the head waiter lost a race once: hand to it directly
@@ -131,7 +140,7 @@ class Mutex(_QueuedLock):
         self._drop(owner)
         if not self._queue:
             self.owner = None
-        elif self.wake_s <= 0.0 or self._handoff:
+        elif (self.wake_s <= 0.0 and self.dispatch_s <= 0.0) or self._handoff:
             self._handoff = False
             waiter = heapq.heappop(self._queue)[2]
             self.owner = waiter.owner
@@ -142,8 +151,18 @@ class Mutex(_QueuedLock):
             self.owner = None
             if not self._waking:
                 self._waking = True
-                timer = self.env.timeout(self.wake_s)
+                timer = self.env.timeout(self._wake_delay())
                 timer.callbacks.append(self._woken)
+
+    def _wake_delay(self) -> float:
+        """``wake_s``, and with ``dispatch_s`` the woken waiter's turn for a
+        core among the jobs runnable now (LockSpec's rule)."""
+        if self.dispatch_s <= 0.0:
+            return self.wake_s
+        cpu = self._cpu
+        runnable = cpu.runnable + cpu.background_jobs
+        cores = cpu.cores
+        return self.wake_s + self.dispatch_s * (runnable / cores if runnable > cores else 1.0)
 
     def _woken(self, _event: simpy.Event) -> None:
         """The woken waiter runs. It is served as the head of the queue *now*:

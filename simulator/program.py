@@ -143,6 +143,19 @@ class LockSpec:
     who needs ``wake_s`` to run; a running task that asks in between takes the
     lock (it steals it), and a woken waiter that finds it taken sets the
     hand-off flag, so that the next release goes to it directly.
+
+    ``dispatch_s`` > 0 hands over the same way, but the woken waiter must
+    first get a core: it runs ``wake_s + dispatch_s * max(1, R / N)`` after
+    the release, where ``R`` is the node's runnable jobs at that moment
+    (background ones too) and ``N`` its cores: its turn in a round of ``R``
+    tasks on ``N`` cores, ``dispatch_s`` each. On a busy node the lock then
+    idles between holders unless a running task steals it, and the queue is
+    made of hand-overs, as the kernel's is.
+
+    ``holder_pinned``: the holder's CPU work is not time-sliced (a mutex held
+    in a kernel built without preemption, ``CONFIG_PREEMPT_NONE``: kernel
+    code runs until it sleeps or returns), so it runs in the pinned tier, as
+    a spinlock holder's does; unlike one, it may sleep.
     """
 
     name: str
@@ -150,12 +163,32 @@ class LockSpec:
     stage_priority: tuple[tuple[str, int], ...] = ()
     spin_s: float = 0.0
     wake_s: float = 0.0
+    dispatch_s: float = 0.0
+    holder_pinned: bool = False
 
     __rules__: ClassVar[Rules] = Rules(
         name=NonEmpty(),
         spin_s=_NONNEGATIVE,
         wake_s=_NONNEGATIVE,
+        dispatch_s=_NONNEGATIVE,
         checks=(
+            Check(
+                "dispatch_s",
+                lambda lock: not lock.dispatch_s or lock.kind is LockKind.MUTEX,
+                lambda lock: (
+                    "must be 0 unless kind is MUTEX: only a mutex hands over through a "
+                    f"wake-up (lock {lock.name!r} is {lock.kind.name})"
+                ),
+            ),
+            Check(
+                "holder_pinned",
+                lambda lock: not lock.holder_pinned or lock.kind is LockKind.MUTEX,
+                lambda lock: (
+                    "must be false unless kind is MUTEX: a spinlock's holder is pinned "
+                    f"already, an rw lock's readers are not (lock {lock.name!r} is "
+                    f"{lock.kind.name})"
+                ),
+            ),
             Check(
                 "wake_s",
                 lambda lock: not lock.wake_s or lock.kind is LockKind.MUTEX,

@@ -13,7 +13,9 @@ fraction that floats do not hold):
 - :func:`processor_sharing_schedules`: jobs on shared cores (egalitarian
   processor sharing), worked by hand;
 - :func:`fig13_lock_order`: the lock-grant order of seed 000's Fig. 13, under
-  each grant policy.
+  each grant policy;
+- :func:`kernel_hand_over_schedules`: a kernel mutex on a busy node (a woken
+  waiter's turn for a core, a steal meanwhile, a holder not time-sliced).
 
 Statistical problems (seeded, so each is deterministic):
 
@@ -72,6 +74,7 @@ __all__ = [
     "exact_problems",
     "fifo_servers_program",
     "fig13_lock_order",
+    "kernel_hand_over_schedules",
     "mg1_processor_sharing",
     "mm1",
     "mmc",
@@ -568,9 +571,86 @@ def refilled_pool(
     )
 
 
+def kernel_hand_over_schedules() -> list[ReferenceProblem]:
+    """A kernel mutex on a busy node, worked by hand: a woken waiter that must
+    first get a core (``LockSpec.dispatch_s``), one robbed by a running task
+    meanwhile, and a holder the kernel does not time-slice
+    (``LockSpec.holder_pinned``)."""
+
+    def hold(sleep_s: float) -> SandboxPlan:
+        return (Stage("hold", (Hold("L", (Sleep(sleep_s),)),)),)
+
+    def problem(
+        name: str,
+        source: str,
+        program: Program,
+        finish_s: Sequence[float],
+        wait_s: float,
+        busy_core_s: float,
+    ) -> ReferenceProblem:
+        def check(result: Result) -> None:
+            for i, (got, want) in enumerate(zip(result.finish_s.tolist(), finish_s, strict=True)):
+                _close(got, want, f"sandbox {i} finished", rel=1e-12)
+            _close(result.locks["L"].wait_s, wait_s, "L's wait", rel=1e-12)
+            _close(result.cpu.busy_core_s, busy_core_s, "busy core-s", rel=1e-12)
+
+        return ReferenceProblem(name=name, program=program, source=source, _check=check)
+
+    handed = [LockSpec(name="L", dispatch_s=0.01)]
+    busy_node = MachineSpec(cores=1, background_jobs=2.0)
+    pinned = [LockSpec(name="L", holder_pinned=True)]
+    return [
+        problem(
+            "hand-over waits for a core",
+            "1 core, 2 always-runnable tasks: H holds L asleep 0-1 s; W asks at 0.5 "
+            "and is woken at 1, its turn among 2 runnable on 1 core 2 x 0.01 s later: "
+            "it holds L 1.02-2.02 and waited 0.52 s",
+            compile_program(
+                [hold(1.0), hold(1.0)], machine=busy_node, locks=handed, arrival_s=(0.0, 0.5)
+            ),
+            (1.0, 2.02),
+            0.52,
+            0.0,
+        ),
+        problem(
+            "hand-over robbed while the waiter waits for a core",
+            "as above, but S asks at 1.01, while W waits for its core: S takes the free "
+            "lock (1.01-2.01); W, woken at 1.02, finds it taken, so S's release hands it "
+            "straight to W (2.01-3.01), which waited 1.51 s",
+            compile_program(
+                [hold(1.0), hold(1.0), hold(1.0)],
+                machine=busy_node,
+                locks=handed,
+                arrival_s=(0.0, 0.5, 1.01),
+            ),
+            (1.0, 3.01, 2.01),
+            1.51,
+            0.0,
+        ),
+        problem(
+            "holder not time-sliced",
+            "2 cores: H's 1 core-s under L runs on a core of its own (a kernel without "
+            "preemption) and ends at 1; three 1 core-s jobs share the other core (1/3 "
+            "each) until then and both cores after (2/3 each): the 2/3 left end at 2",
+            compile_program(
+                [(Stage("hold", (Hold("L", (Cpu(1.0),)),)),), *_cpu_jobs(1.0, 1.0, 1.0)],
+                machine=MachineSpec(cores=2),
+                locks=pinned,
+            ),
+            (1.0, 2.0, 2.0, 2.0),
+            0.0,
+            4.0,
+        ),
+    ]
+
+
 def exact_problems() -> list[ReferenceProblem]:
     """Every exact problem (small: milliseconds on any executor)."""
-    return [*processor_sharing_schedules(), *(fig13_lock_order(p) for p in ("s2", "s1", "fifo"))]
+    return [
+        *processor_sharing_schedules(),
+        *(fig13_lock_order(p) for p in ("s2", "s1", "fifo")),
+        *kernel_hand_over_schedules(),
+    ]
 
 
 def statistical_problems() -> list[ReferenceProblem]:

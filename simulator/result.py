@@ -125,7 +125,10 @@ class LockStats:
     ``wait_s`` is the sum of all waits; ``contended_wall_s`` the wall-clock
     time during which at least one task waited (the papers' "contention
     time"); ``hold_s`` the sum of all holds; ``spin_core_s`` the core-seconds
-    its waiters burnt spinning; ``acquisitions_by_stage`` where it was taken.
+    its waiters burnt spinning; ``acquisitions_by_stage`` where it was taken;
+    ``wait_s_by_stage`` the waits' sum by the stage each waiter was in (what
+    the kernel's ``lock:contention_begin``/``end`` give a trace, joined to
+    the sandbox's stage).
     """
 
     kind: str
@@ -137,6 +140,7 @@ class LockStats:
     max_waiters: int
     spin_core_s: float
     acquisitions_by_stage: Mapping[str, int]
+    wait_s_by_stage: Mapping[str, float]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

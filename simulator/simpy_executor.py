@@ -106,12 +106,15 @@ class _Run:
                 spans=self.rec.lock_span if self.rec is not None else None,
             )
             if spec.kind is LockKind.MUTEX:
-                self.locks.append(Mutex(env, spin_s=spec.spin_s, wake_s=spec.wake_s, **kw))
+                handed = dict(wake_s=spec.wake_s, dispatch_s=spec.dispatch_s)
+                self.locks.append(Mutex(env, spin_s=spec.spin_s, **handed, **kw))
             elif spec.kind is LockKind.SPIN:
                 self.locks.append(SpinLock(env, **kw))
             else:
                 self.locks.append(RWLock(env, **kw))
-        self.is_spin = [spec.kind is LockKind.SPIN for spec in program.locks]
+        # Locks whose holder's CPU work is not preempted: spinlocks, and mutexes
+        # held in a kernel without preemption.
+        self.is_spin = [spec.kind is LockKind.SPIN or spec.holder_pinned for spec in program.locks]
         self.gates = [Gate(env, g.permits) for g in program.gates]
         # Per pool: devices ready, being made, the target; the log of events.
         self.pool_left = [pool.capacity for pool in program.pools]
@@ -176,7 +179,7 @@ class _Run:
         stage = no_stage
         stage_stack: list[tuple[int, float]] = []
         is_spin = self.is_spin
-        spin_depth = 0  # spinlocks held: CPU work in there cannot be preempted
+        spin_depth = 0  # pinned locks held: CPU work in there cannot be preempted
         if arrival > 0.0:
             yield env.timeout(arrival)
         pc, end = self.offsets[i], self.offsets[i + 1]
@@ -281,6 +284,7 @@ class _Run:
             counts=[[c.acquisitions, c.contended, c.waiters, c.max_waiters] for c in counters],
             sums=[[c.wait_s, c.hold_s, c.contended_wall_s] for c in counters],
             acquisitions_by_stage=[lock.acquisitions_by_stage for lock in self.locks],
+            wait_s_by_stage=[lock.wait_s_by_stage for lock in self.locks],
             pool_log=PoolLog.of(*self.pool_log),
             durations=[np.asarray(d) for d in self.stage_durations],
             stage_time=self.stage_time,

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_invariants import SETTINGS, Case, cases, with_mutex_wake
+from test_invariants import SETTINGS, Case, cases, with_kernel_hand_over, with_mutex_wake
 
 from bootstorm.models import compile_scenario
 from bootstorm.models.scenario import CNI_NAMES, Scenario
@@ -190,6 +190,32 @@ def test_paper_storm_with_wake_up_hand_over() -> None:
     woken = replace(program, locks=with_mutex_wake(program.locks, 2e-5))
     assert run_program(woken).makespan_s != run_program(program).makespan_s
     assert_equivalent(woken)
+
+
+@settings(SETTINGS, max_examples=100)
+@given(
+    case=cases(),
+    dispatch_s=st.sampled_from([1e-3, 0.05]),
+    pinned=st.booleans(),
+    background=st.sampled_from([0.0, 2.5]),
+)
+def test_generated_programs_with_a_kernel_hand_over(
+    case: Case, dispatch_s: float, pinned: bool, background: float
+) -> None:
+    """Mutexes handed to a waiter that must first get a core, their holders
+    pinned or not, on a node with or without other runnable work."""
+    machine = replace(case.machine, background_jobs=background)
+    locks = with_kernel_hand_over(case.locks, dispatch_s, pinned=pinned)
+    assert_equivalent(replace(case, machine=machine, locks=locks).compile())
+
+
+def test_paper_storm_with_a_kernel_hand_over() -> None:
+    """The ipvtap storm with its mutexes handed over to waiters that must get
+    a core, their holders pinned: both change the storm, both executors agree."""
+    program = compile_scenario(Scenario(cni="ipvtap", sandboxes=100))
+    handed = replace(program, locks=with_kernel_hand_over(program.locks, 1e-4, pinned=True))
+    assert run_program(handed).makespan_s != run_program(program).makespan_s
+    assert_equivalent(handed)
 
 
 def test_deadlock_is_reported() -> None:

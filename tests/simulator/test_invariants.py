@@ -49,6 +49,17 @@ def with_mutex_wake(locks: tuple[LockSpec, ...], wake_s: float) -> tuple[LockSpe
     return tuple(replace(s, wake_s=wake_s) if s.kind is LockKind.MUTEX else s for s in locks)
 
 
+def with_kernel_hand_over(
+    locks: tuple[LockSpec, ...], dispatch_s: float, *, pinned: bool
+) -> tuple[LockSpec, ...]:
+    """``locks`` with every mutex handed over to a waiter that must first get
+    a core (``dispatch_s``) and, if ``pinned``, held without time slicing."""
+    return tuple(
+        replace(s, dispatch_s=dispatch_s, holder_pinned=pinned) if s.kind is LockKind.MUTEX else s
+        for s in locks
+    )
+
+
 SETTINGS = settings(
     max_examples=150,
     deadline=None,
@@ -450,12 +461,16 @@ def test_locks_and_gates_keep_their_promises(case: Case) -> None:
     assert rec is not None
     holds: dict[int, list[tuple[float, float, int]]] = {}
     waits: dict[int, list[float]] = {}
-    for lock, sandbox, _, is_hold, t0, t1 in rec.lock_spans:
+    waits_in: dict[tuple[int, str], float] = {}
+    names = [*program.stage_names, "-"]
+    for lock, sandbox, stage, is_hold, t0, t1 in rec.lock_spans:
         assert t1 >= t0
         if is_hold:
             holds.setdefault(lock, []).append((t0, t1, sandbox))
         else:
             waits.setdefault(lock, []).append(t1 - t0)
+            key = (lock, names[stage])
+            waits_in[key] = waits_in.get(key, 0.0) + (t1 - t0)
     # The mode of a hold is not recorded: read it from the sandbox's ops when the
     # sandbox takes that lock in one mode only (else leave the pair unchecked).
     modes: dict[tuple[int, int], set[int]] = {}
@@ -472,6 +487,9 @@ def test_locks_and_gates_keep_their_promises(case: Case) -> None:
         hold_s = sum(t1 - t0 for t0, t1, _ in spans)
         assert stats.hold_s == pytest.approx(hold_s, rel=REL, abs=1e-12)
         assert stats.wait_s == pytest.approx(sum(waits.get(index, [])), rel=REL, abs=1e-12)
+        # The waits by stage are the spans' waits by the stage the waiter was in.
+        by_stage = {st: w for (lk, st), w in waits_in.items() if lk == index and w}
+        assert stats.wait_s_by_stage == pytest.approx(by_stage, rel=REL, abs=1e-12)
         assert stats.contended == len(waits.get(index, []))
         assert stats.wait_s >= stats.contended_wall_s * (1.0 - REL) - 1e-12
         assert stats.contended_wall_s <= result.makespan_s * (1.0 + REL) + 1e-12
