@@ -387,7 +387,14 @@ def storm_validation_table(outcome: StormValidation) -> Table:
     headline = ("makespan_s", "startup mean_s", "startup p99_s")
     for name, m, p in outcome.rows:
         color = "red" if name in failed else "green" if name in headline else "white"
-        table.add_row(name, f"{m:.3f}", f"{p:.3f}", f"[{color}]{outcome.errors[name]:+.1%}[/]")
+        if name in outcome.points:
+            # A share of a stage's time: both sides and the gap in points.
+            error = f"{100 * outcome.errors[name]:+.0f} pts"
+            table.add_row(name, f"{m:.1%}", f"{p:.1%}", f"[{color}]{error}[/]")
+        elif name.endswith(" share of startup"):
+            table.add_row(name, f"{m:.1%}", f"{p:.1%}", f"[{color}]{outcome.errors[name]:+.1%}[/]")
+        else:
+            table.add_row(name, f"{m:.3f}", f"{p:.3f}", f"[{color}]{outcome.errors[name]:+.1%}[/]")
     return table
 
 

@@ -56,6 +56,7 @@ from ..models.tuned import settings_line
 from ..simulator import SERVICE_FAMILIES, Result
 from ..traces import Trace
 from ._fit import FitReport, FreeParameter, LeastSquaresFit, least_squares_fit, parameter_spread
+from .attribution import measured_attribution, predicted_attribution, stage_lock_waits
 from .identify import unseen_directions_of
 from .interval import prediction_error_of
 from .measured_ops import MeasuredCost
@@ -69,6 +70,7 @@ __all__ = [
     "Comparison",
     "FamilyChoice",
     "StormStats",
+    "attribution_vs_measured",
     "bootstrap_prediction",
     "choose_service_family",
     "fit_storms",
@@ -125,6 +127,9 @@ class StormStats:
     pool_refill: PoolRefill | None = None
     #: Its sandboxes went through a node agent (leases and takes over HTTP).
     through_agent: bool = False
+    #: (lock, stage) → the sandboxes' mean wait for that kernel lock inside
+    #: that stage (s per sandbox; the trace's tracepoints, scaled for sampling).
+    lock_wait_s: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @classmethod
     def pooled(cls, traces: Sequence[Trace]) -> StormStats:
@@ -164,6 +169,10 @@ class StormStats:
                 if any(r.busy_core_s is None for r in runs)
                 else float(np.median([r.busy_core_s for r in runs]))
             ),
+            lock_wait_s={
+                key: float(np.mean([r.lock_wait_s.get(key, 0.0) for r in runs]))
+                for key in sorted({k for r in runs for k in r.lock_wait_s})
+            },
         )
 
     @classmethod
@@ -229,6 +238,11 @@ class StormStats:
             kworker_rtnl_waits=round(kworker_waits / n),
             # Only over the whole storm: a resample of its sandboxes has no CPU total.
             busy_core_s=h.busy_core_s if sandboxes is None else None,
+            lock_wait_s=(
+                {key: w / n for key, w in stage_lock_waits(trace).items()}
+                if sandboxes is None
+                else {}
+            ),
         )
 
     def scenario(
@@ -292,6 +306,15 @@ class StormStats:
             out.append(_target("CPU busy (core-s)", scenario, _busy, self.busy_core_s))
         # The kernel's own count of RTNL contention: a check, never fitted.
         out.append(_target("RTNL wait (sum)", scenario, _rtnl_wait, self.rtnl_wait_s, 0.0))
+        # Where each stage waits for a kernel lock (the tracepoints'): checks.
+        # Weighed as a stage's mean they moved the fit to a valley of no RTNL
+        # queue at all from some starts, and nowhere better from the others
+        # (the plan's storms, 2026-11-29: docs/testbed.md).
+        for (lock, stage), wait_s in self.lock_wait_s.items():
+            if stage in self.stage_s and wait_s >= _MEANINGFUL_S:
+                label = f"{lock} wait in {stage}"
+                metric = _stage_lock_wait(lock, stage, self.sandboxes)
+                out.append(_target(label, scenario, metric, wait_s, 0.0))
         return out
 
 
@@ -315,6 +338,14 @@ def _stage_min(stage: str) -> Metric:
 
 def _stage_mean(stage: str) -> Metric:
     return Metric(f"stages.{stage}.mean_s", lambda r: float(r.stage_time_s[stage].mean()))
+
+
+def _stage_lock_wait(lock: str, stage: str, sandboxes: int) -> Metric:
+    def per_sandbox(r: Result) -> float:
+        stats = r.locks.get(lock)
+        return stats.wait_s_by_stage.get(stage, 0.0) / sandboxes if stats is not None else 0.0
+
+    return Metric(f"locks.{lock}.wait_s_by_stage.{stage}", per_sandbox)
 
 
 _latency_mean = Metric("startup.mean_s", lambda r: r.startup.mean)
@@ -371,6 +402,10 @@ CNI_FREE_PARAMETERS: tuple[FreeParameter, ...] = (
     FreeParameter(path="testbed.shim_start_cpu_s", start=2e-2, low=1e-4, high=0.5),
     FreeParameter(path="testbed.tc_exec_cpu_s", start=2e-3, low=1e-5, high=0.2),
     FreeParameter(path="testbed.spawn_cpu_s", start=5e-4, low=1e-6, high=0.05),
+    # The kernel mutexes' hand-over to a waiter that must get a core: a
+    # storm's size and its limits change how many tasks are runnable, which
+    # moves RTNL's wait between stages (and the stages' shares with it).
+    FreeParameter(path="testbed.mutex_dispatch_s", start=1e-3, low=1e-7, high=5e-3),
 )
 #: Costs only the threads runtime's steps use (the CNI runtime's bridge
 #: plugin makes the peer on the host directly: no move, no grace period).
@@ -411,6 +446,7 @@ def testbed_template(
     service_family: FamilyChoice | None = None,
     runtimes: Collection[str] = ("threads",),
     measured: Mapping[str, MeasuredCost] | None = None,
+    kernel_config: str | None = None,
 ) -> Profile:
     """A testbed profile at the fit's starting point, for a host of ``cores``;
     ``service_family``: the family chosen for its service times (lognormal
@@ -458,6 +494,16 @@ def testbed_template(
     )
     if service_family is not None:
         sources["service_family"] = f"the recorded storm: {service_family.describe()}"
+    if kernel_config is not None:
+        # Kernel code under a mutex runs until it sleeps where the kernel is
+        # built without preemption; a preemptible build time-slices it.
+        testbed = testbed.model_copy(
+            update={"kernel_holders_pinned": "PREEMPT_NONE" in kernel_config.split()}
+        )
+        sources["testbed.kernel_holders_pinned"] = (
+            f"the storms' kernel build ({kernel_config}): holders of RTNL and cgroup_mutex "
+            "are time-sliced only where it is preemptible"
+        )
     for kind, m in memory.items():
         sources[f"testbed.pool_device_mib.{kind}"] = (
             f"measured alone (bootstorm testbed measure-ops): {m.how}; "
@@ -657,6 +703,7 @@ def fit_storms(
     traces: Sequence[Trace],
     *,
     measured: Mapping[str, MeasuredCost] | None = None,
+    kernel_config: str | None = None,
     seed: int = 0,
     executor: str = "compiled",
     max_evaluations: int = 160,
@@ -665,7 +712,11 @@ def fit_storms(
     """Fit one ``local`` testbed profile to every storm in ``traces`` at once
     (runs of one storm pooled, see :func:`group_storms`) and to the costs
     measured alone (``measured``, by path), and record in the profile which
-    costs that identified (:class:`~bootstorm.models.Identification`)."""
+    costs that identified (:class:`~bootstorm.models.Identification`).
+
+    ``kernel_config``: the storms' kernel build (``PREEMPT_NONE HZ=250``, as
+    :func:`~bootstorm.traces.host.kernel_config_summary` gives it), for
+    traces recorded before their header said; default: the headers'."""
     groups = group_storms(traces)
     if not groups:
         raise ValueError("trace: give at least one recorded storm")
@@ -676,7 +727,11 @@ def fit_storms(
     all_samples = [x for st in stats for x in service_samples(st)]
     runtimes = {st.runtime for st in stats}
     free = free_parameters(runtimes)
+    configs = {g[0].header.host.kernel_config for g in groups if g[0].header.host is not None}
+    if kernel_config is None and len(configs - {None}) == 1:
+        kernel_config = next(iter(configs - {None}))
     base = testbed_template(
+        kernel_config=kernel_config,
         cores=stats[first].cores,
         memory_mib=h.host.memory_mib if h.host is not None else 1024,
         service_cv=round(float(np.median([_service_cv(st) for st in stats])), 4),
@@ -1092,9 +1147,15 @@ class Comparison:
     #: The least denominator of the relative error: 1 for a count (0 measured
     #: against 2 predicted is 200 % off, not infinitely), 0 for a time.
     floor: float = 0.0
+    #: A share (of a stage's time) compared in points, not relatively: its
+    #: error is ``predicted - measured``.
+    points: bool = False
 
     @property
     def rel_error(self) -> float:
+        """Predicted over measured, minus 1; for a share in points, the difference."""
+        if self.points:
+            return self.predicted - self.measured
         scale = max(self.measured, self.floor)
         if not scale:  # none measured: right if none predicted
             return 0.0 if not self.predicted else float("inf")
@@ -1144,6 +1205,40 @@ def predicted_vs_measured(
         )
         for stage, times in stats.stage_s.items()
     ]
+    return rows + attribution_vs_measured(
+        [trace] if isinstance(trace, Trace) else trace, result, list(stats.stage_s)
+    )
+
+
+#: A stage's lock-wait share is shown where the node's or the model's reaches this.
+_SHOWN_WAIT_SHARE = 0.01
+
+
+def attribution_vs_measured(
+    traces: Sequence[Trace], result: Result, stages: Sequence[str]
+) -> list[Comparison]:
+    """Each stage's share of the mean startup (relative error) and each lock's
+    wait as a share of a stage's time (in points, where either side reaches
+    1%): the recorded runs against the simulated storm ``result``."""
+    measured = measured_attribution(traces, stages)
+    predicted = predicted_attribution(result, stages)
+    rows = [
+        Comparison(
+            metric=f"{stage} share of startup",
+            measured=share,
+            predicted=predicted.stage_share.get(stage, 0.0),
+        )
+        for stage, share in measured.stage_share.items()
+    ]
+    for key, share in measured.wait_share.items():
+        model = predicted.wait_share.get(key, 0.0)
+        if max(share, model) >= _SHOWN_WAIT_SHARE:
+            lock, stage = key
+            rows.append(
+                Comparison(
+                    metric=f"{lock} wait in {stage}", measured=share, predicted=model, points=True
+                )
+            )
     return rows
 
 

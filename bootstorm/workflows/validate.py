@@ -45,13 +45,17 @@ class StormValidation:
     rows: tuple[tuple[str, float, float], ...]
     """(metric, measured, predicted), headline metrics first."""
     errors: dict[str, float]
-    """Relative error of each metric (predicted over measured, minus 1)."""
+    """Relative error of each metric (predicted over measured, minus 1); of
+    a metric in ``points``, predicted minus measured."""
     runs: int
     threshold: float
     headline: tuple[str, ...] = HEADLINE_METRICS
     """The metrics the verdict reads: makespan and mean startup for a storm
     released at once; for one on a workload's schedule, the traffic's (p99
     per window, empty-pool starts, idle pooled device-seconds)."""
+    points: frozenset[str] = frozenset()
+    """Metrics that are shares compared in points: their ``errors`` entry is
+    predicted minus measured (a stage's lock-wait share)."""
 
     @property
     def failed(self) -> list[str]:
@@ -68,7 +72,14 @@ class StormValidation:
             "sandboxes": self.stats.sandboxes,
             "scenario": self.scenario.model_dump(mode="json"),
             "rows": [
-                {"metric": n, "measured": m, "predicted": p, "rel_error": self.errors[n]}
+                {
+                    "metric": n,
+                    "measured": m,
+                    "predicted": p,
+                    ("error_points" if n in self.points else "rel_error"): (
+                        round(100.0 * self.errors[n], 6) if n in self.points else self.errors[n]
+                    ),
+                }
                 for n, m, p in self.rows
             ],
             "runs": self.runs,
@@ -259,6 +270,7 @@ def validate_storm(
         runs=len(traces),
         threshold=threshold,
         headline=headline,
+        points=frozenset(c.metric for c in comparisons if c.points),
     )
 
 

@@ -1,0 +1,146 @@
+"""Stage attribution: each stage's share of the mean startup and each kernel
+lock's wait as a share of a stage's time, measured (worked by hand on a small
+trace) and predicted (the model's waits by stage), and how ``validate`` shows
+them (shares in points)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bootstorm.calibration.attribution import (
+    measured_attribution,
+    predicted_attribution,
+    sampled_wait_scale,
+)
+from bootstorm.calibration.trace_fit import Comparison, StormStats, predicted_vs_measured
+from bootstorm.models import Profile
+from bootstorm.simulator import LockSpec, MachineSpec, compile_program, run_program
+from bootstorm.simulator.steps import Hold, Sleep, Stage
+from bootstorm.traces import (
+    Arrival,
+    LockSpan,
+    ScenarioFacts,
+    StageSpan,
+    Trace,
+    TraceHeader,
+    read_trace,
+)
+from bootstorm.workflows.validate import validate_storm
+
+DATA = Path(__file__).resolve().parents[2] / "traces" / "data" / "cni"
+STAGES = ("NetNS", "AttachIf")
+
+
+def _trace(*, note: str | None = None) -> Trace:
+    """Two sandboxes from t=10: A in NetNS 10-11, AttachIf 11-14; B in NetNS
+    10-12, AttachIf 12-13. A waited 0.5 s for RTNL in NetNS and 1.5 s in
+    AttachIf; B 1 s in NetNS; a kworker's wait (no sandbox) is not a stage's."""
+    spans = (
+        StageSpan(sandbox=0, stage="NetNS", start_s=10.0, end_s=11.0),
+        StageSpan(sandbox=0, stage="AttachIf", start_s=11.0, end_s=14.0),
+        StageSpan(sandbox=1, stage="NetNS", start_s=10.0, end_s=12.0),
+        StageSpan(sandbox=1, stage="AttachIf", start_s=12.0, end_s=13.0),
+    )
+    locks = (
+        LockSpan(lock="rtnl", sandbox=0, stage="NetNS", start_s=10.0, end_s=10.5),
+        LockSpan(lock="rtnl", sandbox=0, stage="AttachIf", start_s=11.0, end_s=12.5),
+        LockSpan(lock="rtnl", sandbox=1, stage="NetNS", start_s=10.5, end_s=11.5),
+        LockSpan(lock="rtnl", start_s=12.0, end_s=13.0),
+    )
+    header = TraceHeader(
+        source="testbed",
+        origin_s=10.0,
+        scenario=ScenarioFacts(sandboxes=2, cni="veth-peer-in-netns"),
+        notes=(note,) if note else (),
+    )
+    arrivals = (Arrival(sandbox=0, t_s=10.0), Arrival(sandbox=1, t_s=10.0))
+    return Trace(header=header, spans=spans, locks=locks, arrivals=arrivals)
+
+
+def test_measured_shares_worked_by_hand() -> None:
+    got = measured_attribution([_trace()], STAGES)
+    # Startups 4 s and 3 s: mean 3.5. NetNS 1.5 s on average, AttachIf 2.
+    assert got.stage_share == pytest.approx({"NetNS": 1.5 / 3.5, "AttachIf": 2.0 / 3.5})
+    # RTNL: 1.5 of the 3 s inside NetNS, 1.5 of the 4 s inside AttachIf.
+    assert got.wait_share[("rtnl", "NetNS")] == pytest.approx(0.5)
+    assert got.wait_share[("rtnl", "AttachIf")] == pytest.approx(0.375)
+    assert got.wait_share[("cgroup_mutex", "NetNS")] == 0.0
+
+
+def test_a_sampled_trace_scales_its_waits_up_by_its_note() -> None:
+    note = (
+        "kernel lock spans sampled: 3 of 9 kept (3 of the 6 rtnl, cgroup_mutex, css_set_lock "
+        "waits of sandboxes, evenly over the storm (their sums short by that ratio), none of "
+        "the others)"
+    )
+    trace = _trace(note=note)
+    assert sampled_wait_scale(trace) == 2.0
+    got = measured_attribution([trace], STAGES)
+    assert got.wait_share[("rtnl", "AttachIf")] == pytest.approx(0.75)
+
+
+def test_a_storms_stats_keep_its_waits_by_lock_and_stage_per_sandbox() -> None:
+    """The fit's checks: each (lock, stage)'s wait per sandbox, sampled traces scaled."""
+    runs = sorted((DATA / "heldout").glob("size100-run*.jsonl.gz"))
+    trace = read_trace(runs[0])
+    stats = StormStats.of(trace)
+    got = measured_attribution([trace], ("AttachIf",)).wait_share[("rtnl", "AttachIf")]
+    inside = float(stats.stage_s["AttachIf"].sum())
+    assert stats.lock_wait_s[("rtnl", "AttachIf")] * 100 / inside == pytest.approx(got)
+    labels = {t.label for t in stats.targets()}
+    assert "rtnl wait in AttachIf" in labels
+
+
+def test_predicted_shares_from_the_models_waits_by_stage() -> None:
+    """Two sandboxes asleep 1 s under L in stage b after 1 s asleep in a: the
+    second waits 1 s in b. Shares: a 1/2.5, b 1.5/2.5; L's wait 1 of b's 3 s."""
+    plan = (Stage("a", (Sleep(1.0),)), Stage("b", (Hold("rtnl", (Sleep(1.0),)),)))
+    program = compile_program(
+        [plan, plan], machine=MachineSpec(cores=1), locks=[LockSpec(name="rtnl")]
+    )
+    result = run_program(program)
+    assert result.locks["rtnl"].wait_s_by_stage == {"b": 1.0}
+    got = predicted_attribution(result, ("a", "b"))
+    assert got.stage_share == pytest.approx({"a": 1.0 / 2.5, "b": 1.5 / 2.5})
+    assert got.wait_share[("rtnl", "b")] == pytest.approx(1.0 / 3.0)
+    assert got.wait_share[("rtnl", "a")] == 0.0
+
+
+def test_a_share_in_points_is_a_difference_not_a_ratio() -> None:
+    assert Comparison(metric="x", measured=0.25, predicted=0.4, points=True).rel_error == (
+        pytest.approx(0.15)
+    )
+    assert Comparison(metric="x", measured=0.25, predicted=0.4).rel_error == pytest.approx(0.6)
+
+
+def test_predicted_vs_measured_has_a_row_for_every_stage_share_and_the_lock_waits() -> None:
+    runs = [read_trace(p) for p in sorted((DATA / "heldout").glob("size100-run*.jsonl.gz"))]
+    profile = Profile.from_yaml(DATA / "plan" / "local.yaml")
+    rows = {c.metric: c for c in predicted_vs_measured(runs, profile)}
+    for stage in ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM"):
+        assert 0.0 < rows[f"{stage} share of startup"].measured < 1.0
+    wait = rows["rtnl wait in AttachIf"]
+    assert wait.points and 0.5 < wait.measured < 1.0  # the kernel's: 76% of AttachIf
+    assert wait.rel_error == pytest.approx(wait.predicted - wait.measured)
+
+
+def test_validate_json_gives_share_errors_in_points() -> None:
+    runs = sorted((DATA / "heldout").glob("size100-run*.jsonl.gz"))
+    outcome = validate_storm(
+        sandboxes=100,
+        config=None,
+        profile=DATA / "plan" / "local.yaml",
+        calibrate_from=None,
+        measured=runs,
+        trace_out=None,
+        threshold=0.2,
+        vm=False,
+    )
+    rows = {r["metric"]: r for r in json.loads(json.dumps(outcome.to_dict()))["rows"]}
+    wait = rows["rtnl wait in AttachIf"]
+    assert "rel_error" not in wait
+    assert wait["error_points"] == pytest.approx(100 * (wait["predicted"] - wait["measured"]))
+    assert "rel_error" in rows["AttachIf share of startup"]
