@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .._params import Check, Rules, validate
-from ..models import Profile, Scenario, run_scenario
+from ..models import Profile, Scenario, run_scenario, run_scenario_seeds
 from ..simulator import Result
 from .rows import RowKind
 
@@ -353,7 +353,22 @@ def check_targets_over(
     if not seeds:
         raise ValueError("`seeds` must not be empty")
     targets = list(targets)
-    by_seed = [check_targets(targets, profile, seed=s, executor=executor) for s in seeds]
+    # Each distinct scenario compiled once for every seed (its plans
+    # flattened once, each seed's draws its own): the same results as a
+    # compile per seed, to the bit.
+    caches: list[dict[str, Result]] = [{} for _ in seeds]
+    for t in targets:
+        if t.evaluate is not None or t.scenario is None:
+            continue
+        key = t.scenario.model_dump_json()
+        if key not in caches[0]:
+            runs = run_scenario_seeds(t.scenario, seeds=seeds, profile=profile, executor=executor)
+            for cache, result in zip(caches, runs, strict=True):
+                cache[key] = result
+    by_seed = [
+        check_targets(targets, profile, seed=s, executor=executor, cache=cache)
+        for s, cache in zip(seeds, caches, strict=True)
+    ]
     out = []
     for i, t in enumerate(targets):
         values = tuple(checks[i].model for checks in by_seed)

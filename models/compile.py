@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from ..simulator import (
     ProgramTooLargeError,
     Result,
     available_memory_bytes,
-    compile_program,
+    compile_programs,
     run_with,
     size_program,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "estimate_memory",
     "full_pools",
     "run_scenario",
+    "run_scenario_seeds",
     "scenario_stages",
     "service_streams",
 ]
@@ -169,6 +171,27 @@ def run_scenario(
     return with_interval(result, prof)
 
 
+def run_scenario_seeds(
+    scenario: Scenario,
+    *,
+    seeds: Sequence[int],
+    profile: Profile | None = None,
+    executor: str = "compiled",
+) -> list[Result]:
+    """:func:`run_scenario` at each of ``seeds``, the same results to the bit,
+    the scenario compiled once (:func:`~bootstorm.simulator.compile_programs`):
+    a fit evaluates every cost it tries over the same seeds, and flattening
+    and checking the plans was most of its time (paper-001's FastIOV storm)."""
+    prof = profile if profile is not None else load_profile(scenario.profile)
+    if scenario.sandboxes >= SIZED_FROM_SANDBOXES:
+        for seed in seeds:
+            check_memory(scenario, seed=seed, profile=prof)
+    return [
+        with_interval(run_with(program, executor), prof)
+        for program in _compile_seeds(scenario, tuple(seeds), prof)
+    ]
+
+
 def with_interval(result: Result, profile: Profile) -> Result:
     """``result`` with the interval ``profile`` gives its headline numbers
     (:func:`~.interval.headline_interval`); as it is if the profile records
@@ -212,6 +235,11 @@ def check_memory(
 
 
 def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
+    return _compile_seeds(scenario, (seed,), prof)[0]
+
+
+def _compile_seeds(scenario: Scenario, seeds: Sequence[SeedLike], prof: Profile) -> list[Program]:
+    """The programs of ``scenario`` at each of ``seeds``, its plans flattened once."""
     cni = scenario.cni
     family = cni_family(cni)
     _check_names("pools", scenario.pools, family.pool_kinds(cni), "pool kind")
@@ -231,7 +259,7 @@ def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
             raise ConfigError(
                 f"pools: profile {prof.name!r} has no memory cost for pooled {kind!r} devices"
             )
-    _, service = service_streams(scenario.seed if seed is None else seed)
+    services = [service_streams(scenario.seed if seed is None else seed)[1] for seed in seeds]
 
     locks = family.locks(scenario, prof)
     built = family.plans(scenario, prof)
@@ -275,7 +303,7 @@ def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
         guest_cpu_quota=scenario.vcpus or host.sandbox_vcpus,
         background_jobs=scenario.background_load,
     )
-    program = compile_program(
+    programs = compile_programs(
         plans,
         machine=machine,
         locks=locks,
@@ -290,9 +318,9 @@ def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
         arrival_s=scenario.arrival_s,
         service_cv=prof.service_cv,
         service_family=prof.service_family or "lognormal",
-        rng=service,
+        rngs=services,
     )
-    return refill.apply(program) if refill is not None else program
+    return programs if refill is None else [refill.apply(program) for program in programs]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -91,6 +91,7 @@ if TYPE_CHECKING:
         Wait,
         Zero,
         compile_program,
+        compile_programs,
     )
     from .trace_export import (
         chrome_trace,
@@ -148,6 +149,7 @@ __all__ = [
     "check_executor",
     "chrome_trace",
     "compile_program",
+    "compile_programs",
     "make_executor",
     "run_program",
     "run_program_fast",
@@ -215,6 +217,7 @@ _SOURCES: dict[str, str] = {
     "Wait": ".steps",
     "Zero": ".steps",
     "compile_program": ".steps",
+    "compile_programs": ".steps",
     "chrome_trace": ".trace_export",
     "write_chrome_trace": ".trace_export",
 }

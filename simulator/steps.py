@@ -480,6 +480,37 @@ def compile_program(
     that would not fit in the memory available is refused before it is
     built (:class:`ProgramTooLargeError`, one line saying how much it needs).
     """
+    return compile_programs(
+        plans,
+        machine=machine,
+        locks=locks,
+        gates=gates,
+        pools=pools,
+        arrival_s=arrival_s,
+        service_cv=service_cv,
+        service_family=service_family,
+        rngs=(rng,),
+    )[0]
+
+
+def compile_programs(
+    plans: Sequence[SandboxPlan],
+    *,
+    machine: MachineSpec,
+    locks: Sequence[LockSpec],
+    gates: Sequence[GateSpec] = (),
+    pools: Sequence[PoolSpec] = (),
+    arrival_s: Sequence[float] | np.ndarray | None = None,
+    service_cv: float = 0.0,
+    service_family: str = "lognormal",
+    rngs: Sequence[np.random.Generator | None],
+) -> list[Program]:
+    """:func:`compile_program` once per generator of ``rngs``: the same plans
+    with each generator's service-time draws (a fit's seeds). The plans are
+    flattened, the program sized and its tasks walked once; each program is
+    the one :func:`compile_program` gives with that generator, to the bit.
+    """
+
     n = len(plans)
     if n < 1:
         raise ProgramError(f"a program needs at least one sandbox, but got {n=}")
@@ -489,7 +520,9 @@ def compile_program(
     ):
         if not rule.holds(value):
             raise ProgramError(format_problem(name, rule.text(), value))
-    if service_cv > 0.0 and rng is None:
+    if not rngs:
+        raise ProgramError("`rngs` must hold at least one generator")
+    if service_cv > 0.0 and any(rng is None for rng in rngs):
         raise ProgramError("`rng` is required when `service_cv > 0`")
     if arrival_s is not None and len(arrival_s) != n:
         raise ProgramError(
@@ -591,100 +624,108 @@ def compile_program(
         columns.append((base[own], growth[own], jit[own], jit))
     own_offsets = np.zeros(task_part.size + 1, dtype=np.int64)
     np.cumsum(own_count[task_part], out=own_offsets[1:])
-    own_amount = np.empty(int(own_offsets[-1]), dtype=np.float64)
     # Fill per part, a slice of its tasks at a time (one jitter draw per
     # slice, in task order: the same stream as one draw for them all); tasks
     # grouped by part in one sort, not one scan per part.
     order = np.argsort(task_part, kind="stable")
     bounds = np.searchsorted(task_part[order], np.arange(len(parts) + 1))
-    first_tasks: list[int] = []
-    jitter = None
-    if jittering:
-        assert rng is not None
-        draws = sum(
-            int(bounds[part + 1] - bounds[part]) * sum(1 for o in ops if o[3])
-            for part, ops in enumerate(parts)
-        )
-        jitter = _Jitter(rng, family=service_family, cv=service_cv, draws=draws)
-    for part, ops in enumerate(parts):
-        members = order[bounds[part] : bounds[part + 1]]
-        if not ops or not members.size:
-            continue
-        first_tasks.append(int(members[0]))
-        base, growth, jit, jit_all = columns[part]
-        width = int(own_count[part])
-        if not width:
-            continue
-        grows = np.flatnonzero(growth)  # adding 0 elsewhere would change nothing
-        jittered = bool(jit.any())
-        # Without growth, an amount is its base times its factor (one
-        # rounding, as multiplying the base in place): written straight into
-        # the task's amounts, a run of columns at a time, instead of the base
-        # first and the factors through a gather and a scatter (a third of
-        # a day's compile).
-        runs = _runs(jit) if jittered and not grows.size else None
-        rows_per_slice = max(1, _CHUNK_OPS // len(ops))
-        for lo in range(0, members.size, rows_per_slice):
-            rows = members[lo : lo + rows_per_slice]
-            amounts, write_back = _own_rows(own_amount, own_offsets[rows], width)
-            if runs is not None:
-                assert jitter is not None
-                factors = jitter.next((rows.size, int(jit_all.sum())))
-                for a, b, drawn, is_jit in runs:
-                    if is_jit:
-                        np.multiply(
-                            base[a:b], factors[:, drawn : drawn + b - a], out=amounts[:, a:b]
-                        )
-                    else:
-                        amounts[:, a:b] = base[a:b]
-                if write_back is not None:
-                    write_back()
-                continue
-            amounts[...] = base
-            if grows.size:
-                owner = rows.copy()
-                branch = owner >= n
-                owner[branch] = branch_parent[owner[branch] - n]
-                amounts[:, grows] += owner[:, None].astype(np.float64) * growth[grows][None, :]
-            if jittered:
-                assert jitter is not None
-                amounts[:, jit] *= jitter.next((rows.size, int(jit_all.sum())))
-            if write_back is not None:
-                write_back()
-    del order, bounds, columns
-
+    draws = sum(
+        int(bounds[part + 1] - bounds[part]) * sum(1 for o in ops if o[3])
+        for part, ops in enumerate(parts)
+    )
     stage_names = tuple(sorted(templates.flat.stage_ids, key=templates.flat.stage_ids.__getitem__))
     branch_names = templates.branch_names
-    program = Program(
-        machine=machine,
-        stage_names=stage_names,
-        locks=tuple(locks),
-        gates=tuple(gates),
-        pools=tuple(pools),
-        arrival_s=arrivals,
-        ops=SharedOps(
-            task_part=task_part.astype(np.int32),
-            offsets=part_offsets,
-            kind=t_kind,
-            arg=t_arg,
-            amount=t_amount,
-            slot=t_slot,
-            own_offsets=own_offsets,
-            own_amount=own_amount,
-        ),
-        branch_names=tuple(sorted(branch_names, key=branch_names.__getitem__)),
-        ready_branches=tuple(sorted(templates.ready)),
-        branch_parent=branch_parent,
-        branch_kind=branch_kind,
-        spawn_base=spawn_base,
-        # Every task runs its part's kinds, arguments and jumps: one walk per
-        # part checks them all (the arrays are checked in full).
-        validated=True,
-    )
-    if jitter is not None:
-        jitter.done()
-    program._validate_templates(first_tasks)
-    return program
+    # The programs share the template arrays and the per-task tables (a
+    # program's arrays are read-only); each has its own amounts.
+    programs: list[Program] = []
+    for rng in rngs:
+        own_amount = np.empty(int(own_offsets[-1]), dtype=np.float64)
+        first_tasks: list[int] = []
+        jitter = None
+        if jittering:
+            assert rng is not None
+            jitter = _Jitter(rng, family=service_family, cv=service_cv, draws=draws)
+        for part, ops in enumerate(parts):
+            members = order[bounds[part] : bounds[part + 1]]
+            if not ops or not members.size:
+                continue
+            first_tasks.append(int(members[0]))
+            base, growth, jit, jit_all = columns[part]
+            width = int(own_count[part])
+            if not width:
+                continue
+            grows = np.flatnonzero(growth)  # adding 0 elsewhere would change nothing
+            jittered = bool(jit.any())
+            # Without growth, an amount is its base times its factor (one
+            # rounding, as multiplying the base in place): written straight into
+            # the task's amounts, a run of columns at a time, instead of the base
+            # first and the factors through a gather and a scatter (a third of
+            # a day's compile).
+            runs = _runs(jit) if jittered and not grows.size else None
+            rows_per_slice = max(1, _CHUNK_OPS // len(ops))
+            for lo in range(0, members.size, rows_per_slice):
+                rows = members[lo : lo + rows_per_slice]
+                amounts, write_back = _own_rows(own_amount, own_offsets[rows], width)
+                if runs is not None:
+                    assert jitter is not None
+                    factors = jitter.next((rows.size, int(jit_all.sum())))
+                    for a, b, drawn, is_jit in runs:
+                        if is_jit:
+                            np.multiply(
+                                base[a:b], factors[:, drawn : drawn + b - a], out=amounts[:, a:b]
+                            )
+                        else:
+                            amounts[:, a:b] = base[a:b]
+                    if write_back is not None:
+                        write_back()
+                    continue
+                amounts[...] = base
+                if grows.size:
+                    owner = rows.copy()
+                    branch = owner >= n
+                    owner[branch] = branch_parent[owner[branch] - n]
+                    amounts[:, grows] += owner[:, None].astype(np.float64) * growth[grows][None, :]
+                if jittered:
+                    assert jitter is not None
+                    amounts[:, jit] *= jitter.next((rows.size, int(jit_all.sum())))
+                if write_back is not None:
+                    write_back()
+        program = Program(
+            machine=machine,
+            stage_names=stage_names,
+            locks=tuple(locks),
+            gates=tuple(gates),
+            pools=tuple(pools),
+            arrival_s=arrivals,
+            ops=SharedOps(
+                task_part=task_part.astype(np.int32),
+                offsets=part_offsets,
+                kind=t_kind,
+                arg=t_arg,
+                amount=t_amount,
+                slot=t_slot,
+                own_offsets=own_offsets,
+                own_amount=own_amount,
+            ),
+            branch_names=tuple(sorted(branch_names, key=branch_names.__getitem__)),
+            ready_branches=tuple(sorted(templates.ready)),
+            branch_parent=branch_parent,
+            branch_kind=branch_kind,
+            spawn_base=spawn_base,
+            # Every task runs its part's kinds, arguments and jumps: one walk per
+            # part checks them all (the arrays are checked in full).
+            validated=True,
+        )
+        if jitter is not None:
+            jitter.done()
+        if programs:
+            # The same kinds, arguments and jumps as the first: its walks hold.
+            program._validate_arrays()
+        else:
+            program._validate_templates(first_tasks)
+        programs.append(program)
+    del order, bounds, columns
+    return programs
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int, int, bool]]:
