@@ -35,6 +35,7 @@ __all__ = [
     "measured_attribution",
     "predicted_attribution",
     "sampled_wait_scale",
+    "sandbox_times",
     "stage_lock_waits",
 ]
 
@@ -68,6 +69,28 @@ def stage_lock_waits(trace: Trace) -> dict[tuple[str, str], float]:
     return out
 
 
+def sandbox_times(
+    trace: Trace, stages: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    """Per sandbox of ``trace``: its arrival, the end of its last stage, its
+    time in each of ``stages`` (NaN where it never ended one), and whether
+    it passed all of them."""
+    n = trace.header.scenario.sandboxes
+    arrival = np.full(n, trace.header.origin_s)
+    for a in trace.arrivals:
+        arrival[a.sandbox] = a.t_s
+    end = np.full(n, np.nan)
+    per_stage = {s: np.full(n, np.nan) for s in stages}
+    for span in trace.spans:
+        end[span.sandbox] = np.fmax(end[span.sandbox], span.end_s)
+        if span.stage in per_stage:
+            per_stage[span.stage][span.sandbox] = span.end_s - span.start_s
+    done = ~np.isnan(end)
+    for times in per_stage.values():
+        done &= ~np.isnan(times)
+    return arrival, end, per_stage, done
+
+
 @dataclass(frozen=True, kw_only=True)
 class Attribution:
     """A storm's time by stage: each stage's share of the mean startup, and
@@ -95,19 +118,7 @@ def measured_attribution(traces: Sequence[Trace], stages: Sequence[str]) -> Attr
     startup = 0.0
     count = 0
     for trace in traces:
-        n = trace.header.scenario.sandboxes
-        arrival = np.full(n, trace.header.origin_s)
-        for a in trace.arrivals:
-            arrival[a.sandbox] = a.t_s
-        end = np.full(n, np.nan)
-        per_stage = {s: np.full(n, np.nan) for s in stages}
-        for span in trace.spans:
-            end[span.sandbox] = np.fmax(end[span.sandbox], span.end_s)
-            if span.stage in per_stage:
-                per_stage[span.stage][span.sandbox] = span.end_s - span.start_s
-        done = ~np.isnan(end)
-        for times in per_stage.values():
-            done &= ~np.isnan(times)
+        arrival, end, per_stage, done = sandbox_times(trace, stages)
         startup += float((end - arrival)[done].sum())
         count += int(done.sum())
         for s in stages:

@@ -56,7 +56,12 @@ from ..models.tuned import settings_line
 from ..simulator import SERVICE_FAMILIES, Result
 from ..traces import Trace
 from ._fit import FitReport, FreeParameter, LeastSquaresFit, least_squares_fit, parameter_spread
-from .attribution import measured_attribution, predicted_attribution, stage_lock_waits
+from .attribution import (
+    measured_attribution,
+    predicted_attribution,
+    sandbox_times,
+    stage_lock_waits,
+)
 from .identify import unseen_directions_of
 from .interval import prediction_error_of
 from .measured_ops import MeasuredCost
@@ -186,18 +191,7 @@ class StormStats:
                 f"covers {', '.join(_CNI_OF_VARIANT)}"
             )
         n = h.scenario.sandboxes
-        arrival = np.full(n, h.origin_s)
-        for a in trace.arrivals:
-            arrival[a.sandbox] = a.t_s
-        end = np.full(n, np.nan)
-        per_stage = {s: np.full(n, np.nan) for s in TESTBED_STAGES}
-        for span in trace.spans:
-            end[span.sandbox] = np.fmax(end[span.sandbox], span.end_s)
-            if span.stage in per_stage:
-                per_stage[span.stage][span.sandbox] = span.end_s - span.start_s
-        done = ~np.isnan(end)
-        for st in per_stage.values():
-            done &= ~np.isnan(st)
+        arrival, end, per_stage, done = sandbox_times(trace, TESTBED_STAGES)
         if not done.any():
             raise ValueError("trace: no sandbox passed every stage")
         complete = np.flatnonzero(done)
