@@ -391,7 +391,7 @@ def storm_validation_table(outcome: StormValidation) -> Table:
             # A share of a stage's time: both sides and the gap in points.
             error = f"{100 * outcome.errors[name]:+.0f} pts"
             table.add_row(name, f"{m:.1%}", f"{p:.1%}", f"[{color}]{error}[/]")
-        elif name.endswith(" share of startup"):
+        elif name in outcome.shares:
             table.add_row(name, f"{m:.1%}", f"{p:.1%}", f"[{color}]{outcome.errors[name]:+.1%}[/]")
         else:
             table.add_row(name, f"{m:.3f}", f"{p:.3f}", f"[{color}]{outcome.errors[name]:+.1%}[/]")

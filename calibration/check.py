@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Protocol
 
 from .._params import NonEmpty, Rules, parse_seeds, validate
-from ..models import Profile, Scenario, load_profile, run_scenario_seeds
+from ..models import Profile, Scenario, load_profile
 from ..models.dataplane import Traffic
 from ..models.softirq import DataplaneResult, solve_on_profile
 from ..models.sriov import VF_RELATED_STAGES
@@ -45,7 +45,7 @@ from ..simulator import Result
 from ._dataplane import DataplaneEvaluator
 from .known_misses import KNOWN_MISSES
 from .rows import Derivation, RowKind, paper_row
-from .targets import FIT_TOLERANCE, PREDICT_TOLERANCE, PaperTarget
+from .targets import FIT_TOLERANCE, PREDICT_TOLERANCE, PaperTarget, SeedStorms
 
 __all__ = [
     "CHECK_ROWS",
@@ -262,28 +262,21 @@ def _flow_row(
 
 @dataclass(frozen=True, slots=True)
 class _SeedRuns:
-    """:class:`Runs` at ``seeds[index]`` on one profile, each storm and load
-    once. A storm is run at every seed the first time any seed asks for it
-    (``storms``, shared by the seeds' runs: compiled once for them all)."""
+    """:class:`Runs` at ``storms.seeds[index]`` on one profile, each storm
+    and load once; a storm is run at every seed the first time any seed asks
+    for it (``storms``, shared by the seeds' runs)."""
 
     profile: Profile
-    seeds: tuple[int, ...]
+    storms: SeedStorms
     index: int
-    executor: str
-    storms: dict[str, list[Result]]
     loads: dict[str, DataplaneResult] = field(default_factory=dict)
 
     @property
     def seed(self) -> int:
-        return self.seeds[self.index]
+        return self.storms.seeds[self.index]
 
     def __call__(self, scenario: Scenario, /) -> Result:
-        key = scenario.model_dump_json()
-        if key not in self.storms:
-            self.storms[key] = run_scenario_seeds(
-                scenario, seeds=self.seeds, profile=self.profile, executor=self.executor
-            )
-        return self.storms[key][self.index]
+        return self.storms.results(scenario)[self.index]
 
     def flows(self, traffic: Traffic, /) -> DataplaneResult:
         drawn = traffic.model_copy(update={"seed": self.seed})
@@ -321,9 +314,9 @@ def check_rows(
     if not seeds:
         raise ValueError("seeds: at least one seed is needed")
     values: list[list[float]] = [[] for _ in rows]
-    storms: dict[str, list[Result]] = {}
+    storms = SeedStorms(profile=profile, seeds=seeds, executor=executor)
     for index in range(len(seeds)):
-        runs = _SeedRuns(profile, seeds, index, executor, storms)
+        runs = _SeedRuns(profile, storms, index)
         for i, row in enumerate(rows):
             values[i].append(float(row.read(runs)))
     paper = dict(enumerate(r.value for r in rows))

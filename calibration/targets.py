@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .._params import Check, Rules, validate
@@ -26,6 +26,7 @@ __all__ = [
     "PREDICT_TOLERANCE",
     "Metric",
     "PaperTarget",
+    "SeedStorms",
     "TargetCheck",
     "check_targets",
     "check_targets_over",
@@ -339,6 +340,32 @@ def check_targets(
     return checks
 
 
+@dataclass(kw_only=True)
+class SeedStorms:
+    """Storms run at every one of ``seeds``, each distinct scenario compiled
+    once for them all (:func:`~bootstorm.models.run_scenario_seeds`: its
+    plans flattened once, each seed's draws its own; the same results as a
+    compile per seed, to the bit), kept by scenario."""
+
+    profile: Profile | None
+    seeds: tuple[int, ...]
+    executor: str = "compiled"
+    _runs: dict[str, list[Result]] = field(default_factory=dict)
+
+    def results(self, scenario: Scenario) -> list[Result]:
+        """``scenario``'s result at each seed, run the first time it is asked for."""
+        key = scenario.model_dump_json()
+        if key not in self._runs:
+            self._runs[key] = run_scenario_seeds(
+                scenario, seeds=self.seeds, profile=self.profile, executor=self.executor
+            )
+        return self._runs[key]
+
+    def at(self, index: int) -> dict[str, Result]:
+        """The storms run so far, at ``seeds[index]``, by scenario (JSON)."""
+        return {key: runs[index] for key, runs in self._runs.items()}
+
+
 def check_targets_over(
     targets: Iterable[PaperTarget],
     profile: Profile | None = None,
@@ -353,18 +380,11 @@ def check_targets_over(
     if not seeds:
         raise ValueError("`seeds` must not be empty")
     targets = list(targets)
-    # Each distinct scenario compiled once for every seed (its plans
-    # flattened once, each seed's draws its own): the same results as a
-    # compile per seed, to the bit.
-    caches: list[dict[str, Result]] = [{} for _ in seeds]
+    storms = SeedStorms(profile=profile, seeds=seeds, executor=executor)
     for t in targets:
-        if t.evaluate is not None or t.scenario is None:
-            continue
-        key = t.scenario.model_dump_json()
-        if key not in caches[0]:
-            runs = run_scenario_seeds(t.scenario, seeds=seeds, profile=profile, executor=executor)
-            for cache, result in zip(caches, runs, strict=True):
-                cache[key] = result
+        if t.evaluate is None and t.scenario is not None:
+            storms.results(t.scenario)
+    caches = [storms.at(index) for index in range(len(seeds))]
     by_seed = [
         check_targets(targets, profile, seed=s, executor=executor, cache=cache)
         for s, cache in zip(seeds, caches, strict=True)

@@ -1148,8 +1148,10 @@ class Comparison:
     #: The least denominator of the relative error: 1 for a count (0 measured
     #: against 2 predicted is 200 % off, not infinitely), 0 for a time.
     floor: float = 0.0
-    #: A share (of a stage's time) compared in points, not relatively: its
-    #: error is ``predicted - measured``.
+    #: A fraction (of the startup, of a stage's time), shown as a percentage.
+    share: bool = False
+    #: A share compared in points, not relatively: its error is
+    #: ``predicted - measured``.
     points: bool = False
 
     @property
@@ -1228,6 +1230,7 @@ def attribution_vs_measured(
             metric=f"{stage} share of startup",
             measured=share,
             predicted=predicted.stage_share.get(stage, 0.0),
+            share=True,
         )
         for stage, share in measured.stage_share.items()
     ]
@@ -1237,7 +1240,11 @@ def attribution_vs_measured(
             lock, stage = key
             rows.append(
                 Comparison(
-                    metric=f"{lock} wait in {stage}", measured=share, predicted=model, points=True
+                    metric=f"{lock} wait in {stage}",
+                    measured=share,
+                    predicted=model,
+                    share=True,
+                    points=True,
                 )
             )
     return rows

@@ -58,7 +58,7 @@ from ._build import (
     startup_summary,
 )
 from ._memory import SPARE_SLOTS
-from .program import LockKind, Program
+from .program import Program
 from .result import Result
 
 __all__ = [
@@ -100,7 +100,7 @@ class FastExecutor:
                 counts=cnt.tolist(),
                 sums=cnf[:, :3].tolist(),
                 acquisitions_by_stage=by_stage.tolist(),
-                wait_s_by_stage=out[17].tolist(),
+                wait_s_by_stage=out[_WAIT_BY_STAGE].tolist(),
                 pool_log=pool_log(out),
                 durations=by_stage_durations(dur_stage, dur_val, n_stages),
                 stage_time=stage_time,
@@ -229,10 +229,7 @@ class KernelCall:
             np.array([spec.spin_s for spec in p.locks], dtype=np.float64),
             np.array([spec.wake_s for spec in p.locks], dtype=np.float64),
             np.array([spec.dispatch_s for spec in p.locks], dtype=np.float64),
-            np.array(
-                [spec.kind is LockKind.SPIN or spec.holder_pinned for spec in p.locks],
-                dtype=np.bool_,
-            ),
+            np.array([spec.pins_holder for spec in p.locks], dtype=np.bool_),
             np.array([gate.permits for gate in p.gates], dtype=np.int64),
             self.pool_left,
             np.array(
@@ -266,9 +263,15 @@ class KernelCall:
         return startup_summary(self.program, self.outputs[0], pool_log(self.outputs))
 
 
+#: Where :func:`._fast_nb.run_kernel`'s outputs hold the pool log (its six
+#: arrays) and each lock's waits by stage.
+_POOL_LOG = slice(11, 17)
+_WAIT_BY_STAGE = 17
+
+
 def pool_log(outputs: tuple[Any, ...]) -> PoolLog:
     """The pool log among the kernel's raw outputs."""
-    t_s, pool, event, ready, making, task = outputs[11:17]
+    t_s, pool, event, ready, making, task = outputs[_POOL_LOG]
     return PoolLog(t_s=t_s, pool=pool, event=event, ready=ready, making=making, task=task)
 
 

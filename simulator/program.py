@@ -211,6 +211,12 @@ class LockSpec:
     def __post_init__(self) -> None:
         check_rules(self)
 
+    @property
+    def pins_holder(self) -> bool:
+        """Whether the holder's CPU work runs pinned (not time-sliced): a
+        spinlock's always, a mutex's with ``holder_pinned``."""
+        return self.kind is LockKind.SPIN or self.holder_pinned
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GateSpec:

@@ -112,9 +112,9 @@ class _Run:
                 self.locks.append(SpinLock(env, **kw))
             else:
                 self.locks.append(RWLock(env, **kw))
-        # Locks whose holder's CPU work is not preempted: spinlocks, and mutexes
-        # held in a kernel without preemption.
-        self.is_spin = [spec.kind is LockKind.SPIN or spec.holder_pinned for spec in program.locks]
+        # Locks whose holder's CPU work is not preempted (spinlocks; mutexes held
+        # in a kernel without preemption).
+        self.pins_holder = [spec.pins_holder for spec in program.locks]
         self.gates = [Gate(env, g.permits) for g in program.gates]
         # Per pool: devices ready, being made, the target; the log of events.
         self.pool_left = [pool.capacity for pool in program.pools]
@@ -178,8 +178,8 @@ class _Run:
         no_stage = len(self.stage_durations)
         stage = no_stage
         stage_stack: list[tuple[int, float]] = []
-        is_spin = self.is_spin
-        spin_depth = 0  # pinned locks held: CPU work in there cannot be preempted
+        pins_holder = self.pins_holder
+        pinned_depth = 0  # pinning locks held: CPU work in there is not preempted
         if arrival > 0.0:
             yield env.timeout(arrival)
         pc, end = self.offsets[i], self.offsets[i + 1]
@@ -187,7 +187,7 @@ class _Run:
             kind = kinds[pc]
             if kind == _CPU:
                 if amounts[pc] > 0.0:
-                    yield cpu.run(amounts[pc], account[stage][_WORK], pinned=spin_depth > 0)
+                    yield cpu.run(amounts[pc], account[stage][_WORK], pinned=pinned_depth > 0)
             elif kind == _SLEEP:
                 if amounts[pc] > 0.0:
                     yield env.timeout(amounts[pc])
@@ -195,12 +195,12 @@ class _Run:
                 ev = locks[args[pc]].acquire(i, stage)
                 if ev is not None:
                     yield ev
-                if is_spin[args[pc]]:
-                    spin_depth += 1
+                if pins_holder[args[pc]]:
+                    pinned_depth += 1
             elif kind == _RELEASE:
                 locks[args[pc]].release(i)
-                if is_spin[args[pc]]:
-                    spin_depth -= 1
+                if pins_holder[args[pc]]:
+                    pinned_depth -= 1
             elif kind == _STAGE_BEGIN:
                 stage_stack.append((stage, env.now))
                 stage = args[pc]

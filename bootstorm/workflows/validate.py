@@ -53,9 +53,12 @@ class StormValidation:
     """The metrics the verdict reads: makespan and mean startup for a storm
     released at once; for one on a workload's schedule, the traffic's (p99
     per window, empty-pool starts, idle pooled device-seconds)."""
+    shares: frozenset[str] = frozenset()
+    """Metrics that are fractions (a stage's share of the startup, a lock's
+    of a stage's time), shown as percentages."""
     points: frozenset[str] = frozenset()
-    """Metrics that are shares compared in points: their ``errors`` entry is
-    predicted minus measured (a stage's lock-wait share)."""
+    """Shares compared in points: their ``errors`` entry is predicted minus
+    measured (a stage's lock-wait share)."""
 
     @property
     def failed(self) -> list[str]:
@@ -270,6 +273,7 @@ def validate_storm(
         runs=len(traces),
         threshold=threshold,
         headline=headline,
+        shares=frozenset(c.metric for c in comparisons if c.share),
         points=frozenset(c.metric for c in comparisons if c.points),
     )
 
