@@ -282,3 +282,31 @@ def test_an_accept_retry_after_the_server_closed_is_not_a_traceback(
     finally:
         restore()
         loop.close()
+
+
+def test_an_accept_retry_after_the_serve_returned_is_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The retries outlive the serve too: ``asyncio.run`` runs the ready timers
+    while it winds the loop down, after the serve put the previous handler
+    back (a CI run's agent printed a traceback per retry then). Once restored
+    a stale retry stays quiet; anything else reaches the previous handler."""
+    loop = asyncio.new_event_loop()
+    seen: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    restore = install_accept_error_handler(
+        loop, RateLimitedLog(logging.getLogger("t")), lambda: None
+    )
+    try:
+        restore()
+        closed, open_ = socket.socket(), socket.socket()
+        closed.close()
+        with caplog.at_level(logging.DEBUG, logger="asyncio"):
+            loop.call_exception_handler(_accept_retry_report(loop, closed))
+            assert seen == []
+            report = _accept_retry_report(loop, open_)
+            loop.call_exception_handler(report)
+            assert seen == [report]
+        open_.close()
+    finally:
+        loop.close()

@@ -283,8 +283,21 @@ def install_accept_error_handler(
 ) -> Callable[[], None]:
     """Make ``loop`` log a refused ``accept()`` (descriptor table or memory full)
     as one rate-limited line; other reports go where they went. Returns the
-    function that puts the previous handler back."""
+    function that puts the previous handler back, wrapped in a filter that
+    keeps asyncio's stale accept retries quiet: they stay scheduled after the
+    server closed and fire while the loop winds down (``asyncio.run`` runs
+    its ready timers after the serve returned), so putting the bare previous
+    handler back printed a traceback per pending retry."""
     previous = loop.get_exception_handler()
+
+    def quiet_stale_retries(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, (ValueError, OSError)) and _is_stale_accept_retry(context):
+            log.debug("an accept retry fired after its server closed: %s", exc)
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
@@ -297,16 +310,10 @@ def install_accept_error_handler(
                 "retrying every second (raise LimitNOFILE / ulimit -n?)",
             )
             return
-        if isinstance(exc, (ValueError, OSError)) and _is_stale_accept_retry(context):
-            log.debug("an accept retry fired after its server closed: %s", exc)
-            return
-        if previous is not None:
-            previous(loop, context)
-        else:
-            loop.default_exception_handler(context)
+        quiet_stale_retries(loop, context)
 
     loop.set_exception_handler(handler)
-    return lambda: loop.set_exception_handler(previous)
+    return lambda: loop.set_exception_handler(quiet_stale_retries)
 
 
 def _is_stale_accept_retry(context: dict[str, Any]) -> bool:
