@@ -131,9 +131,10 @@ def compile_scenario(
     the memory to compile and run it.
     """
     prof = profile if profile is not None else load_profile(scenario.profile)
+    refill = _refill(scenario)  # once: a day's rate-following targets take 0.1 s
     if scenario.sandboxes >= SIZED_FROM_SANDBOXES:
-        check_memory(scenario, seed=seed, profile=prof)
-    return _compile(scenario, seed, prof)
+        _check_fits(scenario, seed, prof, refill, available_bytes=None)
+    return _compile_seeds(scenario, (seed,), prof, refill)[0]
 
 
 #: Storms of fewer sandboxes are not sized before they are compiled: at ~2-3 KB
@@ -183,12 +184,13 @@ def run_scenario_seeds(
     a fit evaluates every cost it tries over the same seeds, and flattening
     and checking the plans was most of its time (paper-001's FastIOV storm)."""
     prof = profile if profile is not None else load_profile(scenario.profile)
+    refill = _refill(scenario)
     if scenario.sandboxes >= SIZED_FROM_SANDBOXES:
         # A program's size is its plans', whatever the seed: sized once.
-        check_memory(scenario, seed=seeds[0], profile=prof)
+        _check_fits(scenario, seeds[0], prof, refill, available_bytes=None)
     return [
         with_interval(run_with(program, executor), prof)
-        for program in _compile_seeds(scenario, tuple(seeds), prof)
+        for program in _compile_seeds(scenario, tuple(seeds), prof, refill)
     ]
 
 
@@ -222,7 +224,18 @@ def check_memory(
     :data:`MEMORY_MARGIN` exceeds the memory available (default: the kernel's
     ``MemAvailable``, capped by the cgroup's limit; unknown: pass)."""
     prof = profile if profile is not None else load_profile(scenario.profile)
-    estimate = size_program(lambda: _compile(scenario, seed, prof))
+    return _check_fits(scenario, seed, prof, _refill(scenario), available_bytes=available_bytes)
+
+
+def _check_fits(
+    scenario: Scenario,
+    seed: SeedLike,
+    prof: Profile,
+    refill: _Refill | None,
+    *,
+    available_bytes: int | None,
+) -> MemoryEstimate:
+    estimate = size_program(lambda: _compile_seeds(scenario, (seed,), prof, refill))
     need = int(estimate.total_bytes * MEMORY_MARGIN)
     available = available_memory_bytes() if available_bytes is None else available_bytes
     if available is not None and need > available:
@@ -234,12 +247,11 @@ def check_memory(
     return estimate
 
 
-def _compile(scenario: Scenario, seed: SeedLike, prof: Profile) -> Program:
-    return _compile_seeds(scenario, (seed,), prof)[0]
-
-
-def _compile_seeds(scenario: Scenario, seeds: Sequence[SeedLike], prof: Profile) -> list[Program]:
-    """The programs of ``scenario`` at each of ``seeds``, its plans flattened once."""
+def _compile_seeds(
+    scenario: Scenario, seeds: Sequence[SeedLike], prof: Profile, refill: _Refill | None
+) -> list[Program]:
+    """The programs of ``scenario`` at each of ``seeds``, its plans flattened
+    once; ``refill`` is ``_refill(scenario)``."""
     cni = scenario.cni
     family = cni_family(cni)
     _check_names("pools", scenario.pools, family.pool_kinds(cni), "pool kind")
@@ -264,7 +276,6 @@ def _compile_seeds(scenario: Scenario, seeds: Sequence[SeedLike], prof: Profile)
     locks = family.locks(scenario, prof)
     built = family.plans(scenario, prof)
     plans = built.plans
-    refill = _refill(scenario)
     if refill is not None:
         plans = with_refill(
             plans,
@@ -303,7 +314,7 @@ def _compile_seeds(scenario: Scenario, seeds: Sequence[SeedLike], prof: Profile)
         guest_cpu_quota=scenario.vcpus or host.sandbox_vcpus,
         background_jobs=scenario.background_load,
     )
-    programs = compile_programs(
+    programs: list[Program] = compile_programs(
         plans,
         machine=machine,
         locks=locks,
@@ -319,8 +330,10 @@ def _compile_seeds(scenario: Scenario, seeds: Sequence[SeedLike], prof: Profile)
         service_cv=prof.service_cv,
         service_family=prof.service_family or "lognormal",
         rngs=services,
+        # A rate-following pool's targets, written as the amounts are.
+        pool_targets=refill.targets if refill is not None and refill.follow else None,
     )
-    return programs if refill is None else [refill.apply(program) for program in programs]
+    return programs
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -363,7 +376,7 @@ def estimate_memory(
     :func:`compile_scenario` refuses one that exceeds the memory available
     (:class:`~bootstorm.simulator.ProgramTooLargeError`)."""
     prof = profile if profile is not None else load_profile(scenario.profile)
-    return size_program(lambda: _compile(scenario, seed, prof))
+    return size_program(lambda: _compile_seeds(scenario, (seed,), prof, _refill(scenario)))
 
 
 class ProgramCache:

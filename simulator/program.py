@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
@@ -573,7 +573,7 @@ class Program:
     def pool_memory_mib(self) -> float:
         return float(sum(p.memory_mib for p in self.pools))
 
-    def with_pool_targets(self, targets: dict[str, npt.ArrayLike]) -> Program:
+    def with_pool_targets(self, targets: Mapping[str, npt.ArrayLike]) -> Program:
         """This program with each sandbox's ``POOL_TARGET`` ops set: sandbox
         ``i``'s target for pool ``name`` is ``targets[name][i]`` devices.
 
@@ -596,16 +596,7 @@ class Program:
             mine = np.flatnonzero(ops.arg[at] == i)
             if not mine.size:
                 continue
-            if spec.name not in targets:
-                raise ProgramError(f"targets: no target for pool {spec.name!r}")
-            given = np.asarray(targets[spec.name], dtype=np.float64)
-            if given.shape != (self.n_sandboxes,):
-                raise ProgramError(
-                    f"targets[{spec.name!r}]: must have one entry per sandbox "
-                    f"({self.n_sandboxes}), got shape {given.shape}"
-                )
-            if not np.all((given >= 0) & (given == np.floor(given))):
-                raise ProgramError(f"targets[{spec.name!r}]: must be whole numbers >= 0")
+            given = pool_target_array(targets, spec.name, self.n_sandboxes)
             for k in mine.tolist():
                 tasks = users[k]
                 if flat is None:
@@ -1044,3 +1035,21 @@ _SLEEPING_KINDS = frozenset(
         OpKind.GUEST_CPU,
     )
 )
+
+
+def pool_target_array(
+    targets: Mapping[str, npt.ArrayLike], name: str, sandboxes: int
+) -> np.ndarray:
+    """``targets[name]`` checked as pool ``name``'s target at each of
+    ``sandboxes`` starts (whole numbers of devices, >= 0), as float64 amounts."""
+    if name not in targets:
+        raise ProgramError(f"targets: no target for pool {name!r}")
+    given = np.asarray(targets[name], dtype=np.float64)
+    if given.shape != (sandboxes,):
+        raise ProgramError(
+            f"targets[{name!r}]: must have one entry per sandbox ({sandboxes}), "
+            f"got shape {given.shape}"
+        )
+    if not np.all((given >= 0) & (given == np.floor(given))):
+        raise ProgramError(f"targets[{name!r}]: must be whole numbers >= 0")
+    return given

@@ -14,7 +14,7 @@ from bootstorm.models import (
     run_scenario,
     run_scenario_seeds,
 )
-from bootstorm.models.compile import _compile_seeds
+from bootstorm.models.compile import _compile_seeds, _refill
 from bootstorm.models.profile import load_profile
 from bootstorm.simulator import Program
 from bootstorm.simulator.testing import assert_same_result
@@ -55,7 +55,7 @@ SCENARIOS = {
 def test_each_seeds_program_is_the_one_compiled_alone(name: str) -> None:
     scenario = SCENARIOS[name]
     profile = load_profile(scenario.profile)
-    together = _compile_seeds(scenario, SEEDS, profile)
+    together = _compile_seeds(scenario, SEEDS, profile, _refill(scenario))
     for seed, program in zip(SEEDS, together, strict=True):
         alone = compile_scenario(scenario, seed=seed, profile=profile)
         assert _arrays(program) == _arrays(alone), seed

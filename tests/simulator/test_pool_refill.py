@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from bootstorm.simulator import (
     Async,
+    Cpu,
     GateSpec,
     MachineSpec,
     Pooled,
@@ -28,6 +29,7 @@ from bootstorm.simulator import (
     Sleep,
     Stage,
     compile_program,
+    compile_programs,
     make_executor,
 )
 from bootstorm.simulator.reference_problems import erlang_b, refilled_pool_program
@@ -143,6 +145,65 @@ def test_pool_targets_are_checked() -> None:
         program.with_pool_targets({"device": np.array([1.5, 2.0])})
     with pytest.raises(ProgramError, match="no target for pool 'device'"):
         program.with_pool_targets({})
+
+
+@pytest.mark.parametrize("service_cv", [0.0, 0.3])
+def test_targets_written_at_compile_are_the_targets_set_after(service_cv: float) -> None:
+    """compile_programs(pool_targets=...) writes what with_pool_targets
+    would, to the bit, jittered or not, for every seed's program; and it
+    checks the targets the same way."""
+    targets = np.random.default_rng(5).integers(0, 9, size=40)
+    plan = (
+        Stage(
+            "s",
+            (
+                Retarget("device"),
+                Pooled("device", create=(Sleep(0.2),)),
+                Cpu(0.01),
+                Async("refill", (Refill("device", create=(Sleep(1.0),), copies=2),)),
+            ),
+        ),
+    )
+    common = {
+        "machine": MachineSpec(cores=2),
+        "locks": [],
+        "pools": [PoolSpec(name="device", capacity=3, memory_mib_per_device=1.0)],
+        "arrival_s": np.arange(40, dtype=np.float64),
+        "service_cv": service_cv,
+    }
+    written = compile_programs(
+        [plan] * 40,
+        rngs=[np.random.default_rng(1), np.random.default_rng(2)],
+        pool_targets={"device": targets},
+        **common,
+    )
+    after = [
+        program.with_pool_targets({"device": targets})
+        for program in compile_programs(
+            [plan] * 40, rngs=[np.random.default_rng(1), np.random.default_rng(2)], **common
+        )
+    ]
+    for mine, theirs in zip(written, after, strict=True):
+        assert np.array_equal(mine.ops.own_amount, theirs.ops.own_amount)
+        assert np.array_equal(mine.ops.amount, theirs.ops.amount)
+        assert_same_result(_run(theirs), _run(mine))
+    for bad, match in (
+        ({"device": targets[:3]}, "one entry per sandbox"),
+        ({"device": targets + 0.5}, "whole numbers"),
+        ({}, "no target for pool 'device'"),
+    ):
+        with pytest.raises(ProgramError, match=match):
+            compile_programs(
+                [plan] * 40, rngs=[np.random.default_rng(1)], pool_targets=bad, **common
+            )
+    in_branch = (Stage("s", (Async("b", (Retarget("device"), Sleep(0.1))),)),)
+    with pytest.raises(ProgramError, match="belong in sandboxes"):
+        compile_programs(
+            [in_branch] * 40,
+            rngs=[None],
+            pool_targets={"device": targets},
+            **{**common, "service_cv": 0.0},
+        )
 
 
 def test_erlang_b_known_values() -> None:
