@@ -21,6 +21,24 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every operation timed alone, once for both plans (the CNI runtime's
+    plan reads the CNI processes' times, the threads runtime's the rest).
+    No pooled device's memory: no storm here reads it, and measuring it
+    (tens of devices, a second's settle per batch) was 27 s of each test;
+    test_pool_memory_root.py measures it."""
+    from bootstorm.validation.testbed.ops import measure_operations
+
+    path = tmp_path_factory.mktemp("ops") / "ops.json"
+    path.write_text(
+        measure_operations(
+            repeats=5, warmup=1, vm=False, settle_max_s=0.5, pool_devices=0
+        ).to_json()
+    )
+    return path
+
+
 def _small_plan(tmp_path: Path, ops: Path, *, pool_kind: str, runtime: str) -> Any:
     """A plan of 8 sandboxes, one run each, one pool kind and one limit, fitted."""
     from bootstorm.workflows import RecordingProgress, calibrate_plan
@@ -42,17 +60,12 @@ def _small_plan(tmp_path: Path, ops: Path, *, pool_kind: str, runtime: str) -> A
     )
 
 
-def test_a_small_plan_identifies_the_move_and_predicts_a_moved_storm(tmp_path: Path) -> None:
+def test_a_small_plan_identifies_the_move_and_predicts_a_moved_storm(
+    tmp_path: Path, ops: Path
+) -> None:
     from bootstorm.calibration.trace_fit import predicted_vs_measured
     from bootstorm.validation.testbed import StormOptions, run_storm
-    from bootstorm.validation.testbed.ops import measure_operations
 
-    ops = tmp_path / "ops.json"
-    ops.write_text(
-        measure_operations(
-            repeats=5, warmup=1, vm=False, settle_max_s=0.5, pool_devices=20, pool_rounds=1
-        ).to_json()
-    )
     profile = _small_plan(tmp_path, ops, pool_kind="netns", runtime="threads")
     assert profile is not None and profile.identification is not None
     assert profile.identification.costs["testbed.rcu_grace_s"].status == "measured"
@@ -69,29 +82,14 @@ def test_a_small_plan_identifies_the_move_and_predicts_a_moved_storm(tmp_path: P
     reason="needs the CNI plugins: apt-get install containernetworking-plugins",
 )
 @pytest.mark.usefixtures("one_cni_storm_at_a_time")
-def test_a_small_cni_plan_predicts_a_held_out_plumbed_pool_storm(tmp_path: Path) -> None:
+def test_a_small_cni_plan_predicts_a_held_out_plumbed_pool_storm(tmp_path: Path, ops: Path) -> None:
     """The CNI runtime's plan (real plugins, a shim per sandbox), its
     processes timed alone, fitted; then a larger storm with plumbed
     namespaces from a pool, which no plan storm ran at that size, predicted."""
     from bootstorm.calibration.trace_fit import predicted_vs_measured
     from bootstorm.models import TunedConfig
-    from bootstorm.traces.operations import CNI_OPERATIONS, OPERATIONS
     from bootstorm.validation.testbed import StormOptions, run_storm
-    from bootstorm.validation.testbed.ops import measure_operations
 
-    ops = tmp_path / "ops.json"
-    chosen = tuple(o for o in OPERATIONS if o in CNI_OPERATIONS or not o.startswith("vm_"))
-    ops.write_text(
-        measure_operations(
-            repeats=5,
-            warmup=1,
-            vm=False,
-            ops=chosen,
-            settle_max_s=0.5,
-            pool_devices=20,
-            pool_rounds=1,
-        ).to_json()
-    )
     profile = _small_plan(tmp_path, ops, pool_kind="netns-veth", runtime="cni")
     assert profile is not None and profile.identification is not None
     costs = profile.identification.costs
