@@ -387,12 +387,15 @@ def storm_validation_table(outcome: StormValidation) -> Table:
     headline = ("makespan_s", "startup mean_s", "startup p99_s")
     for name, m, p in outcome.rows:
         color = "red" if name in failed else "green" if name in headline else "white"
+        # A share's standard error over the runs: a gap inside it is the node's noise.
+        se = outcome.measured_se.get(name)
+        measured = f"{m:.1%}" if se is None else f"{m:.1%} ±{se:.1%}"
         if name in outcome.points:
             # A share of a stage's time: both sides and the gap in points.
             error = f"{100 * outcome.errors[name]:+.0f} pts"
-            table.add_row(name, f"{m:.1%}", f"{p:.1%}", f"[{color}]{error}[/]")
+            table.add_row(name, measured, f"{p:.1%}", f"[{color}]{error}[/]")
         elif name in outcome.shares:
-            table.add_row(name, f"{m:.1%}", f"{p:.1%}", f"[{color}]{outcome.errors[name]:+.1%}[/]")
+            table.add_row(name, measured, f"{p:.1%}", f"[{color}]{outcome.errors[name]:+.1%}[/]")
         else:
             table.add_row(name, f"{m:.3f}", f"{p:.3f}", f"[{color}]{outcome.errors[name]:+.1%}[/]")
     return table
@@ -406,6 +409,11 @@ def print_storm_validation(
     from ._render import print_identification
 
     console.print(storm_validation_table(outcome))
+    if outcome.measured_se:
+        console.print(
+            f"[dim]±: a share's standard error over the {outcome.runs} runs "
+            "(a gap within it is the node's own spread)[/]"
+        )
     print_identification(console, found)
     if outcome.stats.background_load:
         console.print(

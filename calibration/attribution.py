@@ -32,6 +32,7 @@ from ..traces import Trace
 __all__ = [
     "ATTRIBUTION_LOCKS",
     "Attribution",
+    "attribution_standard_error",
     "measured_attribution",
     "predicted_attribution",
     "sampled_wait_scale",
@@ -126,6 +127,34 @@ def measured_attribution(traces: Sequence[Trace], stages: Sequence[str]) -> Attr
         for key, w in stage_lock_waits(trace).items():
             waited[key] = waited.get(key, 0.0) + w
     return _attribution(inside, waited, startup_s=startup, count=count)
+
+
+def attribution_standard_error(
+    traces: Sequence[Trace], stages: Sequence[str]
+) -> Attribution | None:
+    """How precisely the runs measured each figure of
+    :func:`measured_attribution`: each run's own figure, their sample standard
+    deviation over the square root of the runs (``None`` for one run).
+
+    A small stage's shares swing from run to run of the same storm: RTNL's
+    wait in NetNS (2% of a CNI storm's startup) was 3-70% of NetNS's time over
+    five runs at 150, cgroup_mutex's in Cgroup 6-49% (docs/research-log.md).
+    A model within 10 points of their pooled figure cannot be told from one
+    that is not; a comparison says so (:meth:`~.trace_fit.Comparison.testable`).
+    """
+    if len(traces) < 2:
+        return None
+    runs = [measured_attribution([trace], stages) for trace in traces]
+
+    def standard_error(values: list[float]) -> float:
+        return float(np.std(values, ddof=1) / np.sqrt(len(values)))
+
+    return Attribution(
+        stage_share={s: standard_error([r.stage_share[s] for r in runs]) for s in stages},
+        wait_share={
+            key: standard_error([r.wait_share[key] for r in runs]) for key in runs[0].wait_share
+        },
+    )
 
 
 def predicted_attribution(result: Result, stages: Sequence[str]) -> Attribution:

@@ -57,6 +57,7 @@ from ..simulator import SERVICE_FAMILIES, Result
 from ..traces import Trace
 from ._fit import FitReport, FreeParameter, LeastSquaresFit, least_squares_fit, parameter_spread
 from .attribution import (
+    attribution_standard_error,
     measured_attribution,
     predicted_attribution,
     sandbox_times,
@@ -1153,6 +1154,10 @@ class Comparison:
     #: A share compared in points, not relatively: its error is
     #: ``predicted - measured``.
     points: bool = False
+    #: The measured figure's standard error over the recorded runs (their
+    #: spread over the square root of their count), in its own units; None
+    #: for one run, or where it is not computed (the headline figures).
+    measured_se: float | None = None
 
     @property
     def rel_error(self) -> float:
@@ -1163,6 +1168,18 @@ class Comparison:
         if not scale:  # none measured: right if none predicted
             return 0.0 if not self.predicted else float("inf")
         return (self.predicted - self.measured) / scale
+
+    def testable(self, tolerance: float) -> bool:
+        """Whether the runs measured this figure to within ``tolerance`` (in
+        the error's units: points for a share in points, relative otherwise):
+        where the standard error exceeds it, a pass or a miss at that
+        tolerance is the node's own noise. True without a standard error."""
+        if self.measured_se is None:
+            return True
+        if self.points:
+            return self.measured_se <= tolerance
+        scale = max(abs(self.measured), self.floor)
+        return self.measured_se <= tolerance * scale
 
 
 def _agent_pools(trace: Trace) -> dict[str, int]:
@@ -1224,6 +1241,7 @@ def attribution_vs_measured(
     wait as a share of a stage's time (in points, where either side reaches
     1%): the recorded runs against the simulated storm ``result``."""
     measured = measured_attribution(traces, stages)
+    spread = attribution_standard_error(traces, stages)
     predicted = predicted_attribution(result, stages)
     rows = [
         Comparison(
@@ -1231,6 +1249,7 @@ def attribution_vs_measured(
             measured=share,
             predicted=predicted.stage_share.get(stage, 0.0),
             share=True,
+            measured_se=None if spread is None else spread.stage_share[stage],
         )
         for stage, share in measured.stage_share.items()
     ]
@@ -1245,6 +1264,7 @@ def attribution_vs_measured(
                     predicted=model,
                     share=True,
                     points=True,
+                    measured_se=None if spread is None else spread.wait_share[key],
                 )
             )
     return rows

@@ -4,8 +4,8 @@ configs ranked by the model and by this node."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,9 @@ class StormValidation:
     points: frozenset[str] = frozenset()
     """Shares compared in points: their ``errors`` entry is predicted minus
     measured (a stage's lock-wait share)."""
+    measured_se: Mapping[str, float] = field(default_factory=dict)
+    """The standard error of a measured share over the runs (several runs
+    only): how far the node's own runs leave its figure uncertain."""
 
     @property
     def failed(self) -> list[str]:
@@ -82,6 +85,7 @@ class StormValidation:
                     ("error_points" if n in self.points else "rel_error"): (
                         round(100.0 * self.errors[n], 6) if n in self.points else self.errors[n]
                     ),
+                    **({"measured_se": self.measured_se[n]} if n in self.measured_se else {}),
                 }
                 for n, m, p in self.rows
             ],
@@ -275,6 +279,7 @@ def validate_storm(
         headline=headline,
         shares=frozenset(c.metric for c in comparisons if c.share),
         points=frozenset(c.metric for c in comparisons if c.points),
+        measured_se={c.metric: c.measured_se for c in comparisons if c.measured_se is not None},
     )
 
 

@@ -5,12 +5,14 @@ them (shares in points)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from bootstorm.calibration.attribution import (
+    attribution_standard_error,
     measured_attribution,
     predicted_attribution,
     sampled_wait_scale,
@@ -68,6 +70,29 @@ def test_measured_shares_worked_by_hand() -> None:
     assert got.wait_share[("rtnl", "NetNS")] == pytest.approx(0.5)
     assert got.wait_share[("rtnl", "AttachIf")] == pytest.approx(0.375)
     assert got.wait_share[("cgroup_mutex", "NetNS")] == 0.0
+
+
+def test_the_runs_standard_error_worked_by_hand() -> None:
+    """The same storm twice, the second with no lock waits: RTNL's share of
+    NetNS is 0.5 and 0, so its standard error is sd/√2 = 0.25; the stage
+    shares are the same in both runs (0). One run has none."""
+    quiet = dataclasses.replace(_trace(), locks=())
+    se = attribution_standard_error([_trace(), quiet], STAGES)
+    assert se is not None
+    assert se.wait_share[("rtnl", "NetNS")] == pytest.approx(0.25)
+    assert se.wait_share[("rtnl", "AttachIf")] == pytest.approx(0.375 / 2)
+    assert se.stage_share == {"NetNS": 0.0, "AttachIf": 0.0}
+    assert attribution_standard_error([_trace()], STAGES) is None
+
+
+def test_a_figure_the_runs_spread_beyond_the_tolerance_is_not_testable() -> None:
+    """A wait in points: testable while its standard error is within the
+    tolerance; a relative share: while it is within tolerance × measured."""
+    wait = Comparison(metric="w", measured=0.3, predicted=0.6, points=True, measured_se=0.11)
+    assert not wait.testable(0.10) and wait.testable(0.12)
+    share = Comparison(metric="s", measured=0.2, predicted=0.3, measured_se=0.05)
+    assert not share.testable(0.2) and share.testable(0.25)
+    assert Comparison(metric="one run", measured=0.2, predicted=0.9).testable(0.01)
 
 
 def test_a_sampled_trace_scales_its_waits_up_by_its_note() -> None:
@@ -144,3 +169,7 @@ def test_validate_json_gives_share_errors_in_points() -> None:
     assert "rel_error" not in wait
     assert wait["error_points"] == pytest.approx(100 * (wait["predicted"] - wait["measured"]))
     assert "rel_error" in rows["AttachIf share of startup"]
+    # The five runs' spread, beside each share; none for the headline figures.
+    assert 0.0 < wait["measured_se"] < wait["measured"]
+    assert "measured_se" in rows["AttachIf share of startup"]
+    assert "measured_se" not in rows["makespan_s"]

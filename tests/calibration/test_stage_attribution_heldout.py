@@ -105,3 +105,21 @@ def test_every_share_within_20_percent_and_every_wait_within_10_points() -> None
         assert max(_share_errors(rows)) <= 0.20, storm
         waits = [abs(c.rel_error) for c in rows.values() if c.points]
         assert max(waits) <= 0.10, storm
+
+
+def test_the_runs_measured_every_figure_but_one_more_precisely_than_the_tolerance() -> None:
+    """The node's own spread over five runs of each storm: every stage share
+    and lock-wait share has a standard error within the criterion's
+    tolerance, but RTNL's wait in the 150 baseline's NetNS (3-70% of NetNS
+    over its runs: ±11 points), where a miss of 10 points is noise. The
+    misses the xfail above names are not."""
+    spread = []
+    for storm in (*UNLIMITED, *LIMITED):
+        for name, c in _rows(storm, HANDOVER).items():
+            if not c.share:
+                continue  # the headline figures and stage means: no spread computed
+            assert c.measured_se is not None, (storm, name)
+            tolerance = 0.10 if c.points else 0.20
+            if (c.points or c.measured >= MEANINGFUL) and not c.testable(tolerance):
+                spread.append((storm, name))
+    assert spread == [("baseline", "rtnl wait in NetNS")]
