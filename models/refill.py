@@ -39,9 +39,9 @@ from ..simulator import (
     SandboxPlan,
     Step,
 )
-from .tuned import PoolRefill, follow_rate_target
+from .tuned import FollowRate, PoolRefill
 
-__all__ = ["REFILL", "pool_targets", "refill_copies", "with_refill"]
+__all__ = ["REFILL", "follow_rate_targets", "pool_targets", "refill_copies", "with_refill"]
 
 #: The refill workers' gate, and the stage their branches count as.
 REFILL = "pool-refill"
@@ -82,14 +82,26 @@ def pool_targets(
     for kind, floor in pools.items():
         if floor <= 0:
             continue
-        per_count = np.array(
-            [follow_rate_target(starts=int(c), rule=rule, floor=floor) for c in counts.tolist()],
-            dtype=np.int64,
-        )
+        per_count = follow_rate_targets(counts, rule=rule, floor=floor)
         target = np.empty(sandboxes, dtype=np.int64)
         target[order] = per_count[where.reshape(-1)]
         out[kind] = target
     return out
+
+
+def follow_rate_targets(
+    starts: npt.NDArray[np.int64], *, rule: FollowRate, floor: int
+) -> npt.NDArray[np.int64]:
+    """:func:`~bootstorm.models.follow_rate_target` (the agent's rule) at
+    each count of ``starts``, as arrays: the same float operations in the
+    same order, so the same targets (``tests/models/test_refill.py``). A
+    search's hour of bursty starts has a thousand distinct counts a trial,
+    and the rule called on each was a tenth of the search."""
+    wanted = np.ceil(starts * rule.cover_s / rule.window_s - 1e-9)
+    targets: npt.NDArray[np.int64] = np.maximum(floor, np.minimum(rule.max_devices, wanted)).astype(
+        np.int64
+    )
+    return targets
 
 
 def refill_copies(

@@ -185,7 +185,6 @@ def _storms(cni: str, profile: Profile) -> list[Scenario]:
 _OLD_CNIS = tuple(c for c in CNI_NAMES if cni_family(c).name != "tsor")
 
 
-
 def test_every_cni_a_scenario_accepts_is_in_exactly_one_family() -> None:
     seen = [cni for family in CNI_FAMILIES.values() for cni in family.cnis]
     assert sorted(seen) == sorted(CNI_NAMES)

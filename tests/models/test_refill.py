@@ -20,7 +20,7 @@ from bootstorm.models import (
     run_scenario,
 )
 from bootstorm.models.compile import ProgramCache
-from bootstorm.models.refill import REFILL, pool_targets, refill_copies
+from bootstorm.models.refill import REFILL, follow_rate_targets, pool_targets, refill_copies
 from bootstorm.simulator import OpKind
 from bootstorm.simulator.testing import assert_same_program, assert_same_result
 
@@ -167,3 +167,20 @@ def test_following_targets_as_by_the_rule_per_start(
         starts = sum(1 for j in order[: rank + 1] if arrivals[j] > arrivals[i] - window)
         want[i] = follow_rate_target(starts=starts, rule=rule.follow_rate, floor=floor)
     assert got["netns"].dtype == want.dtype and got["netns"].tolist() == want.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    window_s=st.floats(min_value=1.0, max_value=3600.0),
+    cover_s=st.floats(min_value=0.0, max_value=3600.0),
+    max_devices=st.integers(min_value=0, max_value=1000),
+    floor=st.integers(min_value=0, max_value=1000),
+    starts=st.lists(st.integers(min_value=1, max_value=2_000_000), min_size=1, max_size=50),
+)
+def test_the_rule_on_arrays_is_the_agents_rule_on_each_count(
+    window_s: float, cover_s: float, max_devices: int, floor: int, starts: list[int]
+) -> None:
+    """The model's targets per count are what the agent's scalar rule gives."""
+    rule = FollowRate(window_s=window_s, cover_s=cover_s, max_devices=max_devices)
+    got = follow_rate_targets(np.array(starts, dtype=np.int64), rule=rule, floor=floor)
+    assert got.tolist() == [follow_rate_target(starts=n, rule=rule, floor=floor) for n in starts]

@@ -58,6 +58,22 @@ def test_frozen_and_replace_revalidates() -> None:
         s.replace(sandboxes=-1)
 
 
+def test_replace_keeps_validated_arrivals_and_checks_the_rest() -> None:
+    """The arrivals are carried over, not validated again one float at a
+    time (the same tuple); the changed fields and the arrivals' count
+    against the sandboxes are still checked; new arrivals are validated."""
+    s = Scenario(sandboxes=3, arrival_s=(0.0, 1.0, 2.0))
+    r = s.replace(seed=4, limits={"AddCNI": 2})
+    assert r.arrival_s is s.arrival_s
+    assert r == Scenario(sandboxes=3, arrival_s=(0.0, 1.0, 2.0), seed=4, limits={"AddCNI": 2})
+    with pytest.raises(ConfigError, match="one time per sandbox"):
+        s.replace(sandboxes=4)
+    with pytest.raises(ConfigError, match="seed"):
+        s.replace(seed=-1)
+    with pytest.raises(ConfigError, match="arrival_s"):
+        s.replace(arrival_s=(0.0, float("nan"), 1.0))
+
+
 def test_yaml_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("cni: veth\nsandboxes: 200\nlimits: {Cgroup: 40}\npools: {netns: 10}\n")
