@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from bootstorm.models import ConfigError, Scenario
 
@@ -118,3 +121,39 @@ def test_long_bad_values_are_shortened() -> None:
         Scenario(limits={"AddCNI": "x" * 500})  # type: ignore[dict-item]
     assert "limits.AddCNI" in str(err.value)
     assert len(str(err.value)) < 300
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.floats(min_value=0.0, max_value=2e7),
+            st.integers(min_value=-2, max_value=3),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_arrivals_checked_at_once_are_accepted_and_refused_as_one_by_one(
+    times: list[float | int | bool],
+) -> None:
+    """The arrivals' array check decides as the validation per element does:
+    the same tuple accepted, the same one-line refusal otherwise."""
+    from pydantic import TypeAdapter
+
+    from bootstorm.models.scenario import Seconds
+
+    one_by_one = TypeAdapter(tuple[Seconds, ...])
+    try:
+        expected = one_by_one.validate_python(times)
+    except ValidationError:
+        expected = None
+    try:
+        got = Scenario(sandboxes=len(times), arrival_s=times).arrival_s
+    except ConfigError as exc:
+        assert expected is None
+        assert str(exc).startswith("arrival_s.")
+        return
+    assert got == expected
