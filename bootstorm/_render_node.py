@@ -397,7 +397,8 @@ def storm_validation_table(outcome: StormValidation) -> Table:
         elif name in outcome.shares:
             table.add_row(name, measured, f"{p:.1%}", f"[{color}]{outcome.errors[name]:+.1%}[/]")
         else:
-            table.add_row(name, f"{m:.3f}", f"{p:.3f}", f"[{color}]{outcome.errors[name]:+.1%}[/]")
+            measured = f"{m:.3f}" if se is None else f"{m:.3f} ±{se:.3f}"
+            table.add_row(name, measured, f"{p:.3f}", f"[{color}]{outcome.errors[name]:+.1%}[/]")
     return table
 
 
@@ -411,7 +412,7 @@ def print_storm_validation(
     console.print(storm_validation_table(outcome))
     if outcome.measured_se:
         console.print(
-            f"[dim]±: a share's standard error over the {outcome.runs} runs "
+            f"[dim]±: the standard error of a measured figure over the {outcome.runs} runs "
             "(a gap within it is the node's own spread)[/]"
         )
     print_identification(console, found)

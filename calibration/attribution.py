@@ -35,6 +35,7 @@ __all__ = [
     "attribution_standard_error",
     "measured_attribution",
     "predicted_attribution",
+    "runs_standard_error",
     "sampled_wait_scale",
     "sandbox_times",
     "stage_lock_waits",
@@ -145,16 +146,22 @@ def attribution_standard_error(
     if len(traces) < 2:
         return None
     runs = [measured_attribution([trace], stages) for trace in traces]
-
-    def standard_error(values: list[float]) -> float:
-        return float(np.std(values, ddof=1) / np.sqrt(len(values)))
-
     return Attribution(
-        stage_share={s: standard_error([r.stage_share[s] for r in runs]) for s in stages},
+        stage_share={s: runs_standard_error([r.stage_share[s] for r in runs]) for s in stages},
         wait_share={
-            key: standard_error([r.wait_share[key] for r in runs]) for key in runs[0].wait_share
+            key: runs_standard_error([r.wait_share[key] for r in runs])
+            for key in runs[0].wait_share
         },
     )
+
+
+def runs_standard_error(values: Sequence[float]) -> float:
+    """The standard error of one figure over the runs that measured it: the
+    sample standard deviation over the square root of their count (two or
+    more runs)."""
+    if len(values) < 2:
+        raise ValueError(f"values: a standard error needs two runs or more, got {len(values)}")
+    return float(np.std(values, ddof=1) / np.sqrt(len(values)))
 
 
 def predicted_attribution(result: Result, stages: Sequence[str]) -> Attribution:

@@ -60,6 +60,7 @@ from .attribution import (
     attribution_standard_error,
     measured_attribution,
     predicted_attribution,
+    runs_standard_error,
     sandbox_times,
     stage_lock_waits,
 )
@@ -1156,7 +1157,7 @@ class Comparison:
     points: bool = False
     #: The measured figure's standard error over the recorded runs (their
     #: spread over the square root of their count), in its own units; None
-    #: for one run, or where it is not computed (the headline figures).
+    #: for one run, or where it is not computed (a traffic comparison's).
     measured_se: float | None = None
 
     @property
@@ -1208,26 +1209,45 @@ def predicted_vs_measured(
 
     stats = StormStats.of(trace) if isinstance(trace, Trace) else StormStats.pooled(trace)
     result = run_scenario(stats.scenario(), seed=seed, profile=profile, executor=executor)
+    # Each run's own figures, for the spread of the pooled ones (several runs only).
+    runs = [] if isinstance(trace, Trace) or len(trace) < 2 else [StormStats.of(t) for t in trace]
     rows = [
-        Comparison(metric="makespan_s", measured=stats.makespan_s, predicted=result.makespan_s),
+        Comparison(
+            metric="makespan_s",
+            measured=stats.makespan_s,
+            predicted=result.makespan_s,
+            measured_se=_runs_se([r.makespan_s for r in runs]),
+        ),
         Comparison(
             metric="startup mean_s",
             measured=float(stats.latency_s.mean()),
             predicted=result.startup.mean,
+            measured_se=_runs_se([float(r.latency_s.mean()) for r in runs]),
         ),
-        Comparison(metric="startup p99_s", measured=stats.p99_s, predicted=result.startup.p99),
+        Comparison(
+            metric="startup p99_s",
+            measured=stats.p99_s,
+            predicted=result.startup.p99,
+            measured_se=_runs_se([r.p99_s for r in runs]),
+        ),
     ]
     rows += [
         Comparison(
             metric=f"{stage} mean_s",
             measured=float(times.mean()),
             predicted=result.stages[stage].mean_s,
+            measured_se=_runs_se([float(r.stage_s[stage].mean()) for r in runs]),
         )
         for stage, times in stats.stage_s.items()
     ]
     return rows + attribution_vs_measured(
         [trace] if isinstance(trace, Trace) else trace, result, list(stats.stage_s)
     )
+
+
+def _runs_se(values: Sequence[float]) -> float | None:
+    """:func:`~.attribution.runs_standard_error`, None for fewer than two runs."""
+    return runs_standard_error(values) if len(values) >= 2 else None
 
 
 #: A stage's lock-wait share is shown where the node's or the model's reaches this.

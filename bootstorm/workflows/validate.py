@@ -60,8 +60,8 @@ class StormValidation:
     """Shares compared in points: their ``errors`` entry is predicted minus
     measured (a stage's lock-wait share)."""
     measured_se: Mapping[str, float] = field(default_factory=dict)
-    """The standard error of a measured share over the runs (several runs
-    only): how far the node's own runs leave its figure uncertain."""
+    """The standard error of a measured figure over the runs (several runs
+    only): how far the node's own runs leave it uncertain."""
 
     @property
     def failed(self) -> list[str]:

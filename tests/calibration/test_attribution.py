@@ -9,6 +9,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bootstorm.calibration.attribution import (
@@ -169,7 +170,10 @@ def test_validate_json_gives_share_errors_in_points() -> None:
     assert "rel_error" not in wait
     assert wait["error_points"] == pytest.approx(100 * (wait["predicted"] - wait["measured"]))
     assert "rel_error" in rows["AttachIf share of startup"]
-    # The five runs' spread, beside each share; none for the headline figures.
+    # The five runs' spread, beside each figure: the makespan's is its runs'.
     assert 0.0 < wait["measured_se"] < wait["measured"]
     assert "measured_se" in rows["AttachIf share of startup"]
-    assert "measured_se" not in rows["makespan_s"]
+    makespans = [StormStats.of(read_trace(p)).makespan_s for p in runs]
+    assert rows["makespan_s"]["measured_se"] == pytest.approx(
+        float(np.std(makespans, ddof=1) / np.sqrt(len(makespans)))
+    )
