@@ -145,7 +145,13 @@ class StormStats:
         Single storms on a small host vary by tens of percent from run to run."""
         if not traces:
             raise ValueError("trace: give at least one recorded storm")
-        runs = [cls.of(t) for t in traces]
+        return cls.of_runs([cls.of(t) for t in traces])
+
+    @classmethod
+    def of_runs(cls, runs: Sequence[StormStats]) -> StormStats:
+        """:meth:`pooled` of runs already read (each :meth:`of` one trace)."""
+        if not runs:
+            raise ValueError("trace: give at least one recorded storm")
         first = runs[0]
         for r in runs[1:]:
             if (r.sandboxes, r.cni, r.pools, r.limits) != (
@@ -1207,10 +1213,10 @@ def predicted_vs_measured(
     under ``profile``."""
     from ..models import run_scenario
 
-    stats = StormStats.of(trace) if isinstance(trace, Trace) else StormStats.pooled(trace)
+    # Each run read once: pooled, and its own figures for their spread.
+    runs = [StormStats.of(trace)] if isinstance(trace, Trace) else [StormStats.of(t) for t in trace]
+    stats = StormStats.of_runs(runs)
     result = run_scenario(stats.scenario(), seed=seed, profile=profile, executor=executor)
-    # Each run's own figures, for the spread of the pooled ones (several runs only).
-    runs = [] if isinstance(trace, Trace) or len(trace) < 2 else [StormStats.of(t) for t in trace]
     rows = [
         Comparison(
             metric="makespan_s",
