@@ -161,6 +161,14 @@ RunCniCheckOption = Annotated[
     bool, typer.Option("--cni-check", help="CNI CHECK after each ADD (runtime cni).")
 ]
 RunCniWrapperOption = Annotated[str, CNI_WRAPPER_OPTION]
+RunCniWrapperEveryOption = Annotated[
+    int,
+    typer.Option(
+        help="With --cni-wrapper: only one sandbox in N goes through it (0, N, 2N, ...); the "
+        "others exec the plugin themselves, so that 2 compares the wrapper's ADD with the "
+        "plain plugin's in the same storm.",
+    ),
+]
 RunAsJsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON object instead of tables.")
 ]
@@ -191,6 +199,7 @@ def run_cmd(
     cni_chain: RunCniChainOption = "",
     cni_check: RunCniCheckOption = False,
     cni_wrapper: RunCniWrapperOption = "none",
+    cni_wrapper_every: RunCniWrapperEveryOption = 1,
     as_json: RunAsJsonOption = False,
 ) -> None:
     """Start SANDBOXES sandboxes at once, or on a workload's schedule, and print
@@ -250,6 +259,7 @@ def run_cmd(
             cni_chain=tuple(p.strip() for p in cni_chain.split(",") if p.strip()),
             cni_check=cni_check,
             cni_wrapper=cast(Any, cni_wrapper),
+            cni_wrapper_every=cni_wrapper_every,
         )
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None

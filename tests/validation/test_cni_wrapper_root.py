@@ -62,3 +62,41 @@ def test_a_storm_through_bootstorm_cni_takes_its_permits_from_the_agent(tmp_path
         assert outer.start_s <= delegate.start_s and delegate.end_s <= outer.end_s
     assert any(note.startswith("bootstorm-cni: median ADD") for note in trace.header.notes)
     assert _objects_of(result.run, links_before) == []
+
+
+def test_half_a_storm_through_bootstorm_cni_compares_like_with_like(tmp_path: Path) -> None:
+    """``cni_wrapper_every=2``: sandboxes 0, 2, 4 go through the plugin (it
+    takes their AddCNI permit), 1, 3, 5 exec the bridge themselves (the
+    driver takes theirs): every sandbox admitted once, and the trace's note
+    weighs the two ADDs of the same storm."""
+    from bootstorm.validation.agent import AgentAdmission, AgentClient
+    from bootstorm.validation.testbed import StormOptions, run_storm, wrapper_split
+
+    n = 6
+    links_before = _host_links()
+    config = TunedConfig(limits={"AddCNI": 2}, lease_ttl_s=60)
+    with (
+        process_agent(tmp_path, config=config) as agent,
+        AgentClient(agent.url, token=TOKEN) as client,
+    ):
+        options = StormOptions(
+            sandboxes=n,
+            vm=False,
+            kernel_trace=False,
+            runtime="cni",
+            config=config,
+            cni_wrapper="bootstorm-cni",
+            cni_wrapper_every=2,
+        )
+        result = run_storm(options, admission=AgentAdmission(client))
+        metrics = client.metrics()
+    assert result.failures == ()
+    assert _counter(metrics, "bootstorm_agent_leases_granted_total", "AddCNI") == n
+    assert _counter(metrics, "bootstorm_agent_leases_released_total", "AddCNI") == n
+    adds = [e for e in result.trace.execs if e.command == "ADD" and e.stage == "AddCNI"]
+    assert {e.sandbox for e in adds if e.program == "bootstorm-cni"} == {0, 2, 4}
+    assert {e.sandbox for e in adds if e.program == "bridge"} == set(range(n))
+    split = wrapper_split(result.trace.execs)
+    assert split is not None and (split.wrapped, split.plain) == (3, 3)
+    assert any("alone in the same storm" in note for note in result.trace.header.notes)
+    assert _objects_of(result.run, links_before) == []

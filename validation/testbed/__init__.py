@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._cni_stages import WrapperSplit, wrapper_split
     from ._errors import TestbedError
     from ._leftovers import SweepReport, sweep_leftovers, sweep_lock
     from .admission import Admission, LocalAdmission
@@ -36,15 +37,19 @@ __all__ = [
     "StormSummary",
     "SweepReport",
     "TestbedError",
+    "WrapperSplit",
     "register_runtime",
     "run_storm",
     "runtime_names",
     "summarize",
     "sweep_leftovers",
     "sweep_lock",
+    "wrapper_split",
 ]
 
 _SOURCES = {
+    "WrapperSplit": "._cni_stages",
+    "wrapper_split": "._cni_stages",
     "TestbedError": "._errors",
     "SweepReport": "._leftovers",
     "sweep_leftovers": "._leftovers",

@@ -74,10 +74,12 @@ __all__ = [
     "CniRuntime",
     "CniSandbox",
     "ShimError",
+    "WrapperSplit",
     "cni_host",
     "exec_owners",
     "raise_fd_limit",
     "wrapper_overhead",
+    "wrapper_split",
 ]
 
 log = logging.getLogger(__name__)
@@ -282,10 +284,17 @@ class CniRuntime:
         self.call_network = self._wrapped(self.network)
         if self.call_network is not self.network:
             agent = self.plugin_agent.url if self.plugin_agent else "?"
+            every = opts.cni_wrapper_every
+            which = (
+                ""
+                if every == 1
+                else f" for one sandbox in {every} (the others exec it themselves, the "
+                "driver taking their permit)"
+            )
             self.notes.append(
-                f"runtime cni: {WRAPPER} ({self.host.wrapper_dir}) wraps {opts.cni_plugin}: it "
-                f"takes AddCNI's permit from the agent {agent} (the driver does not); the "
-                "trace's AddCNI execs are the plugin and its delegate"
+                f"runtime cni: {WRAPPER} ({self.host.wrapper_dir}) wraps {opts.cni_plugin}"
+                f"{which}: it takes AddCNI's permit from the agent {agent} (the driver does "
+                "not); the trace's AddCNI execs are the plugin and its delegate"
             )
         self.notes.append(
             f"runtime cni: plugins {' → '.join(self.network.types)} from {self.host.bin_dir} "
@@ -306,6 +315,20 @@ class CniRuntime:
             raise CniSetupError(f"cni_wrapper: {exc}") from None
         self.notes.append(f"runtime cni: {WRAPPER} installed for this run: {installed.detail}")
         return wrapper_dir
+
+    def wrapped(self, index: int) -> bool:
+        """Whether sandbox ``index``'s ADD goes through ``bootstorm-cni``
+        (``--cni-wrapper``, every ``cni_wrapper_every``-th sandbox)."""
+        return self.host.wrapper_dir is not None and index % self.options.cni_wrapper_every == 0
+
+    def network_of(self, cs: CniSandbox) -> CniNetwork | None:
+        """The network ``cs``'s ADD, CHECK and DEL go through (its own, if it
+        took an agent's pooled namespace)."""
+        if cs.network is not None:
+            return cs.network
+        if cs.pooled:
+            return None  # the run's own pool: ADDed on the plain network
+        return self.call_network if self.wrapped(cs.index) else self.network
 
     @property
     def plugin_log(self) -> Path:
@@ -477,11 +500,13 @@ class CniRuntime:
         if not cs.pooled:
             cs.container_id = cs.netns  # unique in the run, and what a sweep DELs by
             cs.add_started = True
-            cs.result = self._add(cs.container_id, cs.netns_path, record, network=self.call_network)
+            cs.result = self._add(
+                cs.container_id, cs.netns_path, record, network=self.network_of(cs)
+            )
         if self.options.cni_check and cs.result is not None:
             assert cs.container_id is not None
             check(
-                self.call_network or self.network,
+                self.network_of(cs) or self.network,
                 cs.result,
                 bin_dir=self.host.plugin_dirs,
                 container_id=cs.container_id,
@@ -659,7 +684,7 @@ class CniRuntime:
                 cs.result,
                 lambda r: cs.execs.append(_span(r, sandbox=cs.index, stage="teardown")),
                 # An agent's pooled namespace: its network; else the one it was ADDed on.
-                network=cs.network or (None if cs.pooled else self.call_network),
+                network=self.network_of(cs),
             )
 
         def del_pooled(container: str) -> None:
@@ -725,9 +750,31 @@ class CniRuntime:
         return sorted(out, key=lambda e: e.start_s)
 
 
-def wrapper_overhead(execs: Iterable[ExecSpan]) -> str | None:
-    """A note of ``bootstorm-cni``'s own time per ADD: its exec's span less its
-    delegate's, medians over the sandboxes; None if the storm had none."""
+@dataclass(frozen=True)
+class WrapperSplit:
+    """``bootstorm-cni``'s ADDs in one storm, medians over sandboxes (seconds):
+    the whole ADD as the runtime saw it, its delegate's exec inside it and the
+    plugin's own time (their difference, per sandbox); and, where the storm
+    also had sandboxes that exec'd the main plugin themselves
+    (``cni_wrapper_every`` > 1), their ADD: the like-for-like anchor."""
+
+    wrapped_add_s: float
+    delegate_s: float
+    own_s: float
+    wrapped: int
+    program: str
+    plain_add_s: float | None
+    plain: int
+
+    @property
+    def ratio(self) -> float | None:
+        """The wrapped ADD over the plain one in the same storm; None without plain ones."""
+        return None if not self.plain_add_s else self.wrapped_add_s / self.plain_add_s
+
+
+def wrapper_split(execs: Iterable[ExecSpan]) -> WrapperSplit | None:
+    """The storm's :class:`WrapperSplit` from its exec spans; None if no
+    sandbox's ADD went through ``bootstorm-cni`` (or none had its delegate)."""
     outer: dict[int, ExecSpan] = {}
     inner: dict[int, ExecSpan] = {}
     for e in execs:
@@ -741,15 +788,37 @@ def wrapper_overhead(execs: Iterable[ExecSpan]) -> str | None:
     ]
     if not pairs:
         return None
-    whole = statistics.median(p[0] for p in pairs)
-    delegate = statistics.median(p[1] for p in pairs)
-    own = statistics.median(p[0] - p[1] for p in pairs)
-    program = next(iter(inner.values())).program
-    return (
-        f"{WRAPPER}: median ADD {whole * 1e3:.1f} ms, of which its delegate {program} "
-        f"{delegate * 1e3:.1f} ms and its own {own * 1e3:.1f} ms (start, agent calls; "
-        f"{len(pairs)} sandboxes)"
+    # A sandbox with no plugin exec of its own ran the main plugin directly.
+    plain = [e.end_s - e.start_s for k, e in inner.items() if k not in outer]
+    return WrapperSplit(
+        wrapped_add_s=statistics.median(p[0] for p in pairs),
+        delegate_s=statistics.median(p[1] for p in pairs),
+        own_s=statistics.median(p[0] - p[1] for p in pairs),
+        wrapped=len(pairs),
+        program=next(inner[k] for k in outer if k in inner).program,
+        plain_add_s=statistics.median(plain) if plain else None,
+        plain=len(plain),
     )
+
+
+def wrapper_overhead(execs: Iterable[ExecSpan]) -> str | None:
+    """A note of ``bootstorm-cni``'s own time per ADD (:func:`wrapper_split`),
+    and its ADD against the plain plugin's where the same storm had both;
+    None if the storm had none."""
+    split = wrapper_split(execs)
+    if split is None:
+        return None
+    note = (
+        f"{WRAPPER}: median ADD {split.wrapped_add_s * 1e3:.1f} ms, of which its delegate "
+        f"{split.program} {split.delegate_s * 1e3:.1f} ms and its own "
+        f"{split.own_s * 1e3:.1f} ms (start, agent calls; {split.wrapped} sandboxes)"
+    )
+    if split.ratio is not None and split.plain_add_s is not None:
+        note += (
+            f"; {split.program} alone in the same storm {split.plain_add_s * 1e3:.1f} ms "
+            f"({split.plain} sandboxes): {split.ratio:.2f}x"
+        )
+    return note
 
 
 def exec_owners(spans: Iterable[StageSpan], execs: Iterable[ExecSpan]) -> dict[int, list[Owner]]:

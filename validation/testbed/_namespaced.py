@@ -53,7 +53,11 @@ class NamespacedRuntime(StormRuntime[N]):
 
     def holder(self, sb: N) -> str:
         """The sandbox's name in admission calls (an agent's leases and pools)."""
-        return f"{self.context.run}/{sb.index}"
+        return self.holder_of(sb.index)
+
+    def holder_of(self, index: int) -> str:
+        """:meth:`holder` of the sandbox numbered ``index``."""
+        return f"{self.context.run}/{index}"
 
     def took(self, sb: N, kind: str, got: T) -> T:
         """Record ``sb``'s take from pool ``kind`` (``got``: what it was

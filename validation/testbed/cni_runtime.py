@@ -82,7 +82,14 @@ class CniStormRuntime(NamespacedRuntime[CniStormSandbox]):
             # ADD's own process: the driver must not take it too.
             if isinstance(admission, PluginAgent):
                 self.cni.plugin_agent = admission.plugin_agent()
-            self.admission = admission = _PluginAdmitted(admission, stage="AddCNI")
+            holders = (
+                None
+                if opts.cni_wrapper_every == 1
+                else frozenset(
+                    self.holder_of(i) for i in range(opts.sandboxes) if self.cni.wrapped(i)
+                )
+            )
+            self.admission = admission = _PluginAdmitted(admission, stage="AddCNI", holders=holders)
         self.cni.prepare()
         self.notes.extend(self.cni.notes)
         pools = opts.config.pools if opts.config else {}
@@ -182,17 +189,24 @@ class CniStormRuntime(NamespacedRuntime[CniStormSandbox]):
 class _PluginAdmitted:
     """An admission whose ``stage`` is admitted by the CNI plugin itself
     (``bootstorm-cni`` takes its permit in each ADD): the driver passes it
-    ungated; every other stage, pool and optional protocol goes to ``inner``."""
+    ungated for the ``holders`` whose ADD goes through the plugin (None: all);
+    every other stage, holder, pool and optional protocol goes to ``inner``."""
 
-    def __init__(self, inner: Admission, *, stage: str) -> None:
+    def __init__(self, inner: Admission, *, stage: str, holders: frozenset[str] | None) -> None:
         self._inner = inner
         self._stage = stage
+        self._holders = holders
+
+    def _plugin_admits(self, holder: str) -> bool:
+        return self._holders is None or holder in self._holders
 
     def gated(self, name: str) -> bool:
-        return name != self._stage and self._inner.gated(name)
+        if name == self._stage and self._holders is None:
+            return False
+        return self._inner.gated(name)
 
     def stage(self, name: str, holder: str) -> contextlib.AbstractContextManager[None]:
-        if name == self._stage:
+        if name == self._stage and self._plugin_admits(holder):
             return contextlib.nullcontext()
         return self._inner.stage(name, holder)
 
