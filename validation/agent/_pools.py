@@ -439,9 +439,9 @@ class NetlinkDevices:
 #: The nice value of the refill workers' threads (and of what they exec):
 #: the node's default, so that a refill shares the cores with the sandboxes'
 #: starts as an equal, as the model has it (``models.refill``). At the
-#: agent's -10 one worker's refills took a core ahead of a hundred starts: a
-#: 5-minute workload's p99 startup came out 5.1 s with a pool of 133 per kind
-#: refilled by one worker, against 3.9 s with no pool (2026-11-29).
+#: agent's -10 a worker's refills (a CNI ADD each, for ``netns-veth``) would
+#: take a core ahead of the starts they are meant to spare (research log,
+#: "Traffic through a node agent, again").
 REFILL_NICE = 0
 
 
