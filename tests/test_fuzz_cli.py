@@ -272,6 +272,7 @@ COMPANIONS: dict[tuple[str, str], list[str]] = {
     ("validate", "--candidates"): ["--candidates", "@tuned", "--profile", "@profile"],
     ("simulate", "--workload"): ["--workload", "@workload"],
     ("testbed run", "--workload"): ["--workload", "@workload"],
+    ("testbed run", "--cni-wrapper"): ["--cni-wrapper", "bootstorm-cni", "--agent", "@agent"],
     ("config push", "--waves"): ["--waves", "3"],
     ("tune", "--workload"): ["--workload", "@workload", "--slo-p99", "2s"],
     # Refused in one line (a recorded storm brings its own schedule): the

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from conftest import CNI_ROOT_MARKS, TOKEN, process_agent
 from test_cni_root import _host_links, _objects_of
 
 from bootstorm.models import TunedConfig
+
+if TYPE_CHECKING:
+    from bootstorm.validation.testbed import StormResult
 
 pytestmark = [
     *CNI_ROOT_MARKS,
@@ -27,27 +31,37 @@ def _counter(metrics: str, family: str, stage: str) -> float:
     return 0.0
 
 
-def test_a_storm_through_bootstorm_cni_takes_its_permits_from_the_agent(tmp_path: Path) -> None:
+def _storm_through_agent(
+    tmp_path: Path, config: TunedConfig, *, sandboxes: int, every: int
+) -> tuple[StormResult, str]:
+    """A cni storm of ``sandboxes`` (no VMs) through bootstorm-cni for one
+    sandbox in ``every``, admitted by a node agent process with ``config``;
+    the storm's result and the agent's metrics after it."""
     from bootstorm.validation.agent import AgentAdmission, AgentClient
     from bootstorm.validation.testbed import StormOptions, run_storm
 
-    n = 6
-    links_before = _host_links()
-    config = TunedConfig(limits={"AddCNI": 2, "StartVM": 3}, lease_ttl_s=60)
     with (
         process_agent(tmp_path, config=config) as agent,
         AgentClient(agent.url, token=TOKEN) as client,
     ):
         options = StormOptions(
-            sandboxes=n,
+            sandboxes=sandboxes,
             vm=False,
             kernel_trace=False,
             runtime="cni",
             config=config,
             cni_wrapper="bootstorm-cni",
+            cni_wrapper_every=every,
         )
         result = run_storm(options, admission=AgentAdmission(client))
-        metrics = client.metrics()
+        return result, client.metrics()
+
+
+def test_a_storm_through_bootstorm_cni_takes_its_permits_from_the_agent(tmp_path: Path) -> None:
+    n = 6
+    links_before = _host_links()
+    config = TunedConfig(limits={"AddCNI": 2, "StartVM": 3}, lease_ttl_s=60)
+    result, metrics = _storm_through_agent(tmp_path, config, sandboxes=n, every=1)
     assert result.failures == ()
     # The plugin, not the driver, took AddCNI's permits: one per sandbox.
     assert _counter(metrics, "bootstorm_agent_leases_granted_total", "AddCNI") == n
@@ -69,27 +83,12 @@ def test_half_a_storm_through_bootstorm_cni_compares_like_with_like(tmp_path: Pa
     takes their AddCNI permit), 1, 3, 5 exec the bridge themselves (the
     driver takes theirs): every sandbox admitted once, and the trace's note
     weighs the two ADDs of the same storm."""
-    from bootstorm.validation.agent import AgentAdmission, AgentClient
-    from bootstorm.validation.testbed import StormOptions, run_storm, wrapper_split
+    from bootstorm.validation.testbed import wrapper_split
 
     n = 6
     links_before = _host_links()
     config = TunedConfig(limits={"AddCNI": 2}, lease_ttl_s=60)
-    with (
-        process_agent(tmp_path, config=config) as agent,
-        AgentClient(agent.url, token=TOKEN) as client,
-    ):
-        options = StormOptions(
-            sandboxes=n,
-            vm=False,
-            kernel_trace=False,
-            runtime="cni",
-            config=config,
-            cni_wrapper="bootstorm-cni",
-            cni_wrapper_every=2,
-        )
-        result = run_storm(options, admission=AgentAdmission(client))
-        metrics = client.metrics()
+    result, metrics = _storm_through_agent(tmp_path, config, sandboxes=n, every=2)
     assert result.failures == ()
     assert _counter(metrics, "bootstorm_agent_leases_granted_total", "AddCNI") == n
     assert _counter(metrics, "bootstorm_agent_leases_released_total", "AddCNI") == n
