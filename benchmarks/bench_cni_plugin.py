@@ -157,7 +157,8 @@ def _storm(
     else:
         assert split is not None, f"{tag}: no ADD went through bootstorm-cni"
         # Wholly wrapped: its delegates; half: the sandboxes that exec'd the bridge.
-        bridge_add_s = split.delegate_s if kind == "wrapped" else float(split.plain_add_s or "nan")
+        plain_add_s = split.plain_add_s if split.plain_add_s is not None else float("nan")
+        bridge_add_s = split.delegate_s if kind == "wrapped" else plain_add_s
         plugin_add_s = split.wrapped_add_s
     return {
         "bridge_add_s": bridge_add_s,
