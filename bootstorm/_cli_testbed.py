@@ -365,7 +365,8 @@ def sweep_cmd() -> None:
 
 
 def _op_ms(x_s: float) -> str:
-    return f"{x_s * 1e3:,.3f}"
+    # Microseconds (a growth per lease held) keep three digits too.
+    return f"{x_s * 1e3:,.3f}" if x_s == 0.0 or x_s >= 1e-5 else f"{x_s * 1e3:.3g}"
 
 
 MeasureRepeatsOption = Annotated[
@@ -503,7 +504,8 @@ def measure_ops_cmd(
             )
         console.print(memory)
     derived = Table(title="derived testbed costs (memory: MiB)")
-    derived.add_column("cost")
+    # Folded, never cut: a cost's name is what a profile's source names.
+    derived.add_column("testbed.", overflow="fold")
     for column in ("value ms", "low ms", "high ms"):
         derived.add_column(column, justify="right")
     derived.add_column("how")
@@ -514,7 +516,7 @@ def measure_ops_cmd(
             if path.startswith(POOL_MEMORY_PATH)
             else (_op_ms(x) for x in (c.value, c.low, c.high))
         )
-        derived.add_row(path, *shown, c.how)
+        derived.add_row(path.removeprefix("testbed."), *shown, c.how)
     console.print(derived)
     for note in times.notes:
         console.print(f"[dim]note: {note}[/]")

@@ -287,6 +287,13 @@ class TestbedCostTable(_Frozen):
     #: host-local IPAM's allocation under its network's file lock (flock on
     #: the data dir: reserve, write the lease file, release).
     ipam_hold_s: Seconds | None = None
+    #: host-local's allocation reads every lease file of its network (its
+    #: disk store's ``GetByID``: no index by container) under the same file
+    #: lock: this much more per lease held (``measure-ops``' ``ipam_add_held``
+    #: against ``ipam_add``). A sandbox's lease stays until its DEL, at the
+    #: testbed's teardown, so the sandbox ``i`` of a run finds ``i`` leases
+    #: ahead of it. None: not measured (no growth, as profiles of before it).
+    ipam_per_lease_s: Seconds | None = None
     #: One shim process's start (the interpreter, its job on stdin).
     shim_start_cpu_s: Seconds | None = None
     #: One ``tc`` process: fork/exec, its netlink socket and name lookups.

@@ -45,7 +45,9 @@ waits (a Python call under the GIL each), and the work is theirs:
   veth pair made in the namespace with its peer created on the host (no
   move), the host end up, enslaved to the bridge and its hairpin flag set;
   then ``host-local`` exec'd for the address, under its network's file
-  lock; then the address and the link up in the namespace;
+  lock (which it holds longer per lease the network holds: its disk store
+  reads every lease file on each ADD, ``ipam_per_lease_s``); then the
+  address and the link up in the namespace;
 - **Cgroup** as above;
 - **AttachIf**: the shim process (one per sandbox, as Kata's): it starts,
   makes the tap (``TUNSETIFF``), brings it up, and runs ``tc`` four times
@@ -104,10 +106,12 @@ __all__ = [
     "GIL",
     "IPAM_LOCK",
     "MACVLAN_PER_VETH_PAIR",
+    "TESTBED_BRIDGE_PORTS",
     "TESTBED_CNIS",
     "TESTBED_POOL_KINDS",
     "TESTBED_STAGES",
     "TestbedVariant",
+    "growth_cautions",
     "plugin_cautions",
     "testbed_costs",
     "testbed_lock_specs",
@@ -239,6 +243,35 @@ def plugin_cautions(cni: str, profile: Profile) -> tuple[str, ...]:
             f"--cni-plugin {variant.plugin}` runs one)"
         )
     return tuple(lines)
+
+
+#: The most sandboxes a testbed storm of the CNI runtime holds on its bridge
+#: (the kernel's BR_MAX_PORTS): host-local's growth with the leases held was
+#: measured below it (``measure-ops``' HELD_LEASES).
+TESTBED_BRIDGE_PORTS = 1_024
+
+
+def growth_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
+    """What a what-if of the testbed's CNI runtime past a bridge's ports
+    should say under its answer when the profile's host-local grows with the
+    leases held (``ipam_per_lease_s``): the testbed keeps every sandbox's
+    lease to its end, a node releases it at each stop, so past that many the
+    growth is an extrapolation a node does not make."""
+    variant = TESTBED_CNIS.get(scenario.cni)
+    c = profile.testbed
+    if variant is None or variant.runtime != "cni" or c is None or not c.ipam_per_lease_s:
+        return ()
+    if scenario.sandboxes <= TESTBED_BRIDGE_PORTS:
+        return ()
+    last_ms = c.ipam_per_lease_s * (scenario.sandboxes - 1) * 1e3
+    return (
+        f"{scenario.sandboxes:,} sandboxes: the testbed keeps every sandbox's lease to its "
+        f"end, and host-local reads every lease on each ADD under its lock "
+        f"({c.ipam_per_lease_s * 1e6:.3g} µs each, measured below {TESTBED_BRIDGE_PORTS:,}): "
+        f"the last sandbox's lease takes {last_ms:,.3g} ms more; a node releases a lease at "
+        "the sandbox's stop, so its host-local grows with the sandboxes up at once, not with "
+        "every start (read this answer as the testbed's, not a node's)",
+    )
 
 
 def testbed_costs(profile: Profile) -> TestbedCostTable:
@@ -495,7 +528,7 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable, *, plugin: str) -> tuple[
         Cpu(exec_cpu_s, f"{plugin} start"),
         *(request(label) for label in before),
         Cpu(exec_cpu_s, "host-local start"),
-        Hold(IPAM_LOCK, (Cpu(ipam_hold_s, "lease"),)),
+        Hold(IPAM_LOCK, (Cpu(ipam_hold_s, "lease", growth_s=c.ipam_per_lease_s or 0.0),)),
         *(request(label) for label in after),
     )
     add_cni: tuple[Step, ...] = (*add, *kworker)

@@ -24,7 +24,7 @@ from ..calibration.identify import (
 )
 from ..calibration.tornado import Tornado, tornado
 from ..models import Profile, Scenario, Traffic, load_profile
-from ..models.testbed import plugin_cautions
+from ..models.testbed import growth_cautions, plugin_cautions
 
 if TYPE_CHECKING:
     from ..models import SeedLike
@@ -98,6 +98,9 @@ class Identification:
     plugin: tuple[str, ...] = ()
     """What a what-if of another CNI plugin than the bridge rests on
     (:func:`bootstorm.models.testbed.plugin_cautions`)."""
+    growth: tuple[str, ...] = ()
+    """A testbed what-if past a bridge's ports whose costs grow with the
+    sandboxes ahead (:func:`bootstorm.models.testbed.growth_cautions`)."""
 
     @property
     def imprecise(self) -> bool:
@@ -178,6 +181,7 @@ class WhatIf:
         payload["profile_error_rel"] = self.identification.error_rel
         payload["profile_stale"] = list(self.identification.stale)
         payload["plugin_cautions"] = list(self.identification.plugin)
+        payload["growth_cautions"] = list(self.identification.growth)
         if self.background is not None:
             payload["background"] = self.background.to_dict()
         return payload
@@ -283,6 +287,7 @@ def identification(
         testbed=prof.testbed is not None,
         stale=staleness(prof),
         plugin=plugin_cautions(scenario.cni, prof),
+        growth=growth_cautions(scenario, prof),
     )
 
 

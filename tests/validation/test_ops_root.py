@@ -58,7 +58,7 @@ def _objects_of(run: str) -> list[str]:
 def test_every_operation_timed_and_nothing_left() -> None:
     from bootstorm.calibration.measured_ops import testbed_costs_from
     from bootstorm.traces.operations import OPERATIONS, OperationTimes
-    from bootstorm.validation.testbed.ops import measure_operations
+    from bootstorm.validation.testbed.ops import HELD_LEASES, measure_operations
 
     # The suite's other worker keeps this host from ever being quiet: waiting
     # the default 10 s before each of ~30 blocks, and 200 devices of each kind
@@ -78,6 +78,11 @@ def test_every_operation_timed_and_nothing_left() -> None:
     assert times["move_into_netns"].median_s > times["link_up"].median_s
     costs = testbed_costs_from(times)
     assert costs["testbed.rcu_grace_s"].value > 1e-6
+    # host-local reads every lease of its network on each ADD: 400 held
+    # lengthen it by milliseconds (2.1 -> 5.0 ms here), far past its spread.
+    assert times.held_leases == HELD_LEASES
+    assert times["ipam_add_held"].median_s > times["ipam_add"].median_s
+    assert costs["testbed.ipam_per_lease_s"].value > 0.0
     assert OperationTimes.from_json(times.to_json()) == times
 
 

@@ -57,7 +57,10 @@ SAMPLES = {
     "ipam_add": _ms(4.0, 4.5, 5.0, 5.5, 6.0),  # 5.0 (4.5, 5.5)
     "tc_exec": _ms(2.0, 2.2, 2.4, 2.6, 2.8),  # 2.4 (2.2, 2.6)
     "shim_start": _ms(40.0, 42.0, 44.0, 46.0, 50.0),  # 44 (42, 46)
+    # host-local's ADD with HELD leases held: 9.0 (8.5, 9.5), 4 ms more than alone.
+    "ipam_add_held": _ms(8.0, 8.5, 9.0, 9.5, 10.0),
 }
+HELD = 100
 
 
 def _times(samples: dict[str, tuple[float, ...]] | None = None, **kw: Any) -> OperationTimes:
@@ -71,6 +74,7 @@ def _times(samples: dict[str, tuple[float, ...]] | None = None, **kw: Any) -> Op
         "warmup": 3,
         "run": "ab12",
         "notes": ("a note",),
+        "held_leases": HELD,
     }
     fields.update(kw)
     return OperationTimes(**fields)
@@ -81,7 +85,7 @@ def test_operations_are_the_briefs_in_order() -> None:
     assert OPERATIONS[12:14] == ("vm_spawn", "vm_up")
     # The CNI runtime's processes come last, and only they need its plugins.
     assert set(OPERATIONS[14:]) == CNI_OPERATIONS
-    assert len(set(OPERATIONS)) == len(OPERATIONS) == 19
+    assert len(set(OPERATIONS)) == len(OPERATIONS) == 20
     assert tuple(SAMPLES) == OPERATIONS
 
 
@@ -188,6 +192,8 @@ def test_cost_mapping_gives_known_values() -> None:
         "testbed.tc_exec_cpu_s": (2.0, 1.75, 2.25),  # 2.4 - 0.4
         "testbed.shim_start_cpu_s": (43.6, 41.55, 45.65),  # 44 - 0.4; 42 - 0.45; 46 - 0.35
         "testbed.vm_boot_total_s": (72.3, 71.2, 74.4),  # 73 - 0.7; 72 - 0.8; 75 - 0.6
+        # (9.0 - 5.0; 8.5 - 5.5; 9.5 - 4.5) over the 100 leases held
+        "testbed.ipam_per_lease_s": (0.04, 0.03, 0.05),
     }
     assert list(costs) == list(expected)
     for path, (value, low, high) in expected.items():

@@ -48,6 +48,7 @@ import contextlib
 import fcntl
 import functools
 import gc
+import ipaddress
 import itertools
 import json
 import logging
@@ -70,6 +71,7 @@ from ...traces._config import MAX_POOL_SIZE
 from ...traces.host import current_host
 from ...traces.operations import (
     CNI_OPERATIONS,
+    HELD_OPERATIONS,
     OPERATIONS,
     POOL_DEVICE_KINDS,
     OperationTimes,
@@ -95,6 +97,7 @@ from ._tap import TUNSETIFF, ifreq
 from ._vm import VmRunner, build_stub, stop, vm_available
 
 __all__ = [
+    "HELD_LEASES",
     "POOL_MEMORY_DEVICES",
     "POOL_MEMORY_ROUNDS",
     "POOL_MEMORY_SETTLE_S",
@@ -111,6 +114,9 @@ log = logging.getLogger(__name__)
 _VM_OPERATIONS = frozenset({"vm_spawn", "vm_up"})
 #: host-local only writes its lease files for this range: no address is configured.
 _OPS_IPAM_SUBNET = "10.254.0.0/24"
+#: The addresses of the held leases (``ipam_add_held``): other sandboxes' of
+#: the same network, outside the range the bench's ADDs take theirs from.
+_HELD_RANGE = "10.253.0.0/16"
 _CGROUP_OPERATIONS = frozenset({"cgroup_mkdir", "cgroup_attach"})
 # As the driver's: every namespace is isolated, so every sandbox uses the same.
 _INNER_IF = "eth0"
@@ -131,6 +137,16 @@ _BUSY_CORES = 0.25
 #: A helper process moved into a cgroup lives at most this long (it is killed sooner).
 _HELPER_SLEEP_S = 60
 
+#: Leases of its network host-local finds while ``ipam_add_held`` is timed:
+#: what the sandbox of that index in a storm finds left by the ones before it
+#: (a lease each, until its DEL at the teardown). host-local's disk store
+#: reads every lease file of the network on each ADD (``GetByID``); 400 moved
+#: its ADD here from 2.1 to 5.0 ms, far above its spread (docs/research-log.md,
+#: 2026-11-29).
+HELD_LEASES = 400
+#: Most held leases one may ask for: a /16's addresses, the largest range a
+#: testbed network hands out.
+MAX_HELD_LEASES = 65_534
 #: Pooled devices of one kind per batch. A netns holds ~0.18 MiB (paper-000's
 #: ``costs.pool_device_mib.netns``: MemAvailable over 200 ``ip netns add`` on
 #: this project's machine), a tap ~0.04 MiB (docs/research-log.md, 2026-11-28),
@@ -178,6 +194,8 @@ class _Bench:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     #: Where the CNI plugins are (the CNI runtime's operations), or None.
     cni_bin_dir: Path | None = None
+    #: Leases held now in the held IPAM directory (:meth:`hold_leases`).
+    held: int = 0
     _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
@@ -478,16 +496,19 @@ class _Bench:
             env=self._cni_env("VERSION", "ops"),
         )
 
-    def ipam_add(self) -> int:
+    def _ipam_network(self) -> str:
+        return f"bst-{self.run}-ops"
+
+    def ipam_add(self, data_dir: str = "ipam") -> int:
         assert self.cni_bin_dir is not None
         conf = json.dumps(
             {
                 "cniVersion": "1.0.0",
-                "name": f"bst-{self.run}-ops",
+                "name": self._ipam_network(),
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": _OPS_IPAM_SUBNET}]],
-                    "dataDir": str(self.workdir / "ipam"),
+                    "dataDir": str(self.workdir / data_dir),
                 },
             }
         ).encode()
@@ -506,6 +527,23 @@ class _Bench:
         from ._leftovers import SHIM_SCRIPT
 
         return self._run_timed([sys.executable, *SHIM_FLAGS, str(SHIM_SCRIPT)], stdin=b"\n")
+
+    # -- the same, with what earlier sandboxes left -----------------------------
+
+    def hold_leases(self, count: int) -> None:
+        """Leave ``count`` leases of the bench's network in the held IPAM
+        directory (untimed), as host-local writes them: a file named by the
+        address, the container and interface in it."""
+        leases = self.workdir / "ipam-held" / self._ipam_network()
+        leases.mkdir(parents=True)
+        for k, address in zip(
+            range(count), ipaddress.IPv4Network(_HELD_RANGE).hosts(), strict=False
+        ):
+            (leases / str(address)).write_text(f"held{k}\r\n{_INNER_IF}")
+        self.held = count
+
+    def ipam_add_held(self) -> int:
+        return self.ipam_add("ipam-held")
 
     def after_block(self, op: str) -> None:
         """Remove what a block kept until its end (``netns_create``'s namespaces)."""
@@ -835,12 +873,14 @@ def measure_operations(
     pool_devices: int | None = None,
     pool_rounds: int = POOL_MEMORY_ROUNDS,
     settle_max_s: float = SETTLE_MAX_S,
+    held_leases: int = HELD_LEASES,
 ) -> OperationTimes:
     """Time each operation alone, ``repeats`` times after ``warmup`` discarded ones;
     then measure the memory one pooled device of each kind holds
     (:func:`pool_memory_rounds`: batches of ``pool_devices``, ``pool_rounds``
     rounds after :data:`POOL_MEMORY_WARMUP`), each block after waiting up to
-    ``settle_max_s`` for a quiet host. ``pool_devices``: ``None`` for
+    ``settle_max_s`` for a quiet host; ``ipam_add_held`` last, with
+    ``held_leases`` leases of its network held. ``pool_devices``: ``None`` for
     :data:`POOL_MEMORY_DEVICES` when every operation is timed (``ops`` None)
     and none measured when ``ops`` picks some; 0 for none.
 
@@ -852,6 +892,12 @@ def measure_operations(
     """
     check_count(repeats, "repeats", minimum=1)
     check_count(warmup, "warmup", minimum=0)
+    check_count(held_leases, "held_leases", minimum=1)
+    if held_leases > MAX_HELD_LEASES:
+        raise ValueError(
+            f"held_leases: must be at most {MAX_HELD_LEASES} (a /16's addresses), "
+            f"but got {held_leases}"
+        )
     if not 0.0 <= settle_max_s <= MAX_SETTLE_S:  # NaN fails both
         raise ValueError(
             f"settle_max_s: must be within 0..{MAX_SETTLE_S:g} s, got {settle_max_s!r}"
@@ -895,6 +941,9 @@ def measure_operations(
         timings = []
         busiest = (0.0, "")
         for op in chosen:
+            if op in HELD_OPERATIONS and not bench.held:
+                bench.hold_leases(held_leases)
+                bench.notes.append(f"{op}: timed with {held_leases} leases of its network held")
             busy = settle(settle_max_s)
             busiest = max(busiest, (busy, op))
             if busy > _BUSY_CORES:
@@ -941,6 +990,7 @@ def measure_operations(
             run=run,
             notes=tuple(bench.notes),
             pool_memory=memory,
+            held_leases=bench.held,
         )
     finally:
         if was_enabled:

@@ -1,0 +1,111 @@
+"""host-local's ADD grows with the leases its network holds: its disk store
+reads every lease file on each ADD (``GetByID``) under the network's file
+lock. ``measure-ops`` times it with many leases held (``ipam_add_held``);
+the growth per lease becomes ``testbed.ipam_per_lease_s``, kept as measured
+by a fit, and the CNI runtime's sandbox ``i`` holds the lock that much
+longer per sandbox ahead (the testbed keeps every lease to its end)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from bootstorm import simulate
+from bootstorm.calibration import trace_fit
+from bootstorm.calibration.measured_ops import GROWTH_PATHS, testbed_costs_from
+from bootstorm.models import Profile, Scenario
+from bootstorm.models.testbed import TESTBED_BRIDGE_PORTS, growth_cautions
+from bootstorm.traces.operations import OperationTimes, OperationTiming
+from bootstorm.traces.schema import HostFacts
+
+PER_LEASE_S = 7e-6
+HELD = 400
+
+
+def _times(*, alone_s: float, held_s: float, held: int = HELD) -> OperationTimes:
+    return OperationTimes(
+        timings=(
+            OperationTiming(name="ipam_add", samples_s=(alone_s,) * 3),
+            OperationTiming(name="ipam_add_held", samples_s=(held_s,) * 3),
+        ),
+        host=HostFacts(kernel="6.18", cores=2, memory_mib=24_000, hostname="node"),
+        vm_mode="process",
+        created_at=datetime(2026, 11, 29, 12, 0, tzinfo=UTC),
+        repeats=3,
+        held_leases=held,
+    )
+
+
+def test_the_growth_per_lease_is_the_held_less_alone_over_the_leases() -> None:
+    costs = testbed_costs_from(_times(alone_s=2e-3, held_s=2e-3 + HELD * PER_LEASE_S))
+    growth = costs["testbed.ipam_per_lease_s"]
+    assert growth.value == pytest.approx(PER_LEASE_S)
+    assert f"{HELD} leases" in growth.how
+
+
+def test_no_growth_is_zero_not_negative() -> None:
+    growth = testbed_costs_from(_times(alone_s=3e-3, held_s=2e-3))["testbed.ipam_per_lease_s"]
+    assert growth.value == 0.0 and growth.low == 0.0 and "clipped at 0 s" in growth.how
+
+
+def test_the_file_keeps_the_leases_held_and_refuses_a_held_timing_without_them() -> None:
+    times = _times(alone_s=2e-3, held_s=5e-3)
+    assert OperationTimes.from_json(times.to_json()).held_leases == HELD
+    data = json.loads(times.to_json())
+    del data["held_leases"]
+    with pytest.raises(ValueError, match="held_leases") as err:
+        OperationTimes.from_json(json.dumps(data))
+    assert "\n" not in str(err.value)
+    data["held_leases"] = 0
+    with pytest.raises(ValueError, match="held_leases"):
+        OperationTimes.from_json(json.dumps(data))
+
+
+def test_a_fit_keeps_it_as_measured_with_its_source() -> None:
+    costs = testbed_costs_from(_times(alone_s=2e-3, held_s=2e-3 + HELD * PER_LEASE_S))
+    profile = trace_fit.testbed_template(
+        cores=2, memory_mib=4096, service_cv=0.0, runtimes=("cni",), measured=costs
+    )
+    assert profile.testbed is not None
+    assert profile.testbed.ipam_per_lease_s == pytest.approx(PER_LEASE_S)
+    assert "ipam_add_held" in profile.sources[GROWTH_PATHS[0]] or (
+        "leases" in profile.sources[GROWTH_PATHS[0]]
+    )
+
+
+def _profile(per_lease_s: float | None) -> Profile:
+    base = trace_fit.testbed_template(cores=2, memory_mib=4096, service_cv=0.0, runtimes=("cni",))
+    base = base.with_values({"testbed.cni_exec_cpu_s": 0.003}, source="test")
+    assert base.testbed is not None
+    testbed = base.testbed.model_copy(update={"ipam_per_lease_s": per_lease_s})
+    sources = {**base.sources, "testbed.ipam_per_lease_s": "test"}
+    return base.model_copy(update={"testbed": testbed, "sources": sources})
+
+
+def test_sandbox_i_holds_the_lease_lock_i_leases_longer_alone() -> None:
+    """Known answer: sandboxes one at a time (nothing contends, no jitter),
+    the ``i``-th's AddCNI is longer than the first's by exactly ``i`` leases."""
+    n = 6
+    scenario = Scenario(
+        cni="testbed-cni-bridge",
+        sandboxes=n,
+        profile="local",
+        arrival_s=tuple(float(10 * i) for i in range(n)),
+    )
+    flat = simulate(scenario, profile=_profile(None))
+    grown = simulate(scenario, profile=_profile(PER_LEASE_S))
+    extra = np.asarray(grown.startup_latency_s) - np.asarray(flat.startup_latency_s)
+    assert extra == pytest.approx(PER_LEASE_S * np.arange(n), abs=1e-12)
+
+
+def test_past_a_bridge_a_what_if_says_the_growth_is_the_testbeds() -> None:
+    prof = _profile(PER_LEASE_S)
+    big = Scenario(cni="testbed-cni-bridge", sandboxes=TESTBED_BRIDGE_PORTS + 1, profile="local")
+    (line,) = growth_cautions(big, prof)
+    assert "host-local" in line and "not a node's" in line
+    assert growth_cautions(big.replace(sandboxes=TESTBED_BRIDGE_PORTS), prof) == ()
+    assert growth_cautions(big, _profile(None)) == ()
+    assert growth_cautions(big.replace(cni="testbed-veth"), prof) == ()
