@@ -71,9 +71,8 @@ def test_a_fit_keeps_it_as_measured_with_its_source() -> None:
     )
     assert profile.testbed is not None
     assert profile.testbed.ipam_per_lease_s == pytest.approx(PER_LEASE_S)
-    assert "ipam_add_held" in profile.sources[GROWTH_PATHS[0]] or (
-        "leases" in profile.sources[GROWTH_PATHS[0]]
-    )
+    source = profile.sources[GROWTH_PATHS[0]]
+    assert source.startswith("measured alone") and f"{HELD} leases" in source
 
 
 def _profile(per_lease_s: float | None) -> Profile:
