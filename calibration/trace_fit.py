@@ -1168,7 +1168,8 @@ class Comparison:
     points: bool = False
     #: The measured figure's standard error over the recorded runs (their
     #: spread over the square root of their count), in its own units; None
-    #: for one run, or where it is not computed (a traffic comparison's).
+    #: for one run. A traffic comparison's figure is the runs' median: this
+    #: gauges how far the node's own runs leave it too.
     measured_se: float | None = None
 
     @property
@@ -1416,12 +1417,14 @@ def traffic_vs_measured(
             metric=f"p99 per {window_s:g}-s window, median_s",
             measured=float(np.median(measured_p99)),
             predicted=predicted_p99,
+            measured_se=_runs_se(measured_p99),
         ),
         Comparison(
             metric="empty-pool starts",
             measured=float(np.median(measured_empty)),
             predicted=float(result.empty_starts),
             floor=1.0,
+            measured_se=_runs_se([float(x) for x in measured_empty]),
         ),
     ]
     if measured_held:
@@ -1430,6 +1433,7 @@ def traffic_vs_measured(
                 metric="idle pooled device-s",
                 measured=float(np.median(measured_held)),
                 predicted=float(np.median(predicted_held)),
+                measured_se=_runs_se(measured_held),
             )
         )
     return rows

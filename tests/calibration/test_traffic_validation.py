@@ -96,6 +96,26 @@ def test_traffic_comparison_reads_the_measured_side_exactly(scheduled: Trace) ->
     assert {c.metric for c in predicted_vs_measured([scheduled], profile)} >= {"makespan_s"}
 
 
+def test_several_runs_carry_the_nodes_own_spread(scheduled: Trace) -> None:
+    """Over runs of one schedule each traffic figure is their median, with
+    their standard error beside it (one run: none)."""
+    profile = fit_trace(read_trace(POOLED), max_evaluations=5).profile
+    slower = dataclasses.replace(
+        scheduled,
+        spans=tuple(
+            s.model_copy(update={"end_s": s.end_s + 0.5}) if s.stage == "StartVM" else s
+            for s in scheduled.spans
+        ),
+    )
+    one = {c.metric: c for c in traffic_vs_measured([scheduled], profile, window_s=30.0)}
+    two = {c.metric: c for c in traffic_vs_measured([scheduled, slower], profile, window_s=30.0)}
+    p99 = "p99 per 30-s window, median_s"
+    assert one[p99].measured_se is None
+    # Two runs 0.5 s apart: their spread (0.5 / sqrt(2)) over sqrt(2) is 0.25 s.
+    assert two[p99].measured_se == pytest.approx(0.25)
+    assert two["empty-pool starts"].measured_se == 0.0
+
+
 def test_a_burst_has_no_traffic_to_compare() -> None:
     profile = fit_trace(read_trace(POOLED), max_evaluations=5).profile
     with pytest.raises(ValueError, match="released at once"):
