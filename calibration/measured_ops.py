@@ -299,16 +299,8 @@ def _growth_costs(times: OperationTimes, s: Mapping[str, _Stat]) -> dict[str, Me
         return {}
     stat = s["ipam_add_held"].minus(s["ipam_add"]).per(held)
     how = f"ipam_add with {held} leases of its network held less alone, per lease ({_DIFF})"
-    clipped = [
-        f"{label} (was {x:.3g} s)"
-        for label, x in (("value", stat.median_s), ("low", stat.q25_s), ("high", stat.q75_s))
-        if x < 0.0
-    ]
-    if clipped:
-        how += f"; clipped at 0 s: {', '.join(clipped)}"
-    value, low, high = (max(0.0, x) for x in (stat.median_s, stat.q25_s, stat.q75_s))
     path = GROWTH_PATHS[0]
-    return {path: MeasuredCost(path=path, value=value, low=low, high=high, how=how)}
+    return {path: _at_least_zero(path, (stat.median_s, stat.q25_s, stat.q75_s), how, unit="s")}
 
 
 def growth_costs_of(measured: Mapping[str, MeasuredCost]) -> dict[str, MeasuredCost]:
@@ -365,13 +357,21 @@ def _memory_cost(path: str, m: PoolDeviceMemory) -> MeasuredCost:
         f"Percpu {m.per_device_mib(figure='percpu_growth_kib'):.4g} MiB"
     )
     # Other work on the host frees memory too: a drop below zero is noise, not a device.
+    return _at_least_zero(path, stat, how, unit="MiB")
+
+
+def _at_least_zero(
+    path: str, stat: tuple[float, float, float], how: str, *, unit: str
+) -> MeasuredCost:
+    """A measured cost (value, low, high in ``unit``) that cannot be below
+    0: what is, is noise, and ``how`` says what was clipped."""
     clipped = [
-        f"{label} (was {x:.3g} MiB)"
+        f"{label} (was {x:.3g} {unit})"
         for label, x in zip(("value", "low", "high"), stat, strict=True)
         if x < 0.0
     ]
     if clipped:
-        how += f"; clipped at 0 MiB: {', '.join(clipped)}"
+        how += f"; clipped at 0 {unit}: {', '.join(clipped)}"
     value, low, high = (max(0.0, x) for x in stat)
     return MeasuredCost(path=path, value=value, low=low, high=high, how=how)
 

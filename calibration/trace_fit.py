@@ -473,13 +473,12 @@ def testbed_template(
     # host-local's growth with the leases held: a plan storm of 25 or 50
     # moves it by a few percent at most, so it too stays as measured.
     growth = growth_costs_of(measured or {})
-    agent |= growth
     testbed = TestbedCostTable(
         **{p.path.split(".", 1)[1]: p.start for p in params},
         vm_tap_ioctls=vm_tap_ioctls,
         kworker_rtnl_ops=kworker_rtnl_ops,
         pool_device_mib={kind: m.value for kind, m in memory.items()},
-        **{path.split(".", 1)[1]: m.value for path, m in agent.items()},
+        **{path.split(".", 1)[1]: m.value for path, m in (agent | growth).items()},
     )
     host = HostSpec(
         cores=cores,
@@ -523,10 +522,12 @@ def testbed_template(
     for path, m in agent.items():
         sources[path] = (
             f"measured alone (bootstorm testbed measure-ops): {m.how}; "
-            f"{m.low * 1e6:.3g}..{m.high * 1e6:.3g} µs"
-            if path in growth
-            else f"measured alone (bootstorm testbed measure-ops): {m.how}; "
             f"{m.low * 1e3:.3g}..{m.high * 1e3:.3g} ms"
+        )
+    for path, m in growth.items():
+        sources[path] = (
+            f"measured alone (bootstorm testbed measure-ops): {m.how}; "
+            f"{m.low * 1e6:.3g}..{m.high * 1e6:.3g} µs"
         )
     return Profile(
         schema_version=1,
