@@ -6,15 +6,14 @@ profile holds them with their sources, and a bad field is one line."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from ops_times import operation_times
 
 from bootstorm.calibration import trace_fit
 from bootstorm.calibration.measured_ops import AGENT_CALL_PATHS, testbed_costs_from
-from bootstorm.traces.operations import AgentCallCost, OperationTimes, OperationTiming
-from bootstorm.traces.schema import HostFacts
+from bootstorm.traces.operations import AgentCallCost, OperationTimes
 
 DATA = Path(__file__).resolve().parents[2] / "traces" / "data"
 #: Written by measure-ops before it timed an agent's calls.
@@ -30,14 +29,7 @@ CALLS = AgentCallCost(
 
 
 def _times(calls: AgentCallCost | None) -> OperationTimes:
-    return OperationTimes(
-        timings=(OperationTiming(name="netlink_noop", samples_s=(3e-4, 2e-4, 4e-4)),),
-        host=HostFacts(kernel="6.18", cores=2, memory_mib=24_000, hostname="node"),
-        vm_mode="process",
-        created_at=datetime(2026, 11, 28, 12, 0, tzinfo=UTC),
-        repeats=3,
-        agent_calls=calls,
-    )
+    return operation_times({"netlink_noop": (3e-4, 2e-4, 4e-4)}, agent_calls=calls)
 
 
 def test_per_call_figures_are_the_batch_medians_over_the_calls() -> None:

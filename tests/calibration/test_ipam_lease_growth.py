@@ -8,34 +8,25 @@ longer per sandbox ahead (the testbed keeps every lease to its end)."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 import numpy as np
 import pytest
+from ops_times import operation_times
 
 from bootstorm import simulate
 from bootstorm.calibration import trace_fit
 from bootstorm.calibration.measured_ops import GROWTH_PATHS, testbed_costs_from
 from bootstorm.models import Profile, Scenario
 from bootstorm.models.testbed import TESTBED_BRIDGE_PORTS, growth_cautions
-from bootstorm.traces.operations import OperationTimes, OperationTiming
-from bootstorm.traces.schema import HostFacts
+from bootstorm.traces.operations import OperationTimes
 
 PER_LEASE_S = 7e-6
 HELD = 400
 
 
 def _times(*, alone_s: float, held_s: float, held: int = HELD) -> OperationTimes:
-    return OperationTimes(
-        timings=(
-            OperationTiming(name="ipam_add", samples_s=(alone_s,) * 3),
-            OperationTiming(name="ipam_add_held", samples_s=(held_s,) * 3),
-        ),
-        host=HostFacts(kernel="6.18", cores=2, memory_mib=24_000, hostname="node"),
-        vm_mode="process",
-        created_at=datetime(2026, 11, 29, 12, 0, tzinfo=UTC),
-        repeats=3,
-        held_leases=held,
+    return operation_times(
+        {"ipam_add": (alone_s,) * 3, "ipam_add_held": (held_s,) * 3}, held_leases=held
     )
 
 
