@@ -332,6 +332,8 @@ def simulate_cmd(
 def _simulate_traffic(
     scenario: Scenario, starts: Workload, *, window_s: float, executor: str | None, as_json: bool
 ) -> None:
+    from rich.markup import escape
+
     from ._render_traffic import traffic_tables
     from .workflows import traffic_what_if
 
@@ -339,7 +341,10 @@ def _simulate_traffic(
     if as_json:
         sys.stdout.write(json.dumps(what.to_dict()) + "\n")
         return
-    terminal_console().print(traffic_tables(what))
+    console = terminal_console()
+    console.print(traffic_tables(what))
+    for line in what.cautions:
+        console.print(f"[yellow]caution: {escape(line)}[/]")
 
 
 def profiles_cmd() -> None:

@@ -110,12 +110,14 @@ __all__ = [
     "TESTBED_CNIS",
     "TESTBED_POOL_KINDS",
     "TESTBED_STAGES",
+    "TRAFFIC_TAIL_CAUTION",
     "TestbedVariant",
     "growth_cautions",
     "plugin_cautions",
     "testbed_costs",
     "testbed_lock_specs",
     "testbed_plan",
+    "traffic_cautions",
 ]
 
 TESTBED_STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
@@ -272,6 +274,29 @@ def growth_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
         "the sandbox's stop, so its host-local grows with the sandboxes up at once, not with "
         "every start (read this answer as the testbed's, not a node's)",
     )
+
+
+#: How far a traffic what-if of the testbed's catalog was held out, on this
+#: project's host (docs/research-log.md, "Traffic's tail, taken apart",
+#: 2026-11-29): a stream in no fit, against a profile of ``calibrate --plan``.
+TRAFFIC_TAIL_CAUTION = (
+    "held out on this project's 2-core host (a 300-s stream in no fit, a profile from "
+    "`calibrate --plan`), the model's p99 per window came 24-38% short and its mean "
+    "startup 30-34% short, while empty-pool starts came within 9% and pooled "
+    "device-seconds within 2%; the node's own runs of one stream spread -8% to +51% "
+    "around their median: read the tail as a lower bound"
+)
+
+
+def traffic_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
+    """What a what-if of the testbed's catalog on a schedule of starts should
+    say under its answer: how far its tail was held out (the model leaves
+    out what spread bursts after bursts cost the node), and, past a
+    bridge's ports, :func:`growth_cautions`. Nothing for another catalog
+    or a storm released at once."""
+    if scenario.cni not in TESTBED_CNIS or scenario.arrival_s is None:
+        return ()
+    return (TRAFFIC_TAIL_CAUTION, *growth_cautions(scenario, profile))
 
 
 def testbed_costs(profile: Profile) -> TestbedCostTable:

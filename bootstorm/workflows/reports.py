@@ -117,6 +117,7 @@ def traffic_report(scenario: Scenario, starts: Workload) -> Report:
             "memory held (mean / MiB·h)",
             f"{r.pool_mean_memory_mib:,.1f} MiB / {what.memory_mib_h:,.2f}",
         ),
+        *(("caution", line) for line in what.cautions),
     ]
     return Report(
         title=f"{scenario.cni} on {what.source} ({scenario.profile})",

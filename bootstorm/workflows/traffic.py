@@ -17,6 +17,7 @@ import numpy as np
 from .._params import ConfigError, format_problem
 from ..models import Profile, Scenario, load_profile
 from ..models.refill import REFILL
+from ..models.testbed import traffic_cautions
 from ..simulator import Result
 from ..simulator.timeline import Window, windows
 from ..traces.workload import Workload
@@ -83,6 +84,8 @@ class TrafficWhatIf:
     window_s: float
     source: str
     """Where the starts came from (the workload's source)."""
+    cautions: tuple[str, ...] = ()
+    """What to read beside the answer (:func:`bootstorm.models.testbed.traffic_cautions`)."""
 
     @property
     def refill(self) -> RefillLoad:
@@ -144,6 +147,7 @@ class TrafficWhatIf:
                 "made": refill.made,
             },
             "windows": [w.to_dict() for w in self.windows],
+            "cautions": list(self.cautions),
         }
 
 
@@ -172,4 +176,5 @@ def traffic_what_if(
         windows=windows(result, window_s=window_s),
         window_s=float(window_s),
         source=workload.source,
+        cautions=traffic_cautions(timed, prof),
     )

@@ -99,3 +99,14 @@ def test_past_a_bridge_a_what_if_says_the_growth_is_the_testbeds() -> None:
     assert growth_cautions(big.replace(sandboxes=TESTBED_BRIDGE_PORTS), prof) == ()
     assert growth_cautions(big, _profile(None)) == ()
     assert growth_cautions(big.replace(cni="testbed-veth"), prof) == ()
+
+
+def test_a_traffic_what_if_of_the_testbed_says_how_far_its_tail_was_held_out() -> None:
+    from bootstorm.models.testbed import TRAFFIC_TAIL_CAUTION, traffic_cautions
+
+    prof = _profile(PER_LEASE_S)
+    burst = Scenario(cni="testbed-cni-bridge", sandboxes=4, profile="local")
+    stream = burst.replace(arrival_s=(0.0, 1.0, 2.0, 3.0))
+    assert traffic_cautions(stream, prof) == (TRAFFIC_TAIL_CAUTION,)
+    assert traffic_cautions(burst, prof) == ()
+    assert traffic_cautions(stream.replace(cni="veth", profile="paper-000"), prof) == ()
