@@ -340,6 +340,17 @@ def test_runs_round_trip_through_a_directory(tmp_path: Path) -> None:
 # -- the command line --------------------------------------------------------
 
 
+def _table_rows(out: str, names: tuple[str, ...]) -> list[str]:
+    """The tables' rows of ``names`` (indented by the tables' padding), not a
+    verdict wrapped at 80 columns whose second line begins with a name
+    (``baseline < pool``, when the runs' order is noted)."""
+    return [
+        ln
+        for ln in out.splitlines()
+        if ln.startswith(" ") and ln.split()[:1] in [[n] for n in names]
+    ]
+
+
 def _exit_code(argv: list[str]) -> int:
     try:
         main(argv)
@@ -471,7 +482,7 @@ def test_measured_dir_prints_a_row_per_candidate_and_the_ranking(
     out = capsys.readouterr().out
     assert code == 1
     names = ("baseline", "pool", "limit")
-    rows = [ln for ln in out.splitlines() if ln.split() and ln.split()[0] in names]
+    rows = _table_rows(out, names)
     # The figures' table, then the settings' (two tables fit 80 columns).
     assert [r.split()[0] for r in rows] == [*names, *names]
     assert "netns=6" in rows[4] and "AddCNI=2" in rows[5]
@@ -540,7 +551,7 @@ def test_two_configs_on_this_host(
     out = capsys.readouterr().out
     assert code == 0, out
     names = ("baseline", "pool")
-    rows = [ln for ln in out.splitlines() if ln.split() and ln.split()[0] in names]
+    rows = _table_rows(out, names)
     assert [r.split()[0] for r in rows] == [*names, *names]  # figures, then settings
     assert "netns=6" in rows[3]
     assert out.count("round 1/2: ") == 2 and out.count("round 2/2: ") == 2
