@@ -813,10 +813,12 @@ def wrapper_overhead(execs: Iterable[ExecSpan]) -> str | None:
         f"{split.program} {split.delegate_s * 1e3:.1f} ms and its own "
         f"{split.own_s * 1e3:.1f} ms (start, agent calls; {split.wrapped} sandboxes)"
     )
-    if split.plain_add_s:  # plain sandboxes in the same storm: their ADD, and the ratio
+    ratio = split.ratio
+    if ratio is not None:  # plain sandboxes in the same storm: their ADD, and the ratio
+        assert split.plain_add_s is not None
         note += (
             f"; {split.program} alone in the same storm {split.plain_add_s * 1e3:.1f} ms "
-            f"({split.plain} sandboxes): {split.wrapped_add_s / split.plain_add_s:.2f}x"
+            f"({split.plain} sandboxes): {ratio:.2f}x"
         )
     return note
 
