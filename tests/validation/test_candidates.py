@@ -344,7 +344,11 @@ def _table_rows(out: str, names: tuple[str, ...]) -> list[str]:
     """The tables' rows of ``names`` (indented by the tables' padding), not a
     verdict wrapped at 80 columns whose second line begins with a name
     (``baseline < pool``, when the runs' order is noted)."""
-    return [ln for ln in out.splitlines() if ln.startswith(" ") and ln.lstrip().split(" ", 1)[0] in names]
+    return [
+        ln
+        for ln in out.splitlines()
+        if ln.startswith(" ") and ln.lstrip().split(" ", 1)[0] in names
+    ]
 
 
 def _exit_code(argv: list[str]) -> int:
