@@ -21,7 +21,7 @@ from typing import TypeVar
 from ...traces import PoolTake
 from .._netns import create_netns_here, remove_netns
 from .admission import Admission, level_after_take
-from .runtime import Sandbox, StormContext, StormRuntime
+from .runtime import Sandbox, StormContext, StormRuntime, admission_holder
 
 __all__ = ["NamespacedRuntime", "NamespacedSandbox"]
 
@@ -57,7 +57,7 @@ class NamespacedRuntime(StormRuntime[N]):
 
     def holder_of(self, index: int) -> str:
         """:meth:`holder` of the sandbox numbered ``index``."""
-        return f"{self.context.run}/{index}"
+        return admission_holder(self.context.run, index)
 
     def took(self, sb: N, kind: str, got: T) -> T:
         """Record ``sb``'s take from pool ``kind`` (``got``: what it was

@@ -75,7 +75,14 @@ from ._leftovers import (
 from ._vm import VmRunner, build_stub, vm_available
 from .admission import Admission, LocalAdmission, PoolSampling
 from .options import STAGES, StormOptions, StormResult
-from .runtime import Sandbox, StageBody, StormContext, StormRuntime, runtime_class
+from .runtime import (
+    Sandbox,
+    StageBody,
+    StormContext,
+    StormRuntime,
+    admission_holder,
+    runtime_class,
+)
 
 __all__ = [
     "STAGES",
@@ -417,7 +424,7 @@ class _Storm:
         entry to return, or the (start, end) the body returns (a shim's stamps)."""
         if self.stop.is_set():
             raise InterruptedError("storm stopped")
-        holder = f"{self.run}/{sb.index}"
+        holder = admission_holder(self.run, sb.index)
         asked = time.monotonic()
         with self.admission.stage(name, holder):
             start = time.monotonic()

@@ -60,6 +60,7 @@ __all__ = [
     "Stamps",
     "StormContext",
     "StormRuntime",
+    "admission_holder",
     "register_runtime",
     "runtime_class",
     "runtime_names",
@@ -91,6 +92,13 @@ class Sandbox:
     #: CLOCK_MONOTONIC seconds its first stage was asked for (None: never).
     began_s: float | None = None
     error: str | None = None
+
+
+def admission_holder(run: str, index: int) -> str:
+    """Sandbox ``index`` of run ``run`` as admission calls name it (an
+    agent's leases and pools): the driver's stage permits and a runtime's
+    own calls (bootstorm-cni's, a pool's take) must agree on it."""
+    return f"{run}/{index}"
 
 
 S = TypeVar("S", bound=Sandbox)
