@@ -415,6 +415,13 @@ def print_storm_validation(
             f"[dim]±: the standard error of a measured figure over the {outcome.runs} runs "
             "(a gap within it is the node's own spread)[/]"
         )
+    if outcome.runs_to_resolve:
+        needed = ", ".join(f"{name} {n}" for name, n in outcome.runs_to_resolve.items())
+        console.print(
+            f"[dim]runs to resolve ±{outcome.threshold:.0%}: the {outcome.runs} runs spread "
+            f"wider than half of it, so a verdict there is partly the node's own spread; "
+            f"about this many runs would measure each within: {needed}[/]"
+        )
     print_identification(console, found)
     if outcome.stats.background_load:
         console.print(

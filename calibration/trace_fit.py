@@ -1195,6 +1195,24 @@ class Comparison:
         scale = max(abs(self.measured), self.floor)
         return self.measured_se <= tolerance * scale
 
+    def runs_to_resolve(self, tolerance: float, *, runs: int) -> int | None:
+        """How many runs would measure this figure to within half of
+        ``tolerance`` (one standard error), so that a gap of the whole
+        tolerance lies two standard errors from none: ``runs`` itself where
+        they do already; None without a standard error. The runs' spread is
+        taken as it is (the standard error falls as one over the root of
+        their count)."""
+        if self.measured_se is None:
+            return None
+        if runs < 2:
+            raise ValueError(f"runs: a standard error needs at least 2 runs, but got {runs}")
+        if not tolerance > 0.0:
+            raise ValueError(f"tolerance: must be > 0, but got {tolerance}")
+        half = tolerance / 2.0 * (1.0 if self.points else max(abs(self.measured), self.floor))
+        if self.measured_se <= half:
+            return runs
+        return math.ceil(runs * (self.measured_se / half) ** 2)
+
 
 def _agent_pools(trace: Trace) -> dict[str, int]:
     """The pools an agent served a storm from: its config's, but only the

@@ -16,7 +16,7 @@ from .profile import node_profile
 from .storms import agent_admission, candidate_runner, storm_trace
 
 if TYPE_CHECKING:
-    from ..calibration.trace_fit import StormStats
+    from ..calibration.trace_fit import Comparison, StormStats
     from ..traces import Trace
     from ..validation.candidates import Candidate, CandidateComparison
 
@@ -62,6 +62,11 @@ class StormValidation:
     measured_se: Mapping[str, float] = field(default_factory=dict)
     """The standard error of a measured figure over the runs (several runs
     only): how far the node's own runs leave it uncertain."""
+    runs_to_resolve: Mapping[str, int] = field(default_factory=dict)
+    """The headline figures the runs measured less precisely than half the
+    threshold, each with the runs that would measure it so
+    (:meth:`~bootstorm.calibration.trace_fit.Comparison.runs_to_resolve`):
+    a verdict on them at this threshold is partly the node's own spread."""
 
     @property
     def failed(self) -> list[str]:
@@ -92,6 +97,7 @@ class StormValidation:
             "runs": self.runs,
             "threshold": self.threshold,
             "within": self.within,
+            "runs_to_resolve": dict(self.runs_to_resolve),
         }
 
 
@@ -280,7 +286,22 @@ def validate_storm(
         shares=frozenset(c.metric for c in comparisons if c.share),
         points=frozenset(c.metric for c in comparisons if c.points),
         measured_se={c.metric: c.measured_se for c in comparisons if c.measured_se is not None},
+        runs_to_resolve=_runs_to_resolve(comparisons, headline, threshold, runs=len(traces)),
     )
+
+
+def _runs_to_resolve(
+    comparisons: Sequence[Comparison], headline: Sequence[str], threshold: float, *, runs: int
+) -> dict[str, int]:
+    """Headline figures whose runs' spread is wider than half ``threshold``,
+    each with the runs that would bring it within (none for one run)."""
+    out: dict[str, int] = {}
+    for c in comparisons:
+        if c.metric in headline and c.measured_se is not None:
+            needed = c.runs_to_resolve(threshold, runs=runs)
+            if needed is not None and needed > runs:
+                out[c.metric] = needed
+    return out
 
 
 def check_validate_options(

@@ -59,3 +59,17 @@ def piped(argv: list[str], *, cwd: Path | None = None) -> str:
 )
 def test_a_commands_tables_read_whole_when_piped(argv: list[str]) -> None:
     piped(argv)
+
+
+def test_validate_says_how_many_runs_a_tight_threshold_needs() -> None:
+    """Three recorded runs: at ±20% nothing to add; at ±2% the headline
+    figures are measured less precisely than half the threshold, and the
+    command says how many runs would measure each (piped: whole lines)."""
+    runs = sorted((DATA / "cni" / "heldout").glob("size100-run*.jsonl.gz"))[:3]
+    argv = ["validate", "--no-vm", "--profile", str(DATA / "cni" / "plan" / "local.yaml")]
+    for run in runs:
+        argv += ["--measured", str(run)]
+    assert "runs to resolve" not in piped([*argv, "--threshold", "0.2"])
+    tight = " ".join(piped([*argv, "--threshold", "0.02"]).split())
+    assert "runs to resolve ±2%: the 3 runs spread wider than half of it" in tight
+    assert re.search(r"makespan_s \d+, startup mean_s \d+", tight), tight

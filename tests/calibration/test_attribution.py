@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +97,28 @@ def test_a_figure_the_runs_spread_beyond_the_tolerance_is_not_testable() -> None
     assert Comparison(metric="one run", measured=0.2, predicted=0.9).testable(0.01)
 
 
+def test_the_runs_that_would_resolve_a_figure_worked_by_hand() -> None:
+    """One standard error within half the tolerance: a p99 of 2.0 s measured
+    ±0.36 s over 3 runs needs 0.2 s (20% / 2); 3 × (0.36 / 0.2)^2 = 9.72,
+    so 10 runs. Already there: the runs given. A share in points: half the
+    points. The floor scales a count near zero (empty-pool starts)."""
+    p99 = Comparison(metric="p99", measured=2.0, predicted=1.3, measured_se=0.36)
+    assert p99.runs_to_resolve(0.2, runs=3) == 10
+    assert p99.runs_to_resolve(0.8, runs=3) == 3
+    wait = Comparison(metric="w", measured=0.3, predicted=0.6, points=True, measured_se=0.10)
+    assert wait.runs_to_resolve(0.10, runs=5) == 20  # 5 × (0.10 / 0.05)^2
+    empty = Comparison(metric="e", measured=0.0, predicted=0.0, floor=1.0, measured_se=0.5)
+    assert empty.runs_to_resolve(0.2, runs=2) == 50  # 2 × (0.5 / 0.1)^2
+    assert (
+        Comparison(metric="one run", measured=1.0, predicted=1.0).runs_to_resolve(0.2, runs=1)
+        is None
+    )
+    with pytest.raises(ValueError, match="tolerance: must be > 0, but got 0"):
+        p99.runs_to_resolve(0.0, runs=3)
+    with pytest.raises(ValueError, match="runs: a standard error needs at least 2 runs"):
+        p99.runs_to_resolve(0.2, runs=1)
+
+
 def test_a_sampled_trace_scales_its_waits_up_by_its_note() -> None:
     note = (
         "kernel lock spans sampled: 3 of 9 kept (3 of the 6 rtnl, cgroup_mutex, css_set_lock "
@@ -177,3 +200,18 @@ def test_validate_json_gives_share_errors_in_points() -> None:
     assert rows["makespan_s"]["measured_se"] == pytest.approx(
         float(np.std(makespans, ddof=1) / np.sqrt(len(makespans)))
     )
+    # Headline figures the five runs measure to within ±10% (half the 20%)
+    # are not listed; a 2% threshold asks for more runs than were made.
+    assert outcome.to_dict()["runs_to_resolve"] == {}
+    strict = validate_storm(
+        sandboxes=100,
+        config=None,
+        profile=DATA / "plan" / "local.yaml",
+        calibrate_from=None,
+        measured=runs,
+        trace_out=None,
+        threshold=0.02,
+        vm=False,
+    )
+    se = rows["makespan_s"]["measured_se"] / rows["makespan_s"]["measured"]
+    assert strict.runs_to_resolve["makespan_s"] == math.ceil(5 * (se / 0.01) ** 2) > 5
