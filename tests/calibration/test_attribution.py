@@ -176,6 +176,27 @@ def test_predicted_vs_measured_has_a_row_for_every_stage_share_and_the_lock_wait
     assert wait.rel_error == pytest.approx(wait.predicted - wait.measured)
 
 
+def test_a_storms_cpu_per_start_is_compared_where_the_runs_measured_it() -> None:
+    """The host's busy core-seconds per sandbox (each trace header's), their
+    median over the runs against the model's; a recording without them
+    (the threads runtime's older traces) has no such row."""
+    runs = sorted((DATA / "heldout").glob("size100-run*.jsonl.gz"))
+    traces = [read_trace(p) for p in runs]
+    profile = Profile.from_yaml(DATA / "plan" / "local.yaml")
+    rows = {c.metric: c for c in predicted_vs_measured(traces, profile)}
+    cpu = rows["CPU busy per start_s"]
+    busy = [t.header.busy_core_s / 100 for t in traces if t.header.busy_core_s is not None]
+    assert len(busy) == len(traces)
+    assert cpu.measured == pytest.approx(float(np.median(busy)))
+    assert cpu.measured_se == pytest.approx(float(np.std(busy, ddof=1) / np.sqrt(len(busy))))
+    assert 0.01 < cpu.predicted < 1.0
+    older = Path(__file__).resolve().parents[2] / "traces/data/heldout/size100-run1.jsonl.gz"
+    assert read_trace(older).header.busy_core_s is None
+    assert "CPU busy per start_s" not in {
+        c.metric for c in predicted_vs_measured(read_trace(older), profile)
+    }
+
+
 def test_validate_json_gives_share_errors_in_points() -> None:
     runs = sorted((DATA / "heldout").glob("size100-run*.jsonl.gz"))
     outcome = validate_storm(
