@@ -32,7 +32,7 @@ from bootstorm.traces import (
     TraceHeader,
     read_trace,
 )
-from bootstorm.workflows.validate import validate_storm
+from bootstorm.workflows.validate import StormValidation, validate_storm
 
 DATA = Path(__file__).resolve().parents[2] / "traces" / "data" / "cni"
 STAGES = ("NetNS", "AttachIf")
@@ -197,18 +197,22 @@ def test_a_storms_cpu_per_start_is_compared_where_the_runs_measured_it() -> None
     }
 
 
-def test_validate_json_gives_share_errors_in_points() -> None:
-    runs = sorted((DATA / "heldout").glob("size100-run*.jsonl.gz"))
-    outcome = validate_storm(
+def _validate_size100(runs: list[Path], threshold: float) -> StormValidation:
+    return validate_storm(
         sandboxes=100,
         config=None,
         profile=DATA / "plan" / "local.yaml",
         calibrate_from=None,
         measured=runs,
         trace_out=None,
-        threshold=0.2,
+        threshold=threshold,
         vm=False,
     )
+
+
+def test_validate_json_gives_share_errors_in_points() -> None:
+    runs = sorted((DATA / "heldout").glob("size100-run*.jsonl.gz"))
+    outcome = _validate_size100(runs, 0.2)
     rows = {r["metric"]: r for r in json.loads(json.dumps(outcome.to_dict()))["rows"]}
     wait = rows["rtnl wait in AttachIf"]
     assert "rel_error" not in wait
@@ -224,15 +228,6 @@ def test_validate_json_gives_share_errors_in_points() -> None:
     # Headline figures the five runs measure to within ±10% (half the 20%)
     # are not listed; a 2% threshold asks for more runs than were made.
     assert outcome.to_dict()["runs_to_resolve"] == {}
-    strict = validate_storm(
-        sandboxes=100,
-        config=None,
-        profile=DATA / "plan" / "local.yaml",
-        calibrate_from=None,
-        measured=runs,
-        trace_out=None,
-        threshold=0.02,
-        vm=False,
-    )
+    strict = _validate_size100(runs, 0.02)
     se = rows["makespan_s"]["measured_se"] / rows["makespan_s"]["measured"]
     assert strict.runs_to_resolve["makespan_s"] == math.ceil(5 * (se / 0.01) ** 2) > 5
