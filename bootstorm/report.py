@@ -1394,7 +1394,17 @@ def report_html(*, title: str, sections: ReportSections | None = None, **fields:
 STATIC_IMAGE_WIDTH_PX = 900
 
 
-def show_static_images(*, width_px: int = STATIC_IMAGE_WIDTH_PX) -> bool:
+#: How long the first PNG (a blank figure) may take before the headless
+#: Chromium behind it is given up on. Its start costs seconds (more on a
+#: loaded 2-core host), and kaleido's server waits for its browser with no
+#: timeout of its own: a browser that never comes up hung every figure
+#: after it (once in this project's CI, notebook 04's first figure, 600 s).
+STATIC_IMAGE_PROBE_S = 120.0
+
+
+def show_static_images(
+    *, width_px: int = STATIC_IMAGE_WIDTH_PX, probe_s: float = STATIC_IMAGE_PROBE_S
+) -> bool:
     """In a notebook: every Plotly figure shown from now on carries a PNG
     beside its interactive form, for readers that run no plotly.js (GitHub,
     nbviewer, a notebook opened without its widgets); JupyterLab still shows
@@ -1402,8 +1412,13 @@ def show_static_images(*, width_px: int = STATIC_IMAGE_WIDTH_PX) -> bool:
 
     The PNG is drawn by kaleido in a headless Chromium, kept running between
     figures (its start costs seconds, each figure then a fraction of one).
-    Without kaleido (the ``notebooks`` extra) or a Chromium to drive, figures
-    stay interactive only and this returns False."""
+    A blank figure is drawn first: if it does not come back within
+    ``probe_s`` seconds, a fresh browser is tried once more. Without kaleido
+    (the ``notebooks`` extra), a Chromium to drive, or one that answers,
+    figures stay interactive only and this returns False (with a warning
+    for a browser that did not answer)."""
+    if not probe_s > 0.0:
+        raise ValueError(f"probe_s: must be > 0, but got {probe_s}")
     try:
         import kaleido
 
@@ -1419,10 +1434,51 @@ def show_static_images(*, width_px: int = STATIC_IMAGE_WIDTH_PX) -> bool:
     # With a browser kept running, plotly passes it options it already has,
     # and says so at every figure: a notebook's output is no place for that.
     warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
-    kaleido.start_sync_server(silence_warnings=True)
-    pio.renderers["png"].width = width_px
-    pio.renderers.default = "plotly_mimetype+png"
-    return True
+    for _ in range(2):
+        kaleido.start_sync_server(silence_warnings=True)
+        if _png_answers(probe_s):
+            pio.renderers["png"].width = width_px
+            pio.renderers.default = "plotly_mimetype+png"
+            return True
+        _forget_sync_server(kaleido)
+    warnings.warn(
+        f"show_static_images: kaleido's Chromium ({browser}) drew no PNG within "
+        f"{probe_s:g} s, twice; figures stay interactive only",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return False
+
+
+def _png_answers(timeout_s: float) -> bool:
+    """Whether a blank figure's PNG comes back within ``timeout_s``: drawn on
+    a daemon thread, left behind if it never does."""
+    import threading
+
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    drawn = threading.Event()
+
+    def draw() -> None:
+        with contextlib.suppress(Exception):  # any failure is "no answer"
+            pio.to_image(go.Figure(), format="png", width=16, height=16)
+            drawn.set()
+
+    threading.Thread(target=draw, name="kaleido-probe", daemon=True).start()
+    return drawn.wait(timeout_s)
+
+
+def _forget_sync_server(kaleido: Any) -> None:
+    """Drop kaleido's sync server without waiting for it: its ``close``
+    joins a thread that is stuck on a browser that never answered (and
+    runs at exit too). Marked closed, the next ``start_sync_server`` makes
+    a new thread and browser; the stuck one is a daemon and dies with the
+    process. Relies on kaleido 1.x's ``_global_server``; without it,
+    nothing to drop."""
+    server = getattr(kaleido, "_global_server", None)
+    if server is not None and hasattr(server, "_initialized"):
+        server._initialized = False
 
 
 def write_report(
