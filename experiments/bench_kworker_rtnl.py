@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bootstorm.traces.kernel import TRACE_LINE
+
 TRACEFS = Path("/sys/kernel/tracing")
 EVENTS = ("workqueue_queue_work", "workqueue_execute_start", "workqueue_execute_end")
 #: The work functions this measurement follows (the ones a sandbox makes).
@@ -56,10 +58,6 @@ FUNCTIONS = (
     "u32_delete_key_freepf_work",
 )
 
-_LINE = re.compile(
-    r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+(?:\(\s*[\d-]+\)\s+)?\[(?P<cpu>\d+)\]\s+\S+\s+"
-    r"(?P<ts>\d+\.\d+):\s+(?P<event>\w+):\s+(?P<body>.*)$"
-)
 _WORK = re.compile(r"work struct\s*=?\s*(?P<work>[0-9a-fx]+)")
 _FUNCTION = re.compile(r"function\s*=?\s*(?P<fn>\w+)")
 
@@ -90,10 +88,10 @@ def parse_runs(text: str) -> list[WorkRun]:
     open_runs: dict[tuple[int, str], tuple[str, float, float | None]] = {}
     runs: list[WorkRun] = []
     for line in text.splitlines():
-        m = _LINE.match(line)
+        m = TRACE_LINE.match(line)
         if m is None:
             continue
-        event, body = m["event"], m["body"]
+        event, body = m["event"], m["rest"]
         work = _WORK.search(body)
         if work is None:
             continue
@@ -104,12 +102,12 @@ def parse_runs(text: str) -> list[WorkRun]:
         elif event == "workqueue_execute_start":
             fn = _FUNCTION.search(body)
             if fn is not None and fn["fn"] in FUNCTIONS:
-                open_runs[(int(m["pid"]), key)] = (fn["fn"], ts, queued.pop(key, None))
+                open_runs[(int(m["tid"]), key)] = (fn["fn"], ts, queued.pop(key, None))
         elif event == "workqueue_execute_end":
-            started = open_runs.pop((int(m["pid"]), key), None)
+            started = open_runs.pop((int(m["tid"]), key), None)
             if started is not None:
                 fn_name, start, queued_at = started
-                runs.append(WorkRun(fn_name, int(m["pid"]), queued_at, start, ts))
+                runs.append(WorkRun(fn_name, int(m["tid"]), queued_at, start, ts))
     return runs
 
 

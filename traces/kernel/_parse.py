@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 __all__ = [
+    "TRACE_LINE",
     "Contention",
     "KernelEvent",
     "LockNamer",
@@ -42,7 +43,9 @@ __all__ = [
     "read_kallsyms",
 ]
 
-_LINE = re.compile(
+#: One line of a tracefs ``trace`` file: task, tid, tgid (``record-tgid``),
+#: cpu, timestamp (s), the event's name (or ``<stack trace>``) and the rest.
+TRACE_LINE = re.compile(
     r"^\s*(?P<task>.*?)-(?P<tid>\d+)\s+(?:\(\s*(?P<tgid>[-\d]+)\)\s+)?\[(?P<cpu>\d+)\]\s+"
     r"(?:\S+\s+)?(?P<ts>\d+\.\d+):\s+(?P<event><stack trace>|\w+):?\s*(?P<rest>.*)$"
 )
@@ -263,7 +266,7 @@ def parse_events(lines: Iterable[str]) -> list[KernelEvent]:
             if current is not None:
                 current.append(f["fn"])
             continue
-        m = _LINE.match(line)
+        m = TRACE_LINE.match(line)
         if m is None:
             current = None
             continue
