@@ -1202,12 +1202,12 @@ class Comparison:
         they do already; None without a standard error. The runs' spread is
         taken as it is (the standard error falls as one over the root of
         their count)."""
+        if not tolerance > 0.0:
+            raise ValueError(f"tolerance: must be > 0, but got {tolerance}")
         if self.measured_se is None:
             return None
         if runs < 2:
             raise ValueError(f"runs: a standard error needs at least 2 runs, but got {runs}")
-        if not tolerance > 0.0:
-            raise ValueError(f"tolerance: must be > 0, but got {tolerance}")
         half = tolerance / 2.0 * (1.0 if self.points else max(abs(self.measured), self.floor))
         if self.measured_se <= half:
             return runs
@@ -1269,11 +1269,11 @@ def predicted_vs_measured(
     # background load it was given.
     n = stats.sandboxes
     busy = [b / n for r in runs if (b := r.busy_core_s) is not None]
-    if stats.busy_core_s is not None and len(busy) == len(runs):
+    if len(busy) == len(runs):  # every run measured it
         rows.append(
             Comparison(
                 metric="CPU busy per start_s",
-                measured=stats.busy_core_s / n,
+                measured=float(np.median(busy)),
                 predicted=result.cpu.busy_core_s / n,
                 measured_se=_runs_se(busy),
             )

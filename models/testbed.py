@@ -277,21 +277,24 @@ def growth_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
 
 
 #: How far a traffic what-if of the testbed's catalog was held out, on this
-#: project's host (docs/research-log.md, "Traffic's tail, taken apart",
-#: 2026-11-29): a stream in no fit, against a profile of ``calibrate --plan``.
+#: project's host (docs/research-log.md, "Traffic's tail, taken apart" and
+#: "Traffic's tail is CPU the plan does not see", 2026-11-29): a stream in no
+#: fit against a profile of ``calibrate --plan``, on two machines of this kind.
 TRAFFIC_TAIL_CAUTION = (
     "held out on this project's 2-core host (a 300-s stream in no fit, a profile from "
     "`calibrate --plan`), the model's p99 per window came 24-45% short and its mean "
-    "startup 25-34% short, while empty-pool starts came within 9% and pooled "
+    "startup 25-42% short, while empty-pool starts came within 9% and pooled "
     "device-seconds within 2%; the node's own runs of one stream spread -8% to +51% "
-    "around their median: read the tail as a lower bound"
+    "around their median, and its CPU a start was 121-147 ms against the plan storms' 96-100 "
+    "(validate's CPU row): read the tail as a lower bound"
 )
 
 
 def traffic_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
     """What a what-if of the testbed's catalog on a schedule of starts should
-    say under its answer: how far its tail was held out (the model leaves
-    out what spread bursts after bursts cost the node), and, past a
+    say under its answer: how far its tail was held out (the node's CPU a
+    start grows with what is alive and under traffic, the model's does
+    not), and, past a
     bridge's ports, :func:`growth_cautions`. Nothing for another catalog
     or a storm released at once."""
     if scenario.cni not in TESTBED_CNIS or scenario.arrival_s is None:
