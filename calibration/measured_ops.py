@@ -284,23 +284,44 @@ def testbed_costs_from(times: OperationTimes) -> dict[str, MeasuredCost]:
     return out
 
 
-#: What grows with what earlier sandboxes left (host-local's leases),
-#: measured with many held against none; no plan storm is large enough to
-#: see it, so a fit keeps it as measured.
-GROWTH_PATHS = ("testbed.ipam_per_lease_s",)
+#: What grows with what earlier sandboxes left (host-local's leases, the
+#: bridge's ports), measured with many held against none; no plan storm is
+#: large enough to see it, so a fit keeps it as measured.
+GROWTH_PATHS = (
+    "testbed.ipam_per_lease_s",
+    "testbed.enslave_per_port_s",
+    "testbed.flood_per_port_cpu_s",
+)
 
 
 def _growth_costs(times: OperationTimes, s: Mapping[str, _Stat]) -> dict[str, MeasuredCost]:
-    """host-local's ADD per lease held: ``ipam_add_held`` less ``ipam_add``,
-    over the leases held; never below 0 (a host where it does not grow, or
-    noise, gives none)."""
-    held = times.held_leases
-    if not held or "ipam_add" not in s or "ipam_add_held" not in s:
-        return {}
-    stat = s["ipam_add_held"].minus(s["ipam_add"]).per(held)
-    how = f"ipam_add with {held} leases of its network held less alone, per lease ({_DIFF})"
-    path = GROWTH_PATHS[0]
-    return {path: _at_least_zero(path, (stat.median_s, stat.q25_s, stat.q75_s), how, unit="s")}
+    """host-local's ADD per lease held (``ipam_add_held`` less ``ipam_add``,
+    over the leases held), an enslave per port on the bridge
+    (``bridge_enslave_held`` less ``bridge_enslave``, over the ports), and
+    a new link's flood per port (:class:`~bootstorm.traces.operations.BridgeFlood`);
+    never below 0 (a host where it does not grow, or noise, gives none)."""
+    out: dict[str, MeasuredCost] = {}
+    for path, op, count, what in (
+        (GROWTH_PATHS[0], "ipam_add", times.held_leases, "leases of its network held"),
+        (GROWTH_PATHS[1], "bridge_enslave", times.held_ports, "sandbox ports on the bridge"),
+    ):
+        held = f"{op}_held"
+        if not count or op not in s or held not in s:
+            continue
+        stat = s[held].minus(s[op]).per(count)
+        unit = "lease" if op == "ipam_add" else "port"
+        how = f"{op} with {count} {what} less alone, per {unit} ({_DIFF})"
+        out[path] = _at_least_zero(path, (stat.median_s, stat.q25_s, stat.q75_s), how, unit="s")
+    if (flood := times.bridge_flood) is not None:
+        path = GROWTH_PATHS[2]
+        how = (
+            f"the host's busy CPU over {flood.window_s:g} s from {flood.new_links} new sandbox "
+            f"links on a bridge of {flood.ports} ports less on an empty one (each less its idle "
+            f"window), per link per port: median of {flood.rounds} rounds, quartiles as low/high"
+        )
+        stat3 = (flood.per_port_s(50.0), flood.per_port_s(25.0), flood.per_port_s(75.0))
+        out[path] = _at_least_zero(path, stat3, how, unit="s")
+    return out
 
 
 def growth_costs_of(measured: Mapping[str, MeasuredCost]) -> dict[str, MeasuredCost]:

@@ -294,6 +294,20 @@ class TestbedCostTable(_Frozen):
     #: testbed's teardown, so the sandbox ``i`` of a run finds ``i`` leases
     #: ahead of it. None: not measured (no growth, as profiles of before it).
     ipam_per_lease_s: Seconds | None = None
+    #: The bridge plugin's enslave of the sandbox's host end (``master``,
+    #: under RTNL) walks the bridge's ports (its features, its promiscuity,
+    #: its id): this much longer per port on it (``measure-ops``'
+    #: ``bridge_enslave_held`` against ``bridge_enslave``). The testbed keeps
+    #: every sandbox's port to its teardown, so sandbox ``i`` finds ``i``.
+    #: None: not measured (no growth, as profiles of before it).
+    enslave_per_port_s: Seconds | None = None
+    #: What a new sandbox link sends before the bridge has learnt anything
+    #: (its duplicate-address probe, MLD reports, router solicitations) is
+    #: flooded to every other port and received in each port's namespace:
+    #: this many core-seconds per port, in softirq, after the start that
+    #: made the link (``measure-ops``' bridge flood, its first 8 s). None:
+    #: not measured (no flood, as profiles of before it).
+    flood_per_port_cpu_s: Seconds | None = None
     #: One shim process's start (the interpreter, its job on stdin).
     shim_start_cpu_s: Seconds | None = None
     #: One ``tc`` process: fork/exec, its netlink socket and name lookups.

@@ -173,7 +173,9 @@ IPAM_LOCK = "host-local"
 #: The bridge plugin's ADD (containernetworking-plugins 1.1.1), its netlink
 #: requests that take RTNL besides the veth pair's creation, before and
 #: after the IPAM call (strace of one ADD, see the module's text).
-BRIDGE_RTNL_BEFORE_IPAM = ("bridge (EEXIST)", "bridge up", "host end up", "enslave", "hairpin")
+#: The request that puts the sandbox's host end on the bridge.
+ENSLAVE = "enslave"
+BRIDGE_RTNL_BEFORE_IPAM = ("bridge (EEXIST)", "bridge up", "host end up", ENSLAVE, "hairpin")
 BRIDGE_RTNL_AFTER_IPAM = ("address", "eth0 up")
 #: The link an ADD creates, by the hold that prices it.
 VETH_PAIR = "veth pair"
@@ -546,11 +548,19 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable, *, plugin: str) -> tuple[
             return rtnl(c.rtnl_veth_hold_s, label)
         if label == MACVLAN_LINK:
             return rtnl(c.rtnl_veth_hold_s * MACVLAN_PER_VETH_PAIR, label)
+        if label == ENSLAVE and c.enslave_per_port_s:
+            # Sandbox i's port joins a bridge that holds the i before it.
+            return Hold(RTNL, (Cpu(c.rtnl_small_hold_s, label, growth_s=c.enslave_per_port_s),))
         return rtnl(c.rtnl_small_hold_s, label)
 
     before, after = CNI_ADD_REQUESTS[plugin]
     netns = _netns(scenario, c)
     kworker = _kworker(c)
+    if plugin == "bridge" and c.flood_per_port_cpu_s:
+        # The new link's first packets, flooded to the ports before it and
+        # received in their namespaces: softirq work nobody waits for.
+        flood = Cpu(0.0, "bridge flood", growth_s=c.flood_per_port_cpu_s)
+        kworker = (*kworker, Async("softirq", (flood,)))
     add: tuple[Step, ...] = (
         spawn(f"exec {plugin}"),
         Cpu(exec_cpu_s, f"{plugin} start"),

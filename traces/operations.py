@@ -36,6 +36,7 @@ __all__ = [
     "POOL_DEVICE_KINDS",
     "VM_MODES",
     "AgentCallCost",
+    "BridgeFlood",
     "OperationTimes",
     "OperationTiming",
     "PoolDeviceMemory",
@@ -67,6 +68,12 @@ OPERATIONS: tuple[str, ...] = (
     "shim_start",
     # host-local's ADD again, with many leases of its network held.
     "ipam_add_held",
+    # A port enslaved to a bridge (the bridge plugin's ``enslave`` request),
+    # then again on a bridge with many sandboxes' ports on it: adjacent, as
+    # their difference is the measurement (timed apart, the host's drift
+    # between blocks outweighed it, 2026-11-29).
+    "bridge_enslave",
+    "bridge_enslave_held",
 )
 #: The CNI runtime's operations: run only where the CNI plugins are installed.
 CNI_OPERATIONS = frozenset(
@@ -74,7 +81,10 @@ CNI_OPERATIONS = frozenset(
 )
 #: The operations timed again with what earlier sandboxes left held, by
 #: the one each repeats.
-HELD_OPERATIONS: dict[str, str] = {"ipam_add_held": "ipam_add"}
+HELD_OPERATIONS: dict[str, str] = {
+    "ipam_add_held": "ipam_add",
+    "bridge_enslave_held": "bridge_enslave",
+}
 VmMode = Literal["qemu-microvm", "process"]
 VM_MODES: tuple[VmMode, ...] = ("qemu-microvm", "process")
 
@@ -296,6 +306,138 @@ class AgentCallCost:
         return float(np.percentile(batches, q)) / self.calls_per_batch
 
 
+#: Most ports or new links one flood measurement may name (a bridge holds at
+#: most 1 024 ports: the kernel's BR_MAX_PORTS).
+MAX_BRIDGE_PORTS = 1_024
+_CORE_SECONDS = Each(Interval(float, 0, 1e6, unit="core-s"))
+_FLOOD_FIGURES = ("loaded_busy_s", "loaded_idle_s", "empty_busy_s", "empty_idle_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BridgeFlood:
+    """The host CPU a new sandbox link costs per port already on its bridge.
+
+    A bridge floods what a new link sends before anything is learnt (its
+    IPv6 duplicate-address probe, router solicitations, MLD reports) to
+    every other port, and each port's peer receives it in its namespace:
+    work in softirq that grows with the ports, after the start that made it.
+
+    Each round, on a bridge holding ``ports`` sandbox-like ports (each a
+    namespace whose ``eth0`` is up, its host end on the bridge) and on an
+    empty one, in turn: the host's busy core-seconds (``/proc/stat``) over
+    ``window_s`` with nothing made (``*_idle_s``), then over ``window_s``
+    from the start of ``new_links`` new sandbox links made on it
+    (``*_busy_s``). :meth:`per_port_s` is what one link costs per port.
+    """
+
+    ports: int
+    new_links: int
+    window_s: float
+    loaded_busy_s: tuple[float, ...]
+    loaded_idle_s: tuple[float, ...]
+    empty_busy_s: tuple[float, ...]
+    empty_idle_s: tuple[float, ...]
+
+    __rules__: ClassVar[Rules] = Rules(
+        ports=Interval(int, 1, MAX_BRIDGE_PORTS),
+        new_links=Interval(int, 1, MAX_BRIDGE_PORTS),
+        window_s=Interval(float, 0, 3600, closed="right", unit="s"),
+        loaded_busy_s=(NonEmpty(), _CORE_SECONDS),
+        loaded_idle_s=_CORE_SECONDS,
+        empty_busy_s=_CORE_SECONDS,
+        empty_idle_s=_CORE_SECONDS,
+        checks=tuple(
+            Check(
+                name,
+                lambda f, name=name: len(getattr(f, name)) == len(f.loaded_busy_s),
+                lambda f, name=name: (
+                    f"must hold one entry per round ({len(f.loaded_busy_s)}, as "
+                    f"loaded_busy_s), but holds {len(getattr(f, name))}"
+                ),
+            )
+            for name in _FLOOD_FIGURES[1:]
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.loaded_busy_s)
+
+    @property
+    def per_round_s(self) -> tuple[float, ...]:
+        """Each round's CPU per new link per port: the loaded bridge's work
+        over its idle window less the empty bridge's, over ``new_links ×
+        ports`` (negative where noise outweighed it)."""
+        return tuple(
+            ((lb - li) - (eb - ei)) / (self.new_links * self.ports)
+            for lb, li, eb, ei in zip(
+                self.loaded_busy_s,
+                self.loaded_idle_s,
+                self.empty_busy_s,
+                self.empty_idle_s,
+                strict=True,
+            )
+        )
+
+    def per_port_s(self, q: float = 50.0) -> float:
+        """Percentile ``q`` of :attr:`per_round_s`, core-seconds."""
+        return float(np.percentile(np.asarray(self.per_round_s, dtype=float), q))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ports": self.ports,
+            "new_links": self.new_links,
+            "window_s": self.window_s,
+            **{name: list(getattr(self, name)) for name in _FLOOD_FIGURES},
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object) -> BridgeFlood:
+        """``bridge_flood`` of a JSON file, checked field by field."""
+        entry = _object(raw, "bridge_flood")
+        counts = {
+            name: check_count(_get(entry, name, "bridge_flood."), f"bridge_flood.{name}", minimum=1)
+            for name in ("ports", "new_links")
+        }
+        window = _get(entry, "window_s", "bridge_flood.")
+        if (
+            isinstance(window, bool)
+            or not isinstance(window, int | float)
+            or not 0 < window <= 3600
+        ):
+            raise ValueError(
+                f"bridge_flood.window_s: expected seconds in (0, 3600], but got {_short(window)}"
+            )
+        figures: dict[str, tuple[float, ...]] = {}
+        for name in _FLOOD_FIGURES:
+            values = _get(entry, name, "bridge_flood.")
+            if not isinstance(values, list) or not values:
+                raise ValueError(
+                    f"bridge_flood.{name}: expected a non-empty list, but got {_short(values)}"
+                )
+            for j, x in enumerate(values):
+                if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x < 1e6:
+                    raise ValueError(
+                        f"bridge_flood.{name}[{j}]: expected core-seconds >= 0, but got {_short(x)}"
+                    )
+            figures[name] = tuple(float(x) for x in values)
+        try:
+            return cls(
+                ports=counts["ports"],
+                new_links=counts["new_links"],
+                window_s=float(window),
+                loaded_busy_s=figures["loaded_busy_s"],
+                loaded_idle_s=figures["loaded_idle_s"],
+                empty_busy_s=figures["empty_busy_s"],
+                empty_idle_s=figures["empty_idle_s"],
+            )
+        except ValueError as exc:
+            raise ValueError(str(exc).removeprefix("bridge_flood: ")) from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class OperationTimes:
     """One measurement of the operations on one host: what :func:`measure_operations` returns
@@ -319,10 +461,19 @@ class OperationTimes:
     #: Leases of its network host-local found while ``ipam_add_held`` was
     #: timed; 0 where it was not (a file of before).
     held_leases: int = 0
+    #: Ports on the bridge while ``bridge_enslave_held`` was timed; 0 where
+    #: it was not (a file of before).
+    held_ports: int = 0
+    #: The CPU a new link costs per port on its bridge; None where not
+    #: measured (a file of before).
+    bridge_flood: BridgeFlood | None = None
 
     __rules__: ClassVar[Rules] = Rules(
         held_leases=Depends(
-            lambda o: Interval(int, 1 if any(t.name in HELD_OPERATIONS for t in o.timings) else 0),
+            lambda o: Interval(int, 1 if "ipam_add_held" in o.names else 0),
+        ),
+        held_ports=Depends(
+            lambda o: Interval(int, 1 if "bridge_enslave_held" in o.names else 0, MAX_BRIDGE_PORTS),
         ),
         pool_memory=Satisfies(
             lambda ps: len({p.kind for p in ps}) == len(ps),
@@ -393,6 +544,8 @@ class OperationTimes:
             ],
             **({"agent_calls": self.agent_calls.to_dict()} if self.agent_calls else {}),
             **({"held_leases": self.held_leases} if self.held_leases else {}),
+            **({"held_ports": self.held_ports} if self.held_ports else {}),
+            **({"bridge_flood": self.bridge_flood.to_dict()} if self.bridge_flood else {}),
         }
         return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
@@ -478,6 +631,12 @@ class OperationTimes:
             held_leases=check_count(obj["held_leases"], "held_leases", minimum=1)
             if obj.get("held_leases") is not None
             else 0,
+            held_ports=check_count(obj["held_ports"], "held_ports", minimum=1)
+            if obj.get("held_ports") is not None
+            else 0,
+            bridge_flood=BridgeFlood.from_dict(obj["bridge_flood"])
+            if obj.get("bridge_flood") is not None
+            else None,
         )
 
 

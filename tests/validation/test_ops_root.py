@@ -60,11 +60,23 @@ def test_every_operation_timed_and_nothing_left() -> None:
     from bootstorm.traces.operations import OPERATIONS, OperationTimes
     from bootstorm.validation.testbed.ops import HELD_LEASES, measure_operations
 
+    held_ports = 60
     # The suite's other worker keeps this host from ever being quiet: waiting
     # the default 10 s before each of ~30 blocks, and 200 devices of each kind
     # five times for their memory, made this test 6 minutes.
+    # The bridge flood: one round of short windows on a small bridge (its
+    # figure is noise at this size; that it is measured and cleaned up is the test).
     times = measure_operations(
-        repeats=5, warmup=1, vm=False, settle_max_s=0.5, pool_devices=20, pool_rounds=1
+        repeats=5,
+        warmup=1,
+        vm=False,
+        settle_max_s=0.5,
+        pool_devices=20,
+        pool_rounds=1,
+        held_ports=held_ports,
+        flood_links=3,
+        flood_window_s=0.5,
+        flood_rounds=1,
     )
     assert times.run is not None
     assert _objects_of(times.run) == []
@@ -83,6 +95,12 @@ def test_every_operation_timed_and_nothing_left() -> None:
     assert times.held_leases == HELD_LEASES
     assert times["ipam_add_held"].median_s > times["ipam_add"].median_s
     assert costs["testbed.ipam_per_lease_s"].value > 0.0
+    # The enslave walks the bridge's ports: with 60 on it, longer than alone.
+    assert times.held_ports == held_ports
+    assert times["bridge_enslave_held"].median_s > times["bridge_enslave"].median_s
+    assert times.bridge_flood is not None and times.bridge_flood.rounds == 1
+    assert times.bridge_flood.ports == held_ports and times.bridge_flood.new_links == 3
+    assert "testbed.flood_per_port_cpu_s" in costs
     assert OperationTimes.from_json(times.to_json()) == times
 
 

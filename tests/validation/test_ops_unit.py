@@ -59,6 +59,9 @@ SAMPLES = {
     "shim_start": _ms(40.0, 42.0, 44.0, 46.0, 50.0),  # 44 (42, 46)
     # host-local's ADD with HELD leases held: 9.0 (8.5, 9.5), 4 ms more than alone.
     "ipam_add_held": _ms(8.0, 8.5, 9.0, 9.5, 10.0),
+    "bridge_enslave": _ms(0.5, 0.55, 0.6, 0.65, 0.7),  # 0.6 (0.55, 0.65)
+    # The enslave with HELD ports on the bridge: 1.1 (1.05, 1.15), 0.5 ms more.
+    "bridge_enslave_held": _ms(1.0, 1.05, 1.1, 1.15, 1.2),
 }
 HELD = 100
 
@@ -75,6 +78,7 @@ def _times(samples: dict[str, tuple[float, ...]] | None = None, **kw: Any) -> Op
         "run": "ab12",
         "notes": ("a note",),
         "held_leases": HELD,
+        "held_ports": HELD,
     }
     fields.update(kw)
     return OperationTimes(**fields)
@@ -83,9 +87,11 @@ def _times(samples: dict[str, tuple[float, ...]] | None = None, **kw: Any) -> Op
 def test_operations_are_the_briefs_in_order() -> None:
     assert OPERATIONS[0] == "netlink_noop"
     assert OPERATIONS[12:14] == ("vm_spawn", "vm_up")
-    # The CNI runtime's processes come last, and only they need its plugins.
-    assert set(OPERATIONS[14:]) == CNI_OPERATIONS
-    assert len(set(OPERATIONS)) == len(OPERATIONS) == 20
+    # The CNI runtime's processes come next, and only they need its plugins;
+    # the enslave alone and with many ports held last, side by side.
+    assert set(OPERATIONS[14:20]) == CNI_OPERATIONS
+    assert OPERATIONS[20:] == ("bridge_enslave", "bridge_enslave_held")
+    assert len(set(OPERATIONS)) == len(OPERATIONS) == 22
     assert tuple(SAMPLES) == OPERATIONS
 
 
@@ -194,6 +200,8 @@ def test_cost_mapping_gives_known_values() -> None:
         "testbed.vm_boot_total_s": (72.3, 71.2, 74.4),  # 73 - 0.7; 72 - 0.8; 75 - 0.6
         # (9.0 - 5.0; 8.5 - 5.5; 9.5 - 4.5) over the 100 leases held
         "testbed.ipam_per_lease_s": (0.04, 0.03, 0.05),
+        # (1.1 - 0.6; 1.05 - 0.65; 1.15 - 0.55) over the 100 ports held
+        "testbed.enslave_per_port_s": (0.005, 0.004, 0.006),
     }
     assert list(costs) == list(expected)
     for path, (value, low, high) in expected.items():

@@ -130,6 +130,14 @@ class RunNames:
     def vm(self, i: int) -> str:
         return f"{NETNS_PREFIX}{self.run}-{i}"
 
+    def held_bridge(self) -> str:
+        """measure-ops' bridge of held ports (:meth:`held_port`)."""
+        return f"{LINK_PREFIX}{self.run}bh"
+
+    def held_port(self, k: int) -> tuple[str, str]:
+        """measure-ops' held port ``k``: its namespace and its host end."""
+        return f"{NETNS_PREFIX}{self.run}-q{k}", f"{LINK_PREFIX}{self.run}q{k}"
+
     def bridge(self) -> str:
         """The ``cni`` runtime's bridge (the bridge plugin's ``bridge``)."""
         return f"{LINK_PREFIX}{self.run}br"
@@ -222,9 +230,10 @@ def _run_of_link(name: str) -> str | None:
         return None
     # RunNames' links: h<i>, m<i>, e<i> per sandbox; t<k>, a<k>/b<k>, n<k>
     # (a netns-veth's host end) pooled; vp, vq the shared parent; br the cni
-    # runtime's bridge, ip its ipvlan probe.
+    # runtime's bridge, ip its ipvlan probe; bh and q<k> measure-ops' bridge
+    # of held ports and their host ends.
     tail = rest[_RUN_LEN:]
-    if tail in ("vp", "vq", "br", "ip") or (tail[0] in "hmetabn" and tail[1:].isdigit()):
+    if tail in ("vp", "vq", "br", "bh", "ip") or (tail[0] in "hmetabnq" and tail[1:].isdigit()):
         return rest[:_RUN_LEN]
     return None
 

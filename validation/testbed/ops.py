@@ -71,9 +71,10 @@ from ...traces._config import MAX_POOL_SIZE
 from ...traces.host import current_host
 from ...traces.operations import (
     CNI_OPERATIONS,
-    HELD_OPERATIONS,
+    MAX_BRIDGE_PORTS,
     OPERATIONS,
     POOL_DEVICE_KINDS,
+    BridgeFlood,
     OperationTimes,
     OperationTiming,
     PoolDeviceMemory,
@@ -97,7 +98,11 @@ from ._tap import TUNSETIFF, ifreq
 from ._vm import VmRunner, build_stub, stop, vm_available
 
 __all__ = [
+    "FLOOD_NEW_LINKS",
+    "FLOOD_ROUNDS",
+    "FLOOD_WINDOW_S",
     "HELD_LEASES",
+    "HELD_PORTS",
     "POOL_MEMORY_DEVICES",
     "POOL_MEMORY_ROUNDS",
     "POOL_MEMORY_SETTLE_S",
@@ -147,6 +152,22 @@ HELD_LEASES = 400
 #: Most held leases one may ask for: a /16's addresses, the largest range a
 #: testbed network hands out.
 MAX_HELD_LEASES = 65_534
+#: Ports on the bridge while ``bridge_enslave_held`` is timed and the flood
+#: measured: what the sandbox of that index in a testbed storm finds on the
+#: run's bridge (every sandbox's port stays until the teardown). 400 moved
+#: an enslave from 0.62 to 1.08 ms and a new link's flood to ~12 µs of CPU
+#: per port, well above their spread (docs/research-log.md, 2026-11-29).
+HELD_PORTS = 400
+#: New sandbox links made per round of the flood measurement: 30 × 400 ports
+#: × ~12 µs is ~0.15 core-s a round, against an idle window's 0.03-0.08.
+FLOOD_NEW_LINKS = 30
+#: How long each window of the flood measurement lasts: a new link's
+#: duplicate-address probe (after ~1 s), its MLD reports and its first two
+#: router solicitations (at once and 4 s later) fall inside; the later ones
+#: (12, 28, 60 s ..., backing off) do not.
+FLOOD_WINDOW_S = 8.0
+#: Rounds of the flood measurement (each: both bridges, in turn).
+FLOOD_ROUNDS = 3
 #: Pooled devices of one kind per batch. A netns holds ~0.18 MiB (paper-000's
 #: ``costs.pool_device_mib.netns``: MemAvailable over 200 ``ip netns add`` on
 #: this project's machine), a tap ~0.04 MiB (docs/research-log.md, 2026-11-28),
@@ -196,6 +217,11 @@ class _Bench:
     cni_bin_dir: Path | None = None
     #: Leases held now in the held IPAM directory (:meth:`hold_leases`).
     held: int = 0
+    #: Ports held now on the held bridge (:meth:`hold_ports`), and the
+    #: namespaces that hold them or a flood round's new links.
+    held_ports: int = 0
+    port_netns: list[str] = field(default_factory=list)
+    bridges: list[str] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
@@ -395,6 +421,78 @@ class _Bench:
         self._del_host_link()
         return dt
 
+    def _bridge_index(self, name: str) -> int:
+        """The bridge ``name``, made (and up) the first time it is asked for."""
+        found = self.host.link_lookup(ifname=name)
+        if not found:
+            self.bridges.append(name)  # removed at cleanup, also if made in part
+            self.host.link("add", ifname=name, kind="bridge")
+            found = self.host.link_lookup(ifname=name)
+            self.host.link("set", index=found[0], state="up")
+        return int(found[0])
+
+    def _enslave(self, bridge: str) -> int:
+        """A host veth pair's end set master of ``bridge`` (the bridge plugin's
+        ``enslave``), timed; the pair made and deleted untimed."""
+        index = self._bridge_index(bridge)
+        self.host.link(
+            "add",
+            ifname=self.names.host_link(0),
+            kind="veth",
+            peer={"ifname": self.names.moved_peer(0)},
+        )
+        (end,) = self.host.link_lookup(ifname=self.names.host_link(0))
+        t0 = time.perf_counter_ns()
+        self.host.link("set", index=end, master=index)
+        dt = time.perf_counter_ns() - t0
+        self._del_host_link()
+        return dt
+
+    def bridge_enslave(self) -> int:
+        return self._enslave(self.names.bridge())  # the bench's own bridge: no other port
+
+    def sandbox_port(self, netns: str, link: str, bridge: str, *, quiet: bool) -> None:
+        """A sandbox's network as the bridge plugin leaves it (untimed): a
+        namespace whose ``eth0`` is up, its veth peer ``link`` on the host,
+        up and on ``bridge``. ``quiet``: the port sends no router
+        solicitations of its own (a held port, so that its own backed-off
+        solicitations do not land in a measuring window)."""
+        index = self._bridge_index(bridge)
+        fd = create_netns_here(netns)
+        self.port_netns.append(netns)  # removed at cleanup, also if made in part
+        try:
+            self.host.link(
+                "add", ifname=link, kind="veth", peer={"ifname": _INNER_IF, "net_ns_fd": fd}
+            )
+            (end,) = self.host.link_lookup(ifname=link)
+            self.host.link("set", index=end, master=index, state="up")
+            with entered(fd):
+                if quiet:
+                    Path(f"/proc/sys/net/ipv6/conf/{_INNER_IF}/router_solicitations").write_text(
+                        "0"
+                    )
+                with IPRoute() as inside:
+                    (eth,) = inside.link_lookup(ifname=_INNER_IF)
+                    inside.link("set", index=eth, state="up")
+        finally:
+            os.close(fd)
+
+    def remove_ports(self, names: Sequence[str]) -> None:
+        """Remove these namespaces (their ``eth0`` and so the pair go with them)."""
+        for name in names:
+            remove_netns(name)
+            self.port_netns.remove(name)
+
+    def hold_ports(self, count: int) -> None:
+        """Put ``count`` quiet sandbox ports on the held bridge (untimed)."""
+        for k in range(count):
+            netns, link = self.names.held_port(k)
+            self.sandbox_port(netns, link, self.names.held_bridge(), quiet=True)
+        self.held_ports = count
+
+    def bridge_enslave_held(self) -> int:
+        return self._enslave(self.names.held_bridge())
+
     def _new_cgroup_path(self) -> Path:
         assert self.cgroup_run is not None
         return self.cgroup_run / f"op{next(self._seq)}"
@@ -581,6 +679,18 @@ class _Bench:
                         ipr.link("del", index=idx)
 
         step("delete links", delete_links)
+        for name in list(self.port_netns):
+            step(f"remove namespace {name}", functools.partial(remove_netns, name))
+        self.port_netns.clear()
+
+        def delete_bridges() -> None:
+            with IPRoute() as ipr:
+                for name in self.bridges:
+                    for idx in ipr.link_lookup(ifname=name):
+                        ipr.link("del", index=idx)
+
+        step("delete bridges", delete_bridges)
+        self.bridges.clear()
         if self.ns_fd is not None:
             step("close namespace fd", functools.partial(os.close, self.ns_fd))
             self.ns_fd = None
@@ -846,6 +956,70 @@ def measure_pool_memory(
         unregister_run(run)
 
 
+def _busy_core_s() -> float:
+    """The host's busy core-seconds since boot (/proc/stat's ``cpu`` line,
+    the same figures as :func:`~._host.busy_cores`; steal left out)."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        f = [int(x) for x in fh.readline().split()[1:8]]
+    return (f[0] + f[1] + f[2] + f[5] + f[6]) / os.sysconf("SC_CLK_TCK")
+
+
+def _measure_bridge_flood(
+    bench: _Bench,
+    *,
+    new_links: int,
+    window_s: float = FLOOD_WINDOW_S,
+    rounds: int = FLOOD_ROUNDS,
+    settle_max_s: float = SETTLE_MAX_S,
+) -> tuple[BridgeFlood, str]:
+    """:class:`BridgeFlood` on the bench's bridge of held ports against its
+    own empty bridge, ``rounds`` rounds, the bridges' order alternating; and
+    a note. The new links are ports as the bridge plugin makes them, sending
+    what a new link sends (the held ports are quiet, see
+    :meth:`_Bench.sandbox_port`); each round's are removed before the next
+    window. Needs :meth:`_Bench.hold_ports` done."""
+    assert bench.held_ports > 0
+    figures: dict[str, list[float]] = {
+        f"{which}_{kind}_s": [] for which in ("loaded", "empty") for kind in ("busy", "idle")
+    }
+    bridges = {"loaded": bench.names.held_bridge(), "empty": bench.names.bridge()}
+    busiest = 0.0
+    made = itertools.count(1)
+    for r in range(rounds):
+        for which in ("loaded", "empty") if r % 2 == 0 else ("empty", "loaded"):
+            busiest = max(busiest, settle(settle_max_s))
+            gc.collect()
+            before = _busy_core_s()
+            time.sleep(window_s)
+            figures[f"{which}_idle_s"].append(max(0.0, _busy_core_s() - before))
+            netns: list[str] = []
+            start = time.monotonic()
+            before = _busy_core_s()
+            try:
+                for _ in range(new_links):
+                    i = next(made)
+                    netns.append(bench.names.netns(MAX_BRIDGE_PORTS + i))
+                    link = bench.names.host_link(MAX_BRIDGE_PORTS + i)
+                    bench.sandbox_port(netns[-1], link, bridges[which], quiet=False)
+                time.sleep(max(0.0, start + window_s - time.monotonic()))
+                figures[f"{which}_busy_s"].append(max(0.0, _busy_core_s() - before))
+            finally:
+                with signals_deferred():
+                    bench.remove_ports([n for n in netns if n in bench.port_netns])
+    flood = BridgeFlood(
+        ports=bench.held_ports,
+        new_links=new_links,
+        window_s=window_s,
+        **{name: tuple(values) for name, values in figures.items()},
+    )
+    note = (
+        f"bridge flood: {new_links} new links on a bridge of {bench.held_ports} ports and on "
+        f"an empty one, {rounds} rounds, the host's busy CPU over {window_s:g} s from the first "
+        f"less an idle window's (at most {busiest:.2f} of {os.cpu_count()} cores busy before)"
+    )
+    return flood, note
+
+
 def _checked_ops(ops: Sequence[str] | None) -> tuple[str, ...]:
     if ops is None:
         return tuple(OPERATIONS)
@@ -874,15 +1048,24 @@ def measure_operations(
     pool_rounds: int = POOL_MEMORY_ROUNDS,
     settle_max_s: float = SETTLE_MAX_S,
     held_leases: int = HELD_LEASES,
+    held_ports: int = HELD_PORTS,
+    flood_links: int | None = None,
+    flood_window_s: float = FLOOD_WINDOW_S,
+    flood_rounds: int = FLOOD_ROUNDS,
 ) -> OperationTimes:
     """Time each operation alone, ``repeats`` times after ``warmup`` discarded ones;
     then measure the memory one pooled device of each kind holds
     (:func:`pool_memory_rounds`: batches of ``pool_devices``, ``pool_rounds``
     rounds after :data:`POOL_MEMORY_WARMUP`), each block after waiting up to
     ``settle_max_s`` for a quiet host; ``ipam_add_held`` last, with
-    ``held_leases`` leases of its network held. ``pool_devices``: ``None`` for
+    ``held_leases`` leases of its network held, ``bridge_enslave_held`` with
+    ``held_ports`` sandbox ports on the bridge. ``pool_devices``: ``None`` for
     :data:`POOL_MEMORY_DEVICES` when every operation is timed (``ops`` None)
-    and none measured when ``ops`` picks some; 0 for none.
+    and none measured when ``ops`` picks some; 0 for none. ``flood_links``
+    likewise (:data:`FLOOD_NEW_LINKS`): the new links a round of the bridge
+    flood makes on the bridge of ``held_ports`` ports and on an empty one
+    (:func:`_measure_bridge_flood`: ``flood_rounds`` rounds of windows of
+    ``flood_window_s``).
 
     Needs root (:class:`TestbedError` otherwise); bad arguments are a
     :class:`ValueError` naming them. ``vm=False`` (or no QEMU/KVM here) times
@@ -897,6 +1080,25 @@ def measure_operations(
         raise ValueError(
             f"held_leases: must be at most {MAX_HELD_LEASES} (a /16's addresses), "
             f"but got {held_leases}"
+        )
+    check_count(held_ports, "held_ports", minimum=1)
+    if held_ports > MAX_BRIDGE_PORTS:
+        raise ValueError(
+            f"held_ports: must be at most {MAX_BRIDGE_PORTS} (a bridge's ports), "
+            f"but got {held_ports}"
+        )
+    if flood_links is None:
+        flood_links = FLOOD_NEW_LINKS if ops is None else 0
+    check_count(flood_links, "flood_links", minimum=0)
+    if flood_links > MAX_BRIDGE_PORTS:
+        raise ValueError(
+            f"flood_links: must be at most {MAX_BRIDGE_PORTS} (a bridge's ports), "
+            f"but got {flood_links}"
+        )
+    check_count(flood_rounds, "flood_rounds", minimum=1)
+    if not 0.0 < flood_window_s <= MAX_SETTLE_S:  # NaN fails both
+        raise ValueError(
+            f"flood_window_s: must be within (0, {MAX_SETTLE_S:g}] s, got {flood_window_s!r}"
         )
     if not 0.0 <= settle_max_s <= MAX_SETTLE_S:  # NaN fails both
         raise ValueError(
@@ -941,9 +1143,12 @@ def measure_operations(
         timings = []
         busiest = (0.0, "")
         for op in chosen:
-            if op in HELD_OPERATIONS and not bench.held:
+            if op == "ipam_add_held" and not bench.held:
                 bench.hold_leases(held_leases)
                 bench.notes.append(f"{op}: timed with {held_leases} leases of its network held")
+            if op == "bridge_enslave_held" and not bench.held_ports:
+                bench.hold_ports(held_ports)
+                bench.notes.append(f"{op}: timed with {held_ports} sandbox ports on the bridge")
             busy = settle(settle_max_s)
             busiest = max(busiest, (busy, op))
             if busy > _BUSY_CORES:
@@ -980,6 +1185,19 @@ def measure_operations(
             bench.notes.append(note)
             for m in memory:
                 log.info("pool memory %s: median %.4f MiB per device", m.kind, m.median_mib)
+        flood: BridgeFlood | None = None
+        if flood_links:
+            if not bench.held_ports:
+                bench.hold_ports(held_ports)
+            flood, note = _measure_bridge_flood(
+                bench,
+                new_links=flood_links,
+                window_s=flood_window_s,
+                rounds=flood_rounds,
+                settle_max_s=settle_max_s,
+            )
+            bench.notes.append(note)
+            log.info("bridge flood: median %.3g µs per link per port", flood.per_port_s() * 1e6)
         return OperationTimes(
             timings=tuple(timings),
             host=current_host(),
@@ -991,6 +1209,8 @@ def measure_operations(
             notes=tuple(bench.notes),
             pool_memory=memory,
             held_leases=bench.held,
+            held_ports=bench.held_ports if "bridge_enslave_held" in chosen else 0,
+            bridge_flood=flood,
         )
     finally:
         if was_enabled:
