@@ -47,7 +47,12 @@ waits (a Python call under the GIL each), and the work is theirs:
   then ``host-local`` exec'd for the address, under its network's file
   lock (which it holds longer per lease the network holds: its disk store
   reads every lease file on each ADD, ``ipam_per_lease_s``); then the
-  address and the link up in the namespace;
+  address and the link up in the namespace. The enslave walks the bridge's
+  ports (``enslave_per_port_s`` more under RTNL per port on it), and what
+  the new link first sends is flooded to every port and received in each
+  port's namespace (``flood_per_port_cpu_s`` of softirq per port, a branch
+  nobody waits for): the testbed keeps every sandbox's port to its
+  teardown, so sandbox ``i`` finds ``i`` ports;
 - **Cgroup** as above;
 - **AttachIf**: the shim process (one per sandbox, as Kata's): it starts,
   makes the tap (``TUNSETIFF``), brings it up, and runs ``tc`` four times
@@ -258,37 +263,54 @@ TESTBED_BRIDGE_PORTS = 1_024
 def growth_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
     """What a what-if of the testbed's CNI runtime past a bridge's ports
     should say under its answer when the profile's host-local grows with the
-    leases held (``ipam_per_lease_s``): the testbed keeps every sandbox's
-    lease to its end, a node releases it at each stop, so past that many the
-    growth is an extrapolation a node does not make."""
+    leases held (``ipam_per_lease_s``) or its bridge with the ports on it
+    (``enslave_per_port_s``, ``flood_per_port_cpu_s``): the testbed keeps
+    every sandbox's lease and port to its end, a node releases them at each
+    stop, so past that many the growth is an extrapolation a node does not
+    make."""
     variant = TESTBED_CNIS.get(scenario.cni)
     c = profile.testbed
-    if variant is None or variant.runtime != "cni" or c is None or not c.ipam_per_lease_s:
+    if variant is None or variant.runtime != "cni" or c is None:
         return ()
     if scenario.sandboxes <= TESTBED_BRIDGE_PORTS:
         return ()
-    last_ms = c.ipam_per_lease_s * (scenario.sandboxes - 1) * 1e3
+    ahead = scenario.sandboxes - 1
+    grows = []
+    if c.ipam_per_lease_s:
+        grows.append(
+            f"host-local reads every lease on each ADD under its lock "
+            f"({c.ipam_per_lease_s * 1e6:.3g} µs each: the last sandbox's lease takes "
+            f"{c.ipam_per_lease_s * ahead * 1e3:,.3g} ms more)"
+        )
+    if variant.plugin == "bridge" and (c.enslave_per_port_s or c.flood_per_port_cpu_s):
+        grows.append(
+            f"the bridge walks its ports on each enslave and floods a new link's first "
+            f"packets to every port ({(c.enslave_per_port_s or 0.0) * 1e6:.3g} µs under RTNL "
+            f"and {(c.flood_per_port_cpu_s or 0.0) * 1e6:.3g} µs of CPU each)"
+        )
+    if not grows:
+        return ()
     return (
-        f"{scenario.sandboxes:,} sandboxes: the testbed keeps every sandbox's lease to its "
-        f"end, and host-local reads every lease on each ADD under its lock "
-        f"({c.ipam_per_lease_s * 1e6:.3g} µs each, measured below {TESTBED_BRIDGE_PORTS:,}): "
-        f"the last sandbox's lease takes {last_ms:,.3g} ms more; a node releases a lease at "
-        "the sandbox's stop, so its host-local grows with the sandboxes up at once, not with "
-        "every start (read this answer as the testbed's, not a node's)",
+        f"{scenario.sandboxes:,} sandboxes: the testbed keeps every sandbox's lease and port "
+        f"to its end, and {' and '.join(grows)}, measured below {TESTBED_BRIDGE_PORTS:,}; a "
+        "node releases them at the sandbox's stop, so it grows with the sandboxes up at once, "
+        "not with every start (read this answer as the testbed's, not a node's)",
     )
 
 
 #: How far a traffic what-if of the testbed's catalog was held out, on this
-#: project's host (docs/research-log.md, "Traffic's tail, taken apart" and
-#: "Traffic's tail is CPU the plan does not see", 2026-11-29): a stream in no
-#: fit against a profile of ``calibrate --plan``, on two machines of this kind.
+#: project's host (docs/research-log.md, "Traffic's tail, taken apart",
+#: "Traffic's tail is CPU the plan does not see" and "A bridge's ports cost
+#: every start", 2026-11-29): a stream in no fit against a profile of
+#: ``calibrate --plan``, on two machines of this kind.
 TRAFFIC_TAIL_CAUTION = (
     "held out on this project's 2-core host (a 300-s stream in no fit, a profile from "
-    "`calibrate --plan`), the model's p99 per window came 24-45% short and its mean "
-    "startup 25-42% short, while empty-pool starts came within 9% and pooled "
-    "device-seconds within 2%; the node's own runs of one stream spread -8% to +51% "
-    "around their median, and its CPU a start was 121-147 ms against the plan storms' 96-100 "
-    "(validate's CPU row): read the tail as a lower bound"
+    "`calibrate --plan`), the model's p99 per window came 24-28% short and its mean "
+    "startup 35-38% short (with the bridge's growth with its ports; 35-41% and 42-46% "
+    "without), while empty-pool starts came within 9% and pooled device-seconds within 2%; "
+    "the node's own runs of one stream spread -8% to +51% around their median, and its CPU "
+    "a start was 126-143 ms against the model's 103-111 (validate's CPU row): read the tail "
+    "as a lower bound"
 )
 
 

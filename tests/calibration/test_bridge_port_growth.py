@@ -164,3 +164,16 @@ def test_only_the_bridge_floods_its_ports() -> None:
     grown, plain = simulate(ptp, profile=prof), simulate(ptp, profile=flat)
     assert grown.cpu.busy_core_s == pytest.approx(plain.cpu.busy_core_s, abs=1e-12)
     assert grown.startup_latency_s == pytest.approx(plain.startup_latency_s, abs=1e-12)
+
+
+def test_past_a_bridge_a_what_if_says_the_ports_growth_is_the_testbeds() -> None:
+    from bootstorm.models.testbed import TESTBED_BRIDGE_PORTS, growth_cautions
+
+    prof = _profile(enslave_s=1e-6, flood_s=12e-6)
+    big = Scenario(cni="testbed-cni-bridge", sandboxes=TESTBED_BRIDGE_PORTS + 1, profile="local")
+    (line,) = growth_cautions(big, prof)
+    assert "floods a new link's first packets" in line and "12 µs of CPU" in line
+    assert "not a node's" in line and "host-local" not in line
+    assert growth_cautions(big.replace(sandboxes=TESTBED_BRIDGE_PORTS), prof) == ()
+    # ptp has no bridge: nothing of it grows with the ports.
+    assert growth_cautions(big.replace(cni="testbed-cni-ptp"), prof) == ()
