@@ -177,3 +177,27 @@ def test_past_a_bridge_a_what_if_says_the_ports_growth_is_the_testbeds() -> None
     assert growth_cautions(big.replace(sandboxes=TESTBED_BRIDGE_PORTS), prof) == ()
     # ptp has no bridge: nothing of it grows with the ports.
     assert growth_cautions(big.replace(cni="testbed-cni-ptp"), prof) == ()
+
+
+def test_every_executor_runs_a_burst_with_the_ports_growth_to_the_bit() -> None:
+    """The growths in a contended burst (20 at once, a netns-veth pool of 5
+    whose empty-pool path makes the ADD): the reference and the compiled
+    loop agree on every figure."""
+    from bootstorm.models import compile_scenario
+    from bootstorm.simulator import make_executor, run_program
+
+    burst = Scenario(
+        cni="testbed-cni-bridge", sandboxes=20, profile="local", pools={"netns-veth": 5}
+    )
+    busy = {}
+    for name, prof in (
+        ("grown", _profile(enslave_s=2e-4, flood_s=1e-3)),
+        ("flat", _profile(enslave_s=None, flood_s=None)),
+    ):
+        program = compile_scenario(burst, profile=prof)
+        ref, fast = run_program(program), make_executor("compiled").run(program)
+        mine = {k: v for k, v in ref.to_dict().items() if k != "events"}
+        assert mine == {k: v for k, v in fast.to_dict().items() if k != "events"}
+        assert np.array_equal(ref.finish_s, fast.finish_s)
+        busy[name] = ref.cpu.busy_core_s
+    assert busy["grown"] > busy["flat"]
