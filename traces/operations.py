@@ -134,6 +134,21 @@ class OperationTiming:
         return self._percentile_s(75.0)
 
 
+def _one_entry_per_round(first: str, others: tuple[str, ...]) -> tuple[Check, ...]:
+    """Checks that each of ``others`` holds as many entries (one per round) as ``first``."""
+    return tuple(
+        Check(
+            name,
+            lambda m, name=name: len(getattr(m, name)) == len(getattr(m, first)),
+            lambda m, name=name: (
+                f"must hold one entry per round ({len(getattr(m, first))}, as {first}), "
+                f"but holds {len(getattr(m, name))}"
+            ),
+        )
+        for name in others
+    )
+
+
 _MEMINFO_DELTAS = Each(Interval(int, -MAX_MEMINFO_DELTA_KIB, MAX_MEMINFO_DELTA_KIB, unit="KiB"))
 
 
@@ -174,21 +189,9 @@ class PoolDeviceMemory:
         slab_growth_kib=_MEMINFO_DELTAS,
         sunreclaim_growth_kib=_MEMINFO_DELTAS,
         percpu_growth_kib=_MEMINFO_DELTAS,
-        checks=tuple(
-            Check(
-                name,
-                lambda m, name=name: len(getattr(m, name)) == len(m.mem_available_drop_kib),
-                lambda m, name=name: (
-                    f"must hold one entry per round ({len(m.mem_available_drop_kib)}, as "
-                    f"mem_available_drop_kib), but holds {len(getattr(m, name))}"
-                ),
-            )
-            for name in (
-                "pcp_growth_kib",
-                "slab_growth_kib",
-                "sunreclaim_growth_kib",
-                "percpu_growth_kib",
-            )
+        checks=_one_entry_per_round(
+            "mem_available_drop_kib",
+            ("pcp_growth_kib", "slab_growth_kib", "sunreclaim_growth_kib", "percpu_growth_kib"),
         ),
     )
 
@@ -281,19 +284,10 @@ class AgentCallCost:
             "agent_calls.calls_per_batch",
             minimum=1,
         )
-        figures: dict[str, tuple[float, ...]] = {}
-        for name in ("client_cpu_s", "agent_cpu_s", "wall_s"):
-            values = _get(entry, name, "agent_calls.")
-            if not isinstance(values, list) or not values:
-                raise ValueError(
-                    f"agent_calls.{name}: expected a non-empty list, but got {_short(values)}"
-                )
-            for j, x in enumerate(values):
-                if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x < 1e6:
-                    raise ValueError(
-                        f"agent_calls.{name}[{j}]: expected seconds >= 0, but got {_short(x)}"
-                    )
-            figures[name] = tuple(float(x) for x in values)
+        figures = {
+            name: _figures(entry, name, "agent_calls", "seconds")
+            for name in ("client_cpu_s", "agent_cpu_s", "wall_s")
+        }
         try:
             return cls(calls_per_batch=calls, **figures)
         except ValueError as exc:
@@ -346,17 +340,7 @@ class BridgeFlood:
         loaded_idle_s=_CORE_SECONDS,
         empty_busy_s=_CORE_SECONDS,
         empty_idle_s=_CORE_SECONDS,
-        checks=tuple(
-            Check(
-                name,
-                lambda f, name=name: len(getattr(f, name)) == len(f.loaded_busy_s),
-                lambda f, name=name: (
-                    f"must hold one entry per round ({len(f.loaded_busy_s)}, as "
-                    f"loaded_busy_s), but holds {len(getattr(f, name))}"
-                ),
-            )
-            for name in _FLOOD_FIGURES[1:]
-        ),
+        checks=_one_entry_per_round(_FLOOD_FIGURES[0], _FLOOD_FIGURES[1:]),
     )
 
     def __post_init__(self) -> None:
@@ -411,19 +395,9 @@ class BridgeFlood:
             raise ValueError(
                 f"bridge_flood.window_s: expected seconds in (0, 3600], but got {_short(window)}"
             )
-        figures: dict[str, tuple[float, ...]] = {}
-        for name in _FLOOD_FIGURES:
-            values = _get(entry, name, "bridge_flood.")
-            if not isinstance(values, list) or not values:
-                raise ValueError(
-                    f"bridge_flood.{name}: expected a non-empty list, but got {_short(values)}"
-                )
-            for j, x in enumerate(values):
-                if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x < 1e6:
-                    raise ValueError(
-                        f"bridge_flood.{name}[{j}]: expected core-seconds >= 0, but got {_short(x)}"
-                    )
-            figures[name] = tuple(float(x) for x in values)
+        figures = {
+            name: _figures(entry, name, "bridge_flood", "core-seconds") for name in _FLOOD_FIGURES
+        }
         try:
             return cls(
                 ports=counts["ports"],
@@ -695,6 +669,18 @@ def _pool_memory(raw: object) -> tuple[PoolDeviceMemory, ...]:
                 )
         out.append(PoolDeviceMemory(kind=kind, devices=devices, warmup=warmup, **deltas))
     return tuple(out)
+
+
+def _figures(entry: Mapping[str, Any], name: str, where: str, unit: str) -> tuple[float, ...]:
+    """``entry[name]``: a non-empty list of numbers in ``unit``, each 0 or
+    more (and below a million); a :class:`ValueError` names the one that is not."""
+    values = _get(entry, name, f"{where}.")
+    if not isinstance(values, list) or not values:
+        raise ValueError(f"{where}.{name}: expected a non-empty list, but got {_short(values)}")
+    for j, x in enumerate(values):
+        if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x < 1e6:
+            raise ValueError(f"{where}.{name}[{j}]: expected {unit} >= 0, but got {_short(x)}")
+    return tuple(float(x) for x in values)
 
 
 def _short(value: object) -> str:

@@ -1075,26 +1075,16 @@ def measure_operations(
     """
     check_count(repeats, "repeats", minimum=1)
     check_count(warmup, "warmup", minimum=0)
-    check_count(held_leases, "held_leases", minimum=1)
-    if held_leases > MAX_HELD_LEASES:
-        raise ValueError(
-            f"held_leases: must be at most {MAX_HELD_LEASES} (a /16's addresses), "
-            f"but got {held_leases}"
-        )
-    check_count(held_ports, "held_ports", minimum=1)
-    if held_ports > MAX_BRIDGE_PORTS:
-        raise ValueError(
-            f"held_ports: must be at most {MAX_BRIDGE_PORTS} (a bridge's ports), "
-            f"but got {held_ports}"
-        )
     if flood_links is None:
         flood_links = FLOOD_NEW_LINKS if ops is None else 0
-    check_count(flood_links, "flood_links", minimum=0)
-    if flood_links > MAX_BRIDGE_PORTS:
-        raise ValueError(
-            f"flood_links: must be at most {MAX_BRIDGE_PORTS} (a bridge's ports), "
-            f"but got {flood_links}"
-        )
+    for name, value, low, high, what in (
+        ("held_leases", held_leases, 1, MAX_HELD_LEASES, "a /16's addresses"),
+        ("held_ports", held_ports, 1, MAX_BRIDGE_PORTS, "a bridge's ports"),
+        ("flood_links", flood_links, 0, MAX_BRIDGE_PORTS, "a bridge's ports"),
+    ):
+        check_count(value, name, minimum=low)
+        if value > high:
+            raise ValueError(f"{name}: must be at most {high} ({what}), but got {value}")
     check_count(flood_rounds, "flood_rounds", minimum=1)
     if not 0.0 < flood_window_s <= MAX_SETTLE_S:  # NaN fails both
         raise ValueError(
