@@ -85,7 +85,7 @@ from .._names import CGROUP_PARENT
 from .._netns import create_netns_here, entered, remove_netns
 from ._cgroup import CgroupError, add_process, cgroup2_root, remove_tree
 from ._errors import TestbedError
-from ._host import settle, signals_deferred
+from ._host import _cpu_ticks, settle, signals_deferred
 from ._leftovers import (
     WORKDIR_PREFIX,
     RunNames,
@@ -957,11 +957,10 @@ def measure_pool_memory(
 
 
 def _busy_core_s() -> float:
-    """The host's busy core-seconds since boot (/proc/stat's ``cpu`` line,
-    the same figures as :func:`~._host.busy_cores`; steal left out)."""
-    with open("/proc/stat", encoding="ascii") as fh:
-        f = [int(x) for x in fh.readline().split()[1:8]]
-    return (f[0] + f[1] + f[2] + f[5] + f[6]) / os.sysconf("SC_CLK_TCK")
+    """The host's busy core-seconds since boot (:func:`~._host.busy_cores`'
+    figures from /proc/stat)."""
+    busy, _idle, _steal = _cpu_ticks()
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def _measure_bridge_flood(
