@@ -407,6 +407,13 @@ MeasurePoolDevicesOption = Annotated[
 MeasurePoolRoundsOption = Annotated[
     int, typer.Option(help="Batches of each kind measured (after one discarded).")
 ]
+MeasureFloodLinksOption = Annotated[
+    int,
+    typer.Option(
+        help="New sandbox links each round of the bridge flood makes, on a bridge of "
+        "400 ports and on an empty one (0: do not measure it)."
+    ),
+]
 
 
 @testbed_app.command("measure-ops")
@@ -419,6 +426,7 @@ def measure_ops_cmd(
     settle_s: MeasureSettleOption = 10.0,
     pool_devices: MeasurePoolDevicesOption = 200,
     pool_rounds: MeasurePoolRoundsOption = 5,
+    flood_links: MeasureFloodLinksOption = 30,
 ) -> None:
     """Time each testbed operation alone (serial, idle host), measure the memory a
     pooled device holds, and derive the catalog's costs."""
@@ -426,6 +434,7 @@ def measure_ops_cmd(
     from ._render_node import RichProgress
     from .calibration.measured_ops import POOL_MEMORY_PATH, testbed_costs_from
     from .models.tuned import MAX_POOL_SIZE
+    from .traces.operations import MAX_BRIDGE_PORTS
     from .validation.testbed.ops import MAX_SETTLE_S
     from .workflows.storms import (
         MAX_MEASURE_REPEATS,
@@ -437,6 +446,7 @@ def measure_ops_cmd(
     check_finite("settle-s", settle_s, low=0.0, high=MAX_SETTLE_S)
     check_count("pool-devices", pool_devices, low=0, high=MAX_POOL_SIZE)
     check_count("pool-rounds", pool_rounds, low=1, high=MAX_MEASURE_REPEATS)
+    check_count("flood-links", flood_links, low=0, high=MAX_BRIDGE_PORTS)
     if output is not None:
         check_output_path("output", output)
     console = terminal_console()
@@ -447,6 +457,7 @@ def measure_ops_cmd(
         settle_s=settle_s,
         pool_devices=pool_devices,
         pool_rounds=pool_rounds,
+        flood_links=flood_links,
         progress=RichProgress(console),
     )
     costs = testbed_costs_from(times)

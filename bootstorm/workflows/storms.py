@@ -201,12 +201,15 @@ def measure_operations_here(
     settle_s: float | None = None,
     pool_devices: int | None = None,
     pool_rounds: int | None = None,
+    flood_links: int | None = None,
     progress: Progress | None = None,
 ) -> OperationTimes:
     """Each testbed operation timed alone on this host (root), interruptible;
     a failure is a :class:`ConfigError` line. ``settle_s``: the longest wait
     for a quiet host before each block; ``pool_devices``/``pool_rounds``: the
-    pooled devices' memory batches (None: the testbed's defaults)."""
+    pooled devices' memory batches, ``flood_links`` the bridge flood's new
+    links a round (None: the testbed's defaults; 0 devices or links: not
+    measured)."""
     from ..validation.testbed import TestbedError
     from ..validation.testbed._vm import VmError
     from ..validation.testbed.ops import measure_operations
@@ -225,6 +228,7 @@ def measure_operations_here(
                         ("settle_max_s", settle_s),
                         ("pool_devices", pool_devices),
                         ("pool_rounds", pool_rounds),
+                        ("flood_links", flood_links),
                     )
                     if value is not None
                 },

@@ -139,6 +139,10 @@ def test_cli_writes_the_file(tmp_path: Path) -> None:
             # test_every_operation_timed_and_nothing_left).
             "--pool-devices",
             "0",
+            # 0: no bridge flood (400 ports and 6 windows of 8 s; measured
+            # small in test_every_operation_timed_and_nothing_left).
+            "--flood-links",
+            "0",
             "--output",
             str(out),
             "--json",
@@ -152,7 +156,7 @@ def test_cli_writes_the_file(tmp_path: Path) -> None:
 
     times = OperationTimes.from_json(out.read_text())
     assert times.repeats == 2 and times.vm_mode == "process"
-    assert times.pool_memory == ()
+    assert times.pool_memory == () and times.bridge_flood is None
     payload = json.loads(done.stdout)
     assert payload["times"]["run"] == times.run
     assert "testbed.rcu_grace_s" in payload["costs"]
