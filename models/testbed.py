@@ -317,9 +317,8 @@ TRAFFIC_TAIL_CAUTION = (
 def traffic_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
     """What a what-if of the testbed's catalog on a schedule of starts should
     say under its answer: how far its tail was held out (the node's CPU a
-    start grows with what is alive and under traffic, the model's does
-    not), and, past a
-    bridge's ports, :func:`growth_cautions`. Nothing for another catalog
+    start grows under traffic further than the bridge's measured growth
+    explains), and, past a bridge's ports, :func:`growth_cautions`. Nothing for another catalog
     or a storm released at once."""
     if scenario.cni not in TESTBED_CNIS or scenario.arrival_s is None:
         return ()
@@ -562,27 +561,27 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable, *, plugin: str) -> tuple[
         # The driver thread's subprocess call: the GIL is its only shared lock.
         return Hold(GIL, (Cpu(spawn_cpu_s, label),))
 
-    def rtnl(hold_s: float, label: str) -> Step:
-        return Hold(RTNL, (Cpu(hold_s, label),))
+    def rtnl(hold_s: float, label: str, growth_s: float = 0.0) -> Step:
+        return Hold(RTNL, (Cpu(hold_s, label, growth_s=growth_s),))
 
     def request(label: str) -> Step:
         if label == VETH_PAIR:
             return rtnl(c.rtnl_veth_hold_s, label)
         if label == MACVLAN_LINK:
             return rtnl(c.rtnl_veth_hold_s * MACVLAN_PER_VETH_PAIR, label)
-        if label == ENSLAVE and c.enslave_per_port_s:
+        if label == ENSLAVE:
             # Sandbox i's port joins a bridge that holds the i before it.
-            return Hold(RTNL, (Cpu(c.rtnl_small_hold_s, label, growth_s=c.enslave_per_port_s),))
+            return rtnl(c.rtnl_small_hold_s, label, c.enslave_per_port_s or 0.0)
         return rtnl(c.rtnl_small_hold_s, label)
 
     before, after = CNI_ADD_REQUESTS[plugin]
     netns = _netns(scenario, c)
-    kworker = _kworker(c)
+    deferred = _kworker(c)  # the kernel's work after the ADD, nobody waits for
     if plugin == "bridge" and c.flood_per_port_cpu_s:
         # The new link's first packets, flooded to the ports before it and
         # received in their namespaces: softirq work nobody waits for.
         flood = Cpu(0.0, "bridge flood", growth_s=c.flood_per_port_cpu_s)
-        kworker = (*kworker, Async("softirq", (flood,)))
+        deferred = (*deferred, Async("softirq", (flood,)))
     add: tuple[Step, ...] = (
         spawn(f"exec {plugin}"),
         Cpu(exec_cpu_s, f"{plugin} start"),
@@ -591,7 +590,7 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable, *, plugin: str) -> tuple[
         Hold(IPAM_LOCK, (Cpu(ipam_hold_s, "lease", growth_s=c.ipam_per_lease_s or 0.0),)),
         *(request(label) for label in after),
     )
-    add_cni: tuple[Step, ...] = (*add, *kworker)
+    add_cni: tuple[Step, ...] = (*add, *deferred)
     if scenario.pools.get("netns-veth", 0) > 0:
         # A namespace plumbed before the storm: taking it is the whole
         # network; an empty pool falls back to making the namespace here and
@@ -602,7 +601,7 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable, *, plugin: str) -> tuple[
         # charged as if now (RTNL holds nobody waits for; an overestimate).
         netns = (
             Pooled("netns-veth", create=(*netns, *add), fetch=(_py(c, "take plumbed"),)),
-            *kworker,
+            *deferred,
         )
         # The thread only notes that the namespace came plumbed: microseconds
         # (6 µs measured), too short to queue for the GIL behind the spawners.
