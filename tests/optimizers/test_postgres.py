@@ -170,7 +170,12 @@ def test_a_killed_worker_loses_no_finished_trial_and_the_study_resumes(
     # The killed trial's heartbeat stopped: it was failed and its parameters run again.
     killed = by_number[killed_number]
     assert killed.state == TrialState.FAIL
-    retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == killed_number]
+    # A retry's ``failed_trial`` names the first trial of its line (the killed
+    # one may itself retry a trial an earlier victim left); its
+    # ``retry_history`` ends with the trial it retries.
+    retries = [
+        t for t in study.trials if t.system_attrs.get("retry_history", [None])[-1] == killed_number
+    ]
     assert retries and retries[0].state == TrialState.COMPLETE
     # The retry keeps what the killed trial had been given (it may have died
     # before all its parameters were suggested).
