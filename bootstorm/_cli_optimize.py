@@ -15,10 +15,19 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ._io import check_output_path, terminal_console, write_atomically
-from ._options import EXECUTOR_OPTION, check_count, default_help, named_as_options, split_names
+from ._options import (
+    EXECUTOR_OPTION,
+    LIFETIME_OPTION,
+    check_count,
+    check_finite,
+    default_help,
+    named_as_options,
+    split_names,
+)
 from ._params import parse_seeds
 from ._units import parse_int_list, parse_mib, parse_seconds
 from .models import ConfigError
+from .models.scenario import MAX_ARRIVAL_S
 from .simulator import ExecutorName
 from .workflows.search import DEFAULT_STORAGE
 
@@ -140,6 +149,7 @@ def optimize_cmd(
     heartbeat_s: HeartbeatSOption = 10,
     executor: Annotated[ExecutorName, EXECUTOR_OPTION] = "compiled",
     workload: WorkloadOption = None,
+    lifetime_s: Annotated[float | None, LIFETIME_OPTION] = None,
 ) -> None:
     """Search per-stage concurrency limits (and pool sizes) that shorten the storm.
 
@@ -162,7 +172,8 @@ def optimize_cmd(
     size = sizes[0] if len(sizes) == 1 else None
     sizes = sizes if len(sizes) > 1 else ()
     base = load_scenario(scenario_file) if scenario_file is not None else Scenario()
-    given = {"profile": profile, "cni": cni, "sandboxes": size}
+    check_finite("lifetime-s", lifetime_s, low=0.0, high=MAX_ARRIVAL_S)
+    given = {"profile": profile, "cni": cni, "sandboxes": size, "lifetime_s": lifetime_s}
     base = base.replace(**{k: v for k, v in given.items() if v is not None})
     stages = ",".join(split_names(limit_stage)) or None
     pools = ",".join(split_names(pool_kind)) or None

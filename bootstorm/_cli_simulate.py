@@ -12,6 +12,7 @@ import typer
 
 from ._io import check_output_path, terminal_console
 from ._options import (
+    LIFETIME_OPTION,
     check_finite,
     default_help,
     load_workload,
@@ -20,6 +21,7 @@ from ._options import (
     scenario_from_options,
 )
 from .models import ConfigError
+from .models.scenario import MAX_ARRIVAL_S
 from .simulator import ExecutorName
 from .traces.files import shown_path
 
@@ -240,6 +242,7 @@ def simulate_cmd(
     follow_window_s: FollowWindowOption = None,
     follow_cover_s: FollowCoverOption = None,
     follow_max_devices: FollowMaxOption = None,
+    lifetime_s: Annotated[float | None, LIFETIME_OPTION] = None,
 ) -> None:
     """Simulate one boot storm and print its makespan, stages, locks and CPU.
 
@@ -259,6 +262,7 @@ def simulate_cmd(
         follow_max_devices=follow_max_devices,
     )
     check_finite("window-s", window_s, low=1e-3, high=86_400.0 * 366)
+    check_finite("lifetime-s", lifetime_s, low=0.0, high=MAX_ARRIVAL_S)
     starts = None
     if workload is not None:
         starts = load_workload("workload", workload)
@@ -289,6 +293,7 @@ def simulate_cmd(
         background_flows=background_flows,
         flow_gbps=flow_gbps,
         background_path=background_path,
+        lifetime_s=lifetime_s,
     )
     if config is not None:
         scenario = scenario.replace(config=config)

@@ -37,6 +37,8 @@ def _headline(what: TrafficWhatIf) -> Table:
     t.add_column()
     span = float(r.arrival_s.max() - r.arrival_s.min())
     t.add_row("span of the starts", f"{span:,.1f} s ({r.n_sandboxes / max(span, 1e-9):.2f}/s)")
+    if s.lifetime_s is not None:
+        t.add_row("VMs stopped", f"{s.lifetime_s:g} s after each came up (during the run)")
     t.add_row(
         "startup p50 / p99 / max",
         f"{r.startup.p50:.2f} / {r.startup.p99:.2f} / {r.startup.max:.2f} s",

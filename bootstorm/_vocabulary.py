@@ -442,7 +442,13 @@ CONCEPTS: tuple[Concept, ...] = (
     Concept(
         name="lifetime-s",
         option="--lifetime-s",
-        forms=(Form(commands=("validate", "tune", "testbed run"), kind="float", syntax="S"),),
+        forms=(
+            Form(
+                commands=("simulate", "optimize", "validate", "tune", "testbed run"),
+                kind="float",
+                syntax="S",
+            ),
+        ),
         help="With --workload: each VM's life after it came up.",
         unit="s",
     ),

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -137,6 +138,11 @@ class StormStats:
     #: (lock, stage) → the sandboxes' mean wait for that kernel lock inside
     #: that stage (s per sandbox; the trace's tracepoints, scaled for sampling).
     lock_wait_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: Each VM stopped this long after it came up, during the storm; None: never.
+    lifetime_s: float | None = None
+    #: The host's CPU a VM's stop cost, timed alone after each run (the
+    #: header's ``vm_stops``), core-seconds per VM: one figure per run that has it.
+    vm_stop_cpu_s: tuple[float, ...] = ()
 
     @classmethod
     def pooled(cls, traces: Sequence[Trace]) -> StormStats:
@@ -152,11 +158,12 @@ class StormStats:
             raise ValueError("trace: give at least one recorded storm")
         first = runs[0]
         for r in runs[1:]:
-            if (r.sandboxes, r.cni, r.pools, r.limits) != (
+            if (r.sandboxes, r.cni, r.pools, r.limits, r.lifetime_s) != (
                 first.sandboxes,
                 first.cni,
                 first.pools,
                 first.limits,
+                first.lifetime_s,
             ):
                 raise ValueError(
                     "trace: pooled storms must be the same storm (sandboxes, variant, pools, "
@@ -184,6 +191,7 @@ class StormStats:
                 key: float(np.mean([r.lock_wait_s.get(key, 0.0) for r in runs]))
                 for key in sorted({k for r in runs for k in r.lock_wait_s})
             },
+            vm_stop_cpu_s=tuple(x for r in runs for x in r.vm_stop_cpu_s),
         )
 
     @classmethod
@@ -243,6 +251,12 @@ class StormStats:
                 if sandboxes is None
                 else {}
             ),
+            lifetime_s=(
+                h.scenario.lifetime_s
+                if h.scenario.lifetime_s is not None
+                else _lifetime_noted(h.notes)
+            ),
+            vm_stop_cpu_s=(h.vm_stops.per_vm_s,) if h.vm_stops is not None else (),
         )
 
     def scenario(
@@ -251,7 +265,8 @@ class StormStats:
         """The simulated storm this one is, or a what-if of it."""
         n = self.sandboxes if sandboxes is None else sandboxes
         chosen_pools = self.pools if pools is None else pools
-        # A schedule belongs to the storm it was measured on, not to a what-if of another size.
+        # A schedule (and the VMs' lifetime) belongs to the storm it was
+        # measured on, not to a what-if of another size.
         arrival = self.arrival_s if n == self.sandboxes else None
         return Scenario(
             cni=self.cni,
@@ -261,6 +276,7 @@ class StormStats:
             limits=self.limits,
             background_load=self.background_load,
             arrival_s=arrival,
+            lifetime_s=self.lifetime_s if n == self.sandboxes else None,
             pool_refill=self.pool_refill,
             through_agent=self.through_agent,
         )
@@ -337,6 +353,21 @@ def _load_before(notes: Sequence[str]) -> float:
                 except (IndexError, ValueError):
                     return 0.0
     return 0.0
+
+
+_LIFETIME_NOTE = re.compile(r"lifetime ([0-9.eE+-]+) s:")
+
+
+def _lifetime_noted(notes: Sequence[str]) -> float | None:
+    """The VMs' lifetime as a trace recorded before the header had
+    ``scenario.lifetime_s`` says it (the testbed's note, "lifetime 5 s: ...")."""
+    for note in notes:
+        if (m := _LIFETIME_NOTE.match(note)) is not None:
+            try:
+                return float(m.group(1))
+            except ValueError:
+                return None
+    return None
 
 
 def _stage_min(stage: str) -> Metric:
@@ -454,6 +485,7 @@ def testbed_template(
     runtimes: Collection[str] = ("threads",),
     measured: Mapping[str, MeasuredCost] | None = None,
     kernel_config: str | None = None,
+    vm_stop_cpu_s: Sequence[float] = (),
 ) -> Profile:
     """A testbed profile at the fit's starting point, for a host of ``cores``;
     ``service_family``: the family chosen for its service times (lognormal
@@ -462,7 +494,9 @@ def testbed_template(
     ``measured``: the costs measured alone (``testbed measure-ops``), by
     path, of which it takes the memory of a pooled device
     (``testbed.pool_device_mib.<kind>``: no storm sees it, so the fit keeps
-    it as measured); the times are the fit's to weigh."""
+    it as measured); ``vm_stop_cpu_s``: the CPU a VM's stop cost, per VM,
+    timed alone after each recorded run (their median is kept as measured:
+    no plan storm stops a VM inside it); the times are the fit's to weigh."""
     from .measured_ops import agent_costs_of, growth_costs_of, pool_memory_of
 
     params = (*TRACE_FREE_PARAMETERS, *(CNI_FREE_PARAMETERS if "cni" in runtimes else ()))
@@ -502,6 +536,14 @@ def testbed_template(
             "(linkwatch, addrconf) per sandbox",
         }
     )
+    if vm_stop_cpu_s:
+        stops = np.asarray(vm_stop_cpu_s, dtype=float)
+        testbed = testbed.model_copy(update={"vm_stop_cpu_s": float(np.median(stops))})
+        sources["testbed.vm_stop_cpu_s"] = (
+            f"the recorded storms: the host's busy CPU while the VMs still up at each run's "
+            f"end were stopped one at a time (the trace header's vm_stops), per VM, median of "
+            f"{stops.size} run(s); {stops.min() * 1e3:.3g}..{stops.max() * 1e3:.3g} ms"
+        )
     if service_family is not None:
         sources["service_family"] = f"the recorded storm: {service_family.describe()}"
     if kernel_config is not None:
@@ -755,6 +797,7 @@ def fit_storms(
         kworker_rtnl_ops=round(float(np.mean([st.kworker_rtnl_waits for st in stats]))),
         runtimes=runtimes,
         measured=measured,  # the pooled devices' memory, measured alone
+        vm_stop_cpu_s=[x for st in stats for x in st.vm_stop_cpu_s],
     )
     targets: list[PaperTarget] = []
     many = len(stats) > 1
@@ -1065,6 +1108,7 @@ def fit_trace(
         vm_tap_ioctls=stats.vm_rtnl_waits or 4,
         kworker_rtnl_ops=stats.kworker_rtnl_waits,
         runtimes=(stats.runtime,),
+        vm_stop_cpu_s=stats.vm_stop_cpu_s,
     )
     params = free_parameters((stats.runtime,))
     if start is not None:  # warm start (a bootstrap refit): from the given profile's values

@@ -308,6 +308,12 @@ class TestbedCostTable(_Frozen):
     #: made the link (``measure-ops``' bridge flood, its first 8 s). None:
     #: not measured (no flood, as profiles of before it).
     flood_per_port_cpu_s: Seconds | None = None
+    #: A VM's stop at the end of its lifetime (``Scenario.lifetime_s``): the
+    #: host's CPU over it, all of it (the VMM's and the shim's exits, the
+    #: tap's unregister, the kernel's deferred frees), per VM, timed alone
+    #: after each recorded storm (the trace header's ``vm_stops``). None: not
+    #: measured (a stop then costs only its RTNL hold, priced from the tap's).
+    vm_stop_cpu_s: Seconds | None = None
     #: One shim process's start (the interpreter, its job on stdin).
     shim_start_cpu_s: Seconds | None = None
     #: One ``tc`` process: fork/exec, its netlink socket and name lookups.

@@ -209,6 +209,12 @@ class Scenario(BaseModel):
         testbed's own in-process admission (no calls); other CNIs ignore it.
     arrival_s:
         Arrival time of each sandbox; ``None`` is the papers' burst at t=0.
+    lifetime_s:
+        Each sandbox's VM stops this long after it came up, during the
+        storm, as ``testbed run --lifetime-s`` stops it (its VMM and shim
+        exit, its tap goes under RTNL: CPU and a lock the starts still
+        running share); ``None``: the VMs stay up (the papers' storms). Only
+        the testbed's catalog (``testbed-*``) has a stop, measured.
     cores:
         Override the profile's core count.
     nic_vfs:
@@ -269,6 +275,7 @@ class Scenario(BaseModel):
     pool_refill: PoolRefill | None = None
     through_agent: bool = False
     arrival_s: Arrivals | None = None
+    lifetime_s: Seconds | None = None
     cores: Annotated[int, NotBool, Field(ge=1, le=MAX_CORES)] | None = None
     nic_vfs: Annotated[int, NotBool, Field(ge=1, le=MAX_NIC_VFS)] | None = None
     hugepages: bool | None = None
@@ -304,6 +311,11 @@ class Scenario(BaseModel):
             raise ValueError(
                 f"`tenants <= sandboxes` must hold, but got tenants={self.tenants}, "
                 f"sandboxes={self.sandboxes}"
+            )
+        if self.lifetime_s is not None and not self.cni.startswith("testbed-"):
+            raise ValueError(
+                f"lifetime_s: only the testbed's catalog (testbed-*) models a VM's stop, "
+                f"but got cni={self.cni!r} with lifetime_s={self.lifetime_s:g}"
             )
         if self.arrival_s is not None and len(self.arrival_s) != self.sandboxes:
             raise ValueError(

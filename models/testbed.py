@@ -30,6 +30,13 @@ then the kernel's work, under the lock it takes:
 Links brought up make work for the kernel's kworkers (linkwatch, addrconf),
 which take RTNL too: a branch per sandbox nobody waits for.
 
+With a lifetime (``Scenario.lifetime_s``, ``testbed run --lifetime-s``),
+each VM stops that long after it came up, in a branch nobody waits for:
+its VMM and shim exit (``vm_stop_cpu_s``, timed alone after every recorded
+storm) and its tap goes under RTNL, on the cores and the lock the starts
+still running share. Its namespace and network stay, as the testbed keeps
+them to its teardown.
+
 The GIL is a lock like the kernel's: the threads' Python work is serial.
 
 The **CNI runtime** (``testbed run --runtime cni``) starts a sandbox as a
@@ -119,6 +126,7 @@ __all__ = [
     "TestbedVariant",
     "growth_cautions",
     "plugin_cautions",
+    "stop_cautions",
     "testbed_costs",
     "testbed_lock_specs",
     "testbed_plan",
@@ -322,7 +330,25 @@ def traffic_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
     or a storm released at once."""
     if scenario.cni not in TESTBED_CNIS or scenario.arrival_s is None:
         return ()
-    return (TRAFFIC_TAIL_CAUTION, *growth_cautions(scenario, profile))
+    return (
+        TRAFFIC_TAIL_CAUTION,
+        *growth_cautions(scenario, profile),
+        *stop_cautions(scenario, profile),
+    )
+
+
+def stop_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
+    """A lifetime on a profile that never timed a stop: the stops take RTNL
+    but none of their CPU in the answer."""
+    c = profile.testbed
+    if scenario.lifetime_s is None or c is None or c.vm_stop_cpu_s is not None:
+        return ()
+    return (
+        f"the VMs stop {scenario.lifetime_s:g} s after they came up, but profile "
+        f"{profile.name!r} has no measured stop (testbed.vm_stop_cpu_s: fitted before the "
+        "testbed timed its stops): each stop holds RTNL for its tap and costs no other CPU "
+        "here; refit with `bootstorm calibrate --plan` for its CPU",
+    )
 
 
 def testbed_costs(profile: Profile) -> TestbedCostTable:
@@ -416,6 +442,27 @@ def _vm_up(c: TestbedCostTable) -> tuple[Step, ...]:
         Cpu(c.vm_boot_cpu_s, "qemu + guest"),
         Sleep(c.vm_boot_s, "boot"),
     )
+
+
+def _stop(scenario: Scenario, c: TestbedCostTable) -> tuple[Step, ...]:
+    """With a lifetime, the VM's stop that long after it came up: a branch
+    nobody waits for. The VMM (and the shim) exit and the tap goes with its
+    last fd: ``unregister_netdevice`` under RTNL, priced as the tap's
+    register (``rtnl_tap_hold_s``; an assumption: no storm times the hold
+    apart), with ``synchronize_net`` inside it; the rest of the stop's
+    measured CPU (``vm_stop_cpu_s``, all of it, timed alone after the
+    recorded storms) outside the lock. Without a lifetime, nothing: the
+    program is the one of a storm whose VMs stay up."""
+    if scenario.lifetime_s is None:
+        return ()
+    hold_s = c.rtnl_tap_hold_s
+    exits_s = max(0.0, (c.vm_stop_cpu_s or 0.0) - hold_s)
+    steps = (
+        Sleep(scenario.lifetime_s, "lifetime"),
+        Cpu(exits_s, "VMM and shim exit"),
+        Hold(RTNL, (Cpu(hold_s, "tap unregister"), Sleep(c.rcu_grace_s, "synchronize_net"))),
+    )
+    return (Async("stop", steps),)
 
 
 def _stages(
@@ -516,6 +563,7 @@ def _threads_plan(scenario: Scenario, c: TestbedCostTable, *, peer: Peer) -> tup
         py("cgroup.procs"),
         _cgroup_attach(c, "attach"),
         *_vm_up(c),
+        *_stop(scenario, c),
     )
     return _stages(
         scenario,
@@ -619,6 +667,7 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable, *, plugin: str) -> tuple[
         _cgroup_attach(c, "shim joins cgroup"),
         Cpu(c.vm_spawn_cpu_s, "fork/exec qemu"),
         *_vm_up(c),
+        *_stop(scenario, c),
     )
     return _stages(
         scenario,

@@ -256,7 +256,12 @@ class StudySpec:
         assert self.space is not None
         return json.dumps(
             {
-                "scenario": self.scenario.model_dump(mode="json"),
+                # A lifetime only where set: a study kept before scenarios had
+                # one is still the same search.
+                "scenario": self.scenario.model_dump(
+                    mode="json",
+                    exclude={"lifetime_s"} if self.scenario.lifetime_s is None else None,
+                ),
                 "limits": {k: [r.low, r.high, r.log] for k, r in self.space.limits.items()},
                 "pools": {k: [r.low, r.high] for k, r in self.space.pools.items()},
                 "objectives": list(self.objectives),

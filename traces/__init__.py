@@ -61,6 +61,7 @@ __all__ = [
     "Trace",
     "TraceFormatError",
     "TraceHeader",
+    "VmStops",
     "read_trace",
     "write_trace",
 ]
@@ -80,6 +81,7 @@ _SOURCES: dict[str, str] = {
     "SoftirqSpan": ".schema",
     "StageSpan": ".schema",
     "TraceHeader": ".schema",
+    "VmStops": ".schema",
     "Trace": ".trace",
     "TraceFormatError": "._errors",
     "read_trace": ".trace",

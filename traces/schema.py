@@ -49,6 +49,7 @@ __all__ = [
     "SoftirqSpan",
     "StageSpan",
     "TraceHeader",
+    "VmStops",
 ]
 
 TRACE_SCHEMA_VERSION = 1
@@ -148,6 +149,31 @@ class ScenarioFacts(_Frozen):
     netprio_ifpriomap: bool = False
     pools: dict[str, NonNegativeInt] = Field(default_factory=dict)
     through_agent: bool = False
+    #: Each VM was stopped this long after it came up, during the storm
+    #: (``testbed run --lifetime-s``); None: the VMs stayed up to its end.
+    #: Added within schema version 1 (a file of before says it in a note).
+    lifetime_s: Annotated[float, Field(ge=0.0, le=MAX_ABS_SECONDS, allow_inf_nan=False)] | None = (
+        None
+    )
+
+
+class VmStops(_Frozen):
+    """Some of the VMs still up at the storm's end, stopped one at a time
+    after it (each as its lifetime's end stops it: its shim or VMM exits, its
+    tap goes), with the host's busy CPU meanwhile: the CPU a stop costs,
+    timed alone. Added within schema version 1."""
+
+    #: VMs stopped (and timed).
+    vms: PositiveInt
+    #: Core-seconds the host's CPUs were busy over the stops (/proc/stat).
+    busy_core_s: Annotated[float, Field(ge=0.0, le=MAX_ABS_SECONDS, allow_inf_nan=False)]
+    #: Seconds from the first stop's start to the last one's end.
+    wall_s: Annotated[float, Field(ge=0.0, le=MAX_ABS_SECONDS, allow_inf_nan=False)]
+
+    @property
+    def per_vm_s(self) -> float:
+        """Core-seconds of the host's CPU a stop costs (the mean over the stops)."""
+        return self.busy_core_s / self.vms
 
 
 class KernelTraceFacts(_Frozen):
@@ -190,6 +216,8 @@ class TraceHeader(_Frozen):
     busy_core_s: Annotated[float, Field(ge=0.0, le=MAX_ABS_SECONDS, allow_inf_nan=False)] | None = (
         None
     )
+    #: The VMs stopped and timed after the storm (:class:`VmStops`), or none.
+    vm_stops: VmStops | None = None
     created_at: datetime | None = None
     #: Free-text facts a reader must know (fallbacks taken, sampling done).
     notes: tuple[str, ...] = ()

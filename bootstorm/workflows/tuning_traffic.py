@@ -251,12 +251,14 @@ def search_traffic_candidates(
     cni: str,
     seed: int = 0,
     max_refill_workers: int | None = None,
+    lifetime_s: float | None = None,
 ) -> list[tuple[TunedConfig, float, float]]:
     """Step 2: the search of ``optimize --workload --slo-p99`` on the model of
     this node; the ``candidates`` best distinct configs that meet the SLO
     (config, predicted p99 s, predicted mean memory MiB), least memory first.
     ``max_refill_workers``: the most refill workers the node's agent runs
-    (None: the search's range)."""
+    (None: the search's range); ``lifetime_s``: each VM stops that long after
+    it came up, as the real runs stop it."""
     import tempfile
 
     import optuna
@@ -273,7 +275,8 @@ def search_traffic_candidates(
         path.write_text(profile.to_yaml())
         # Its runs go through the node agent: a lease of a limited stage is two
         # HTTP calls, a pool take one (the profile's measured call costs).
-        base = workload_scenario(Scenario(cni=cni, profile=str(path), through_agent=True), workload)
+        node = Scenario(cni=cni, profile=str(path), through_agent=True, lifetime_s=lifetime_s)
+        base = workload_scenario(node, workload)
         spec = study_spec(
             base,
             trials=trials,
@@ -534,6 +537,7 @@ def tune_traffic(
             # The cni runtime's agent plumbs its namespaces with CNI ADDs on a
             # network of its own, through one set of device ops: one worker.
             max_refill_workers=1 if runtime == "cni" else None,
+            lifetime_s=lifetime_s,
         )
     if not found:
         progress.note(
@@ -550,7 +554,7 @@ def tune_traffic(
         Candidate(name=BASELINE, config=None),
         Candidate(name=PEAK_BURST, config=peak),
     ] + [Candidate(name=f"candidate-{i + 1}", config=c) for i, c in enumerate(searched)]
-    base = Scenario(cni=cni, profile="local", through_agent=True)
+    base = Scenario(cni=cni, profile="local", through_agent=True, lifetime_s=lifetime_s)
     predicted = {
         c.name: predicted_traffic(
             base.replace(config=c.config), workload, profile=profile, window_s=window_s
@@ -633,13 +637,13 @@ def tune_traffic(
     else:
         progress.note(why, tone="warn")
     if report is not None:
-        _write_report(report, outcome, workload=workload, window_s=window_s, cni=cni)
+        _write_report(report, outcome, workload=workload, window_s=window_s, base=base)
         progress.note(f"report written to {report}", tone="strong")
     return outcome
 
 
 def _write_report(
-    path: Path, outcome: TrafficTuneOutcome, *, workload: Workload, window_s: float, cni: str
+    path: Path, outcome: TrafficTuneOutcome, *, workload: Workload, window_s: float, base: Scenario
 ) -> None:
     """Every config run (predicted against measured), memory against p99,
     and the model's run of the chosen config (or the peak-burst pool's)."""
@@ -647,7 +651,7 @@ def _write_report(
 
     shown = outcome.row(outcome.chosen or PEAK_BURST)
     run = traffic_what_if(
-        Scenario(cni=cni, profile="local", through_agent=True).replace(config=shown.config),
+        base.replace(config=shown.config),
         workload,
         window_s=window_s,
         profile=outcome.profile,

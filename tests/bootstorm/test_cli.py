@@ -287,8 +287,8 @@ def test_simulate_help_shows_every_default() -> None:
     assert "[default: compiled; simpy with --trace" in text
     # Besides the scenario's fields: pools, limits, RTNL order, cores, vCPUs,
     # VFs, hugepages, the background's path, the executor, the workload's
-    # window and the refill workers.
-    assert text.count("[default:") == len(SCENARIO_DEFAULTS) + 11
+    # window, the refill workers and the VMs' lifetime.
+    assert text.count("[default:") == len(SCENARIO_DEFAULTS) + 12
 
 
 def test_demo_searches_as_many_trials_as_the_reference_it_quotes() -> None:

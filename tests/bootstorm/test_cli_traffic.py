@@ -247,3 +247,45 @@ def test_tune_workload_table_reads_whole_at_80_columns() -> None:
     assert "…" not in text
     for cell in ("1.234 / 12.345", "10.5 / 123.4", "10.5 / —", "2 of 3", "netns-veth=23"):
         assert cell in text, text
+
+
+CNI_PROFILE = (
+    Path(__file__).resolve().parents[2] / "traces" / "data" / "cni" / "plan" / "local.yaml"
+)
+
+
+def test_simulate_stops_each_vm_a_lifetime_after_it_came_up(
+    workload: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The testbed's catalog on a workload with ``--lifetime-s``: the row says
+    the VMs stop, the JSON's scenario carries it, and a profile fitted before
+    the testbed timed its stops says the stops cost only their RTNL hold."""
+    argv = ["simulate", "--workload", str(workload), "--cni", "testbed-cni-bridge",
+            "--profile", str(CNI_PROFILE), "--lifetime-s", "5"]  # fmt: skip
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert "VMs stopped" in out and "5 s after each came up" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    code, out, err = run([*argv, "--json"], capsys)
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["scenario"]["lifetime_s"] == 5.0
+    assert any("no measured stop" in c for c in record["cautions"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--lifetime-s", "5"], "lifetime_s: only the testbed's catalog (testbed-*)"),
+        (["--cni", "testbed-cni-bridge", "--lifetime-s", "-1"], "lifetime-s: must be a number"),
+    ],
+)
+def test_a_lifetime_the_model_has_no_stop_for_is_one_line(
+    workload: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    code, _, err = run(["simulate", "--workload", str(workload), *extra], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(
+        ["optimize", "--workload", str(workload), "--storage", "memory", *extra], capsys
+    )
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1

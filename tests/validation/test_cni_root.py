@@ -148,6 +148,14 @@ def test_cni_storm_end_to_end(vm: bool, chain: tuple[str, ...], tmp_path: Path) 
         for lk in by_process:
             e = next(e for e in trace.execs if e.pid == lk.tgid)
             assert lk.sandbox == e.sandbox
+    # Every VM still up, stopped one at a time after the storm and timed.
+    assert h.vm_stops is not None and h.vm_stops.vms == n and h.scenario.lifetime_s is None
+    assert h.vm_stops.busy_core_s > 0.0 and h.vm_stops.wall_s > 0.0
+    shim_ends = [
+        next(e.end_s for e in trace.execs if e.sandbox == i and e.command == "shim")
+        for i in range(n)
+    ]
+    assert shim_ends == sorted(shim_ends)  # in index order, each after the last
     s = summarize(trace)
     assert s.completed == n and s.makespan_s > 0
     path = tmp_path / "storm.jsonl.gz"

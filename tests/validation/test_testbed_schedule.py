@@ -18,9 +18,11 @@ from bootstorm.validation.testbed._namespaced import NamespacedRuntime, Namespac
 from bootstorm.validation.testbed.admission import PoolLevel, level_after_take
 from bootstorm.validation.testbed.driver import (
     LATE_S,
+    TIMED_STOPS,
     StartSchedule,
     _Reaper,
     _schedule_note,
+    timed_stops,
 )
 from bootstorm.validation.testbed.options import MAX_SCHEDULE_S
 from bootstorm.validation.testbed.runtime import Sandbox
@@ -240,6 +242,41 @@ def test_reaper_stops_each_vm_a_lifetime_after_it_came_up() -> None:
     )
     reaper.add(Sandbox(index=9), up_s=0.0)  # after close: teardown's, not the reaper's
     assert reaper.stopped == 3
+
+
+def _up(index: int) -> Sandbox:
+    """A sandbox whose five stages ran."""
+    sb = Sandbox(index=index)
+    sb.spans = [
+        StageSpan(sandbox=index, stage=stage, start_s=float(k), end_s=float(k) + 0.5)
+        for k, stage in enumerate(STAGES)
+    ]
+    return sb
+
+
+def test_the_vms_still_up_are_stopped_one_at_a_time_and_timed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Up to TIMED_STOPS of them, in index order, none stopped twice (the
+    reaper's), none that never came up; the busy CPU over them is the host's
+    (/proc/stat), read before the first stop and after the last one's settle."""
+    from bootstorm.validation.testbed import driver
+
+    busy = iter([100.0, 100.25])
+    monkeypatch.setattr(driver, "busy_core_s_now", lambda: next(busy))
+    monkeypatch.setattr(driver, "STOPS_SETTLE_S", 0.0)
+    failed = _up(1)
+    failed.error = "StartVM: boom"
+    half = Sandbox(index=2)  # never reached StartVM
+    sandboxes = [_up(0), failed, half, _up(3), *(_up(i) for i in range(4, 4 + TIMED_STOPS + 5))]
+    stopped: list[int] = []
+    stops = timed_stops(lambda sb: stopped.append(sb.index), sandboxes, skip={3})
+    assert stops is not None
+    assert stopped == [0, *range(4, 4 + TIMED_STOPS - 1)] and len(stopped) == TIMED_STOPS
+    assert stops.vms == TIMED_STOPS and stops.busy_core_s == pytest.approx(0.25)
+    assert stops.per_vm_s == pytest.approx(0.25 / TIMED_STOPS) and stops.wall_s >= 0.0
+    # None up (every VM stopped by its lifetime, or none came up): nothing timed.
+    assert timed_stops(lambda sb: pytest.fail("stopped"), [half, _up(5)], skip={5}) is None
 
 
 def test_reaper_closes_at_once_with_vms_still_up() -> None:

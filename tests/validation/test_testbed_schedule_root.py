@@ -72,6 +72,12 @@ def test_six_sandboxes_on_a_three_second_schedule() -> None:
     notes = "\n".join(trace.header.notes)
     assert "scheduled starts: 6 of 6 over 3.000 s" in notes
     assert "lifetime 0.3 s: each VM stopped that long after it came up" in notes
+    assert trace.header.scenario.lifetime_s == 0.3
+    # Every VM outlived its 0.3 s before the last start was up: none is left to time.
+    stopped_during = int(
+        notes.split("lifetime 0.3 s: each VM stopped that long after it came up (")[1].split()[0]
+    )
+    assert (trace.header.vm_stops is None) == (stopped_during == 6)
     assert leftovers_of(result.run) == []
 
 

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-__all__ = ["CpuMeter", "busy_cores", "settle", "signals_deferred"]
+__all__ = ["CpuMeter", "busy_core_s_now", "busy_cores", "settle", "signals_deferred"]
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,12 @@ def _cpu_ticks() -> tuple[int, int, int]:
     with open("/proc/stat", encoding="ascii") as fh:
         f = [int(x) for x in fh.readline().split()[1:9]]
     return f[0] + f[1] + f[2] + f[5] + f[6], f[3] + f[4], f[7]
+
+
+def busy_core_s_now() -> float:
+    """Core-seconds the host's CPUs have been busy since boot (/proc/stat;
+    steal is time it did not run), in its 10-ms clock ticks."""
+    return _cpu_ticks()[0] / os.sysconf("SC_CLK_TCK")
 
 
 def busy_cores(window_s: float) -> float:
@@ -51,12 +57,10 @@ class CpuMeter:
         self._interval_s = interval_s
         self._samples: list[tuple[float, float]] = []  # (monotonic s, busy core-s so far)
         self._stop = threading.Event()
-        self._tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
         self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
 
     def _busy_now(self) -> float:
-        # The work this host ran (steal is time it did not run): core-seconds.
-        return _cpu_ticks()[0] * self._tick_s
+        return busy_core_s_now()
 
     def _run(self) -> None:
         while True:

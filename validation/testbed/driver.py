@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -56,6 +56,7 @@ from ...traces import (
     StageSpan,
     Trace,
     TraceHeader,
+    VmStops,
 )
 from ...traces.host import current_host
 from .._names import CGROUP_PARENT
@@ -63,7 +64,7 @@ from . import cni_runtime as _cni_runtime  # noqa: F401  (registers "cni")
 from . import threads_runtime as _threads_runtime  # noqa: F401  (registers "threads")
 from ._cgroup import cgroup2_root, remove_tree
 from ._errors import TestbedError
-from ._host import CpuMeter, settle, signals_deferred
+from ._host import CpuMeter, busy_core_s_now, settle, signals_deferred
 from ._leftovers import (
     WORKDIR_PREFIX,
     RunNames,
@@ -186,6 +187,8 @@ class _Reaper:
         self._closed = False
         #: VMs stopped at the end of their lifetime, during the storm.
         self.stopped = 0
+        #: The sandboxes whose stop began (the driver stops the others).
+        self.stopped_indices: set[int] = set()
         #: Most VMs up and not yet stopped at once, during the storm.
         self.peak = 0
         self._held = 0
@@ -217,6 +220,8 @@ class _Reaper:
 
     def _run(self) -> None:
         while (sb := self._next()) is not None:
+            with self._cond:  # before the stop: one under way is never stopped again
+                self.stopped_indices.add(sb.index)
             self._stop_vm(sb)  # outside the lock: a shim's stop may take seconds
             with self._cond:
                 self.stopped += 1
@@ -238,6 +243,42 @@ class _Reaper:
             f"({self.stopped} during the storm, {left} at its end; at most {self.peak} "
             "up at once); network devices stay until the end of the run"
         )
+
+
+#: VMs still up at a storm's end that the driver stops one at a time after
+#: it, with the host's busy CPU timed over them (the trace header's
+#: ``vm_stops``: a stop's CPU, which a model of sandboxes that stop during a
+#: storm needs). /proc/stat counts in 10-ms ticks: 30 stops of ~5 ms each
+#: are 15 ticks (±1 at each end; a plan's median over its runs reads them
+#: to a few percent), and add about a second to a storm.
+TIMED_STOPS = 30
+#: After the last stop, the kernel's deferred work of it (QEMU's io_uring
+#: torn down after an RCU grace period, the tap's filters freed by a
+#: kworker) is given this long to run inside the timed window; the host's
+#: own background over it is ~1 ms here (0.005 cores idle).
+STOPS_SETTLE_S = 0.2
+
+
+def timed_stops(
+    stop_vm: Callable[[Sandbox], None], sandboxes: Sequence[Sandbox], *, skip: Collection[int]
+) -> VmStops | None:
+    """Stop the VMs of up to :data:`TIMED_STOPS` of ``sandboxes`` whose five
+    stages ran (in index order, those in ``skip`` aside: stopped already),
+    one at a time, and time the host's busy CPU over them; None if none is up."""
+    up = [
+        sb
+        for sb in sandboxes
+        if sb.error is None and len(sb.spans) == len(STAGES) and sb.index not in skip
+    ][:TIMED_STOPS]
+    if not up:
+        return None
+    busy0, t0 = busy_core_s_now(), time.monotonic()
+    for sb in up:
+        stop_vm(sb)
+    t1 = time.monotonic()
+    time.sleep(STOPS_SETTLE_S)
+    busy1 = busy_core_s_now()
+    return VmStops(vms=len(up), busy_core_s=max(0.0, busy1 - busy0), wall_s=t1 - t0)
 
 
 class PoolSampler:
@@ -690,6 +731,12 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
         if sampler is not None and (failed := sampler.note()) is not None:
             storm.notes.append(failed)
         capture = collector.stop() if collector is not None else None
+        # After the kernel trace: the stops are not the storm's.
+        vm_stops = timed_stops(
+            lambda sb: runtime.stop_vm(sandbox=sb),
+            storm.sandboxes,
+            skip=storm.reaper.stopped_indices if storm.reaper is not None else (),
+        )
         execs: tuple[ExecSpan, ...] = runtime.finish(sandboxes=storm.sandboxes)
         spans = sorted((s for sb in storm.sandboxes for s in sb.spans), key=lambda s: s.start_s)
         busy_core_s = meter.busy_core_s(origin_s, max(s.end_s for s in spans)) if spans else None
@@ -746,8 +793,10 @@ def run_storm(options: StormOptions, *, admission: Admission | None = None) -> S
                 netprio_ifpriomap=options.netprio_ifpriomap,
                 pools=runtime.pools_made(),
                 through_agent=not storm.own_admission,
+                lifetime_s=options.lifetime_s,
             ),
             kernel_trace=kernel_facts,
+            vm_stops=vm_stops,
             created_at=datetime.now(UTC),
             notes=tuple(storm.notes),
         )

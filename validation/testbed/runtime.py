@@ -214,9 +214,11 @@ class StormRuntime(abc.ABC, Generic[S]):
     def stop_vm(self, *, sandbox: S) -> None:
         """The sandbox's lifetime (``StormOptions.lifetime_s``) is over:
         stop its VM and what holds it, as its end would (the VMM, a shim, the
-        VM's tap). Called on the driver's reaper thread, once, only for a
-        sandbox whose five stages all ran, never after :meth:`finish` or
-        :meth:`teardown` began; its namespace and devices stay for
+        VM's tap). Called once, only for a sandbox whose five stages all
+        ran, never after :meth:`finish` or :meth:`teardown` began: on the
+        driver's reaper thread at the end of the sandbox's lifetime, or on
+        the driver's thread right after the storm for the stops it times
+        (the trace header's ``vm_stops``); its namespace and devices stay for
         :meth:`teardown`. Must not raise. Default: nothing."""
 
     @abc.abstractmethod
