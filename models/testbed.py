@@ -313,12 +313,12 @@ def growth_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
 #: ``calibrate --plan``, on two machines of this kind.
 TRAFFIC_TAIL_CAUTION = (
     "held out on this project's 2-core host (a 300-s stream in no fit, a profile from "
-    "`calibrate --plan`), the model's p99 per window came 24-28% short and its mean "
-    "startup 35-38% short (with the bridge's growth with its ports; 35-41% and 42-46% "
-    "without), while empty-pool starts came within 9% and pooled device-seconds within 2%; "
-    "the node's own runs of one stream spread -8% to +51% around their median, and its CPU "
-    "a start was 126-143 ms against the model's 103-111 (validate's CPU row): read the tail "
-    "as a lower bound"
+    "`calibrate --plan` in the same sitting, two sittings), the model's p99 per window came "
+    "24-38% short and its mean startup 35-40% short (with the bridge's growth with its ports "
+    "and the VMs' stops; 35-41% and 42-46% without the growth), while empty-pool starts came "
+    "within 9% and pooled device-seconds within 2%; the node's own runs of one stream spread "
+    "-8% to +51% around their median, and its CPU a start was 123-143 ms against the model's "
+    "102-111 (validate's CPU row): read the tail as a lower bound"
 )
 
 

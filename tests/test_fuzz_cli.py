@@ -271,6 +271,8 @@ COMPANIONS: dict[tuple[str, str], list[str]] = {
     ("calibrate", "--plan"): ["--plan"],
     ("validate", "--candidates"): ["--candidates", "@tuned", "--profile", "@profile"],
     ("simulate", "--workload"): ["--workload", "@workload"],
+    # On the default storm (ipvtap) a lifetime is refused before any search.
+    ("optimize", "--workload"): ["--workload", "@workload", "--storage", "memory"],
     ("testbed run", "--workload"): ["--workload", "@workload"],
     ("testbed run", "--cni-wrapper"): ["--cni-wrapper", "bootstorm-cni", "--agent", "@agent"],
     ("config push", "--waves"): ["--waves", "3"],

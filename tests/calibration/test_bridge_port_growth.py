@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 from ops_times import operation_times
+from testbed_scenarios import one_at_a_time
 
 from bootstorm import simulate
 from bootstorm.calibration import trace_fit
@@ -129,12 +130,7 @@ def _profile(*, enslave_s: float | None, flood_s: float | None) -> Profile:
 
 N = 6
 #: Sandboxes one at a time: nothing contends, so each growth shows exactly.
-ALONE = Scenario(
-    cni="testbed-cni-bridge",
-    sandboxes=N,
-    profile="local",
-    arrival_s=tuple(float(10 * i) for i in range(N)),
-)
+ALONE = one_at_a_time(N)
 
 
 @pytest.mark.parametrize("executor", ["compiled", "simpy"])

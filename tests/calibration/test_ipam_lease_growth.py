@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 from ops_times import operation_times
+from testbed_scenarios import one_at_a_time
 
 from bootstorm import simulate
 from bootstorm.calibration import trace_fit
@@ -79,12 +80,7 @@ def test_sandbox_i_holds_the_lease_lock_i_leases_longer_alone() -> None:
     """Known answer: sandboxes one at a time (nothing contends, no jitter),
     the ``i``-th's AddCNI is longer than the first's by exactly ``i`` leases."""
     n = 6
-    scenario = Scenario(
-        cni="testbed-cni-bridge",
-        sandboxes=n,
-        profile="local",
-        arrival_s=tuple(float(10 * i) for i in range(n)),
-    )
+    scenario = one_at_a_time(n)
     flat = simulate(scenario, profile=_profile(None))
     grown = simulate(scenario, profile=_profile(PER_LEASE_S))
     extra = np.asarray(grown.startup_latency_s) - np.asarray(flat.startup_latency_s)

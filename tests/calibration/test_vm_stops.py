@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from testbed_scenarios import one_at_a_time
 
 from bootstorm import simulate
 from bootstorm.calibration import trace_fit
@@ -28,13 +29,7 @@ LIFETIME_S = 2.0
 N = 6
 #: Sandboxes one at a time, each stopped long before the next arrives:
 #: nothing contends, so the stop's cost shows exactly.
-ALONE = Scenario(
-    cni="testbed-cni-bridge",
-    sandboxes=N,
-    profile="local",
-    arrival_s=tuple(float(10 * i) for i in range(N)),
-    lifetime_s=LIFETIME_S,
-)
+ALONE = one_at_a_time(N, lifetime_s=LIFETIME_S)
 
 
 def _profile(*, stop_cpu_s: float | None) -> Profile:
