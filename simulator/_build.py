@@ -324,13 +324,16 @@ def build_result(p: Program, raw: RunCounts, *, recording: Recording | None = No
     work, spin, zero = (sum(acc[r] for acc in cpu_acc) for r in range(3))
     busy = work + spin + zero
     cores = p.machine.cores
+    # The CPU's share of the whole run: background branches (a VM's stop, a
+    # refill) may end after the last sandbox is up, and their work counts.
+    span_s = max(makespan, horizon_s - float(arrival.min()))
     cpu = CpuStats(
         cores=cores,
         busy_core_s=busy,
         work_core_s=work,
         spin_core_s=spin,
         zero_core_s=zero,
-        utilisation=busy / (cores * makespan) if makespan > 0 else 0.0,
+        utilisation=busy / (cores * span_s) if span_s > 0 else 0.0,
         by_stage=by_stage,
         zeroed_bytes=raw.zeroed_bytes,
     )

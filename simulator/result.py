@@ -288,7 +288,9 @@ class CpuStats:
     """Core-seconds burnt, by reason and by stage (``by_stage[stage][reason]``).
 
     Reasons: ``work`` (useful CPU), ``spin`` (waiting on a lock on-CPU),
-    ``zero`` (clearing memory).
+    ``zero`` (clearing memory). ``utilisation``: the busy core-seconds over
+    the cores and the whole run, from the first arrival until its last task
+    ended (the makespan, or later where background branches outlast it).
     """
 
     cores: int

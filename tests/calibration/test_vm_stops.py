@@ -192,3 +192,15 @@ def test_a_fit_keeps_the_median_stop_as_measured_with_its_source() -> None:
     bare = trace_fit.testbed_template(cores=2, memory_mib=4096, service_cv=0.0)
     assert bare.testbed is not None and bare.testbed.vm_stop_cpu_s is None
     assert "testbed.vm_stop_cpu_s" not in bare.sources
+
+
+def test_the_cpus_share_is_over_the_run_the_stops_included() -> None:
+    """The last VM stops after the last sandbox is up: the CPU's share is
+    its busy time over the cores and the run until that stop ended (never
+    more than the cores), the makespan's where nothing outlasts it."""
+    prof = _profile(stop_cpu_s=STOP_CPU_S)
+    stops = simulate(ALONE, profile=prof)
+    span_s = stops.horizon_s - float(stops.arrival_s.min())
+    assert span_s > stops.makespan_s + LIFETIME_S
+    assert stops.cpu.utilisation == pytest.approx(stops.cpu.busy_core_s / (2 * span_s))
+    assert 0.0 < stops.cpu.utilisation <= 1.0
