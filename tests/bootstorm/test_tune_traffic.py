@@ -291,3 +291,19 @@ def test_a_run_of_the_model_itself_reads_back_as_the_model_predicts_it() -> None
     assert got.p99_s == pytest.approx(want.p99_s, rel=1e-9)
     assert got.p99_window_median_s == pytest.approx(want.p99_window_median_s, rel=1e-9)
     assert got.memory_mib == pytest.approx(want.memory_mib, rel=0.05)
+
+
+def test_tune_traffic_predicts_the_runs_with_their_lifetime(tmp_path: Path) -> None:
+    """The real runs stop each VM ``lifetime_s`` after it came up: the
+    model's search and predictions stop them the same way (stops that land
+    on the next burst, dear on this node, slow it)."""
+    truth = node(**DEAR, **{"testbed.vm_stop_cpu_s": 0.05})
+    w = bursts()
+    outcome = _tune(tmp_path, truth, truth, w, lifetime_s=3.6, trials=8, candidates=1, repeats=1)
+    got = outcome.row("baseline").predicted
+    node_scenario = Scenario(cni=CNI, profile="local", through_agent=True)
+    stopping = predicted_traffic(
+        node_scenario.replace(lifetime_s=3.6), w, profile=outcome.profile, window_s=5.0
+    )
+    up = predicted_traffic(node_scenario, w, profile=outcome.profile, window_s=5.0)
+    assert got == stopping and got.p99_s > up.p99_s
