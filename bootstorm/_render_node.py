@@ -586,6 +586,15 @@ def print_testbed_storm(
         table.add_row("schedule span", f"{s.schedule_span_s:,.3f} s")
     if s.schedule_span_s > 0.0 or s.pool_takes:
         table.add_row("empty-pool starts", f"{s.empty_pool_starts} / {s.sandboxes}")
+    if h.busy_core_s is not None and s.sandboxes:
+        table.add_row("host CPU per start", f"{h.busy_core_s / s.sandboxes * 1e3:,.1f} ms")
+    if (stops := h.vm_stops) is not None:
+        # Timed alone after the storm: what a fit keeps as testbed.vm_stop_cpu_s.
+        table.add_row(
+            "VM stop, timed after",
+            f"{stops.per_vm_s * 1e3:,.1f} ms CPU, {stops.wall_s / stops.vms * 1e3:,.1f} ms each "
+            f"({stops.vms})",
+        )
     if h.kernel_trace is not None:
         table.add_row("RTNL contention: waits", str(s.rtnl.waits))
         table.add_row("RTNL contention: total wait", f"{ms(s.rtnl.wait_s)} ms")

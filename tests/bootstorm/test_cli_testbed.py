@@ -21,6 +21,7 @@ from bootstorm.traces import (
     StageSpan,
     Trace,
     TraceHeader,
+    VmStops,
 )
 from bootstorm.traces.workload import Workload, format_workload
 
@@ -68,6 +69,8 @@ def storms(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
                 origin_s=origin,
                 scenario=ScenarioFacts(sandboxes=options.sandboxes, cni=options.variant),
                 notes=("scheduled starts: a note",),
+                busy_core_s=0.4 * options.sandboxes,
+                vm_stops=VmStops(vms=2, busy_core_s=0.011, wall_s=0.066),
             ),
             spans=tuple(spans),
             arrivals=tuple(Arrival(sandbox=i, t_s=origin + t) for i, t in enumerate(times)),
@@ -94,6 +97,9 @@ def test_a_workload_sets_the_sandboxes_their_arrivals_and_the_lifetime(
     assert "schedule span" in out and "2.250 s" in out
     assert "empty-pool starts" in out and "1 / 4" in out
     assert "note: scheduled starts: a note" in out
+    assert "host CPU per start" in out and "400.0 ms" in out
+    # The stops timed after the storm: CPU and wall time each, how many.
+    assert "VM stop, timed after" in out and "5.5 ms CPU, 33.0 ms each (2)" in out
 
 
 def test_sandboxes_equal_to_the_workloads_starts_is_taken(
