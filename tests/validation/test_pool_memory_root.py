@@ -44,10 +44,12 @@ def test_fifty_namespaces_hold_a_plausible_amount_each(monkeypatch: pytest.Monke
     # paper-000's netns: 147-218 KiB each on this project's machine; a
     # namespace is tens of slab objects and per-CPU counters, never 10 MiB.
     # MemAvailable moves with all else on the host: beside the other test
-    # worker its rounds read -65 and +64 MiB (a fresh-clone CI): judged when
-    # its rounds agree in sign; the slab figure below is judged always.
+    # worker its rounds read -65 and +64 MiB (a fresh-clone CI), and once
+    # all three negative (-19 to -46 MiB: the other worker freeing memory
+    # throughout): judged when every round held memory; the slab figure
+    # below is judged always.
     drops = m.mem_available_drop_kib
-    if min(drops) > 0 or max(drops) < 0:
+    if min(drops) > 0:
         assert 0.005 <= m.median_mib <= 10.0, m
     # Its slab objects (struct net, sysctl tables, the loopback) show in Slab.
     assert m.per_device_mib(figure="slab_growth_kib") > 0.005, m
