@@ -267,7 +267,7 @@ class StormStats:
         chosen_pools = self.pools if pools is None else pools
         # A schedule (and the VMs' lifetime) belongs to the storm it was
         # measured on, not to a what-if of another size.
-        arrival = self.arrival_s if n == self.sandboxes else None
+        same = n == self.sandboxes
         return Scenario(
             cni=self.cni,
             sandboxes=n,
@@ -275,8 +275,8 @@ class StormStats:
             pools={k: min(v, n) for k, v in chosen_pools.items()},
             limits=self.limits,
             background_load=self.background_load,
-            arrival_s=arrival,
-            lifetime_s=self.lifetime_s if n == self.sandboxes else None,
+            arrival_s=self.arrival_s if same else None,
+            lifetime_s=self.lifetime_s if same else None,
             pool_refill=self.pool_refill,
             through_agent=self.through_agent,
         )
