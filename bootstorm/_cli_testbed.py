@@ -415,6 +415,14 @@ MeasureFloodLinksOption = Annotated[
     ),
 ]
 
+MeasureStretchRoundsOption = Annotated[
+    int,
+    typer.Option(
+        help="Rounds timing how RTNL's holds stretch when the holder's core is shared "
+        "(0: do not measure it; the fit then goes by the kernel's build)."
+    ),
+]
+
 
 @testbed_app.command("measure-ops")
 def measure_ops_cmd(
@@ -427,12 +435,13 @@ def measure_ops_cmd(
     pool_devices: MeasurePoolDevicesOption = 200,
     pool_rounds: MeasurePoolRoundsOption = 5,
     flood_links: MeasureFloodLinksOption = 30,
+    stretch_rounds: MeasureStretchRoundsOption = 5,
 ) -> None:
     """Time each testbed operation alone (serial, idle host), measure the memory a
     pooled device holds, and derive the catalog's costs."""
     from ._io import write_atomically
     from ._render_node import RichProgress
-    from .calibration.measured_ops import POOL_MEMORY_PATH, testbed_costs_from
+    from .calibration.measured_ops import HOLD_STRETCH_PATH, POOL_MEMORY_PATH, testbed_costs_from
     from .models.tuned import MAX_POOL_SIZE
     from .traces.operations import MAX_BRIDGE_PORTS
     from .validation.testbed.ops import MAX_SETTLE_S
@@ -447,6 +456,7 @@ def measure_ops_cmd(
     check_count("pool-devices", pool_devices, low=0, high=MAX_POOL_SIZE)
     check_count("pool-rounds", pool_rounds, low=1, high=MAX_MEASURE_REPEATS)
     check_count("flood-links", flood_links, low=0, high=MAX_BRIDGE_PORTS)
+    check_count("stretch-rounds", stretch_rounds, low=0, high=MAX_MEASURE_REPEATS)
     if output is not None:
         check_output_path("output", output)
     console = terminal_console()
@@ -458,6 +468,7 @@ def measure_ops_cmd(
         pool_devices=pool_devices,
         pool_rounds=pool_rounds,
         flood_links=flood_links,
+        stretch_rounds=stretch_rounds,
         progress=RichProgress(console),
     )
     costs = testbed_costs_from(times)
@@ -514,17 +525,20 @@ def measure_ops_cmd(
                 ),
             )
         console.print(memory)
-    derived = Table(title="derived testbed costs (memory: MiB)")
+    derived = Table(title="derived testbed costs (memory: MiB; hold stretch: a ratio)")
     # Folded, never cut: a cost's name is what a profile's source names.
     derived.add_column("testbed.", overflow="fold")
     for column in ("value ms", "low ms", "high ms"):
         derived.add_column(column, justify="right")
     derived.add_column("how")
     for path, c in costs.items():
-        # A pooled device's memory is MiB, not seconds: shown as it is.
+        # A pooled device's memory is MiB and the hold stretch a ratio, not
+        # seconds: shown as they are.
         shown = (
             (f"{x:.4f}" for x in (c.value, c.low, c.high))
             if path.startswith(POOL_MEMORY_PATH)
+            else (f"{x:.2f}x" for x in (c.value, c.low, c.high))
+            if path == HOLD_STRETCH_PATH
             else (_op_ms(x) for x in (c.value, c.low, c.high))
         )
         derived.add_row(path.removeprefix("testbed."), *shown, c.how)

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..traces.operations import AgentCallCost, OperationTimes, PoolDeviceMemory
+from ..traces.operations import TIME_SLICED_AT, AgentCallCost, OperationTimes, PoolDeviceMemory
 
 __all__ = [
     "AGENT_CALL_PATHS",
     "CLIP_S",
     "GROWTH_PATHS",
+    "HOLD_STRETCH_PATH",
     "POOL_MEMORY_PATH",
     "RTNL_NETNS_HOLD_DEFAULT_S",
     "MeasuredCost",
@@ -44,13 +45,17 @@ CLIP_S = 1e-6
 RTNL_NETNS_HOLD_DEFAULT_S = 5e-4
 #: Where the memory of one pooled device goes in the catalog, ``<kind>`` appended.
 POOL_MEMORY_PATH = "testbed.pool_device_mib."
+#: How RTNL's holds stretch when the holder's core is shared (a ratio, no
+#: catalog field: it decides ``testbed.kernel_holders_pinned``).
+HOLD_STRETCH_PATH = "testbed.hold_stretch"
 
 
 @dataclass(frozen=True, kw_only=True)
 class MeasuredCost:
     """One cost of the testbed catalog, as measured: ``value`` from medians,
     ``low``/``high`` from the quartiles (all seconds; MiB for the memory of a
-    pooled device, ``testbed.pool_device_mib.<kind>``), and ``how`` in one line.
+    pooled device, ``testbed.pool_device_mib.<kind>``; a ratio for
+    :data:`HOLD_STRETCH_PATH`), and ``how`` in one line.
 
     ``path`` is the catalog's (``testbed.<field>``); ``testbed.vm_boot_total_s``
     is no field but the sum ``vm_boot_cpu_s + vm_boot_s`` a fit must respect."""
@@ -276,6 +281,19 @@ def testbed_costs_from(times: OperationTimes) -> dict[str, MeasuredCost]:
         ),
     )
     out.update(_growth_costs(times, s))
+    if (stretch := times.hold_stretch) is not None:
+        out[HOLD_STRETCH_PATH] = MeasuredCost(
+            path=HOLD_STRETCH_PATH,
+            value=stretch.ratio(50.0),
+            low=stretch.ratio(25.0),
+            high=stretch.ratio(75.0),
+            how=(
+                f"{stretch.requests} veth pairs' RTNL holds as a witness on another CPU waited "
+                f"through them, with a CPU-bound process on the holder's CPU over alone: median "
+                f"of {stretch.rounds} rounds, quartiles as low/high (a ratio; from "
+                f"{TIME_SLICED_AT:g} on, holders are time-sliced: kernel_holders_pinned false)"
+            ),
+        )
     for memory in times.pool_memory:
         path = f"{POOL_MEMORY_PATH}{memory.kind}"
         out[path] = _memory_cost(path, memory)

@@ -497,7 +497,8 @@ def testbed_template(
     it as measured); ``vm_stop_cpu_s``: the CPU a VM's stop cost, per VM,
     timed alone after each recorded run (their median is kept as measured:
     no plan storm stops a VM inside it); the times are the fit's to weigh."""
-    from .measured_ops import agent_costs_of, growth_costs_of, pool_memory_of
+    from ..traces.operations import TIME_SLICED_AT
+    from .measured_ops import HOLD_STRETCH_PATH, agent_costs_of, growth_costs_of, pool_memory_of
 
     params = (*TRACE_FREE_PARAMETERS, *(CNI_FREE_PARAMETERS if "cni" in runtimes else ()))
     memory = pool_memory_of(measured or {})
@@ -546,15 +547,29 @@ def testbed_template(
         )
     if service_family is not None:
         sources["service_family"] = f"the recorded storm: {service_family.describe()}"
-    if kernel_config is not None:
-        # Kernel code under a mutex runs until it sleeps where the kernel is
-        # built without preemption; a preemptible build time-slices it.
+    stretch = (measured or {}).get(HOLD_STRETCH_PATH)
+    if stretch is not None:
+        # Measured: a holder that sleeps inside its hold waits for its core
+        # again when it wakes, so even a kernel built without preemption can
+        # stretch a hold as processor sharing does (docs/research-log.md).
+        testbed = testbed.model_copy(
+            update={"kernel_holders_pinned": stretch.value < TIME_SLICED_AT}
+        )
+        sources["testbed.kernel_holders_pinned"] = (
+            f"measured alone (bootstorm testbed measure-ops): RTNL's holds {stretch.value:.2f}x "
+            f"as long with the holder's core shared ({stretch.low:.2f}..{stretch.high:.2f}; "
+            f"pinned below {TIME_SLICED_AT:g}x, time-sliced from it: 2x is processor sharing)"
+        )
+    elif kernel_config is not None:
+        # Unmeasured: kernel code under a mutex runs until it sleeps where the
+        # kernel is built without preemption; a preemptible build time-slices it.
         testbed = testbed.model_copy(
             update={"kernel_holders_pinned": "PREEMPT_NONE" in kernel_config.split()}
         )
         sources["testbed.kernel_holders_pinned"] = (
             f"the storms' kernel build ({kernel_config}): holders of RTNL and cgroup_mutex "
-            "are time-sliced only where it is preemptible"
+            "are time-sliced only where it is preemptible (not measured: `bootstorm testbed "
+            "measure-ops` times how a hold stretches on a shared core)"
         )
     for kind, m in memory.items():
         sources[f"testbed.pool_device_mib.{kind}"] = (

@@ -34,9 +34,11 @@ __all__ = [
     "MAX_AGENT_CALLS_PER_BATCH",
     "OPERATIONS",
     "POOL_DEVICE_KINDS",
+    "TIME_SLICED_AT",
     "VM_MODES",
     "AgentCallCost",
     "BridgeFlood",
+    "HoldStretch",
     "OperationTimes",
     "OperationTiming",
     "PoolDeviceMemory",
@@ -412,6 +414,131 @@ class BridgeFlood:
             raise ValueError(str(exc).removeprefix("bridge_flood: ")) from None
 
 
+#: Most requests one round of the hold-stretch measurement may make.
+MAX_STRETCH_REQUESTS = 10_000
+_STRETCH_FIGURES = ("alone_waits", "alone_wait_s", "shared_waits", "shared_wait_s")
+#: A holder whose hold grows less than this when a CPU-bound task shares its
+#: core keeps its core while it holds (pinned: 1x); at or above it, the holds
+#: stretch as processor sharing stretches them: a hold that is a share ``c``
+#: CPU alone lasts ``1 + c`` times as long beside one CPU-bound task (a veth
+#: pair's is ~75 % CPU here: 1.75x). 1.5 splits the two for holds at least
+#: half CPU.
+TIME_SLICED_AT = 1.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class HoldStretch:
+    """How a kernel lock's hold stretches when the holder's core is shared.
+
+    Each round, twice in turn (``alone``, then ``shared`` with a CPU-bound
+    process on the holder's core, the order alternating by round): a holder
+    pinned to one CPU makes ``requests`` veth pairs, each one RTNL hold of a
+    few hundred microseconds, while a witness on another CPU takes RTNL for
+    short requests as fast as it can. Each of the witness's requests that
+    took longer than ``long_wait_s`` while the holder made its pairs waited
+    behind one of its holds: ``*_waits`` counts them and ``*_wait_s`` sums
+    their wall time. The witness asks again within microseconds of an
+    answer, so the sum is the holds' (within 2 % of the holder's own time in
+    its requests, measured). :meth:`ratio` is how much longer the same
+    holds last with the core shared.
+
+    A kernel built without preemption (``PREEMPT_NONE``) need not keep a
+    holder on its core: a holder that sleeps inside its hold (an allocation,
+    a flush, ``cond_resched``) waits for the core again when it wakes. The
+    ratio says which the model's ``kernel_holders_pinned`` is on this host.
+    """
+
+    requests: int
+    long_wait_s: float
+    alone_waits: tuple[int, ...]
+    alone_wait_s: tuple[float, ...]
+    shared_waits: tuple[int, ...]
+    shared_wait_s: tuple[float, ...]
+
+    __rules__: ClassVar[Rules] = Rules(
+        requests=Interval(int, 1, MAX_STRETCH_REQUESTS),
+        long_wait_s=Interval(float, 0, 1, closed="right", unit="s"),
+        alone_waits=(NonEmpty(), Each(Interval(int, 1))),
+        shared_waits=Each(Interval(int, 1)),
+        alone_wait_s=Each(Interval(float, 0, 1e6, closed="right", unit="s")),
+        shared_wait_s=Each(Interval(float, 0, 1e6, closed="right", unit="s")),
+        checks=_one_entry_per_round(_STRETCH_FIGURES[0], _STRETCH_FIGURES[1:]),
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.alone_waits)
+
+    @property
+    def per_round(self) -> tuple[float, ...]:
+        """Each round's holds (as the witness waited through them) with the
+        core shared over alone: the same ``requests`` both times."""
+        return tuple(
+            shared / alone
+            for alone, shared in zip(self.alone_wait_s, self.shared_wait_s, strict=True)
+        )
+
+    def ratio(self, q: float = 50.0) -> float:
+        """Percentile ``q`` of :attr:`per_round`."""
+        return float(np.percentile(np.asarray(self.per_round, dtype=float), q))
+
+    @property
+    def time_sliced(self) -> bool:
+        """Whether holders lose their core while they hold (the median round's
+        ratio at least :data:`TIME_SLICED_AT`)."""
+        return self.ratio() >= TIME_SLICED_AT
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "long_wait_s": self.long_wait_s,
+            **{name: list(getattr(self, name)) for name in _STRETCH_FIGURES},
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object) -> HoldStretch:
+        """``hold_stretch`` of a JSON file, checked field by field."""
+        entry = _object(raw, "hold_stretch")
+        requests = check_count(
+            _get(entry, "requests", "hold_stretch."), "hold_stretch.requests", minimum=1
+        )
+        long_wait = _get(entry, "long_wait_s", "hold_stretch.")
+        if (
+            isinstance(long_wait, bool)
+            or not isinstance(long_wait, int | float)
+            or not 0 < long_wait <= 1
+        ):
+            raise ValueError(
+                f"hold_stretch.long_wait_s: expected seconds in (0, 1], but got {_short(long_wait)}"
+            )
+        counts = {}
+        for name in ("alone_waits", "shared_waits"):
+            values = _get(entry, name, "hold_stretch.")
+            if not isinstance(values, list):
+                raise ValueError(f"hold_stretch.{name}: expected a list, but got {_short(values)}")
+            counts[name] = tuple(
+                check_count(v, f"hold_stretch.{name}[{k}]", minimum=1) for k, v in enumerate(values)
+            )
+        sums = {
+            name: _figures(entry, name, "hold_stretch", "seconds")
+            for name in ("alone_wait_s", "shared_wait_s")
+        }
+        try:
+            return cls(
+                requests=requests,
+                long_wait_s=float(long_wait),
+                alone_waits=counts["alone_waits"],
+                shared_waits=counts["shared_waits"],
+                alone_wait_s=sums["alone_wait_s"],
+                shared_wait_s=sums["shared_wait_s"],
+            )
+        except ValueError as exc:
+            raise ValueError(str(exc).removeprefix("hold_stretch: ")) from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class OperationTimes:
     """One measurement of the operations on one host: what :func:`measure_operations` returns
@@ -441,6 +568,9 @@ class OperationTimes:
     #: The CPU a new link costs per port on its bridge; None where not
     #: measured (a file of before).
     bridge_flood: BridgeFlood | None = None
+    #: How RTNL's holds stretch when the holder's core is shared; None where
+    #: not measured (a file of before, or a host of one CPU).
+    hold_stretch: HoldStretch | None = None
 
     __rules__: ClassVar[Rules] = Rules(
         held_leases=Depends(
@@ -520,6 +650,7 @@ class OperationTimes:
             **({"held_leases": self.held_leases} if self.held_leases else {}),
             **({"held_ports": self.held_ports} if self.held_ports else {}),
             **({"bridge_flood": self.bridge_flood.to_dict()} if self.bridge_flood else {}),
+            **({"hold_stretch": self.hold_stretch.to_dict()} if self.hold_stretch else {}),
         }
         return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
@@ -610,6 +741,9 @@ class OperationTimes:
             else 0,
             bridge_flood=BridgeFlood.from_dict(obj["bridge_flood"])
             if obj.get("bridge_flood") is not None
+            else None,
+            hold_stretch=HoldStretch.from_dict(obj["hold_stretch"])
+            if obj.get("hold_stretch") is not None
             else None,
         )
 

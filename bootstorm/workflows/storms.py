@@ -202,13 +202,15 @@ def measure_operations_here(
     pool_devices: int | None = None,
     pool_rounds: int | None = None,
     flood_links: int | None = None,
+    stretch_rounds: int | None = None,
     progress: Progress | None = None,
 ) -> OperationTimes:
     """Each testbed operation timed alone on this host (root), interruptible;
     a failure is a :class:`ConfigError` line. ``settle_s``: the longest wait
     for a quiet host before each block; ``pool_devices``/``pool_rounds``: the
     pooled devices' memory batches, ``flood_links`` the bridge flood's new
-    links a round (None: the testbed's defaults; 0 devices or links: not
+    links a round, ``stretch_rounds`` the rounds of RTNL's hold stretch
+    (None: the testbed's defaults; 0 devices, links or rounds: not
     measured)."""
     from ..validation.testbed import TestbedError
     from ..validation.testbed._vm import VmError
@@ -229,6 +231,7 @@ def measure_operations_here(
                         ("pool_devices", pool_devices),
                         ("pool_rounds", pool_rounds),
                         ("flood_links", flood_links),
+                        ("stretch_rounds", stretch_rounds),
                     )
                     if value is not None
                 },

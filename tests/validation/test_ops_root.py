@@ -77,6 +77,7 @@ def test_every_operation_timed_and_nothing_left() -> None:
         flood_links=3,
         flood_window_s=0.5,
         flood_rounds=1,
+        stretch_rounds=1,
     )
     assert times.run is not None
     assert _objects_of(times.run) == []
@@ -104,6 +105,10 @@ def test_every_operation_timed_and_nothing_left() -> None:
     assert times.bridge_flood is not None and times.bridge_flood.rounds == 1
     assert times.bridge_flood.ports == held_ports and times.bridge_flood.new_links == 3
     assert "testbed.flood_per_port_cpu_s" in costs
+    # How RTNL's holds stretch on a shared core: one round (its ratio is
+    # tested in test_hold_stretch_root.py), measured and in the costs.
+    assert times.hold_stretch is not None and times.hold_stretch.rounds == 1
+    assert "testbed.hold_stretch" in costs
     assert OperationTimes.from_json(times.to_json()) == times
 
 
@@ -146,6 +151,9 @@ def test_cli_writes_the_file(tmp_path: Path) -> None:
             # small in test_every_operation_timed_and_nothing_left).
             "--flood-links",
             "0",
+            # 0: RTNL's hold stretch not measured (test_hold_stretch_root.py).
+            "--stretch-rounds",
+            "0",
             "--output",
             str(out),
             "--json",
@@ -159,7 +167,7 @@ def test_cli_writes_the_file(tmp_path: Path) -> None:
 
     times = OperationTimes.from_json(out.read_text())
     assert times.repeats == 2 and times.vm_mode == "process"
-    assert times.pool_memory == () and times.bridge_flood is None
+    assert times.pool_memory == () and times.bridge_flood is None and times.hold_stretch is None
     payload = json.loads(done.stdout)
     assert payload["times"]["run"] == times.run
     assert "testbed.rcu_grace_s" in payload["costs"]

@@ -75,6 +75,7 @@ from ...traces.operations import (
     OPERATIONS,
     POOL_DEVICE_KINDS,
     BridgeFlood,
+    HoldStretch,
     OperationTimes,
     OperationTiming,
     PoolDeviceMemory,
@@ -96,6 +97,7 @@ from ._leftovers import (
 )
 from ._tap import TUNSETIFF, ifreq
 from ._vm import VmRunner, build_stub, stop, vm_available
+from .hold_stretch import STRETCH_ROUNDS, measure_hold_stretch
 
 __all__ = [
     "FLOOD_NEW_LINKS",
@@ -1051,6 +1053,7 @@ def measure_operations(
     flood_links: int | None = None,
     flood_window_s: float = FLOOD_WINDOW_S,
     flood_rounds: int = FLOOD_ROUNDS,
+    stretch_rounds: int | None = None,
 ) -> OperationTimes:
     """Time each operation alone, ``repeats`` times after ``warmup`` discarded ones;
     then measure the memory one pooled device of each kind holds
@@ -1064,7 +1067,9 @@ def measure_operations(
     likewise (:data:`FLOOD_NEW_LINKS`): the new links a round of the bridge
     flood makes on the bridge of ``held_ports`` ports and on an empty one
     (:func:`_measure_bridge_flood`: ``flood_rounds`` rounds of windows of
-    ``flood_window_s``).
+    ``flood_window_s``). ``stretch_rounds`` likewise (:data:`STRETCH_ROUNDS`):
+    rounds of :func:`~.hold_stretch.measure_hold_stretch`, how RTNL's holds
+    stretch when the holder's core is shared.
 
     Needs root (:class:`TestbedError` otherwise); bad arguments are a
     :class:`ValueError` naming them. ``vm=False`` (or no QEMU/KVM here) times
@@ -1085,6 +1090,9 @@ def measure_operations(
         if value > high:
             raise ValueError(f"{name}: must be at most {high} ({what}), but got {value}")
     check_count(flood_rounds, "flood_rounds", minimum=1)
+    if stretch_rounds is None:
+        stretch_rounds = STRETCH_ROUNDS if ops is None else 0
+    check_count(stretch_rounds, "stretch_rounds", minimum=0)
     if not 0.0 < flood_window_s <= MAX_SETTLE_S:  # NaN fails both
         raise ValueError(
             f"flood_window_s: must be within (0, {MAX_SETTLE_S:g}] s, got {flood_window_s!r}"
@@ -1187,6 +1195,13 @@ def measure_operations(
             )
             bench.notes.append(note)
             log.info("bridge flood: median %.3g µs per link per port", flood.per_port_s() * 1e6)
+        stretch: HoldStretch | None = None
+        if stretch_rounds:
+            stretch, note = measure_hold_stretch(
+                bench.names, rounds=stretch_rounds, settle_max_s=settle_max_s
+            )
+            bench.notes.append(note)
+            log.info("%s", note)
         return OperationTimes(
             timings=tuple(timings),
             host=current_host(),
@@ -1200,6 +1215,7 @@ def measure_operations(
             held_leases=bench.held,
             held_ports=bench.held_ports if "bridge_enslave_held" in chosen else 0,
             bridge_flood=flood,
+            hold_stretch=stretch,
         )
     finally:
         if was_enabled:
