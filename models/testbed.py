@@ -123,6 +123,7 @@ __all__ = [
     "TESTBED_POOL_KINDS",
     "TESTBED_STAGES",
     "TRAFFIC_TAIL_CAUTION",
+    "TRAFFIC_TAIL_CAUTION_SLICED",
     "TestbedVariant",
     "growth_cautions",
     "plugin_cautions",
@@ -313,7 +314,8 @@ def growth_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
 #: ``calibrate --plan``, on two machines of this kind.
 TRAFFIC_TAIL_CAUTION = (
     "held out on this project's 2-core host (a 300-s stream in no fit, a profile from "
-    "`calibrate --plan` in the same sitting, two sittings), the model's p99 per window came "
+    "`calibrate --plan` in the same sitting, two sittings, holders pinned to their core as "
+    "this profile has them), the model's p99 per window came "
     "24-38% short and its mean startup 35-40% short (with the bridge's growth with its ports "
     "and the VMs' stops; 35-41% and 42-46% without the growth), while empty-pool starts came "
     "within 9% and pooled device-seconds within 2%; the node's own runs of one stream spread "
@@ -322,16 +324,31 @@ TRAFFIC_TAIL_CAUTION = (
 )
 
 
+#: The same, on a profile whose plan measured RTNL's holders time-sliced
+#: (``testbed measure-ops``' hold stretch; docs/research-log.md, "A holder
+#: does not keep its core", 2026-11-29): one sitting live, three refitted
+#: offline from their plans' storms.
+TRAFFIC_TAIL_CAUTION_SLICED = (
+    "held out on this project's 2-core host (a 300-s stream in no fit, a profile from "
+    "`calibrate --plan` that measured RTNL's holders time-sliced, four sittings), the "
+    "model's p99 per window came 20-25% short and its mean startup 17-36% short, and 133 "
+    "sandboxes at once 6-12% short on makespan; the node's own runs of one stream spread "
+    "-8% to +51% around their median: read the tail as a lower bound"
+)
+
+
 def traffic_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
     """What a what-if of the testbed's catalog on a schedule of starts should
     say under its answer: how far its tail was held out (the node's CPU a
     start grows under traffic further than the bridge's measured growth
-    explains), and, past a bridge's ports, :func:`growth_cautions`. Nothing for another catalog
-    or a storm released at once."""
+    explains; with holders pinned, further short), and, past a bridge's
+    ports, :func:`growth_cautions`. Nothing for another catalog or a storm
+    released at once."""
     if scenario.cni not in TESTBED_CNIS or scenario.arrival_s is None:
         return ()
+    sliced = profile.testbed is not None and profile.testbed.kernel_holders_pinned is False
     return (
-        TRAFFIC_TAIL_CAUTION,
+        TRAFFIC_TAIL_CAUTION_SLICED if sliced else TRAFFIC_TAIL_CAUTION,
         *growth_cautions(scenario, profile),
         *stop_cautions(scenario, profile),
     )

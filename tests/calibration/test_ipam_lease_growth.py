@@ -98,11 +98,22 @@ def test_past_a_bridge_a_what_if_says_the_growth_is_the_testbeds() -> None:
 
 
 def test_a_traffic_what_if_of_the_testbed_says_how_far_its_tail_was_held_out() -> None:
-    from bootstorm.models.testbed import TRAFFIC_TAIL_CAUTION, traffic_cautions
+    from bootstorm.models.testbed import (
+        TRAFFIC_TAIL_CAUTION,
+        TRAFFIC_TAIL_CAUTION_SLICED,
+        traffic_cautions,
+    )
 
     prof = _profile(PER_LEASE_S)
     burst = Scenario(cni="testbed-cni-bridge", sandboxes=4, profile="local")
     stream = burst.replace(arrival_s=(0.0, 1.0, 2.0, 3.0))
     assert traffic_cautions(stream, prof) == (TRAFFIC_TAIL_CAUTION,)
     assert traffic_cautions(burst, prof) == ()
+    # A plan that measured its holders time-sliced was held out apart.
+    assert prof.testbed is not None
+    sliced = prof.model_copy(
+        update={"testbed": prof.testbed.model_copy(update={"kernel_holders_pinned": False})}
+    )
+    assert traffic_cautions(stream, sliced) == (TRAFFIC_TAIL_CAUTION_SLICED,)
+    assert "20-25% short" in TRAFFIC_TAIL_CAUTION_SLICED
     assert traffic_cautions(stream.replace(cni="veth", profile="paper-000"), prof) == ()

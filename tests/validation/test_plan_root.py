@@ -27,13 +27,16 @@ def ops(tmp_path_factory: pytest.TempPathFactory) -> Path:
     plan reads the CNI processes' times, the threads runtime's the rest).
     No pooled device's memory: no storm here reads it, and measuring it
     (tens of devices, a second's settle per batch) was 27 s of each test;
-    test_pool_memory_root.py measures it."""
+    test_pool_memory_root.py measures it. No hold stretch either: beside the
+    suite's other worker it measures that worker's load (35 s);
+    test_hold_stretch_root.py measures it, and the fit then goes by the
+    kernel's build."""
     from bootstorm.validation.testbed.ops import measure_operations
 
     path = tmp_path_factory.mktemp("ops") / "ops.json"
     path.write_text(
         measure_operations(
-            repeats=5, warmup=1, vm=False, settle_max_s=0.5, pool_devices=0
+            repeats=5, warmup=1, vm=False, settle_max_s=0.5, pool_devices=0, stretch_rounds=0
         ).to_json()
     )
     return path
