@@ -471,6 +471,10 @@ _START = (
     "start value of `bootstorm calibrate --measured`; replaced by the fit "
     "(calibration/trace_fit.py)"
 )
+_NOT_FITTED = (
+    "start value of `bootstorm calibrate --measured`, kept: no storm of the runtimes "
+    "fitted uses it (calibration/trace_fit.py)"
+)
 
 
 def testbed_template(
@@ -522,7 +526,8 @@ def testbed_template(
         zero_gib_s_per_core=5.0,
         sandbox_vcpus=1.0,
     )
-    sources = {p.path: _START for p in params}
+    fitted = {p.path for p in free_parameters(runtimes)}
+    sources = {p.path: _START if p.path in fitted else _NOT_FITTED for p in params}
     sources.update(
         {
             "host.cores": "the trace header: the host's CPUs",

@@ -466,7 +466,13 @@ def _stop(scenario: Scenario, c: TestbedCostTable) -> tuple[Step, ...]:
     nobody waits for. The VMM (and the shim) exit and the tap goes with its
     last fd: ``unregister_netdevice`` under RTNL, priced as the tap's
     register (``rtnl_tap_hold_s``; an assumption: no storm times the hold
-    apart), with ``synchronize_net`` inside it; the rest of the stop's
+    apart), with ``synchronize_net`` inside it (``rcu_grace_s``, which no
+    CNI plan sets: its start, 0.5 ms). Seen from another CPU, a veth pair's
+    deletion held RTNL 0.8-1.3 ms of its 17-ms call (the grace periods
+    after the unlock), while a move into a namespace held it all 16 ms
+    (docs/research-log.md, "A holder does not keep its core"): the
+    measured ``rcu_grace_s`` of ``measure-ops`` is a move's, not a stop's,
+    and the stop keeps the start's ~1 ms in all. The rest of the stop's
     measured CPU (``vm_stop_cpu_s``, all of it, timed alone after the
     recorded storms) outside the lock. Without a lifetime, nothing: the
     program is the one of a storm whose VMs stay up."""

@@ -204,3 +204,17 @@ def test_the_cpus_share_is_over_the_run_the_stops_included() -> None:
     assert span_s > stops.makespan_s + LIFETIME_S
     assert stops.cpu.utilisation == pytest.approx(stops.cpu.busy_core_s / (2 * span_s))
     assert 0.0 < stops.cpu.utilisation <= 1.0
+
+
+def test_the_stops_grace_period_is_the_start_a_cni_fit_keeps_and_says_so() -> None:
+    """No storm of a CNI plan moves a peer, so its fit never sets
+    ``rcu_grace_s``, which a stop holds under RTNL: its source says it was
+    kept (it said "replaced by the fit"), and a threads fit's still says
+    replaced. The measured move's grace period is not a stop's (a deletion
+    held RTNL ~1 ms of 17, witnessed; a move all 16 ms)."""
+    cni = trace_fit.testbed_template(cores=2, memory_mib=4096, service_cv=0.0, runtimes=("cni",))
+    threads = trace_fit.testbed_template(cores=2, memory_mib=4096, service_cv=0.0)
+    assert "kept: no storm" in cni.sources["testbed.rcu_grace_s"]
+    assert "replaced by the fit" in threads.sources["testbed.rcu_grace_s"]
+    assert "replaced by the fit" in cni.sources["testbed.rtnl_tap_hold_s"]
+    assert cni.testbed is not None and cni.testbed.rcu_grace_s == pytest.approx(5e-4)
