@@ -123,3 +123,36 @@ def test_the_runs_measured_every_figure_but_one_more_precisely_than_the_toleranc
             if (c.points or c.measured >= MEANINGFUL) and not c.testable(tolerance):
                 spread.append((storm, name))
     assert spread == [("baseline", "rtnl wait in NetNS")]
+
+
+@pytest.mark.slow
+def test_holders_time_sliced_as_measured_blame_a_limited_storms_stages() -> None:
+    """The same plan refitted with the hold stretch this host measured five
+    days later (``traces/data/cni/traffic/plan/ops.json``: RTNL's holds 1.75x
+    as long on a shared core, so holders time-sliced): the stage limit no
+    longer crowds the stages after it (the worst share off 121% pinned, 46%
+    time-sliced), every mean startup within 10% (16% pinned), and as many
+    shares within 20% as pinned; the lock-wait shares stay as far off."""
+    from bootstorm.calibration.measured_ops import HOLD_STRETCH_PATH
+
+    traces = [read_trace(p) for p in sorted((DATA / "plan").glob("*.jsonl.gz"))]
+    stretch = load_measured(DATA / "traffic" / "plan" / "ops.json")[HOLD_STRETCH_PATH]
+    measured = {**load_measured(DATA / "plan" / "ops.json"), HOLD_STRETCH_PATH: stretch}
+    report = fit_storms(traces, measured=measured, kernel_config="PREEMPT_NONE HZ=250")
+    sliced = report.profile
+    assert sliced.testbed is not None and sliced.testbed.kernel_holders_pinned is False
+    pinned = Profile.from_yaml(HANDOVER)
+    worst = {"sliced": 0.0, "pinned": 0.0}
+    within = {"sliced": 0, "pinned": 0}
+    for storm in (*UNLIMITED, *LIMITED):
+        traces_of = [read_trace(p) for p in _storms()[storm]]
+        for name, prof in (("sliced", sliced), ("pinned", pinned)):
+            rows = {c.metric: c for c in predicted_vs_measured(traces_of, prof)}
+            errors = _share_errors(rows)
+            worst[name] = max(worst[name], *errors)
+            within[name] += sum(e <= 0.20 for e in errors)
+            if name == "sliced":
+                assert abs(rows["startup mean_s"].rel_error) <= 0.10, storm
+                assert abs(rows["makespan_s"].rel_error) <= 0.20, storm
+    assert worst["sliced"] <= 0.50 < 1.0 < worst["pinned"]
+    assert within["sliced"] >= within["pinned"] == 8
