@@ -172,3 +172,23 @@ def test_cli_writes_the_file(tmp_path: Path) -> None:
     assert payload["times"]["run"] == times.run
     assert "testbed.rcu_grace_s" in payload["costs"]
     assert times.run is not None and _objects_of(times.run) == []
+
+
+def test_a_failed_hold_stretch_keeps_the_rest_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stretch is measured last but one; its failure must not lose the
+    operations timed before it: the file has no stretch and a note."""
+    import bootstorm.validation.testbed.ops as ops_module
+    from bootstorm.validation.testbed import TestbedError
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise TestbedError("hold stretch: the witness did not start: no CPU 1")
+
+    monkeypatch.setattr(ops_module, "measure_hold_stretch", refuse)
+    times = ops_module.measure_operations(
+        repeats=2, warmup=0, vm=False, ops=("netlink_noop",), settle_max_s=0.5, stretch_rounds=1
+    )
+    assert times.names == ("netlink_noop",) and times.hold_stretch is None
+    assert "hold stretch not measured: hold stretch: the witness did not start: no CPU 1" in (
+        times.notes
+    )
+    assert times.run is not None and _objects_of(times.run) == []
