@@ -23,3 +23,21 @@ def operation_times(samples: Mapping[str, tuple[float, ...]], **fields: Any) -> 
         repeats=repeats,
         **fields,
     )
+
+
+def assert_rounds_checked(times: OperationTimes, section: str, figure: str, good: float) -> None:
+    """``times``' file with ``section.figure`` (a figure per round, 3 rounds)
+    cut to one entry, then with a negative second entry: each refused in one
+    line naming the field (and the value)."""
+    import json
+
+    import pytest
+
+    data = json.loads(times.to_json())
+    data[section][figure] = [good]
+    with pytest.raises(ValueError, match=rf"{figure}: must hold one entry per round \(3"):
+        OperationTimes.from_json(json.dumps(data))
+    data[section][figure] = [good, -1.0, good]
+    with pytest.raises(ValueError, match=rf"{section}\.{figure}\[1\].*-1\.0") as err:
+        OperationTimes.from_json(json.dumps(data))
+    assert "\n" not in str(err.value)

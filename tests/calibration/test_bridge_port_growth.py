@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 import pytest
-from ops_times import operation_times
+from ops_times import assert_rounds_checked, operation_times
 from testbed_scenarios import one_at_a_time
 
 from bootstorm import simulate
@@ -85,13 +85,7 @@ def test_the_file_keeps_ports_and_flood_and_names_a_bad_field() -> None:
     with pytest.raises(ValueError, match="held_ports") as err:
         OperationTimes.from_json(json.dumps(data))
     assert "\n" not in str(err.value)
-    data = json.loads(times.to_json())
-    data["bridge_flood"]["empty_idle_s"] = [0.05]
-    with pytest.raises(ValueError, match=r"empty_idle_s: must hold one entry per round \(3"):
-        OperationTimes.from_json(json.dumps(data))
-    data["bridge_flood"]["empty_idle_s"] = [0.05, -1.0, 0.05]
-    with pytest.raises(ValueError, match=r"bridge_flood\.empty_idle_s\[1\].*-1\.0"):
-        OperationTimes.from_json(json.dumps(data))
+    assert_rounds_checked(times, "bridge_flood", "empty_idle_s", 0.05)
     data = json.loads(times.to_json())
     data["bridge_flood"]["ports"] = 2_000
     with pytest.raises(ValueError, match=r"ports.*2000"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ops_times import operation_times
+from ops_times import assert_rounds_checked, operation_times
 
 from bootstorm.calibration import trace_fit
 from bootstorm.calibration.measured_ops import HOLD_STRETCH_PATH, testbed_costs_from
@@ -111,13 +111,7 @@ def test_the_file_keeps_the_stretch_and_names_a_bad_field() -> None:
     assert back.hold_stretch == times.hold_stretch
     assert "hold_stretch" not in _times(None).to_json()
     assert OperationTimes.from_json(_times(None).to_json()).hold_stretch is None
-    data = json.loads(times.to_json())
-    data["hold_stretch"]["shared_wait_s"] = [0.1]
-    with pytest.raises(ValueError, match=r"shared_wait_s: must hold one entry per round \(3"):
-        OperationTimes.from_json(json.dumps(data))
-    data["hold_stretch"]["shared_wait_s"] = [0.1, -1.0, 0.1]
-    with pytest.raises(ValueError, match=r"hold_stretch\.shared_wait_s\[1\].*-1\.0"):
-        OperationTimes.from_json(json.dumps(data))
+    assert_rounds_checked(times, "hold_stretch", "shared_wait_s", 0.1)
     data = json.loads(times.to_json())
     data["hold_stretch"]["alone_waits"] = [140, 0, 140]
     with pytest.raises(ValueError, match=r"hold_stretch\.alone_waits\[1\]") as err:
