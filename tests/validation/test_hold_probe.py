@@ -41,10 +41,19 @@ def test_up_and_down_change_only_the_up_flag() -> None:
         assert msg.get_attr("IFLA_IFNAME") == "bstabcdsw0"
 
 
-def test_a_delete_names_its_link() -> None:
+def test_a_delete_names_its_link_or_its_group() -> None:
     msg = _decoded(probe.delete_request("bstabcdsa0", seq=3))
     assert msg["header"]["type"] == 17  # RTM_DELLINK
     assert msg.get_attr("IFLA_IFNAME") == "bstabcdsa0"
+    group = _decoded(probe.delete_group_request(7, seq=4))
+    assert group["header"]["type"] == 17 and group["index"] == 0
+    assert group.get_attr("IFLA_GROUP") == 7 and group.get_attr("IFLA_IFNAME") is None
+
+
+def test_the_holders_pairs_are_one_group() -> None:
+    msg = _decoded(probe.veth_request("bstabcdsa1", "bstabcdsb1", seq=1, group=7))
+    assert msg.get_attr("IFLA_GROUP") == 7
+    assert _decoded(probe.veth_request("x", "y", seq=1)).get_attr("IFLA_GROUP") is None
 
 
 def test_a_bad_role_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:

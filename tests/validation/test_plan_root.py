@@ -28,7 +28,7 @@ def ops(tmp_path_factory: pytest.TempPathFactory) -> Path:
     No pooled device's memory: no storm here reads it, and measuring it
     (tens of devices, a second's settle per batch) was 27 s of each test;
     test_pool_memory_root.py measures it. No hold stretch either: beside the
-    suite's other worker it measures that worker's load (35 s);
+    suite's other worker it measures that worker's load;
     test_hold_stretch_root.py measures it, and the fit then goes by the
     kernel's build."""
     from bootstorm.validation.testbed.ops import measure_operations

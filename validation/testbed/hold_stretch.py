@@ -46,9 +46,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: veth pairs the holder makes in each window (~0.4 ms of RTNL each here:
-#: about 60 ms of holds a window alone).
-STRETCH_REQUESTS = 150
-STRETCH_ROUNDS = 5
+#: about 0.12 s of holds a window alone), and rounds of two windows: 7
+#: rounds' median moved by ±0.2 here, single rounds 1.4-3.0.
+STRETCH_REQUESTS = 300
+STRETCH_ROUNDS = 7
 #: A witness's request waited behind a hold when it took longer than this:
 #: its own request takes 10-15 µs here, a veth pair's creation 0.3-0.5 ms.
 #: The witness asks again within microseconds of its last answer, so it
@@ -56,7 +57,20 @@ STRETCH_ROUNDS = 5
 LONG_WAIT_S = 50e-6
 _PROBE = Path(__file__).with_name("_hold_probe.py")
 _PROBE_TIMEOUT_S = 120.0
-_HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+#: The CPU-bound process: it dies with the measurement (a parent-death
+#: signal, and its parent checked after setting it) and by a deadline, so a
+#: measurement killed outright leaves no core spinning.
+_HOG = (
+    "import ctypes, os, signal, sys, time\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+    "if os.getppid() != int(sys.argv[2]):\n"
+    "    sys.exit(0)\n"
+    "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+    "end = time.monotonic() + float(sys.argv[3])\n"
+    "while time.monotonic() < end:\n"
+    "    for _ in range(100_000):\n"
+    "        pass\n"
+)
 
 
 def _two_cpus() -> tuple[int, int] | None:
@@ -85,7 +99,8 @@ def _window(
     procs: list[subprocess.Popen[Any]] = []
     try:
         if shared:
-            hog = [sys.executable, "-I", "-S", "-c", _HOG, str(holder_cpu)]
+            hog = [sys.executable, "-I", "-S", "-c", _HOG, str(holder_cpu), str(os.getpid())]
+            hog.append(str(2 * _PROBE_TIMEOUT_S))
             procs.append(subprocess.Popen(hog))
         witness = subprocess.Popen(
             _probe("witness", netns_path, witness_cpu, prefix, LONG_WAIT_S),
