@@ -435,7 +435,7 @@ def measure_ops_cmd(
     pool_devices: MeasurePoolDevicesOption = 200,
     pool_rounds: MeasurePoolRoundsOption = 5,
     flood_links: MeasureFloodLinksOption = 30,
-    stretch_rounds: MeasureStretchRoundsOption = 5,
+    stretch_rounds: MeasureStretchRoundsOption = 7,  # hold_stretch.STRETCH_ROUNDS
 ) -> None:
     """Time each testbed operation alone (serial, idle host), measure the memory a
     pooled device holds, and derive the catalog's costs."""

@@ -563,7 +563,8 @@ def testbed_template(
         sources["testbed.kernel_holders_pinned"] = (
             f"measured alone (bootstorm testbed measure-ops): RTNL's holds {stretch.value:.2f}x "
             f"as long with the holder's core shared ({stretch.low:.2f}..{stretch.high:.2f}; "
-            f"pinned below {TIME_SLICED_AT:g}x, time-sliced from it: 2x is processor sharing)"
+            f"pinned below {TIME_SLICED_AT:g}x, time-sliced from it: processor sharing makes "
+            "it 1 + the hold's CPU share)"
         )
     elif kernel_config is not None:
         # Unmeasured: kernel code under a mutex runs until it sleeps where the
