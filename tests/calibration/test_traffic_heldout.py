@@ -2,7 +2,9 @@
 recorded 2026-11-29 by its ``record.sh``): the CNI runtime's calibration plan
 (16 storms and ``ops.json``), then a bursty stream it never saw (a seeded
 MMPP, 778 starts in 300 s, each VM stopped 5 s after it came up) three times
-and 133 sandboxes at once twice, interleaved.
+and 133 sandboxes at once twice, interleaved; then the stream twice more
+through a node agent that refills a pool of 10 plumbed namespaces while the
+sandboxes start.
 
 *Predict*: nothing held out is in the fit. The plan measured RTNL's holds
 1.75x as long with the holder's core shared (``hold_stretch``): the fit
@@ -32,6 +34,8 @@ DATA = Path(__file__).resolve().parents[2] / "traces" / "data" / "cni" / "traffi
 PROFILE = DATA / "plan" / "local.yaml"
 STREAM = tuple(DATA / f"stream-run{k}.jsonl.gz" for k in (1, 2, 3))
 AT_ONCE = tuple(DATA / f"at133-run{k}.jsonl.gz" for k in (1, 2))
+#: The stream through a node agent refilling a netns-veth pool (pools.yaml).
+POOLED = tuple(DATA / f"pooled-run{k}.jsonl.gz" for k in (1, 2))
 P99_WINDOWS = "p99 per 60-s window, median_s"
 
 
@@ -94,3 +98,16 @@ def test_pinned_holders_the_builds_rule_predict_the_stream_worse() -> None:
         sliced_error = abs(_rows(paths, measured)[metric].rel_error)
         pinned_error = abs(_rows(paths, pinned)[metric].rel_error)
         assert sliced_error < pinned_error, metric
+
+
+def test_the_stream_with_a_refilling_pool_is_predicted_to_the_issues_numbers() -> None:
+    """Through a node agent refilling a netns-veth pool of 10 (one worker),
+    two runs: p99 per 60-s window 1.691 ±0.034 s measured, +12.1% predicted;
+    empty-pool starts 190.5 against 186 (−2.4%); idle pooled device-seconds
+    −0.1%. The issue asks within 20%, within 20% and exact."""
+    rows = _rows(POOLED, Profile.from_yaml(PROFILE))
+    assert rows[P99_WINDOWS].measured == pytest.approx(1.691, abs=0.01)
+    assert abs(rows[P99_WINDOWS].rel_error) <= 0.20
+    assert rows["empty-pool starts"].measured == pytest.approx(190.5)
+    assert abs(rows["empty-pool starts"].rel_error) <= 0.20
+    assert abs(rows["idle pooled device-s"].rel_error) <= 0.01
