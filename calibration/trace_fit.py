@@ -501,7 +501,7 @@ def testbed_template(
     it as measured); ``vm_stop_cpu_s``: the CPU a VM's stop cost, per VM,
     timed alone after each recorded run (their median is kept as measured:
     no plan storm stops a VM inside it); the times are the fit's to weigh."""
-    from ..traces.operations import TIME_SLICED_AT
+    from ..traces.operations import TIME_SLICED_AT, holders_time_sliced
     from .measured_ops import HOLD_STRETCH_PATH, agent_costs_of, growth_costs_of, pool_memory_of
 
     params = (*TRACE_FREE_PARAMETERS, *(CNI_FREE_PARAMETERS if "cni" in runtimes else ()))
@@ -558,7 +558,7 @@ def testbed_template(
         # again when it wakes, so even a kernel built without preemption can
         # stretch a hold as processor sharing does (docs/research-log.md).
         testbed = testbed.model_copy(
-            update={"kernel_holders_pinned": stretch.value < TIME_SLICED_AT}
+            update={"kernel_holders_pinned": not holders_time_sliced(stretch.value)}
         )
         sources["testbed.kernel_holders_pinned"] = (
             f"measured alone (bootstorm testbed measure-ops): RTNL's holds {stretch.value:.2f}x "

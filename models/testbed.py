@@ -326,16 +326,18 @@ TRAFFIC_TAIL_CAUTION = (
 
 #: The same, on a profile whose plan measured RTNL's holders time-sliced
 #: (``testbed measure-ops``' hold stretch; docs/research-log.md, "A holder
-#: does not keep its core", 2026-11-29): one sitting live, three refitted
-#: offline from their plans' storms.
+#: does not keep its core", 2026-11-29, and "The loop with holders
+#: time-sliced", 2026-11-30): two sittings live, three refitted offline from
+#: their plans' storms.
 TRAFFIC_TAIL_CAUTION_SLICED = (
     "held out on this project's 2-core host (a 300-s stream in no fit, a profile from "
-    "`calibrate --plan` that measured RTNL's holders time-sliced, four sittings), the "
-    "model's p99 per window came 20-25% short and its mean startup 17-36% short, and 133 "
-    "sandboxes at once 6-12% short on makespan; with a pool refilled by a node agent "
-    "(one sitting) the p99 per window came 12% long, empty-pool starts within 3% and "
-    "pooled device-seconds within 0.1%; the node's own runs of one stream spread "
-    "-8% to +51% around their median: read the tail as a lower bound"
+    "`calibrate --plan` that measured RTNL's holders time-sliced, five sittings), the "
+    "model's p99 per window came 20-42% short and its mean startup 17-45% short (the most "
+    "where the plan's storms ran fast against the stream: its CPU a start 20-26% short), "
+    "and 133 sandboxes at once 6-12% short on makespan; through a node agent refilling its "
+    "pools (two sittings, three configs) the p99 per window came 36% short to 12% long, "
+    "empty-pool starts within 5% and pooled device-seconds within 2%; the node's own runs "
+    "of one stream spread -8% to +51% around their median: read the tail as a lower bound"
 )
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "PoolDeviceMemory",
     "VmMode",
     "check_count",
+    "holders_time_sliced",
 ]
 
 #: The operations timed, in the order they run.
@@ -426,6 +427,13 @@ _STRETCH_FIGURES = ("alone_waits", "alone_wait_s", "shared_waits", "shared_wait_
 TIME_SLICED_AT = 1.5
 
 
+def holders_time_sliced(stretch: float) -> bool:
+    """Whether holds that last ``stretch`` times as long with the holder's
+    core shared are time-sliced (:data:`TIME_SLICED_AT` and above) rather
+    than pinned: the one rule, for :class:`HoldStretch` and the fit."""
+    return stretch >= TIME_SLICED_AT
+
+
 @dataclass(frozen=True, kw_only=True)
 class HoldStretch:
     """How a kernel lock's hold stretches when the holder's core is shared.
@@ -489,7 +497,7 @@ class HoldStretch:
     def time_sliced(self) -> bool:
         """Whether holders lose their core while they hold (the median round's
         ratio at least :data:`TIME_SLICED_AT`)."""
-        return self.ratio() >= TIME_SLICED_AT
+        return holders_time_sliced(self.ratio())
 
     def to_dict(self) -> dict[str, Any]:
         return {

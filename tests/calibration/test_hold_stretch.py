@@ -62,10 +62,20 @@ def test_the_measured_cost_is_the_ratio_with_its_quartiles() -> None:
     assert "150 veth pairs" in cost.how and "3 rounds" in cost.how
 
 
-@pytest.mark.parametrize(("per_round", "pinned"), [((2.4, 1.7, 2.1), False), ((1.1,) * 3, True)])
+@pytest.mark.parametrize(
+    ("per_round", "pinned"),
+    [
+        ((2.4, 1.7, 2.1), False),
+        ((1.1,) * 3, True),
+        # At the threshold the fit and the value object agree (one rule).
+        ((TIME_SLICED_AT,) * 3, False),
+        ((TIME_SLICED_AT - 0.01,) * 3, True),
+    ],
+)
 def test_a_fit_pins_holders_only_where_the_holds_did_not_stretch(
     per_round: tuple[float, ...], pinned: bool
 ) -> None:
+    assert _stretch(per_round).time_sliced is not pinned
     costs = testbed_costs_from(_times(_stretch(per_round)))
     profile = trace_fit.testbed_template(
         cores=2,
