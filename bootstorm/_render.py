@@ -289,7 +289,7 @@ def identification_table(
 def print_identification(console: Console, found: Identification) -> None:
     """Print the unidentified costs a what-if rests on (nothing if none),
     and whether its profile is less precise than a paper row."""
-    for line in (*found.stale, *found.plugin, *found.growth):
+    for line in (*found.stale, *found.plugin, *found.growth, *found.traffic):
         console.print(f"[yellow]caution: {escape(line)}[/]")
     table = identification_table(found.cautions, testbed=found.testbed)
     if table is not None:

@@ -24,7 +24,7 @@ from ..calibration.identify import (
 )
 from ..calibration.tornado import Tornado, tornado
 from ..models import Profile, Scenario, Traffic, load_profile
-from ..models.testbed import growth_cautions, plugin_cautions
+from ..models.testbed import growth_cautions, plugin_cautions, traffic_cautions
 
 if TYPE_CHECKING:
     from ..models import SeedLike
@@ -101,6 +101,10 @@ class Identification:
     growth: tuple[str, ...] = ()
     """A testbed what-if past a bridge's ports whose costs grow with the
     sandboxes ahead (:func:`bootstorm.models.testbed.growth_cautions`)."""
+    traffic: tuple[str, ...] = ()
+    """A testbed what-if on a schedule of starts: how far its tail was held
+    out, and its stops (:func:`bootstorm.models.testbed.traffic_cautions`,
+    less what :attr:`growth` says already)."""
 
     @property
     def imprecise(self) -> bool:
@@ -182,6 +186,7 @@ class WhatIf:
         payload["profile_stale"] = list(self.identification.stale)
         payload["plugin_cautions"] = list(self.identification.plugin)
         payload["growth_cautions"] = list(self.identification.growth)
+        payload["traffic_cautions"] = list(self.identification.traffic)
         if self.background is not None:
             payload["background"] = self.background.to_dict()
         return payload
@@ -287,7 +292,8 @@ def identification(
         testbed=prof.testbed is not None,
         stale=staleness(prof),
         plugin=plugin_cautions(scenario.cni, prof),
-        growth=growth_cautions(scenario, prof),
+        growth=(growth := growth_cautions(scenario, prof)),
+        traffic=tuple(c for c in traffic_cautions(scenario, prof) if c not in growth),
     )
 
 

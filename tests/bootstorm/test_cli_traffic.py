@@ -289,3 +289,26 @@ def test_a_lifetime_the_model_has_no_stop_for_is_one_line(
         ["optimize", "--workload", str(workload), "--storage", "memory", *extra], capsys
     )
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_optimize_on_a_node_profile_says_how_far_the_tail_was_held_out(
+    workload: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The search's answer on the testbed's catalog is a traffic what-if too:
+    it prints the held-out tail's caution that ``simulate --workload`` prints
+    (before, only ``simulate`` did, and a planner who searched saw none)."""
+    from bootstorm.models import Profile
+    from bootstorm.models.testbed import TRAFFIC_TAIL_CAUTION, TRAFFIC_TAIL_CAUTION_SLICED
+
+    argv = ["optimize", "--workload", str(workload), "--slo-p99", "60s", "--trials", "4",
+            "--cni", "testbed-cni-bridge", "--profile", str(CNI_PROFILE), "--lifetime-s", "5",
+            "--storage", "memory", "--output", str(tmp_path / "tuned.yaml")]  # fmt: skip
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    testbed = Profile.from_yaml(CNI_PROFILE).testbed
+    assert testbed is not None
+    sliced = testbed.kernel_holders_pinned is False
+    tail = TRAFFIC_TAIL_CAUTION_SLICED if sliced else TRAFFIC_TAIL_CAUTION
+    flat = " ".join(out.split())
+    assert f"caution: {tail}" in flat
+    assert flat.count("read the tail as a lower bound") == 1
