@@ -118,6 +118,7 @@ __all__ = [
     "GIL",
     "IPAM_LOCK",
     "MACVLAN_PER_VETH_PAIR",
+    "STOP_RTNL_SLEEP_S",
     "TESTBED_BRIDGE_PORTS",
     "TESTBED_CNIS",
     "TESTBED_POOL_KINDS",
@@ -465,21 +466,30 @@ def _vm_up(c: TestbedCostTable) -> tuple[Step, ...]:
     )
 
 
+#: The sleep inside a VM's stop's RTNL hold: the tap's
+#: ``unregister_netdevice`` starts its grace period (``synchronize_net``)
+#: under RTNL and waits out the rest after the unlock (``netdev_run_todo``).
+#: Seen from another CPU (the hold-stretch witness, 60 deletions twice), a
+#: veth pair's deletion held RTNL 0.8-1.3 ms of its 16.8-17.2-ms call on this
+#: project's host; with the tap's register hold (~0.3 ms) this makes ~0.8 ms
+#: (docs/research-log.md, "A holder does not keep its core"). Not
+#: ``rcu_grace_s``: that is a move's, which holds RTNL through its whole grace
+#: period (16 ms, witnessed), and no CNI plan sets it.
+STOP_RTNL_SLEEP_S = 5e-4
+
+
 def _stop(scenario: Scenario, c: TestbedCostTable) -> tuple[Step, ...]:
     """With a lifetime, the VM's stop that long after it came up: a branch
     nobody waits for. The VMM (and the shim) exit and the tap goes with its
     last fd: ``unregister_netdevice`` under RTNL, priced as the tap's
     register (``rtnl_tap_hold_s``; an assumption: no storm times the hold
-    apart), with ``synchronize_net`` inside it (``rcu_grace_s``, which no
-    CNI plan sets: its start, 0.5 ms). Seen from another CPU, a veth pair's
-    deletion held RTNL 0.8-1.3 ms of its 17-ms call (the grace periods
-    after the unlock), while a move into a namespace held it all 16 ms
-    (docs/research-log.md, "A holder does not keep its core"): the
-    measured ``rcu_grace_s`` of ``measure-ops`` is a move's, not a stop's,
-    and the stop keeps the start's ~1 ms in all. The rest of the stop's
-    measured CPU (``vm_stop_cpu_s``, all of it, timed alone after the
-    recorded storms) outside the lock. Without a lifetime, nothing: the
-    program is the one of a storm whose VMs stay up."""
+    apart), with the start of ``synchronize_net`` inside it
+    (:data:`STOP_RTNL_SLEEP_S`, witnessed; not ``rcu_grace_s``, a move's:
+    where a threads fit set it, a stop held RTNL 17x too long, and on a CNI
+    fit, which never sets it, every stream's answer hung on a cost no plan
+    sees). The rest of the stop's measured CPU (``vm_stop_cpu_s``, all of
+    it, timed alone after the recorded storms) outside the lock. Without a
+    lifetime, nothing: the program is the one of a storm whose VMs stay up."""
     if scenario.lifetime_s is None:
         return ()
     hold_s = c.rtnl_tap_hold_s
@@ -487,7 +497,7 @@ def _stop(scenario: Scenario, c: TestbedCostTable) -> tuple[Step, ...]:
     steps = (
         Sleep(scenario.lifetime_s, "lifetime"),
         Cpu(exits_s, "VMM and shim exit"),
-        Hold(RTNL, (Cpu(hold_s, "tap unregister"), Sleep(c.rcu_grace_s, "synchronize_net"))),
+        Hold(RTNL, (Cpu(hold_s, "tap unregister"), Sleep(STOP_RTNL_SLEEP_S, "synchronize_net"))),
     )
     return (Async("stop", steps),)
 

@@ -18,6 +18,7 @@ from bootstorm import simulate
 from bootstorm.calibration import trace_fit
 from bootstorm.calibration.trace_fit import StormStats
 from bootstorm.models import ConfigError, Profile, Scenario, compile_scenario
+from bootstorm.models.testbed import STOP_RTNL_SLEEP_S
 from bootstorm.simulator import make_executor, run_program
 from bootstorm.traces import Trace, VmStops, read_trace, write_trace
 
@@ -61,9 +62,9 @@ def test_a_stop_costs_its_measured_cpu_a_lifetime_after_the_vm_came_up(
     # The stop ends a lifetime after the VM came up, once its exits ran and
     # the tap's unregister (synchronize_net inside it) held RTNL.
     done = stops.branch_finish_s["stop"] - stops.arrival_s - stops.startup_latency_s
-    assert done == pytest.approx(LIFETIME_S + STOP_CPU_S + c.rcu_grace_s, abs=1e-9)
+    assert done == pytest.approx(LIFETIME_S + STOP_CPU_S + STOP_RTNL_SLEEP_S, abs=1e-9)
     rtnl = stops.locks["rtnl"].hold_s - up.locks["rtnl"].hold_s
-    assert rtnl == pytest.approx(N * (c.rtnl_tap_hold_s + c.rcu_grace_s), rel=1e-9)
+    assert rtnl == pytest.approx(N * (c.rtnl_tap_hold_s + STOP_RTNL_SLEEP_S), rel=1e-9)
 
 
 def test_a_stop_not_measured_costs_only_the_taps_hold() -> None:
@@ -218,3 +219,25 @@ def test_the_stops_grace_period_is_the_start_a_cni_fit_keeps_and_says_so() -> No
     assert "replaced by the fit" in threads.sources["testbed.rcu_grace_s"]
     assert "replaced by the fit" in cni.sources["testbed.rtnl_tap_hold_s"]
     assert cni.testbed is not None and cni.testbed.rcu_grace_s == pytest.approx(5e-4)
+
+
+@pytest.mark.parametrize("cni", ["testbed-cni-bridge", "testbed-veth"])
+def test_a_stops_rtnl_hold_is_the_witnessed_deletions_not_a_moves_grace_period(
+    cni: str,
+) -> None:
+    """A move holds RTNL through its whole grace period (``rcu_grace_s``,
+    16 ms witnessed); a deletion only starts one under it (~1 ms of 17,
+    witnessed). The stop priced its hold with ``rcu_grace_s``: a threads fit
+    (which sets it to the move's) made every stop hold RTNL 17x too long, and
+    a CNI stream's answer hung on a cost no CNI plan sees. Now the stop's
+    hold is the same whatever ``rcu_grace_s`` is."""
+    prof = _profile(stop_cpu_s=STOP_CPU_S)
+    stopping = ALONE.replace(cni=cni)
+    short = simulate(stopping, profile=prof)
+    moved = simulate(
+        stopping, profile=prof.with_values({"testbed.rcu_grace_s": 0.0136}, source="t")
+    )
+    if cni == "testbed-cni-bridge":  # the CNI runtime moves nothing: nothing changes
+        assert moved.locks["rtnl"].hold_s == pytest.approx(short.locks["rtnl"].hold_s, rel=1e-12)
+    stop_s = [r.branch_finish_s["stop"] - r.arrival_s - r.startup_latency_s for r in (short, moved)]
+    np.testing.assert_allclose(stop_s[0], stop_s[1], atol=1e-9)
