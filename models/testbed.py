@@ -128,6 +128,7 @@ __all__ = [
     "TestbedVariant",
     "growth_cautions",
     "plugin_cautions",
+    "schedule_cautions",
     "stop_cautions",
     "testbed_costs",
     "testbed_lock_specs",
@@ -342,21 +343,29 @@ TRAFFIC_TAIL_CAUTION_SLICED = (
 )
 
 
-def traffic_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
-    """What a what-if of the testbed's catalog on a schedule of starts should
-    say under its answer: how far its tail was held out (the node's CPU a
-    start grows under traffic further than the bridge's measured growth
-    explains; with holders pinned, further short), and, past a bridge's
-    ports, :func:`growth_cautions`. Nothing for another catalog or a storm
-    released at once."""
+def schedule_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
+    """What a what-if of the testbed's catalog on a schedule of starts says
+    under its answer for the schedule itself: how far its tail was held out
+    (the node's CPU a start grows under traffic further than the bridge's
+    measured growth explains; with holders pinned, further short), and
+    :func:`stop_cautions`. Nothing for another catalog or a storm released
+    at once."""
     if scenario.cni not in TESTBED_CNIS or scenario.arrival_s is None:
         return ()
     sliced = profile.testbed is not None and profile.testbed.kernel_holders_pinned is False
     return (
         TRAFFIC_TAIL_CAUTION_SLICED if sliced else TRAFFIC_TAIL_CAUTION,
-        *growth_cautions(scenario, profile),
         *stop_cautions(scenario, profile),
     )
+
+
+def traffic_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
+    """Everything a traffic what-if of the testbed's catalog says under its
+    answer: :func:`schedule_cautions` and, past a bridge's ports,
+    :func:`growth_cautions`. Nothing for another catalog or a storm released
+    at once."""
+    schedule = schedule_cautions(scenario, profile)
+    return (*schedule, *growth_cautions(scenario, profile)) if schedule else ()
 
 
 def stop_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:

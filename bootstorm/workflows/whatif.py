@@ -24,7 +24,7 @@ from ..calibration.identify import (
 )
 from ..calibration.tornado import Tornado, tornado
 from ..models import Profile, Scenario, Traffic, load_profile
-from ..models.testbed import growth_cautions, plugin_cautions, traffic_cautions
+from ..models.testbed import growth_cautions, plugin_cautions, schedule_cautions
 
 if TYPE_CHECKING:
     from ..models import SeedLike
@@ -103,8 +103,7 @@ class Identification:
     sandboxes ahead (:func:`bootstorm.models.testbed.growth_cautions`)."""
     traffic: tuple[str, ...] = ()
     """A testbed what-if on a schedule of starts: how far its tail was held
-    out, and its stops (:func:`bootstorm.models.testbed.traffic_cautions`,
-    less what :attr:`growth` says already)."""
+    out, and its stops (:func:`bootstorm.models.testbed.schedule_cautions`)."""
 
     @property
     def imprecise(self) -> bool:
@@ -292,8 +291,8 @@ def identification(
         testbed=prof.testbed is not None,
         stale=staleness(prof),
         plugin=plugin_cautions(scenario.cni, prof),
-        growth=(growth := growth_cautions(scenario, prof)),
-        traffic=tuple(c for c in traffic_cautions(scenario, prof) if c not in growth),
+        growth=growth_cautions(scenario, prof),
+        traffic=schedule_cautions(scenario, prof),
     )
 
 

@@ -95,6 +95,12 @@ def test_past_a_bridge_a_what_if_says_the_growth_is_the_testbeds() -> None:
     assert growth_cautions(big.replace(sandboxes=TESTBED_BRIDGE_PORTS), prof) == ()
     assert growth_cautions(big, _profile(None)) == ()
     assert growth_cautions(big.replace(cni="testbed-veth"), prof) == ()
+    # On a schedule: the schedule's own cautions, then the growth, each once.
+    from bootstorm.models.testbed import schedule_cautions, traffic_cautions
+
+    stream = big.replace(arrival_s=tuple(float(k) for k in range(big.sandboxes)))
+    assert traffic_cautions(stream, prof) == (*schedule_cautions(stream, prof), line)
+    assert line not in schedule_cautions(stream, prof)
 
 
 def test_a_traffic_what_if_of_the_testbed_says_how_far_its_tail_was_held_out() -> None:
