@@ -424,6 +424,8 @@ MeasureStretchRoundsOption = Annotated[
 ]
 
 
+# The defaults are literals (the testbed's modules are imported only when the
+# command runs); test_cli_testbed.py holds each to the testbed's constant.
 @testbed_app.command("measure-ops")
 def measure_ops_cmd(
     repeats: MeasureRepeatsOption = 30,
@@ -435,7 +437,7 @@ def measure_ops_cmd(
     pool_devices: MeasurePoolDevicesOption = 200,
     pool_rounds: MeasurePoolRoundsOption = 5,
     flood_links: MeasureFloodLinksOption = 30,
-    stretch_rounds: MeasureStretchRoundsOption = 7,  # hold_stretch.STRETCH_ROUNDS
+    stretch_rounds: MeasureStretchRoundsOption = 7,
 ) -> None:
     """Time each testbed operation alone (serial, idle host), measure the memory a
     pooled device holds, and derive the catalog's costs."""

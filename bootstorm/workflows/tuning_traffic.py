@@ -38,9 +38,10 @@ import numpy as np
 
 from .._io import write_atomically
 from ..models import ConfigError, PoolRefill, Profile, Scenario, TunedConfig
+from ..models.testbed import traffic_cautions
 from ..traces.workload import Workload
 from ._progress import Progress, SilentProgress
-from .traffic import DEFAULT_WINDOW_S, check_window_s, traffic_what_if
+from .traffic import DEFAULT_WINDOW_S, check_window_s, traffic_what_if, workload_scenario
 from .tuning import describe_config, node_profile_for_tune
 
 if TYPE_CHECKING:
@@ -139,6 +140,10 @@ class TrafficTuneOutcome:
     slo_p99_s: float
     rounds: int
     profile: Profile
+    cautions: tuple[str, ...] = ()
+    """What the model's predictions on this workload rest on that the
+    profile did not identify (:func:`bootstorm.models.testbed.traffic_cautions`):
+    the same for every config, printed under the search's predictions."""
 
     def row(self, name: str) -> TrafficRow:
         return next(r for r in self.rows if r.name == name)
@@ -160,6 +165,7 @@ class TrafficTuneOutcome:
             "chosen": self.chosen,
             "why": self.why,
             "memory_vs_peak_burst": self.memory_vs_peak_burst,
+            "cautions": list(self.cautions),
             "rows": [r.to_dict() for r in self.rows],
         }
 
@@ -567,6 +573,10 @@ def tune_traffic(
             f"{c.name}: predicted p99 {p.p99_s:.3f} s, {p.memory_mib or 0:.1f} MiB held "
             f"— {'; '.join(filter(None, (describe_config(c.config), describe_refill(c.config))))}"
         )
+    # The same for every config: the schedule's tail, its stops, the growths.
+    cautions = traffic_cautions(workload_scenario(base, workload), profile)
+    for line in cautions:
+        progress.note(f"caution: {line}", tone="warn")
     progress.step(
         f"3. run {len(chosen)} configs for real on the workload's schedule, {repeats} round(s), "
         "through a node agent that refills its pools"
@@ -622,6 +632,7 @@ def tune_traffic(
         slo_p99_s=slo_p99_s,
         rounds=repeats,
         profile=profile,
+        cautions=cautions,
     )
     progress.show(outcome)
     if name is not None:

@@ -227,3 +227,32 @@ def test_the_cni_wrapper_needs_an_agent_and_a_known_name(
     code, _, err = run([*command, "--cni-wrapper", "cni-shim"], capsys)
     assert code == 2
     assert "cni_wrapper" in err and "'cni-shim'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_measure_ops_defaults_are_the_testbeds_own() -> None:
+    """The command keeps its imports lazy, so its defaults are literals: each
+    must be the testbed's constant, or `measure-ops` and the plan's own
+    measurement (which takes the constants) would time different things."""
+    import inspect
+
+    from bootstorm._cli_testbed import measure_ops_cmd
+    from bootstorm.validation.testbed import hold_stretch, ops
+
+    defaults = {
+        name: p.default for name, p in inspect.signature(measure_ops_cmd).parameters.items()
+    }
+    assert {k: defaults[k] for k in _MEASURE_OPS_CONSTANTS} == {
+        k: getattr(hold_stretch if k == "stretch_rounds" else ops, constant)
+        for k, constant in _MEASURE_OPS_CONSTANTS.items()
+    }
+
+
+_MEASURE_OPS_CONSTANTS = {
+    "repeats": "DEFAULT_REPEATS",
+    "warmup": "DEFAULT_WARMUP",
+    "settle_s": "SETTLE_MAX_S",
+    "pool_devices": "POOL_MEMORY_DEVICES",
+    "pool_rounds": "POOL_MEMORY_ROUNDS",
+    "flood_links": "FLOOD_NEW_LINKS",
+    "stretch_rounds": "STRETCH_ROUNDS",
+}

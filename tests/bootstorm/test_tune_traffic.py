@@ -24,13 +24,13 @@ from bootstorm.models import (
     compile_scenario,
 )
 from bootstorm.models.refill import REFILL
-from bootstorm.models.testbed import TESTBED_CNIS
+from bootstorm.models.testbed import TESTBED_CNIS, traffic_cautions
 from bootstorm.simulator import run_with
 from bootstorm.traces import Arrival, HostFacts, PoolLevelSample, PoolTake, Trace
 from bootstorm.traces.workload import Workload
 from bootstorm.validation.candidates import Candidate
 from bootstorm.validation.recording import from_recording
-from bootstorm.workflows import RecordingProgress, tune_traffic
+from bootstorm.workflows import RecordingProgress, tune_traffic, workload_scenario
 from bootstorm.workflows.tuning_traffic import (
     PEAK_BURST,
     TrafficFigures,
@@ -209,6 +209,28 @@ def test_tune_traffic_writes_nothing_when_the_node_needs_no_pool(tmp_path: Path)
     assert outcome.row("baseline").meets_slo
     assert outcome.chosen is None and "without pools" in outcome.why
     assert not (tmp_path / "tuned.yaml").exists()
+
+
+def test_tune_traffic_prints_the_traffic_cautions_under_the_search(tmp_path: Path) -> None:
+    """The search's predictions rest on what the plan cannot see of a
+    schedule's tail: tune says so before it runs anything, as simulate,
+    optimize and validate do, and keeps it in its outcome."""
+    truth = node()
+    progress = RecordingProgress()
+    outcome = _tune(
+        tmp_path, truth, truth, bursts(size=3), slo_p99_s=5.0, trials=4, progress=progress
+    )
+    threads = next(name for name, v in TESTBED_CNIS.items() if v.runtime == "threads")
+    expected = traffic_cautions(
+        workload_scenario(Scenario(cni=threads, profile="local"), bursts(size=3)), truth
+    )
+    assert expected and outcome.cautions == expected
+    assert outcome.to_dict()["cautions"] == list(expected)
+    notes = progress.notes()
+    search_ends = next(i for i, n in enumerate(notes) if n.startswith("baseline run 1"))
+    assert [f"caution: {c}" for c in expected] == [
+        n for n in notes[:search_ends] if n.startswith("caution: ")
+    ]
 
 
 def test_tune_traffic_writes_nothing_when_nothing_met_the_slo(tmp_path: Path) -> None:

@@ -188,7 +188,5 @@ def test_a_failed_hold_stretch_keeps_the_rest_and_says_why(monkeypatch: pytest.M
         repeats=2, warmup=0, vm=False, ops=("netlink_noop",), settle_max_s=0.5, stretch_rounds=1
     )
     assert times.names == ("netlink_noop",) and times.hold_stretch is None
-    assert "hold stretch not measured: hold stretch: the witness did not start: no CPU 1" in (
-        times.notes
-    )
+    assert "hold stretch not measured: the witness did not start: no CPU 1" in times.notes
     assert times.run is not None and _objects_of(times.run) == []

@@ -1204,7 +1204,8 @@ def measure_operations(
             except (TestbedError, OSError, ValueError) as exc:
                 # Everything else is measured: keep it; the fit then goes by
                 # the kernel's build, and the file says why.
-                stretch, note = None, f"hold stretch not measured: {exc}"
+                why = str(exc).removeprefix("hold stretch: ")
+                stretch, note = None, f"hold stretch not measured: {why}"
             bench.notes.append(note)
             log.info("%s", note)
         return OperationTimes(
