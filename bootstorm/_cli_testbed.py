@@ -443,7 +443,7 @@ def measure_ops_cmd(
     pooled device holds, and derive the catalog's costs."""
     from ._io import write_atomically
     from ._render_node import RichProgress
-    from .calibration.measured_ops import HOLD_STRETCH_PATH, POOL_MEMORY_PATH, testbed_costs_from
+    from .calibration.measured_ops import testbed_costs_from
     from .models.tuned import MAX_POOL_SIZE
     from .traces.operations import MAX_BRIDGE_PORTS
     from .validation.testbed.ops import MAX_SETTLE_S
@@ -527,20 +527,19 @@ def measure_ops_cmd(
                 ),
             )
         console.print(memory)
-    derived = Table(title="derived testbed costs (memory: MiB; hold stretch: a ratio)")
+    derived = Table(title="derived testbed costs (ms; a pooled device's memory MiB; a ratio x)")
     # Folded, never cut: a cost's name is what a profile's source names.
     derived.add_column("testbed.", overflow="fold")
-    for column in ("value ms", "low ms", "high ms"):
+    for column in ("value", "low", "high"):
         derived.add_column(column, justify="right")
     derived.add_column("how")
     for path, c in costs.items():
-        # A pooled device's memory is MiB and the hold stretch a ratio, not
-        # seconds: shown as they are.
+        # Each in its own unit: seconds shown as ms, MiB and ratios as they are.
         shown = (
-            (f"{x:.4f}" for x in (c.value, c.low, c.high))
-            if path.startswith(POOL_MEMORY_PATH)
+            (f"{x:.4f} MiB" for x in (c.value, c.low, c.high))
+            if c.unit == "MiB"
             else (f"{x:.2f}x" for x in (c.value, c.low, c.high))
-            if path == HOLD_STRETCH_PATH
+            if c.unit == "x"
             else (_op_ms(x) for x in (c.value, c.low, c.high))
         )
         derived.add_row(path.removeprefix("testbed."), *shown, c.how)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -53,9 +54,9 @@ HOLD_STRETCH_PATH = "testbed.hold_stretch"
 @dataclass(frozen=True, kw_only=True)
 class MeasuredCost:
     """One cost of the testbed catalog, as measured: ``value`` from medians,
-    ``low``/``high`` from the quartiles (all seconds; MiB for the memory of a
-    pooled device, ``testbed.pool_device_mib.<kind>``; a ratio for
-    :data:`HOLD_STRETCH_PATH`), and ``how`` in one line.
+    ``low``/``high`` from the quartiles, all in ``unit`` (``s``; ``MiB`` for
+    the memory of a pooled device, ``testbed.pool_device_mib.<kind>``; ``x``,
+    a ratio, for :data:`HOLD_STRETCH_PATH`), and ``how`` in one line.
 
     ``path`` is the catalog's (``testbed.<field>``); ``testbed.vm_boot_total_s``
     is no field but the sum ``vm_boot_cpu_s + vm_boot_s`` a fit must respect."""
@@ -65,6 +66,7 @@ class MeasuredCost:
     low: float
     high: float
     how: str
+    unit: Literal["s", "MiB", "x"] = "s"
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,7 @@ def testbed_costs_from(times: OperationTimes) -> dict[str, MeasuredCost]:
     if (stretch := times.hold_stretch) is not None:
         out[HOLD_STRETCH_PATH] = MeasuredCost(
             path=HOLD_STRETCH_PATH,
+            unit="x",
             value=stretch.ratio(50.0),
             low=stretch.ratio(25.0),
             high=stretch.ratio(75.0),
@@ -400,7 +403,7 @@ def _memory_cost(path: str, m: PoolDeviceMemory) -> MeasuredCost:
 
 
 def _at_least_zero(
-    path: str, stat: tuple[float, float, float], how: str, *, unit: str
+    path: str, stat: tuple[float, float, float], how: str, *, unit: Literal["s", "MiB"]
 ) -> MeasuredCost:
     """A measured cost (value, low, high in ``unit``) that cannot be below
     0: what is, is noise, and ``how`` says what was clipped."""
@@ -412,7 +415,7 @@ def _at_least_zero(
     if clipped:
         how += f"; clipped at 0 {unit}: {', '.join(clipped)}"
     value, low, high = (max(0.0, x) for x in stat)
-    return MeasuredCost(path=path, value=value, low=low, high=high, how=how)
+    return MeasuredCost(path=path, value=value, low=low, high=high, how=how, unit=unit)
 
 
 def pool_memory_of(measured: Mapping[str, MeasuredCost]) -> dict[str, MeasuredCost]:

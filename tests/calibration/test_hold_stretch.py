@@ -57,7 +57,7 @@ def test_the_threshold_lies_between_a_pinned_and_a_shared_holder() -> None:
 
 def test_the_measured_cost_is_the_ratio_with_its_quartiles() -> None:
     cost = testbed_costs_from(_times(_stretch()))[HOLD_STRETCH_PATH]
-    assert cost.value == pytest.approx(2.1)
+    assert cost.value == pytest.approx(2.1) and cost.unit == "x"
     assert cost.low == pytest.approx(1.9) and cost.high == pytest.approx(2.25)
     assert "150 veth pairs" in cost.how and "3 rounds" in cost.how
 

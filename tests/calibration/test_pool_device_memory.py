@@ -83,6 +83,8 @@ def test_the_costs_carry_the_median_per_device_in_mib() -> None:
     assert "clipped at 0 MiB: low (was -0.00977 MiB)" in tap.how
     # The timings' costs are as before, and no memory is a time.
     assert "testbed.py_op_cpu_s" in costs
+    assert {c.unit for c in (netns, tap)} == {"MiB"}
+    assert {c.unit for p, c in costs.items() if not p.startswith(POOL_MEMORY_PATH)} == {"s"}
     assert pool_memory_of(costs) == {"netns": netns, "tap": tap}
 
 
