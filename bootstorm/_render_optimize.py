@@ -106,7 +106,8 @@ def _metric(m: Metrics, objective: str) -> str:
 def pareto_table(result: OptimizeResult) -> Table:
     """One row per point of the Pareto front, best first objective first."""
     objectives = result.spec.objectives
-    t = Table(title=f"Pareto front ({len(result.best)} points)", title_justify="left")
+    n = len(result.best)
+    t = Table(title=f"Pareto front ({n} point{'' if n == 1 else 's'})", title_justify="left")
     t.add_column("trial", justify="right")
     for o in objectives:
         t.add_column(o, justify="right")

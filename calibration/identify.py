@@ -49,6 +49,7 @@ from .targets import PaperTarget, check_targets
 
 __all__ = [
     "ASSUMPTION_FACTOR",
+    "DECISION_EVEN_REL",
     "DEFAULT_ERROR_REL",
     "PLAUSIBLE_FACTOR",
     "DecisionCaution",
@@ -245,15 +246,19 @@ class Sensitivity:
     """How a what-if's headline numbers move at the two ends of one unseen direction."""
 
     direction: UnseenDirection
-    makespan_rel: tuple[float, float]
-    """Relative change of the makespan at the direction's ``-`` and ``+`` end."""
+    headline_rel: tuple[float, float]
+    """Relative change of the :attr:`headline` figure at the direction's ``-``
+    and ``+`` end."""
     mean_rel: tuple[float, float]
     """The same for the mean startup."""
+    headline: str = "makespan"
+    """``makespan`` for a storm released at once; ``p99 startup`` for starts
+    on a schedule, whose makespan is the schedule's span."""
 
     @property
     def moves_rel(self) -> float:
-        """The largest relative move of makespan or mean startup."""
-        return max(abs(x) for x in (*self.makespan_rel, *self.mean_rel))
+        """The largest relative move of the headline figure or the mean startup."""
+        return max(abs(x) for x in (*self.headline_rel, *self.mean_rel))
 
     @property
     def costs(self) -> str:
@@ -273,14 +278,14 @@ class IdentificationCaution:
 
     def line(self) -> str:
         s = self.sensitivity
-        lo_m, hi_m = s.makespan_rel
+        lo_m, hi_m = s.headline_rel
         lo_a, hi_a = s.mean_rel
         d = s.direction
         factor = math.exp(d.span_log * max(abs(w) for w in d.weights.values()))
         return (
             f"{s.costs} is unidentified ({_kind_of(d.by)}): within its plausible range "
             f"(×/÷{factor:.2g}) "
-            f"it moves the makespan {min(lo_m, hi_m):+.0%}…{max(lo_m, hi_m):+.0%} and the mean "
+            f"it moves the {s.headline} {min(lo_m, hi_m):+.0%}…{max(lo_m, hi_m):+.0%} and the mean "
             f"startup {min(lo_a, hi_a):+.0%}…{max(lo_a, hi_a):+.0%}, beyond the profile's "
             f"±{self.error_rel:.0%}"
         )
@@ -291,7 +296,8 @@ class IdentificationCaution:
             "costs": dict(s.direction.weights),
             "span_log": s.direction.span_log,
             "by": s.direction.by,
-            "makespan_rel": list(s.makespan_rel),
+            "headline": s.headline,
+            "headline_rel": list(s.headline_rel),
             "mean_rel": list(s.mean_rel),
             "error_rel": self.error_rel,
             "line": self.line(),
@@ -388,21 +394,32 @@ def sensitivities(
     runs: DirectionRuns | None = None,
 ) -> tuple[Sensitivity, ...]:
     """The what-if at both ends of each unseen direction of ``profile``
-    (default: the scenario's): how its makespan and mean startup move,
-    largest first. A direction the what-if does not use moves nothing and is
-    left out. ``runs``: those storms already run (:func:`direction_runs`),
-    read instead of running them again."""
+    (default: the scenario's): how its makespan (its p99 startup where it
+    starts on a schedule) and mean startup move, largest first. A direction
+    the what-if does not use moves nothing and is left out. ``runs``: those
+    storms already run (:func:`direction_runs`), read instead of running
+    them again."""
     if runs is None:
         runs = direction_runs(scenario, profile=profile, seed=seed, executor=executor, base=base)
     ref = runs.reference
+    scheduled = scenario.arrival_s is not None
+
+    def headline(r: Result | StartupSummary) -> float:
+        return float(r.startup.p99 if scheduled else r.makespan_s)
+
     out = []
     for direction, moved in zip(runs.identification.unseen, runs.ends, strict=True):
-        m = tuple(_rel(r.makespan_s, ref.makespan_s) for r in moved)
+        m = tuple(_rel(headline(r), headline(ref)) for r in moved)
         a = tuple(_rel(r.startup.mean, ref.startup.mean) for r in moved)
         if max(abs(x) for x in (*m, *a)) < 1e-9:
             continue
         out.append(
-            Sensitivity(direction=direction, makespan_rel=(m[0], m[1]), mean_rel=(a[0], a[1]))
+            Sensitivity(
+                direction=direction,
+                headline_rel=(m[0], m[1]),
+                mean_rel=(a[0], a[1]),
+                headline="p99 startup" if scheduled else "makespan",
+            )
         )
     return tuple(sorted(out, key=lambda s: -s.moves_rel))
 
@@ -437,16 +454,27 @@ class DecisionCaution:
     candidate: str
     direction: UnseenDirection
     gain_rel: float
-    """The candidate's makespan over the baseline's, minus 1, under the profile."""
+    """The candidate's figure (:attr:`figure`) over the baseline's, minus 1,
+    under the profile."""
     gain_rel_moved: float
     """The same at the end of the direction that flips it."""
+    figure: str = "makespan"
+    """What the gain is of: ``makespan`` for a storm released at once,
+    ``p99 startup`` for starts on a schedule (whose span the schedule sets)."""
 
     def line(self) -> str:
         return (
-            f"{self.candidate}: {self.gain_rel:+.1%} against the baseline, but "
+            f"{self.candidate}: {self.figure} {self.gain_rel:+.1%} against the baseline, but "
             f"{self.gain_rel_moved:+.1%} with {self.direction.label()} at an end of its plausible "
             f"range (unidentified: {_kind_of(self.direction.by)}): the profile cannot decide it"
         )
+
+
+#: A gain within this of none is even: the sign of a gain this small decides
+#: nothing, so a flip between two of them is no caution (a tuned config that
+#: changes the figure by +0.0% at one end and -0.0% at the other, as limits
+#: no schedule's bursts reach do, is even at both).
+DECISION_EVEN_REL = 0.005
 
 
 def decision_cautions(
@@ -458,18 +486,29 @@ def decision_cautions(
     executor: str = "compiled",
 ) -> tuple[DecisionCaution, ...]:
     """For each candidate, the unseen directions of ``profile`` at whose ends
-    its makespan gain over ``baseline`` changes sign."""
+    its gain over ``baseline`` changes sign: its makespan's for a storm
+    released at once, its p99 startup's where the baseline starts on a
+    schedule (the makespan is then the schedule's span, the same for all).
+    A flip between two gains within :data:`DECISION_EVEN_REL` of none is
+    not one: both are even."""
     ident = identification_of(profile)
     profiles = [profile] + [end for d in ident.unseen for end in _ends(profile, d)]
     names = list(candidates)
     storms = [(s, prof) for prof in profiles for s in (baseline, *candidates.values())]
-    makespans = [r.makespan_s for r in _summaries(storms, seed, executor)]
+    scheduled = baseline.arrival_s is not None
+    figures = [
+        r.startup.p99 if scheduled else r.makespan_s for r in _summaries(storms, seed, executor)
+    ]
     per_profile = len(names) + 1
 
     def gains(k: int) -> dict[str, float]:
         """The candidates' gains under ``profiles[k]``."""
-        ref, *theirs = makespans[k * per_profile : (k + 1) * per_profile]
+        ref, *theirs = figures[k * per_profile : (k + 1) * per_profile]
         return {n: _rel(m, ref) for n, m in zip(names, theirs, strict=True)}
+
+    def flips(gain: float, moved: float) -> bool:
+        even = max(abs(gain), abs(moved)) < DECISION_EVEN_REL
+        return not even and (gain < 0.0) != (moved < 0.0)
 
     nominal = gains(0)
     out: list[DecisionCaution] = []
@@ -478,7 +517,7 @@ def decision_cautions(
         for e in (0, 1):
             moved = gains(1 + 2 * d + e)
             for name, gain in nominal.items():
-                if name not in flagged and (gain < 0.0) != (moved[name] < 0.0):
+                if name not in flagged and flips(gain, moved[name]):
                     flagged.add(name)
                     out.append(
                         DecisionCaution(
@@ -486,6 +525,7 @@ def decision_cautions(
                             direction=direction,
                             gain_rel=gain,
                             gain_rel_moved=moved[name],
+                            figure="p99 startup" if scheduled else "makespan",
                         )
                     )
     return tuple(out)

@@ -18,6 +18,8 @@ import pytest
 from bootstorm.calibration import trace_fit
 from bootstorm.calibration.identify import (
     ASSUMPTION_FACTOR,
+    DECISION_EVEN_REL,
+    DecisionCaution,
     decision_cautions,
     identification_of,
     unseen_directions_of,
@@ -112,6 +114,24 @@ def test_a_what_if_on_a_cost_it_does_not_use_gets_no_caution(truth: Profile) -> 
     assert "testbed.rcu_grace_s is unidentified" in caution.line()
 
 
+def test_a_schedules_caution_moves_its_p99_not_its_span(truth: Profile) -> None:
+    """Starts on a schedule end when the schedule does: a cost moves their
+    p99 startup, which the caution names, while the makespan stays the span."""
+    lone = Identification(
+        error_rel=0.05,
+        unseen=[UnseenDirection(weights={"testbed.rcu_grace_s": 1.0}, span_log=2.0, by="test")],
+    )
+    prof = truth.model_copy(update={"identification": lone})
+    burst = Scenario(cni="testbed-veth-moved", sandboxes=20, profile="local")
+    (at_once,) = whatif_cautions(burst, profile=prof, executor=EXECUTOR)
+    assert at_once.sensitivity.headline == "makespan" and "moves the makespan" in at_once.line()
+    spread = burst.replace(arrival_s=tuple(0.5 * k for k in range(20)))
+    (scheduled,) = whatif_cautions(spread, profile=prof, executor=EXECUTOR)
+    assert scheduled.sensitivity.headline == "p99 startup"
+    assert "moves the p99 startup" in scheduled.line()
+    assert scheduled.to_dict()["headline"] == "p99 startup"
+
+
 def test_a_caution_names_what_a_cost_rests_on_whole(truth: Profile) -> None:
     """A long source was cut to 70 characters mid-word in every simulate's
     caution ("(seed 000 gives on…)"); its kind is shown whole, the full text
@@ -190,6 +210,75 @@ def test_a_measured_cost_is_identified_without_a_storm_that_uses_it(truth: Profi
     assert ident.costs["testbed.rcu_grace_s"].status == "measured"
     assert report.profile.testbed is not None
     assert report.profile.testbed.rcu_grace_s == pytest.approx(TRUE_RCU_S, rel=0.1)
+
+
+def _decide(
+    monkeypatch: pytest.MonkeyPatch,
+    truth: Profile,
+    *,
+    makespans: tuple[float, float, float],
+    p99s: tuple[float, float, float],
+    scheduled: bool,
+) -> tuple[DecisionCaution, ...]:
+    """:func:`decision_cautions` for one candidate and one unseen direction,
+    the storms' figures given (under the profile, then at the direction's
+    two ends): the baseline's are 1.0 s, the candidate's these."""
+    import types
+
+    import bootstorm.calibration.identify as identify
+
+    def figures(storms: list[object], seed: object, executor: object) -> list[object]:
+        out = []
+        for k in range(3):
+            for m, p in ((1.0, 1.0), (makespans[k], p99s[k])):
+                out.append(
+                    types.SimpleNamespace(makespan_s=m, startup=types.SimpleNamespace(p99=p))
+                )
+        assert len(storms) == len(out)
+        return out
+
+    monkeypatch.setattr(identify, "_summaries", figures)
+    one = Identification(
+        error_rel=0.05,
+        unseen=[UnseenDirection(weights={"testbed.rcu_grace_s": 1.0}, span_log=1.0, by="test")],
+    )
+    prof = truth.model_copy(update={"identification": one})
+    base = Scenario(
+        cni="testbed-veth",
+        sandboxes=3,
+        profile="local",
+        arrival_s=(0.0, 1.0, 2.0) if scheduled else None,
+    )
+    pooled = base.replace(config=TunedConfig(pools={"netns": 3}))
+    return decision_cautions({"p": pooled}, baseline=base, profile=prof)
+
+
+def test_a_schedules_decision_is_its_p99s_not_its_span(
+    monkeypatch: pytest.MonkeyPatch, truth: Profile
+) -> None:
+    """On a schedule the makespan is the schedule's span: a config moves it
+    by noise (+0.001% here, -0.001% there), which decides nothing, while its
+    p99 is what the SLO reads."""
+    span_noise = (1.00001, 0.99999, 1.00001)
+    assert _decide(monkeypatch, truth, makespans=span_noise, p99s=(0.5,) * 3, scheduled=True) == ()
+    flags = _decide(monkeypatch, truth, makespans=(1.0,) * 3, p99s=(0.9, 1.1, 0.8), scheduled=True)
+    assert [(f.figure, f.gain_rel_moved) for f in flags] == [("p99 startup", pytest.approx(0.1))]
+    assert "p99 startup -10.0% against the baseline, but +10.0%" in flags[0].line()
+
+
+def test_a_flip_between_two_even_gains_is_no_caution(
+    monkeypatch: pytest.MonkeyPatch, truth: Profile
+) -> None:
+    """Released at once the makespan decides; a gain under DECISION_EVEN_REL
+    either way is even, and a flip between evens is not one."""
+    tiny = 0.5 * DECISION_EVEN_REL
+    evens = (1 - tiny, 1 + tiny, 1 - tiny)
+    assert _decide(monkeypatch, truth, makespans=evens, p99s=(1.0,) * 3, scheduled=False) == ()
+    # Even under the profile, clearly worse at an end: the end decides against it.
+    flags = _decide(
+        monkeypatch, truth, makespans=(1 - tiny, 1.03, 1.0), p99s=(1.0,) * 3, scheduled=False
+    )
+    assert [(f.figure, f.gain_rel) for f in flags] == [("makespan", pytest.approx(-tiny))]
 
 
 def test_a_decision_that_flips_along_an_unseen_cost_is_flagged(truth: Profile) -> None:
