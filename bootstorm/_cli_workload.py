@@ -188,6 +188,17 @@ def workload_cmd(
     if output is not None:
         from .traces.workload import format_workload
 
+        if not len(outcome.workload):
+            # Every command that reads a workload refuses one with no start.
+            raise ConfigError(
+                format_problem(
+                    "output",
+                    f"not written: no sandbox start on this node in the window (of "
+                    f"{outcome.workload.invocations:,} invocations); take a larger --node-share "
+                    "or another --window",
+                    str(output),
+                )
+            )
         write_atomically(output, format_workload(outcome.workload))
     if as_json:
         from dataclasses import asdict

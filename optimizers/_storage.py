@@ -545,6 +545,14 @@ def repair_journal(path: Path) -> Path | None:
             _VERIFIED[key] = (good, records, os.pread(fd, min(good, 64), good - min(good, 64)))
             if damage is None:
                 return None
+            if damage.good_records == 0 and not (damage.torn_tail and os.pread(fd, 1, 0) == b"{"):
+                # Not a journal whose tail was damaged but no journal at all (a
+                # file named by mistake): "repairing" it would move all of it
+                # aside and write a study where it was.
+                raise ConfigError(
+                    f"storage: {str(path)!r} is not an Optuna journal (its first line is no "
+                    "journal record); name a new file or an existing journal"
+                )
             try:
                 aside = _set_aside(fd, path, damage)
             except OSError as exc:  # a full disk, most likely: cut nothing

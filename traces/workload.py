@@ -98,6 +98,14 @@ MAX_TRACE_BYTES = 2 << 30
 MAX_INVOCATIONS = 10_000_000
 #: Minutes in one file of the 2019 trace (columns ``1`` .. ``1440``).
 MINUTES_PER_DAY = 1440
+#: Latest time a trace's clock may show, s (115 days: the 2021 trace spans
+#: two weeks, a 2019 file one day). The simulator takes arrivals up to the
+#: same (``models.scenario.MAX_ARRIVAL_S``, held equal by a test), so a
+#: workload this reads is one it can run.
+MAX_TIME_S = 1e7
+#: Most memory an application of the 2019 trace may say it allocated (MiB):
+#: 1 TiB, beyond any node's sandbox (the trace's are tens to thousands).
+MAX_FUNCTION_MIB = float(1 << 20)
 AZURE_2019_KEYS = ("HashOwner", "HashApp", "HashFunction", "Trigger")
 AZURE_2019_INVOCATION_COLUMNS = (*AZURE_2019_KEYS, *(str(m) for m in range(1, 1441)))
 AZURE_2019_DURATION_COLUMNS = ("HashOwner", "HashApp", "HashFunction", "Average")
@@ -271,7 +279,16 @@ def _problem(
 def _columns(
     path: str | os.PathLike[str], line: int, header: Sequence[str], needed: Sequence[str]
 ) -> dict[str, int]:
-    where = {name.strip(): i for i, name in enumerate(header)}
+    where: dict[str, int] = {}
+    for i, name in enumerate(header):
+        if where.setdefault(name.strip(), i) != i:
+            raise _problem(
+                path,
+                line,
+                "header",
+                f"names column {name.strip()} twice",
+                Shown(f"{len(header)} columns"),
+            )
     for name in needed:
         if name not in where:
             raise _problem(
@@ -289,6 +306,14 @@ def _number(path: str | os.PathLike[str], line: int, name: str, text: str) -> fl
         ) from None
     if not math.isfinite(value):
         raise _problem(path, line, name, "must be a finite number", value)
+    return value
+
+
+def _seconds(path: str | os.PathLike[str], line: int, name: str, text: str) -> float:
+    """A time of the trace's clock, or a duration: 0..:data:`MAX_TIME_S` s."""
+    value = _number(path, line, name, text)
+    if not 0.0 <= value <= MAX_TIME_S:
+        raise _problem(path, line, name, f"must be within 0..{MAX_TIME_S:g} s (115 days)", value)
     return value
 
 
@@ -349,13 +374,17 @@ class _Collector:
             self.function_app.append(self.apps.setdefault(app, len(self.apps)))
         return index
 
-    def add(self, times: FloatArray, ends: FloatArray, function: int) -> None:
-        self.count += times.size
-        if self.count > MAX_INVOCATIONS:
+    def check_room(self, more: int) -> None:
+        """Refuse, naming the cap, before ``more`` invocations past it are made."""
+        if self.count + more > MAX_INVOCATIONS:
             raise ConfigError(
                 f"{shown_path(self.path)}: more than {MAX_INVOCATIONS:,} invocations in the "
                 "window on this node; take a smaller --node-share or --window"
             )
+
+    def add(self, times: FloatArray, ends: FloatArray, function: int) -> None:
+        self.check_room(times.size)
+        self.count += times.size
         self.times.append(times)
         self.ends.append(ends)
         self.function.append(np.full(times.size, function, dtype=np.int32))
@@ -399,10 +428,17 @@ class _Collector:
 
 
 def _azure_2019_table(
-    path: str | os.PathLike[str], keys: Sequence[str], value: str, keep: _Filter, *, low: float
+    path: str | os.PathLike[str],
+    keys: Sequence[str],
+    value: str,
+    keep: _Filter,
+    *,
+    high: float,
+    unit: str,
 ) -> dict[str, float]:
-    """``value`` by ``/``-joined ``keys`` (app, or app/function) from a
-    durations or memory file of the 2019 trace, for the node's applications."""
+    """``value`` (0..``high`` ``unit``) by ``/``-joined ``keys`` (app, or
+    app/function) from a durations or memory file of the 2019 trace, for the
+    node's applications; each key once."""
     rows = _rows(path)
     line, header = _first_row(path, rows)
     where = _columns(path, line, header, (*keys, value))
@@ -416,10 +452,13 @@ def _azure_2019_table(
         if not keep.app(app):
             continue
         number = _number(path, line, value, row[where[value]])
-        if number < low:
-            raise _problem(path, line, value, f"must be >= {low:g}", number)
+        if not 0.0 <= number <= high:
+            raise _problem(path, line, value, f"must be within 0..{high:g} {unit}", number)
         names = [_name(path, line, k, row[where[k]]) for k in keys if k != "HashOwner"]
-        out["/".join(names)] = number
+        key = "/".join(names)
+        if key in out:
+            raise _problem(path, line, keys[-1], "must name each row's key once", Shown(key[:24]))
+        out[key] = number
         if len(out) > MAX_INVOCATIONS:
             raise ConfigError(f"{shown_path(path)}: more than {MAX_INVOCATIONS:,} rows")
     return out
@@ -451,13 +490,25 @@ def read_azure_2019(
     keep = _Filter(node_share, window)
     durations = (
         _azure_2019_table(
-            durations_csv, ("HashOwner", "HashApp", "HashFunction"), "Average", keep, low=0
+            durations_csv,
+            ("HashOwner", "HashApp", "HashFunction"),
+            "Average",
+            keep,
+            high=MAX_TIME_S * 1e3,
+            unit="ms",
         )
         if durations_csv is not None
         else {}
     )
     memory = (
-        _azure_2019_table(memory_csv, ("HashOwner", "HashApp"), "AverageAllocatedMb", keep, low=0)
+        _azure_2019_table(
+            memory_csv,
+            ("HashOwner", "HashApp"),
+            "AverageAllocatedMb",
+            keep,
+            high=MAX_FUNCTION_MIB,
+            unit="MiB",
+        )
         if memory_csv is not None
         else None
     )
@@ -501,7 +552,7 @@ def read_azure_2019(
             counts = np.array(row[4 + first_minute : 4 + last_minute], dtype=np.int64)
         except (ValueError, OverflowError):
             counts = None
-        if counts is None or np.any(counts < 0):
+        if counts is None or np.any(counts < 0) or np.any(counts > MAX_INVOCATIONS):
             for m, text in enumerate(row[4:], start=1):
                 try:
                     n = int(text)
@@ -509,20 +560,25 @@ def read_azure_2019(
                     raise _problem(
                         invocations_csv,
                         line,
-                        str(m),
+                        f"minute {m}",
                         "must be a count of invocations",
-                        Shown(f"{len(text)} characters, not an integer"),
+                        Shown(f"{text[:24]!r}, not an integer"),
                     ) from None
-                if n < 0:
-                    raise _problem(invocations_csv, line, str(m), "must be a count >= 0", n)
+                if not 0 <= n <= MAX_INVOCATIONS:
+                    raise _problem(
+                        invocations_csv,
+                        line,
+                        f"minute {m}",
+                        f"must be a count within 0..{MAX_INVOCATIONS:,}",
+                        Shown(text[:24]),
+                    )
         if not keep.app(app):
             continue
         assert counts is not None
         total = int(counts.sum())
         if total == 0:
             continue
-        if collector.count + total > MAX_INVOCATIONS:
-            collector.add(np.zeros(total), np.zeros(0), 0)  # refuses, naming the cap
+        collector.check_room(total)  # before a day of them is drawn
         index = collector.function_index(app, func)
         rng = np.random.default_rng(_seed_of(seed, f"{app}/{func}"))
         minutes = np.repeat(np.arange(first_minute, last_minute, dtype=np.float64), counts)
@@ -585,12 +641,8 @@ def read_azure_2021(
             raise _problem(
                 path, line, "row", f"must have {len(header)} fields", Shown(str(len(row)))
             )
-        end = _number(path, line, "end_timestamp", row[where["end_timestamp"]])
-        duration = _number(path, line, "duration", row[where["duration"]])
-        if end < 0:
-            raise _problem(path, line, "end_timestamp", "must be >= 0 s", end)
-        if duration < 0:
-            raise _problem(path, line, "duration", "must be >= 0 s", duration)
+        end = _seconds(path, line, "end_timestamp", row[where["end_timestamp"]])
+        duration = _seconds(path, line, "duration", row[where["duration"]])
         app = _name(path, line, "app", row[where["app"]])
         func = _name(path, line, "func", row[where["func"]])
         trace_end = max(trace_end, end)
@@ -650,9 +702,7 @@ def read_start_times_csv(
             raise _problem(
                 path, line, "row", f"must have {len(header)} fields", Shown(str(len(row)))
             )
-        t = _number(path, line, START_TIMES_COLUMN, row[where[START_TIMES_COLUMN]])
-        if t < 0:
-            raise _problem(path, line, START_TIMES_COLUMN, "must be >= 0 s", t)
+        t = _seconds(path, line, START_TIMES_COLUMN, row[where[START_TIMES_COLUMN]])
         if t < last:
             raise _problem(
                 path, line, START_TIMES_COLUMN, f"must not be before the previous row's {last:g}", t
@@ -882,7 +932,8 @@ def format_workload(workload: Workload) -> str:
 
 def read_workload(path: str | os.PathLike[str]) -> Workload:
     """A workload file written by :func:`format_workload`, checked: its
-    header, its rows in time order, as many as the header says."""
+    header (each field's type and range, no other field), its rows in time
+    order, as many as the header says."""
     with open_bounded(path, max_bytes=MAX_TRACE_BYTES) as raw:
         first = raw.readline(256).decode("utf-8", "replace").rstrip("\n")
         second = raw.readline(1 << 20).decode("utf-8", "replace")
@@ -890,22 +941,91 @@ def read_workload(path: str | os.PathLike[str]) -> Workload:
         raise _problem(path, 1, "format", f"must be {WORKLOAD_FORMAT!r}", Shown("another line"))
     try:
         header = json.loads(second[1:]) if second.startswith("#") else None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         header = None
-    if not isinstance(header, dict) or not isinstance(header.get("starts"), int):
-        raise _problem(path, 2, "header", "must be a '#' line of JSON", Shown("another line"))
+    if not isinstance(header, dict):
+        raise _problem(
+            path, 2, "header", "must be a '#' line of a JSON object", Shown("another line")
+        )
+    header = _workload_header(path, header)
     inv = read_start_times_csv(path)
     if len(inv) != header["starts"]:
         raise _problem(path, 2, "starts", f"says {header['starts']} rows", Shown(str(len(inv))))
-    memory = header.get("memory_mib") if isinstance(header.get("memory_mib"), dict) else {}
-    assert isinstance(memory, dict)
+    last = float(inv.times[-1]) if len(inv) else 0.0
+    if header["duration_s"] < last:
+        raise _problem(
+            path, 2, "duration_s", f"must be at least the last start's {last:g} s",
+            header["duration_s"],
+        )  # fmt: skip
+    memory = header["memory_mib"]
     return Workload(
         starts=inv.times,
         function=inv.function,
         functions=inv.functions,
-        source=str(header.get("source", "")),
-        parameters=header.get("parameters") or {},
-        duration_s=float(header.get("duration_s", 0.0)),
-        invocations=int(header.get("invocations", len(inv))),
+        source=header["source"],
+        parameters=header["parameters"],
+        duration_s=header["duration_s"],
+        invocations=header["invocations"],
         memory_mib=tuple(float(memory.get(n, math.nan)) for n in inv.functions),
     )
+
+
+#: The fields of a workload file's header, as :func:`format_workload` writes them.
+_WORKLOAD_HEADER = ("source", "parameters", "duration_s", "invocations", "starts", "memory_mib")
+
+
+def _workload_header(path: str | os.PathLike[str], header: dict[str, Any]) -> dict[str, Any]:
+    """The header's fields checked, each named in the error (line 2)."""
+
+    def bad(name: str, rule: str, value: object) -> ConfigError:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return _problem(path, 2, name, rule, value)
+        kind = {type(None): "nothing", bool: "true/false", str: "text", list: "a list"}
+        return _problem(path, 2, name, rule, Shown(kind.get(type(value), "an object")))
+
+    unknown = sorted(set(header) - set(_WORKLOAD_HEADER))
+    if unknown:
+        raise _problem(path, 2, unknown[0], "unknown field of the header", Shown(unknown[0][:40]))
+    starts = header.get("starts")
+    if not isinstance(starts, int) or isinstance(starts, bool) or starts < 0:
+        raise bad("starts", "must be a count of rows", starts)
+    invocations = header.get("invocations", starts)
+    if (
+        not isinstance(invocations, int)
+        or isinstance(invocations, bool)
+        or not starts <= invocations <= 10 * MAX_INVOCATIONS
+    ):
+        raise bad("invocations", f"must be a count of at least the starts' {starts}", invocations)
+    duration = header.get("duration_s", 0.0)
+    if (
+        not isinstance(duration, int | float)
+        or isinstance(duration, bool)
+        or not 0.0 <= duration <= MAX_TIME_S  # NaN fails both
+    ):
+        raise bad("duration_s", f"must be within 0..{MAX_TIME_S:g} s", duration)
+    source = header.get("source", "")
+    if not isinstance(source, str) or len(source) > _LONGEST_NAME:
+        raise bad("source", f"must be a name of at most {_LONGEST_NAME} characters", source)
+    parameters = header.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise bad("parameters", "must be a JSON object", parameters)
+    memory = header.get("memory_mib") or {}
+    if not isinstance(memory, dict):
+        raise bad("memory_mib", "must be a JSON object of MiB by function", memory)
+    for name, mib in memory.items():
+        if (
+            not isinstance(mib, int | float)
+            or isinstance(mib, bool)
+            or not 0.0 <= mib <= MAX_FUNCTION_MIB
+        ):
+            raise bad(
+                f"memory_mib.{name[:40]}", f"must be within 0..{MAX_FUNCTION_MIB:,.0f} MiB", mib
+            )
+    return {
+        "starts": starts,
+        "invocations": invocations,
+        "duration_s": float(duration),
+        "source": source,
+        "parameters": parameters,
+        "memory_mib": {str(k): float(v) for k, v in memory.items()},
+    }

@@ -176,5 +176,12 @@ def workload(
             window=window,
         )
     chosen = policy or ("fixed" if inv.source.startswith("azure") else "none")
+    if chosen == "none" and keep_alive_s is not None:
+        raise ConfigError(
+            format_problem(
+                "keep_alive", "goes with --policy fixed or hybrid (every invocation starts here)",
+                keep_alive_s,
+            )
+        )  # fmt: skip
     w = _starts(inv, make_policy(chosen, keep_alive_s), compress, node_share=node_share, seed=seed)
     return WorkloadOutcome(workload=w, stats=workload_stats(w))

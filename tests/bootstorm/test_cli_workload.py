@@ -91,3 +91,26 @@ def test_bad_trace_is_one_line_naming_file_field_value(
     code, _, err = run(["workload", str(trace)], capsys)
     assert code == 2 and err.count("\n") == 1
     assert str(trace) in err and "start_s" in err and "(got 3.0)" in err
+
+
+def test_a_workload_with_no_start_is_not_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A header-only trace made a file of no start, which every command
+    that reads a workload then refused: it is refused here, nothing written."""
+    trace = tmp_path / "times.csv"
+    trace.write_text("start_s\n")
+    out = tmp_path / "w.csv"
+    code, _, err = run(["workload", str(trace), "-o", str(out)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "output: not written: no sandbox start on this node" in err
+    assert not out.exists()
+
+
+def test_a_keep_alive_without_a_policy_that_keeps_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "times.csv"
+    trace.write_text("start_s\n1\n2\n")
+    code, _, err = run(["workload", str(trace), "--keep-alive", "10min"], capsys)
+    assert code == 2 and "keep_alive: goes with --policy fixed or hybrid" in err

@@ -105,6 +105,31 @@ def test_garbage_appended_is_set_aside_and_the_study_resumes(tmp_path: Path) -> 
     assert path.stat().st_size > size
 
 
+@pytest.mark.parametrize(
+    "content",
+    [b"my notes\nline two\n", bytes(range(256)), b"[1, 2]\n"],
+    ids=["text", "binary", "json"],
+)
+def test_a_file_that_is_no_journal_is_refused_and_left_as_it_was(
+    tmp_path: Path, content: bytes
+) -> None:
+    """A file named by mistake was "repaired": all of it moved aside and a
+    study written where it was. Nothing of a journal at its start: refused."""
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match="is not an Optuna journal"):
+        open_storage(str(path))
+    assert path.read_bytes() == content and not _set_aside(path)
+
+
+def test_a_journal_whose_first_append_was_torn_is_still_repaired(tmp_path: Path) -> None:
+    """Only an unfinished first record (a crash in the first append) is a journal's damage."""
+    path = tmp_path / "study.log"
+    path.write_bytes(b'{"op_code": 0, "worker')
+    _run(path, 2)
+    assert completed_by_optuna(path) == [0, 1] and len(_set_aside(path)) == 1
+
+
 def test_records_after_a_damaged_line_are_set_aside_with_it_and_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -124,8 +124,17 @@ def test_start_times_and_workload_file_round_trip(tmp_path: Path) -> None:
     [
         ("app,func,end_timestamp\nx,y,1\n", "header: missing column duration"),
         ("start_s\n1\n0.5\n", "start_s: must not be before the previous row's 1 (got 0.5)"),
-        ("start_s\n-1\n", "start_s: must be >= 0 s (got -1.0)"),
-        ("app,func,end_timestamp,duration\nx,y,5,-1\n", "duration: must be >= 0 s (got -1.0)"),
+        ("start_s\n-1\n", "start_s: must be within 0..1e+07 s (115 days) (got -1.0)"),
+        (
+            "app,func,end_timestamp,duration\nx,y,5,-1\n",
+            "duration: must be within 0..1e+07 s (115 days) (got -1.0)",
+        ),
+        # Past what the simulator takes: refused here, not after a traceback there.
+        ("start_s\n1e300\n", "start_s: must be within 0..1e+07 s (115 days) (got 1e+300)"),
+        ("start_s\n1\n1e9\n", "line 3: start_s: must be within 0..1e+07 s"),
+        ("app,func,end_timestamp,duration\nx,y,1e300,1\n", "end_timestamp: must be within"),
+        ("start_s,start_s\n1,2\n", "line 1: header: names column start_s twice"),
+        ("app,func,end_timestamp,duration,duration\nx,y,5,1,2\n", "names column duration twice"),
     ],
 )
 def test_bad_rows_are_one_line_naming_field_and_value(
@@ -143,11 +152,76 @@ def test_bad_rows_are_one_line_naming_field_and_value(
 
 def test_2019_negative_count_and_missing_column(tmp_path: Path) -> None:
     path = write_2019(tmp_path / "inv.csv", {(APP, FUNC): {5: -2}})
-    with pytest.raises(ConfigError, match=r"line 2: 5: must be a count >= 0 \(got -2\)"):
+    with pytest.raises(
+        ConfigError, match=r"line 2: minute 5: must be a count within 0..10,000,000 \(got -2\)"
+    ):
         read_azure_2019(path)
     path.write_text("HashOwner,HashApp,Trigger,1\no,a,http,1\n")
     with pytest.raises(ConfigError, match="header: missing column HashFunction"):
         read_azure_2019(path)
+
+
+@pytest.mark.parametrize("count", [10**22, 10**11])
+def test_2019_counts_past_the_cap_are_refused_before_they_are_drawn(
+    tmp_path: Path, count: int
+) -> None:
+    """A count past int64 fell through to an assertion; one of 10^11 was
+    drawn (800 GB) before the cap refused it: both are a line now."""
+    path = write_2019(tmp_path / "inv.csv", {(APP, FUNC): {5: count}})
+    with pytest.raises(
+        ConfigError, match=r"line 2: minute 5: must be a count within 0..10,000,000"
+    ):
+        read_azure_2019(path, node_share=1.0)
+
+
+def test_2019_side_files_bound_their_values_and_name_each_key_once(tmp_path: Path) -> None:
+    inv = write_2019(tmp_path / "inv.csv", {(APP, FUNC): {1: 1}})
+    durations = tmp_path / "durations.csv"
+    durations.write_text(f"HashOwner,HashApp,HashFunction,Average\no,{APP},{FUNC},1e300\n")
+    with pytest.raises(ConfigError, match=r"Average: must be within 0..1e\+10 ms \(got 1e\+300\)"):
+        read_azure_2019(inv, durations_csv=durations)
+    memory = tmp_path / "memory.csv"
+    memory.write_text(f"HashOwner,HashApp,AverageAllocatedMb\no,{APP},128\no,{APP},256\n")
+    with pytest.raises(ConfigError, match="line 3: HashApp: must name each row's key once"):
+        read_azure_2019(inv, memory_csv=memory)
+
+
+@pytest.mark.parametrize(
+    ("header", "needle"),
+    [
+        (
+            '{"starts": 2, "memory_mib": {"a": null}}',
+            "memory_mib.a: must be within 0..1,048,576 MiB (got nothing)",
+        ),
+        ('{"starts": 2, "memory_mib": {"a": [1]}}', "memory_mib.a: must be within"),
+        ('{"starts": 2, "memory_mib": {"a": NaN}}', "memory_mib.a: must be within"),
+        ('{"starts": 2, "duration_s": [1]}', "duration_s: must be within 0..1e+07 s (got a list)"),
+        ('{"starts": 2, "duration_s": -5}', "duration_s: must be within 0..1e+07 s (got -5)"),
+        ('{"starts": 2, "duration_s": 0.1}', "duration_s: must be at least the last start's 1 s"),
+        (
+            '{"starts": 2, "invocations": -7}',
+            "invocations: must be a count of at least the starts' 2",
+        ),
+        ('{"starts": true}', "starts: must be a count of rows (got true/false)"),
+        ('{"duration_s": 5}', "starts: must be a count of rows (got nothing)"),
+        ('{"starts": 2, "parameters": [1, 2]}', "parameters: must be a JSON object (got a list)"),
+        ('{"starts": 2, "source": {"a": 1}}', "source: must be a name"),
+        ('{"starts": 2, "bogus": 1}', "bogus: unknown field of the header"),
+        ("[" * 100_000 + "]" * 100_000, "header: must be a '#' line of a JSON object"),
+    ],
+)
+def test_a_workload_files_header_is_checked_field_by_field(
+    tmp_path: Path, header: str, needle: str
+) -> None:
+    """Each field the header holds was taken on trust: a null memory, a
+    list for a span or a deep nest were tracebacks, a negative span and an
+    unknown field silently kept."""
+    path = tmp_path / "w.csv"
+    path.write_text(f"# bootstorm workload 1\n# {header}\nstart_s,function\n0.5,a\n1,a\n")
+    with pytest.raises(ConfigError) as info:
+        read_workload(path)
+    message = str(info.value)
+    assert f"line 2: {needle}" in message and "\n" not in message
 
 
 def test_window_past_the_end(tmp_path: Path) -> None:
@@ -228,3 +302,11 @@ def test_invariants(share: float, begin: float, length: float, compress: float, 
         zip(smaller.workload.starts.tolist(), smaller.workload.function.tolist(), strict=True)
     )
     assert small <= big
+
+
+def test_a_trace_s_clock_ends_where_the_simulators_arrivals_do() -> None:
+    """What the readers take, the simulator runs (its arrivals' bound)."""
+    from bootstorm.models.scenario import MAX_ARRIVAL_S
+    from bootstorm.traces.workload import MAX_TIME_S
+
+    assert MAX_TIME_S == MAX_ARRIVAL_S

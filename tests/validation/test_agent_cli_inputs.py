@@ -120,6 +120,29 @@ def test_a_node_token_file_that_never_ends_is_refused(tmp_path: Path, config_fil
     assert line.startswith("error: nodes.0.token_file: /dev/zero: ") and "not a regular" in line
 
 
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://127.0.0.1:99999", "Port out of range"),
+        ("http://127.0.0.1:0", "names port 0"),
+    ],
+)
+def test_a_node_url_no_client_can_dial_is_refused_before_the_push(
+    tmp_path: Path, config_file: Path, url: str, why: str
+) -> None:
+    """``http://[::1`` passed the URL pattern and was an 85-line traceback
+    from the HTTP client; port 99999 was pushed to and called unreachable."""
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(f"- {{name: a, url: '{url}', token_file: {token}}}\n")
+    code, err = cli("config", "push", "--nodes", str(inventory), str(config_file), "--dry-run")
+    assert code == 2
+    line = one_line(err)
+    assert line.startswith(f"error: {inventory}: nodes.0.url: ") and why in line
+
+
 def _serve(tmp_path: Path, *args: str) -> list[str]:
     # Refused before the state directory ($STATE_DIRECTORY, conftest) is used.
     return ["agent", "serve", "--port", "0", "--pool-id", str(free_pool_id()), *args]

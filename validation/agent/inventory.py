@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ...models import ConfigError, TunedConfig
 from ...models._errors import format_validation_error
@@ -75,6 +75,24 @@ class InventoryNode(BaseModel):
     labels: Annotated[dict[_LabelKey, _LabelValue], Field(max_length=MAX_LABELS)] = Field(
         default_factory=dict
     )
+
+    @field_validator("url")
+    @classmethod
+    def _a_reachable_form(cls, url: str) -> str:
+        """A host and, if given, a port a client can dial: ``http://[::1``
+        passed the pattern and failed in the HTTP client with a traceback."""
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(url)
+            port = parts.port  # ValueError past 65535 or not a number
+        except ValueError as exc:
+            raise ValueError(f"not a URL an agent is reached at ({exc})") from None
+        if not parts.hostname:
+            raise ValueError("names no host")
+        if port == 0:
+            raise ValueError("names port 0")
+        return url
 
     @model_validator(mode="after")
     def _one_token_source(self) -> InventoryNode:

@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 bootstorm workload --seed 67 --duration 1h --compress 6 --rate-low 0.15 --rate-high 4 \
     -o workload-mmpp67.csv
+mkdir -p plan
 bootstorm calibrate --plan --runtime cni --plan-runs 2 --trace-dir plan -o plan/local.yaml
 token=$(mktemp) && head -c 24 /dev/urandom | base64 > "$token"
 trap 'rm -f "$token"' EXIT
