@@ -113,6 +113,7 @@ def sweep_cmd(
     from ._render import print_caution
     from ._render_optimize import frame_table
     from .models import Scenario, load_scenario
+    from .optimizers import check_sweep
     from .workflows import run_sweep, sweep_grid
 
     console = terminal_console()
@@ -140,6 +141,7 @@ def sweep_cmd(
         pools=tuple(pool or ()),
         seeds=parse_seeds(seeds) if seeds is not None else (),
     )
+    check_sweep(grid)  # before the progress bar: a refusal is one line
     total = len(grid.points())
     with Progress(
         TextColumn("[bold]sweep"),

@@ -220,6 +220,13 @@ def validate_cmd(
         sandboxes = len(arrival_s)
     elif lifetime_s is not None:
         raise ConfigError("lifetime-s: goes with --workload")
+    if measured:
+        for name, given in (("sandboxes", sandboxes), ("repeats", repeats)):
+            if given is not None:
+                raise ConfigError(
+                    f"{name}: not with --measured (the recorded storms are read, as many as "
+                    f"given, each with its size), but got {given}"
+                )
     if sandboxes is None:
         sandboxes = DEFAULT_SANDBOXES
     if report is not None:

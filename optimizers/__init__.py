@@ -26,7 +26,7 @@ from ._study import (
     trial_outcomes,
     trial_scenario,
 )
-from ._sweep import SweepGrid, pools_for, sweep
+from ._sweep import SweepGrid, check_sweep, pools_for, sweep
 
 __all__ = [
     "DEFAULT_STAGES",
@@ -48,6 +48,7 @@ __all__ = [
     "SweepGrid",
     "TrialOutcome",
     "check_objectives",
+    "check_sweep",
     "feasible_best_trial",
     "make_sampler",
     "open_storage",

@@ -18,7 +18,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._params import Each, OneOf, Rules, short_repr, validate
-from ..models import CNI_NAMES, ConfigError, Scenario, full_pools, scenario_pool_kinds
+from ..models import (
+    CNI_NAMES,
+    ConfigError,
+    Profile,
+    Scenario,
+    full_pools,
+    load_profile,
+    scenario_pool_kinds,
+)
+from ..models.compile import check_memory
 from ..simulator.executors import check_executor
 from ._evaluate import run_scenario
 
@@ -116,6 +125,17 @@ def run_point(
     }
 
 
+def check_sweep(grid: SweepGrid) -> None:
+    """Every point's profile and memory, checked before a worker starts:
+    refused in a worker, a point printed Dask's traceback ahead of its one
+    line. :class:`ConfigError` naming the first that fails."""
+    profiles: dict[str, Profile] = {}
+    for scenario, _pool in grid.points():
+        if scenario.profile not in profiles:
+            profiles[scenario.profile] = load_profile(scenario.profile)
+        check_memory(scenario, profile=profiles[scenario.profile])
+
+
 def sweep(
     grid: SweepGrid,
     *,
@@ -141,8 +161,15 @@ def sweep(
     points = grid.points()
     if workers is not None and workers < 1:
         raise ConfigError(f"workers: must be at least 1, but got {workers}")
+    check_sweep(grid)
     if scheduler is not None:
-        client = distributed.Client(scheduler)
+        try:
+            client = distributed.Client(scheduler)
+        except (OSError, TimeoutError) as exc:  # refused, unresolved, timed out
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(
+                f"scheduler: no Dask scheduler answered at {short_repr(scheduler)} ({reason})"
+            ) from None
         cluster = None
     else:
         cluster = distributed.LocalCluster(

@@ -260,6 +260,29 @@ def _check_sandbox(name: str, lineno: int, record: Record, sandboxes: int) -> No
         )
 
 
+def _check_stage(
+    name: str, lineno: int, record: Record, stages: tuple[str, ...], seen: set[tuple[int, str]]
+) -> None:
+    """A stage span or admission wait names one of the header's stages, and
+    a sandbox is in a stage once: a stage of another name was counted as a
+    stage of its own, and a span twice as two visits, each changing a fit."""
+    if not isinstance(record, StageSpan | AdmitSpan):
+        return
+    if record.stage not in stages:
+        raise TraceFormatError(
+            f"{name}:{lineno}: stage: must be one of the header's stages "
+            f"({', '.join(stages)}), but got {_short(record.stage)}"
+        )
+    if isinstance(record, StageSpan):
+        key = (record.sandbox, record.stage)
+        if key in seen:
+            raise TraceFormatError(
+                f"{name}:{lineno}: span: sandbox {record.sandbox} is in stage {record.stage} "
+                "a second time"
+            )
+        seen.add(key)
+
+
 def read_trace(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
     """Read a trace file; a malformed one raises :class:`TraceFormatError`.
 
@@ -273,6 +296,7 @@ def read_trace(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_BYTES
     name = _shown_name(source)
     header: TraceHeader | None = None
     records: list[Record] = []
+    spans_seen: set[tuple[int, str]] = set()
     total = 0
     try:
         with _open_binary(source, max_bytes=max_bytes) as fh:
@@ -314,6 +338,7 @@ def read_trace(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_BYTES
                 except ValidationError as exc:
                     raise _fail(name, lineno, exc) from None
                 _check_sandbox(name, lineno, record, header.scenario.sandboxes)
+                _check_stage(name, lineno, record, header.stages, spans_seen)
                 records.append(record)
     except (OSError, EOFError, zlib.error) as exc:  # a corrupt or truncated gzip stream
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

@@ -338,6 +338,16 @@ def check_validate_options(
             f"measured_dir: {measured_dir} holds the runs of --candidates: give --candidates "
             "(for one storm: --measured FILE)"
         )
+    if measured:
+        # Read, not run: each recorded storm brings its size, config and
+        # admission in its header; an option of a run would be ignored.
+        for name, given, why in (
+            ("config", config, "each brings the config it ran with in its header"),
+            ("trace", trace, "they are read, none is run to record"),
+            ("agent", agent, "they are read, none is run through an agent"),
+        ):
+            if given is not None:
+                raise ConfigError(f"{name}: not with --measured ({why}), but got {given}")
     if trace_out is not None:
         raise ConfigError(
             f"trace_dir: {trace_out} is for the runs of --candidates (for one storm: --trace FILE)"

@@ -227,3 +227,26 @@ def test_a_storm_with_its_cpu_work_measured_fits_that_too(fitted: Profile) -> No
     runs = StormStats.pooled([measured, measured, trace])
     assert runs.busy_core_s is None  # one run did not measure it
     assert StormStats.pooled([measured, measured]).busy_core_s == 3.5
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--sandboxes", "5"), "sandboxes: not with --measured"),
+        (("--repeats", "2"), "repeats: not with --measured"),
+        (("--config", "tuned.yaml"), "config: not with --measured (each brings the config"),
+        (("--trace", "out.jsonl"), "trace: not with --measured"),
+        (("--agent", "http://127.0.0.1:9"), "agent: not with --measured"),
+    ],
+)
+def test_validate_measured_refuses_the_options_of_a_run(
+    capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], needle: str
+) -> None:
+    """Each was read and ignored: --sandboxes 0 against a 25-sandbox storm
+    exited 0, a --config with a stage the catalog lacks too."""
+    from bootstorm.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["validate", "--measured", str(SMALL), "--profile", "x.yaml", *extra])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and needle in err

@@ -134,3 +134,33 @@ def test_sweep_prints_no_dask_info_lines(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "INFO" not in out.stderr + out.stdout, out.stderr[:1000]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--sandboxes", "100000000"], "error: sandboxes: 100000000 sandboxes would need about"),
+        (["--profile", "BAD"], "service_cv: Input should be greater than or equal to 0"),
+    ],
+)
+def test_a_point_no_worker_could_run_is_refused_before_the_cluster_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    """Refused inside a worker, a point printed Dask's traceback ahead of
+    its one line; checked before any worker starts, it is that line alone."""
+    bad = tmp_path / "profile.yaml"
+    text = Path(__file__).resolve().parents[2] / "models" / "profiles" / "paper-000.yaml"
+    bad.write_text(text.read_text().replace("service_cv: ", "service_cv: -1 #", 1))
+    argv = [str(bad) if a == "BAD" else a for a in argv]
+    with pytest.raises(SystemExit) as exit_:
+        main(["sweep", "--workers", "1", "--sandboxes", "5", *argv])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == ""
+    assert err.count("\n") == 1 and needle in err
+
+
+def test_an_unreachable_scheduler_is_one_line() -> None:
+    """It was three chained tracebacks, exit 1."""
+    grid = SweepGrid(base=Scenario(sandboxes=5))
+    with pytest.raises(ConfigError, match=r"scheduler: no Dask scheduler answered at 'tcp://"):
+        sweep(grid, scheduler="tcp://127.0.0.1:9")

@@ -138,7 +138,8 @@ def _others(draw: st.DrawFn) -> tuple[SoftirqSpan | AdmitSpan | Arrival, ...]:
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    spans=st.lists(_spans(), max_size=20),
+    # A sandbox is in a stage once (the reader refuses a second span).
+    spans=st.lists(_spans(), max_size=20, unique_by=lambda s: (s.sandbox, s.stage)),
     locks=st.lists(_locks(), max_size=20),
     others=_others(),
     gz=st.booleans(),
@@ -170,6 +171,24 @@ def test_bad_field_names_line_and_field(tmp_path: Path) -> None:
     path = _lines(tmp_path, good, {**good, "end_s": "soon"})
     with pytest.raises(TraceFormatError, match=r"^storm\.jsonl:3: span\.end_s: .*'soon'"):
         read_trace(path)
+
+
+def test_a_stage_not_in_the_header_or_a_span_twice_is_refused(tmp_path: Path) -> None:
+    """Each was read and used: a stage of another name became a stage of
+    its own in a fit, a span twice two visits."""
+    good = {"record": "span", "sandbox": 0, "stage": "NetNS", "start_s": 1.0, "end_s": 2.0}
+    bogus = _lines(tmp_path, good, {**good, "stage": "Bogus"})
+    with pytest.raises(
+        TraceFormatError, match=r"storm\.jsonl:3: stage: must be one of the header's stages"
+    ):
+        read_trace(bogus)
+    admit = {"record": "admit", "sandbox": 0, "stage": "Bogus", "start_s": 0.0, "end_s": 1.0}
+    with pytest.raises(TraceFormatError, match=r":2: stage: must be one of"):
+        read_trace(_lines(tmp_path, admit))
+    with pytest.raises(
+        TraceFormatError, match=r":3: span: sandbox 0 is in stage NetNS a second time"
+    ):
+        read_trace(_lines(tmp_path, good, good))
 
 
 def test_missing_field(tmp_path: Path) -> None:
