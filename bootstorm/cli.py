@@ -243,6 +243,10 @@ def _command_path(argv: list[str] | None) -> str:
     return path
 
 
+#: Problems of one input shown in its error line; the rest are counted.
+_PROBLEMS_SHOWN = 3
+
+
 def _run(command: click.Command, argv: list[str] | None) -> Any:
     """``command``'s run; a package of an optional extra found missing (by the
     command's module or one it loads) is a :class:`ConfigError` naming the
@@ -274,9 +278,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = _run(command, argv)
     except (ConfigError, ProgramError, TraceFormatError) as exc:
-        # A malformed scenario, profile, config or trace: what and where, no traceback.
-        for line in str(exc).splitlines():
-            sys.stderr.write(f"error: {line}\n")
+        # A malformed scenario, profile, config or trace: what and where, no
+        # traceback, in one line (a file's several problems joined: the first
+        # few whole, then how many more).
+        problems = str(exc).splitlines() or [type(exc).__name__]
+        shown = "; ".join(problems[:_PROBLEMS_SHOWN])
+        if len(problems) > _PROBLEMS_SHOWN:
+            shown += f"; and {len(problems) - _PROBLEMS_SHOWN} more"
+        sys.stderr.write(f"error: {shown}\n")
         raise SystemExit(2) from None
     except StormInterruptedError as exc:
         # Ctrl-C or SIGTERM during a real storm: its cleanup has run.

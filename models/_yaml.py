@@ -83,12 +83,15 @@ def _line(event: Any) -> str:
 
 
 class _Mapping:
-    """A mapping being parsed: whether its next node is a key."""
+    """A mapping being parsed: whether its next node is a key, and the
+    scalar keys it has had (a key given twice is refused: the loader keeps
+    the last, so ``sandboxes: 20`` then ``sandboxes: 30`` silently ran 30)."""
 
-    __slots__ = ("at_key",)
+    __slots__ = ("at_key", "keys")
 
     def __init__(self) -> None:
         self.at_key = True
+        self.keys: set[str] = set()
 
 
 def _key_problem(event: Any) -> str | None:
@@ -121,6 +124,15 @@ def _check_events(text: str, loader: type[Any], *, mapping_keys: bool) -> None:
             if inner is not None:
                 if mapping_keys and inner.at_key and (problem := _key_problem(event)):
                     raise YamlInputError(problem)
+                if inner.at_key and isinstance(event, yaml.ScalarEvent):
+                    if event.value in inner.keys:
+                        shown = (
+                            repr(event.value)
+                            if _KEY_LIKE.fullmatch(event.value)
+                            else "a key given before"
+                        )
+                        raise YamlInputError(f"{_line(event)}{shown} is given twice in a mapping")
+                    inner.keys.add(event.value)
                 inner.at_key = not inner.at_key
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1

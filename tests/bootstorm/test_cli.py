@@ -434,3 +434,16 @@ def test_calibrate_on_recorded_storms_reads_at_80_columns(tmp_path: Path) -> Non
     assert max(len(line) for line in out.stdout.splitlines()) <= 80
     assert not CUT_CELL.search(out.stdout), out.stdout
     assert "measured" in out.stdout and "paper" not in out.stdout
+
+
+def test_a_key_given_twice_in_a_scenario_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The loader kept the last: ``sandboxes: 20`` then ``sandboxes: 30`` ran 30."""
+    path = tmp_path / "s.yaml"
+    path.write_text("sandboxes: 20\nsandboxes: 30\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", str(path)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err == f"error: {path}: line 2: 'sandboxes' is given twice in a mapping\n"

@@ -216,6 +216,8 @@ ALIAS_BOMB = "".join(
         (b'{"limits": {"a\\nb": 1, "c\\u0000": 2}}', "limits."),
         (b"- a list\n", "expected a mapping"),
         (b"just text", "expected a mapping"),
+        # The last of two kept, silently: {"limits": {"AddCNI": 2}, "limits": ...} ran 3.
+        (b'{"limits": {"AddCNI": 2}, "limits": {"AddCNI": 3}}', "'limits' is given twice"),
     ],
     ids=[
         "alias-bomb",
@@ -227,6 +229,7 @@ ALIAS_BOMB = "".join(
         "control-chars-in-keys",
         "list",
         "scalar",
+        "duplicate-key",
     ],
 )
 def test_hostile_config_bodies_are_refused_at_once(body: bytes, says: str) -> None:
