@@ -25,6 +25,7 @@ from ._options import (
     named_as_options,
     split_names,
 )
+from ._params import short_repr
 from .models import ConfigError
 from .models.scenario import MAX_SANDBOXES
 from .simulator import ExecutorName
@@ -201,6 +202,19 @@ def calibrate_cmd(
     check_output_dir("trace_dir", trace_dir)
     for path in measured or ():
         check_input_file("measured", path)
+    if not plan:
+        # A plan's own options, given to another mode, were read and ignored.
+        plan_only = (
+            ("pool-kind", pool_kind),
+            ("limit-stage", limit_stage),
+            ("cni-plugin", cni_plugin),
+            ("dry-run", "--dry-run" if dry_run else None),
+            ("trace-dir", None if refresh is not None else trace_dir),
+        )
+        for name, given in plan_only:
+            if given is not None:
+                shown = ",".join(given) if isinstance(given, list) else str(given)
+                raise ConfigError(f"{name}: goes with --plan, but got {short_repr(shown)}")
     if refresh is not None:
         check_input_file("refresh", refresh)
         if plan:

@@ -170,9 +170,10 @@ WorkloadOption = Annotated[
     ),
 ]
 WindowOption = Annotated[
-    float,
+    float | None,
     typer.Option(
-        "--window-s", help="With --workload: the window of the p99 and the pool levels, s."
+        "--window-s",
+        help="With --workload: the window of the p99 and the pool levels, s [default: 60].",
     ),
 ]
 RefillWorkersOption = Annotated[
@@ -237,7 +238,7 @@ def simulate_cmd(
     config: ConfigOption = None,
     executor: ExecutorOption = None,
     workload: WorkloadOption = None,
-    window_s: WindowOption = 60.0,
+    window_s: WindowOption = None,
     refill_workers: RefillWorkersOption = None,
     follow_window_s: FollowWindowOption = None,
     follow_cover_s: FollowCoverOption = None,
@@ -261,6 +262,11 @@ def simulate_cmd(
         follow_cover_s=follow_cover_s,
         follow_max_devices=follow_max_devices,
     )
+    if window_s is not None and workload is None:
+        raise ConfigError(
+            f"window-s: goes with --workload (a storm at once has no windows), but got {window_s:g}"
+        )
+    window_s = 60.0 if window_s is None else window_s
     check_finite("window-s", window_s, low=1e-3, high=86_400.0 * 366)
     check_finite("lifetime-s", lifetime_s, low=0.0, high=MAX_ARRIVAL_S)
     starts = None

@@ -312,3 +312,13 @@ def test_optimize_on_a_node_profile_says_how_far_the_tail_was_held_out(
     flat = " ".join(out.split())
     assert f"caution: {tail}" in flat
     assert flat.count("read the tail as a lower bound") == 1
+
+
+def test_simulate_window_without_a_workload_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """It was read and ignored: a storm released at once has no windows."""
+    code, _, err = run(["simulate", "--window-s", "5"], capsys)
+    assert (
+        code == 2
+        and err
+        == "error: window-s: goes with --workload (a storm at once has no windows), but got 5\n"
+    )

@@ -250,3 +250,24 @@ def test_validate_measured_refuses_the_options_of_a_run(
         main(["validate", "--measured", str(SMALL), "--profile", "x.yaml", *extra])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1 and needle in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--measured", str(SMALL), "--pool-kind", "netns"), "pool-kind: goes with --plan"),
+        (("--measured", str(SMALL), "--trace-dir", "runs"), "trace-dir: goes with --plan"),
+        (("--check", "--dry-run"), "dry-run: goes with --plan, but got '--dry-run'"),
+        (("--check", "--limit-stage", "AddCNI"), "limit-stage: goes with --plan"),
+    ],
+)
+def test_calibrate_refuses_a_plans_options_without_the_plan(
+    capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], needle: str
+) -> None:
+    """Each was read and ignored outside --plan."""
+    from bootstorm.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["calibrate", *extra])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and needle in err
