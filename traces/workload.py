@@ -256,18 +256,22 @@ def _rows(path: str | os.PathLike[str]) -> Generator[tuple[int, list[str]], None
     """``path``'s CSV rows with their line numbers, ``#`` lines and blank
     lines skipped; not UTF-8 or not CSV is one line naming the file."""
     with open_bounded(path, max_bytes=MAX_TRACE_BYTES) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-        number = 0
-        try:
-            for line in text:
-                number += 1
-                if line.startswith("#") or not line.strip():
-                    continue
+        # Decoded line by line: a text wrapper decodes ahead in blocks, and
+        # blamed the block's first line for a bad byte further on.
+        for number, data in enumerate(raw, start=1):
+            try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(
+                    f"{shown_path(path)}: line {number}: not UTF-8 text (byte "
+                    f"0x{data[exc.start]:02x} at column {exc.start + 1})"
+                ) from None
+            if line.startswith("#") or not line.strip():
+                continue
+            try:
                 yield number, next(csv.reader([line]))
-        except UnicodeDecodeError:
-            raise ConfigError(f"{shown_path(path)}: line {number + 1}: not UTF-8 text") from None
-        except csv.Error as exc:
-            raise ConfigError(f"{shown_path(path)}: line {number}: not CSV ({exc})") from None
+            except csv.Error as exc:
+                raise ConfigError(f"{shown_path(path)}: line {number}: not CSV ({exc})") from None
 
 
 def _problem(

@@ -154,6 +154,8 @@ def sweep_report(path: Path) -> Report:
     sweep's is one line naming the column or the row."""
     import pandas as pd
 
+    from ..models import CNI_NAMES
+    from ..models.scenario import MAX_ARRIVAL_S, MAX_SANDBOXES
     from ..report import SWEEP_FIGURES, SWEEP_PARAMETERS, ReportSections
     from ..traces.files import check_regular_file
 
@@ -170,18 +172,31 @@ def sweep_report(path: Path) -> Report:
     for column in (*SWEEP_PARAMETERS, *SWEEP_FIGURES):
         if column not in frame.columns:
             raise ConfigError(f"source: {path}: not a sweep's table (no column {column!r})")
+        if f"{column}.1" in frame.columns:  # how pandas names a column's second time
+            raise ConfigError(f"source: {path}: column {column!r} twice")
     if frame.empty:
         raise ConfigError(f"source: {path}: a sweep's table without a point")
-    for column in SWEEP_FIGURES:
-        values = pd.to_numeric(frame[column], errors="coerce")
-        bad = values.isna() | (values < 0)
+
+    def refuse(bad: Any, column: str, rule: str) -> None:
         if bad.any():
             row = int(bad.to_numpy().nonzero()[0][0])
             raise ConfigError(
-                f"source: {path}: row {row + 1}: {column} must be a number >= 0, "
+                f"source: {path}: row {row + 1}: {column} must be {rule}, "
                 f"but got {short_repr(str(frame[column].iloc[row]))}"
             )
+
+    # A figure is seconds of a storm, a size a count the simulator runs.
+    for column in SWEEP_FIGURES:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        refuse(~values.between(0.0, MAX_ARRIVAL_S), column, f"a number of 0..{MAX_ARRIVAL_S:g} s")
         frame[column] = values
+    for column, low, high in (("sandboxes", 1, MAX_SANDBOXES), ("memory_mib", 1, 1 << 30)):
+        values = pd.to_numeric(frame[column], errors="coerce")
+        refuse(
+            ~values.between(low, high) | (values % 1 != 0), column, f"a count of {low}..{high:,}"
+        )
+        frame[column] = values.astype("int64")
+    refuse(~frame["cni"].isin(CNI_NAMES), "cni", "one of the CNIs (bootstorm profiles)")
     return Report(
         title=f"sweep of {len(frame)} points ({path.name})", sections=ReportSections(sweep=frame)
     )

@@ -566,6 +566,16 @@ def test_a_sweeps_table_is_a_report_of_its_points(tmp_path: Path) -> None:
         ("a,b\n1,2\n", "not a sweep's table (no column 'sandboxes')"),
         (_SWEEP_HEADER, "a sweep's table without a point"),
         (_SWEEP_HEADER + "50,ipvtap,512,none,0,-1,3.5,3.49,3.96,1,0,0,\n", "row 1: makespan_s"),
+        # Each of these was drawn as a point.
+        (_SWEEP_HEADER + "50,ipvtap,512,none,0,inf,3.5,3.49,3.96,1,0,0,\n", "makespan_s must be"),
+        (_SWEEP_HEADER + "-5,ipvtap,512,none,0,4,3.5,3.49,3.96,1,0,0,\n", "sandboxes must be"),
+        (_SWEEP_HEADER + "abc,ipvtap,512,none,0,4,3.5,3.49,3.96,1,0,0,\n", "sandboxes must be"),
+        (_SWEEP_HEADER + "50,bogus,512,none,0,4,3.5,3.49,3.96,1,0,0,\n", "row 1: cni must be"),
+        (
+            _SWEEP_HEADER.rstrip("\n")
+            + ",sandboxes\n50,ipvtap,512,none,0,4,3.5,3.49,3.96,1,0,0,,50\n",
+            "column 'sandboxes' twice",
+        ),
     ],
 )
 def test_a_bad_sweep_table_is_one_line_exit_2(tmp_path: Path, body: str, says: str) -> None:

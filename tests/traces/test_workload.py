@@ -310,3 +310,13 @@ def test_a_trace_s_clock_ends_where_the_simulators_arrivals_do() -> None:
     from bootstorm.traces.workload import MAX_TIME_S
 
     assert MAX_TIME_S == MAX_ARRIVAL_S
+
+
+def test_a_byte_that_is_not_utf8_is_blamed_on_its_own_line(tmp_path: Path) -> None:
+    """The text wrapper decoded ahead in blocks and blamed line 1."""
+    from bootstorm.traces.workload import read_trace_file
+
+    path = tmp_path / "latin.csv"
+    path.write_bytes(b"start_s,function\n1,caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"line 2: not UTF-8 text \(byte 0xe9 at column 6\)"):
+        read_trace_file(path)
