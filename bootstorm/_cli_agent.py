@@ -260,7 +260,11 @@ def _cni_settings(plugin: str, bin_dir: Path | None) -> CniPoolSettings:
     try:
         return CniPoolSettings.discover(plugin, bin_dir)
     except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+        # The option's name, not the settings' field it fills.
+        message = str(exc)
+        if message.startswith("plugin: "):
+            message = "cni-" + message
+        raise ConfigError(message) from None
 
 
 class FewStarts(enum.StrEnum):

@@ -18,7 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from ._errors import ConfigError, format_validation_error
 from ._names import PATH_NAMES, PathName
@@ -254,6 +261,11 @@ def path_for_cni(cni: str) -> str:
     return "sriov"
 
 
+#: The largest UDP payload one IPv4 datagram carries: 65 535 bytes less the
+#: IP (20) and UDP (8) headers.
+MAX_UDP_PAYLOAD_BYTES = 65_507
+
+
 class Traffic(BaseModel):
     """A steady load of identical flows on one data path.
 
@@ -307,6 +319,17 @@ class Traffic(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise ConfigError(format_validation_error(exc, prefix="traffic: ")) from None
+
+    @field_validator("message_bytes")
+    @classmethod
+    def _a_datagram_fits(cls, size: int | None, info: ValidationInfo) -> int | None:
+        # The kernel refuses a larger send (EMSGSIZE): it is no load to model.
+        if info.data.get("proto") == "udp" and size is not None and size > MAX_UDP_PAYLOAD_BYTES:
+            raise ValueError(
+                f"a UDP datagram holds at most {MAX_UDP_PAYLOAD_BYTES:,} bytes (IPv4: "
+                "65 535 less its IP and UDP headers)"
+            )
+        return size
 
     @property
     def data_path(self) -> DataPath:

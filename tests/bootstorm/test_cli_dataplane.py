@@ -70,6 +70,11 @@ def test_dataplane_flow_completion_and_its_caution_at_80_columns() -> None:
         (["--flows", "1,x"], "flows: expected integers"),
         (["--path", "nope"], "traffic: path:"),
         (["--profile", "paper-001"], "no `dataplane` section"),
+        # The kernel refuses such a send (EMSGSIZE); it was modelled.
+        (
+            ["--proto", "udp", "--message-bytes", "100000"],
+            "message_bytes: Value error, a UDP datagram holds at most 65,507 bytes",
+        ),
     ],
 )
 def test_dataplane_bad_input_is_one_line_exit_2(

@@ -197,3 +197,12 @@ def test_push_timeout_is_bounded_before_anything_is_read_or_sent(
         assert agent.get_config() == TunedConfig()  # nothing was sent
         assert run([*argv, "--timeout-s", "600"]) == 0  # the bound itself is accepted
         assert agent.get_config() == TUNED
+
+
+def test_serve_names_the_cni_plugin_option_it_refuses(tmp_path: Path) -> None:
+    """It said ``plugin:``, a field of its settings, not the option given."""
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    token.chmod(0o600)
+    code, err = cli(*_serve(tmp_path, "--token-file", str(token), "--cni-plugin", "bogus"))
+    assert code == 2 and one_line(err).startswith("error: cni-plugin: must be one of")
