@@ -72,8 +72,12 @@ def report_cmd(
     from .report import write_report
     from .workflows import reports
 
-    check_output_path("output", output)
     given = list(sources or ())
+    check_output_path(
+        "output",
+        output,
+        inputs={"source": given[0] if given else None, "workload": workload, "config": config},
+    )
     source = given[0] if given else None
     is_study = source is not None and ("://" in source or source.endswith(".log"))
     recorded = source is not None and source.endswith((".jsonl", ".jsonl.gz"))

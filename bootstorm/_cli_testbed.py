@@ -323,7 +323,7 @@ def chrome_cmd(
         output = old_output
     if output is None:
         raise ConfigError("output: give the Chrome trace to write: -o FILE")
-    check_output_path("output", output)
+    check_output_path("output", output, inputs={"trace": trace})
     try:
         measured = read_trace(trace)
     except (TraceFormatError, OSError) as exc:

@@ -154,7 +154,14 @@ def workload_cmd(
     check_input_file("memory", memory)
     check_count("seed", seed, low=0, high=2**63 - 1)
     if output is not None:
-        check_output_path("output", output)
+        if output.suffix.lower() != ".csv":
+            # What every reader of a workload opens: CSV text, named so.
+            raise ConfigError(
+                format_problem("output", "a workload file is CSV text: name it .csv", str(output))
+            )
+        check_output_path(
+            "output", output, inputs={"trace": trace, "durations": durations, "memory": memory}
+        )
     keep_alive_s = parse_seconds("keep_alive", keep_alive) if keep_alive is not None else None
     if policy is not None:
         make_policy(policy, keep_alive_s)

@@ -13,6 +13,8 @@ from .models import ConfigError
 from .traces.files import file_kind
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rich.console import Console
 
 __all__ = [
@@ -86,15 +88,22 @@ def shown_name(text: str, *, max_chars: int = 80) -> str:
     return text if len(text) <= max_chars and text.isprintable() else shown_text(text)
 
 
-def check_output_path(field: str, path: Path) -> None:
+def check_output_path(
+    field: str, path: Path, *, inputs: Mapping[str, Path | str | None] | None = None
+) -> None:
     """Refuse an output path that cannot be written, before any work is done
     (a storm simulated for a minute, then lost to a missing folder).
 
     An existing output must be a regular file: every writer here writes a
     temporary file and renames it over the path, which would replace a
-    device (``--output /dev/null`` as root) or a FIFO with a plain file."""
+    device (``--output /dev/null`` as root) or a FIFO with a plain file; nor
+    may it be one of the command's ``inputs`` (by field), which the write
+    would replace with what was read from it."""
     parent = path.parent if str(path.parent) else Path(".")
     shown = shown_name(str(path), max_chars=200)
+    for name, source in (inputs or {}).items():
+        if source is not None and _same_file(path, Path(source)):
+            raise ConfigError(f"{field}: {shown} is also the {name} read; write elsewhere")
     try:
         mode = path.lstat().st_mode if path.exists() or path.is_symlink() else None
         target = path.stat().st_mode if mode is not None and path.exists() else None
@@ -114,6 +123,13 @@ def check_output_path(field: str, path: Path) -> None:
             f"{field}: no directory {shown_name(str(parent), max_chars=200)} "
             f"to write {shown_name(path.name)} in"
         )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # either missing, or a name no file can have
+        return False
 
 
 def _exists_not_regular(path: Path) -> bool:

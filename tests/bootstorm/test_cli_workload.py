@@ -114,3 +114,36 @@ def test_a_keep_alive_without_a_policy_that_keeps_is_refused(
     trace.write_text("start_s\n1\n2\n")
     code, _, err = run(["workload", str(trace), "--keep-alive", "10min"], capsys)
     assert code == 2 and "keep_alive: goes with --policy fixed or hybrid" in err
+
+
+def test_the_output_is_neither_an_input_nor_another_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-o`` onto the trace replaced the trace with its own starts; ``-o
+    w.parquet`` wrote CSV text under that name."""
+    trace = tmp_path / "times.csv"
+    trace.write_text("start_s\n1\n2\n")
+    code, _, err = run(["workload", str(trace), "-o", str(trace)], capsys)
+    assert code == 2 and "is also the trace read; write elsewhere" in err
+    assert trace.read_text() == "start_s\n1\n2\n"
+    code, _, err = run(["workload", str(trace), "-o", str(tmp_path / "w.parquet")], capsys)
+    assert code == 2 and "output: a workload file is CSV text: name it .csv" in err
+
+
+def test_a_report_or_chrome_trace_is_not_written_over_its_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    trace = tmp_path / "t.jsonl.gz"
+    shutil.copy(
+        Path(__file__).resolve().parents[2] / "traces/data/testbed-veth-qemu-25.jsonl.gz", trace
+    )
+    before = trace.read_bytes()
+    for argv in (
+        ["testbed", "chrome", str(trace), "-o", str(trace)],
+        ["report", str(trace), "-o", str(trace)],
+    ):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and "is also the" in err and err.count("\n") == 1
+    assert trace.read_bytes() == before
