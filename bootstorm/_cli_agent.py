@@ -349,7 +349,7 @@ def push_cmd(
     Exit 1 if any node refused or was unreachable, or the rollout rolled back.
     """
     from .models import TunedConfig
-    from .validation.agent import Inventory
+    from .validation.agent import POOL_KINDS, Inventory, ignored_pools
     from .validation.agent import rollout as ro
     from .validation.agent.inventory import AgentFleet
 
@@ -417,6 +417,14 @@ def push_cmd(
     if config is not None:
         sources[ro.DEFAULT_CLASS] = str(config)
     console = terminal_console()
+    for node_class, tuned in configs.items():
+        if ignored := ignored_pools(tuned):
+            console.print(
+                f"note: {sources.get(node_class, node_class)} pools {', '.join(ignored)}, which "
+                f"no node agent makes (they make {', '.join(POOL_KINDS)}): the agents keep "
+                "those sizes and ignore them",
+                style="yellow",
+            )
     with AgentFleet(inventory, timeout_s=timeout_s) as fleet:  # tokens read here
         if dry_run:
             _print_plan(current, fleet, sources, as_json=as_json)
@@ -442,7 +450,7 @@ def push_cmd(
         _print_rollout(
             final,
             sources,
-            title=f"{config or 'per-class configs'} → {len(final.nodes)} nodes",
+            title=f"{config or 'per-class configs'} → {_count(len(final.nodes), 'node')}",
         )
     if not final.ok:
         raise typer.Exit(1)
@@ -560,7 +568,7 @@ def _print_plan(
         )
         return
     several = len(state.configs) > 1
-    table = Table(title=f"plan: {len(state.waves)} waves, {len(names)} nodes")
+    table = Table(title=f"plan: {_count(len(state.waves), 'wave')}, {_count(len(names), 'node')}")
     for column in ("wave", "node", *(["class"] if several else []), "now"):
         table.add_column(column, overflow="fold")
     for w in state.waves:
@@ -600,3 +608,7 @@ def install_cni_cmd(
         sys.stderr.write(f"error: {exc}\n")
         raise SystemExit(1) from None
     sys.stdout.write(f"{installed.path}: {installed.detail}\n")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

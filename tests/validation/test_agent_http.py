@@ -102,6 +102,8 @@ def test_put_config_takes_yaml_or_json_and_counts_generations(agent: AgentFactor
             headers={"Authorization": f"Bearer {TOKEN}"},
         )
         assert r.status_code == 200 and r.json()["generation"] == 3
+        # A kind it does not make is kept and said, not silently taken.
+        assert r.json()["ignored_pools"] == ["ipvtap"]
         r = httpx.get(client.base_url + "/config")
         assert r.headers["X-Bootstorm-Config-Generation"] == "3"
 

@@ -358,3 +358,19 @@ def test_fifty_agents_three_waves_and_a_harmful_config_rolled_back(
             assert agent.config == expected, agent.name
         print(f"\n50 agents: harmful rolled back in {bad_s:.1f} s; harmless 3 waves {good_s:.1f} s")
         print("gate (harmful):", bad["waves"][0]["gates"][0]["reason"])
+
+
+def test_a_push_says_which_pooled_kinds_no_agent_makes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config pooling ipvtap was pushed and kept without a word: every
+    agent ignores the kind (it makes netns, veth, tap, netns-veth)."""
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    token.chmod(0o600)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(f"- {{name: a, url: 'http://127.0.0.1:9', token_file: {token}}}\n")
+    config = write(tmp_path / "c.yaml", TunedConfig(pools={"ipvtap": 5, "netns": 2}))
+    run(["config", "push", str(config), "--nodes", str(inventory), "--dry-run"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"note: {config} pools ipvtap, which no node agent makes" in out

@@ -15,7 +15,7 @@ from ._process import (
     agent_process,
     measure_agent_calls,
 )
-from ._protocol import DEFAULT_WAIT_S, MAX_WAIT_S, POOL_KINDS
+from ._protocol import DEFAULT_WAIT_S, MAX_WAIT_S, POOL_KINDS, ignored_pools
 from ._runner import agent_in_thread
 from ._server import AgentSettings, create_app, serve
 from ._state import StartupConfig, default_state_dir
@@ -60,6 +60,7 @@ __all__ = [
     "agent_process",
     "create_app",
     "default_state_dir",
+    "ignored_pools",
     "measure_agent_calls",
     "push_config",
     "serve",

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...models.tuned import STAGE_NAME_PATTERN
+from ...models.tuned import STAGE_NAME_PATTERN, TunedConfig
 
 __all__ = [
     "DEFAULT_READ_TIMEOUT_S",
@@ -29,6 +29,7 @@ __all__ = [
     "AcquireRequest",
     "PoolKind",
     "TakeRequest",
+    "ignored_pools",
 ]
 
 #: How long an acquire waits for a permit when the client names no ``wait_s``.
@@ -41,6 +42,14 @@ PoolKind = Literal["netns", "veth", "tap", "netns-veth"]
 POOL_KINDS: tuple[str, ...] = get_args(PoolKind)
 #: The name of a ``netns-veth``'s peer inside its namespace (a CNI's default ifname).
 NETNS_VETH_PEER = "eth0"
+
+
+def ignored_pools(config: TunedConfig) -> tuple[str, ...]:
+    """The kinds ``config`` pools that an agent does not make
+    (:data:`POOL_KINDS`): a fleet's config may pool kinds of other nodes'
+    CNIs, which an agent keeps but ignores, and says so."""
+    return tuple(k for k, n in config.pools.items() if n and k not in POOL_KINDS)
+
 
 #: How long the agent waits for a request's line and headers (from the
 #: connection's start or the previous answer) and then for its body, seconds;

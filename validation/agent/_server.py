@@ -82,6 +82,7 @@ from ._protocol import (
     STAGE_NAME,
     AcquireRequest,
     TakeRequest,
+    ignored_pools,
 )
 from ._state import ConfigStore, SavedConfig, StartupConfig, resolve_startup
 
@@ -241,6 +242,15 @@ class _Agent:
         self.leases.apply(limits=config.limits, lease_ttl_s=config.lease_ttl_s)
         self.pools.set_policy(pools=config.pools, refill=config.pool_refill)
         self.saved = saved
+        if ignored := ignored_pools(config):
+            # A config may pool kinds for other nodes' CNIs: kept, said.
+            log.warning(
+                "config generation %d pools %s, which this agent does not make (it makes %s): "
+                "ignored",
+                saved.generation,
+                ", ".join(ignored),
+                ", ".join(POOL_KINDS),
+            )
 
 
 AGENT = web.AppKey("agent", _Agent)
@@ -497,7 +507,11 @@ async def _put_config(request: web.Request) -> web.Response:
         )
     log.info("config generation %d applied", agent.generation)
     return web.json_response(
-        {"generation": agent.generation, "config": config.model_dump(mode="json")}
+        {
+            "generation": agent.generation,
+            "config": config.model_dump(mode="json"),
+            "ignored_pools": list(ignored_pools(config)),
+        }
     )
 
 
