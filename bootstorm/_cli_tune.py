@@ -202,6 +202,7 @@ def _traffic_options(
     read: its starts and the SLO in seconds."""
     from ._options import check_finite, load_workload, testbed_arrivals
     from ._units import parse_seconds
+    from .optimizers import MAX_SLO_S
     from .validation.testbed.options import MAX_SCHEDULE_S
 
     if workload is None:
@@ -209,8 +210,8 @@ def _traffic_options(
     if slo_p99 is None:
         raise ConfigError("slo-p99: --workload needs the p99 startup to meet (--slo-p99 15s)")
     slo_s = parse_seconds("slo_p99", slo_p99)
-    if not slo_s > 0:
-        raise ConfigError(f"slo_p99: must be a duration > 0, but got {slo_p99!r}")
+    if not 0 < slo_s <= MAX_SLO_S:
+        raise ConfigError(f"slo_p99: must be a duration > 0 and at most a day, but got {slo_p99!r}")
     check_finite("lifetime_s", lifetime_s, low=0.0, high=MAX_SCHEDULE_S)
     check_finite("window_s", window_s, low=1e-3, high=MAX_SCHEDULE_S)
     if sandboxes is not None:

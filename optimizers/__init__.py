@@ -8,7 +8,15 @@ several machines share it) and returns the best config(s) as :class:`~bootstorm.
 """
 
 from ._evaluate import Evaluator, Robust, run_scenario
-from ._objectives import OBJECTIVES, Constraints, Metrics, ObjectiveName, check_objectives
+from ._objectives import (
+    MAX_MEMORY_BUDGET_MIB,
+    MAX_SLO_S,
+    OBJECTIVES,
+    Constraints,
+    Metrics,
+    ObjectiveName,
+    check_objectives,
+)
 from ._samplers import SAMPLERS, SamplerPlugin, make_sampler
 from ._space import DEFAULT_STAGES, IntRange, RefillSpace, SearchSpace
 from ._storage import HeartbeatJournalStorage, open_storage
@@ -30,6 +38,8 @@ from ._sweep import SweepGrid, check_sweep, pools_for, sweep
 
 __all__ = [
     "DEFAULT_STAGES",
+    "MAX_MEMORY_BUDGET_MIB",
+    "MAX_SLO_S",
     "OBJECTIVES",
     "SAMPLERS",
     "Callback",

@@ -71,6 +71,12 @@ def check_objectives(objectives: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
+#: The largest memory budget a search takes: 1 PiB, in MiB.
+MAX_MEMORY_BUDGET_MIB = float(1 << 30)
+#: The longest p99 SLO a search takes: a day, s.
+MAX_SLO_S = 86_400.0
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Constraints:
     """Limits a config must respect to be chosen.
@@ -82,9 +88,14 @@ class Constraints:
     memory_budget_mib: float | None = None
     p99_slo_s: float | None = None
 
+    # Bounded where no node reaches: a budget past 1 PiB or an SLO past a
+    # day (a typo of units, 5h for 5s) constrains nothing and would pass as
+    # a constraint met.
     __rules__: ClassVar[Rules] = Rules(
-        memory_budget_mib=Maybe(Interval(float, 0, closed="neither", unit="MiB")),
-        p99_slo_s=Maybe(Interval(float, 0, closed="neither", unit="s")),
+        memory_budget_mib=Maybe(
+            Interval(float, 0, MAX_MEMORY_BUDGET_MIB, closed="right", unit="MiB")
+        ),
+        p99_slo_s=Maybe(Interval(float, 0, MAX_SLO_S, closed="right", unit="s")),
     )
 
     def __post_init__(self) -> None:

@@ -325,3 +325,24 @@ def test_simulate_window_without_a_workload_is_refused(capsys: pytest.CaptureFix
         and err
         == "error: window-s: goes with --workload (a storm at once has no windows), but got 5\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (
+            ["optimize", "--slo-p99", "99999999999h"],
+            "p99_slo_s: must be a finite number > 0 and <= 86400 s",
+        ),
+        (
+            ["optimize", "--memory-budget", "99999999999999TiB"],
+            "memory_budget_mib: must be a finite number > 0 and <= ",
+        ),
+    ],
+)
+def test_a_goal_no_node_reaches_is_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    """A unit typed wrong (5h for 5s) constrained nothing and passed as met."""
+    code, _, err = run([*argv, "--trials", "2", "--storage", "memory"], capsys)
+    assert code == 2 and needle in err and err.count("\n") == 1
