@@ -169,7 +169,8 @@ def test_gp_without_torch_says_how_to_install_it() -> None:
 def test_bad_specs_name_field_and_value(changes: dict[str, object], message: str | None) -> None:
     if message is None:
         with pytest.raises(
-            ConfigError, match=r"^memory_budget_mib: must be a finite number > 0 and <= 1.07374e\+09 MiB"
+            ConfigError,
+            match=r"^memory_budget_mib: must be a finite number > 0 and <= 1\.07374e\+09 MiB",
         ):
             Constraints(memory_budget_mib=-1.0)
         return

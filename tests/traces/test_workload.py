@@ -174,16 +174,12 @@ def test_2019_counts_past_the_cap_are_refused_before_they_are_drawn(
         read_azure_2019(path, node_share=1.0)
 
 
-def test_2019_side_files_bound_their_values_and_name_each_key_once(tmp_path: Path) -> None:
+def test_2019_side_files_bound_their_values(tmp_path: Path) -> None:
     inv = write_2019(tmp_path / "inv.csv", {(APP, FUNC): {1: 1}})
     durations = tmp_path / "durations.csv"
     durations.write_text(f"HashOwner,HashApp,HashFunction,Average\no,{APP},{FUNC},1e300\n")
     with pytest.raises(ConfigError, match=r"Average: must be within 0..1e\+10 ms \(got 1e\+300\)"):
         read_azure_2019(inv, durations_csv=durations)
-    memory = tmp_path / "memory.csv"
-    memory.write_text(f"HashOwner,HashApp,AverageAllocatedMb\no,{APP},128\no,{APP},256\n")
-    with pytest.raises(ConfigError, match="line 3: HashApp: must name each row's key once"):
-        read_azure_2019(inv, memory_csv=memory)
 
 
 @pytest.mark.parametrize(
