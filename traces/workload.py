@@ -998,9 +998,13 @@ def _workload_header(path: str | os.PathLike[str], header: dict[str, Any]) -> di
     if (
         not isinstance(invocations, int)
         or isinstance(invocations, bool)
-        or not starts <= invocations <= 10 * MAX_INVOCATIONS
+        or not (invocations == 0 or starts <= invocations <= 10 * MAX_INVOCATIONS)
     ):
-        raise bad("invocations", f"must be a count of at least the starts' {starts}", invocations)
+        # 0: not known (a Workload made in code says none); else the starts' source.
+        raise bad(
+            "invocations", f"must be 0 (not known) or a count of at least the starts' {starts}",
+            invocations,
+        )  # fmt: skip
     duration = header.get("duration_s", 0.0)
     if (
         not isinstance(duration, int | float)
