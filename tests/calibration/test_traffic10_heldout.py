@@ -18,14 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from validate_rows import P99_WINDOWS, validate_rows
 
-from bootstorm.calibration.trace_fit import (
-    Comparison,
-    StormStats,
-    fit_storms,
-    predicted_vs_measured,
-    traffic_vs_measured,
-)
+from bootstorm.calibration.trace_fit import Comparison, fit_storms
 from bootstorm.models import Profile
 from bootstorm.traces import read_trace
 from bootstorm.traces.workload import read_workload
@@ -36,16 +31,10 @@ PROFILE = DATA / "plan" / "local.yaml"
 STREAM = tuple(DATA / f"stream-run{k}.jsonl.gz" for k in (1, 2))
 #: The stream through a node agent refilling a netns-veth pool of 10 (../traffic/pools.yaml).
 POOLED = tuple(DATA / f"pooled-run{k}.jsonl.gz" for k in (1, 2))
-P99_WINDOWS = "p99 per 60-s window, median_s"
 
 
 def _rows(paths: tuple[Path, ...]) -> dict[str, Comparison]:
-    """What ``validate`` shows: a schedule's traffic rows, then the storm's."""
-    traces = [read_trace(p) for p in paths]
-    profile = Profile.from_yaml(PROFILE)
-    rows = [*traffic_vs_measured(traces, profile), *predicted_vs_measured(traces, profile)]
-    assert StormStats.pooled(traces).arrival_s is not None
-    return {c.metric: c for c in rows}
+    return validate_rows(paths, Profile.from_yaml(PROFILE))
 
 
 def test_the_stream_is_ten_minutes_and_in_no_fit() -> None:
