@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .models import compile_scenario, load_profile
-from .models.compile import with_interval
+from .models import compile_scenario
+from .models.compile import resolve_inputs, with_interval
 from .simulator import run_with
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ def simulate(
         reference: the same numbers, ~30x slower per event, and the only one
         that records: the default with ``record=True``) or ``python``.
     """
+    scenario, prof, seed = resolve_inputs(scenario, profile, seed)  # one line, not a traceback
     if executor is None:  # the CLI's, unless the run records (only simpy does)
         executor = "simpy" if record else "compiled"
     if executor != "compiled":
@@ -70,9 +71,8 @@ def simulate(
         from .models import estimate_memory
         from .simulator._memory import check_run_fits
 
-        sized = estimate_memory(scenario, seed=seed, profile=profile)
+        sized = estimate_memory(scenario, seed=seed, profile=prof)
         check_run_fits(sandboxes=sized.sandboxes, ops=sized.ops, executor=executor)
-    prof = profile if profile is not None else load_profile(scenario.profile)
     program = compile_scenario(scenario, seed=seed, profile=prof)
     # A profile fitted to a node's storms says how sure the answer is.
     return with_interval(run_with(program, executor, record=record), prof)

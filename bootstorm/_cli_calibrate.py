@@ -215,6 +215,23 @@ def calibrate_cmd(
             if given is not None:
                 shown = ",".join(given) if isinstance(given, list) else str(given)
                 raise ConfigError(f"{name}: goes with --plan, but got {short_repr(shown)}")
+    if check_only:
+        # The check writes nothing and fits nothing: these were ignored.
+        for name, given in (
+            ("write", "--write" if write else None),
+            ("output", output),
+            ("measured", measured or None),
+            ("measured-ops", measured_ops),
+        ):
+            if given is not None:
+                raise ConfigError(f"{name}: not with --check (it fits and writes nothing)")
+    if not measured:
+        for name, given in (
+            ("bootstrap", bootstrap or None),
+            ("predict-sandboxes", predict_sandboxes),
+        ):
+            if given is not None:
+                raise ConfigError(f"{name}: goes with --measured, but got {given}")
     if refresh is not None:
         check_input_file("refresh", refresh)
         if plan:

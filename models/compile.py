@@ -130,11 +130,52 @@ def compile_scenario(
     (:func:`check_memory`) and refused in one line if this machine has not
     the memory to compile and run it.
     """
-    prof = profile if profile is not None else load_profile(scenario.profile)
+    scenario, prof, seed = resolve_inputs(scenario, profile, seed)
     refill = _refill(scenario)  # once: a day's rate-following targets take 0.1 s
     if scenario.sandboxes >= SIZED_FROM_SANDBOXES:
         _check_fits(scenario, seed, prof, refill, available_bytes=None)
     return _compile_seeds(scenario, (seed,), prof, refill)[0]
+
+
+def resolve_inputs(
+    scenario: object, profile: object, seed: object
+) -> tuple[Scenario, Profile, SeedLike]:
+    """The what-if's inputs as the compiler takes them, or a
+    :class:`ConfigError` naming the one that is not: a :class:`Scenario`;
+    a :class:`Profile`, a profile's name or YAML path (a notebook's likeliest
+    slip: ``profile="paper-000"`` was an AttributeError deep in the compile),
+    or None for the scenario's own; a seed that is None, an int in
+    0..2**63-1 (as ``Scenario.seed``) or a ``numpy.random.Generator``."""
+    import os
+
+    if not isinstance(scenario, Scenario):
+        raise ConfigError(
+            f"scenario: expected a Scenario (bootstorm.Scenario(...)), but got "
+            f"{type(scenario).__name__}"
+        )
+    if profile is None:
+        prof = load_profile(scenario.profile)
+    elif isinstance(profile, Profile):
+        prof = profile
+    elif isinstance(profile, str | os.PathLike):
+        prof = load_profile(os.fspath(profile))
+    else:
+        raise ConfigError(
+            f"profile: expected a Profile, a profile's name or a YAML path, but got "
+            f"{type(profile).__name__}"
+        )
+    if not (
+        seed is None
+        or isinstance(seed, np.random.Generator)
+        or (isinstance(seed, int | np.integer) and not isinstance(seed, bool) and 0 <= seed < 2**63)
+    ):
+        raise ConfigError(
+            f"seed: expected None, an int in 0..2**63-1 or a numpy Generator, but got {seed!r}"
+            if isinstance(seed, int | float)
+            else f"seed: expected None, an int in 0..2**63-1 or a numpy Generator, but got "
+            f"{type(seed).__name__}"
+        )
+    return scenario, prof, seed  # type: ignore[return-value]
 
 
 #: Storms of fewer sandboxes are not sized before they are compiled: at ~2-3 KB
@@ -223,7 +264,7 @@ def check_memory(
     would need and how much this machine has) if that times
     :data:`MEMORY_MARGIN` exceeds the memory available (default: the kernel's
     ``MemAvailable``, capped by the cgroup's limit; unknown: pass)."""
-    prof = profile if profile is not None else load_profile(scenario.profile)
+    scenario, prof, seed = resolve_inputs(scenario, profile, seed)
     return _check_fits(scenario, seed, prof, _refill(scenario), available_bytes=available_bytes)
 
 
@@ -375,7 +416,7 @@ def estimate_memory(
     building the program: a storm of any size is sized in milliseconds.
     :func:`compile_scenario` refuses one that exceeds the memory available
     (:class:`~bootstorm.simulator.ProgramTooLargeError`)."""
-    prof = profile if profile is not None else load_profile(scenario.profile)
+    scenario, prof, seed = resolve_inputs(scenario, profile, seed)
     return size_program(lambda: _compile_seeds(scenario, (seed,), prof, _refill(scenario)))
 
 

@@ -816,6 +816,13 @@ def _rdb_storage(
     engine_kwargs: dict[str, Any] = {}
     sqlite_file: Path | None = None
     if backend == "sqlite":
+        if parsed.database in (None, "", ":memory:"):
+            # Each connection would open a database of its own, empty: the
+            # study's tables made on one were missing on the next.
+            raise ConfigError(
+                f"storage: {shown!r} names no database file (an in-memory SQLite database "
+                "lives as long as one connection); give sqlite:///path/to/study.db"
+            )
         # Several local workers write one file: wait for its lock, don't fail.
         engine_kwargs["connect_args"] = {"timeout": 60}
         plain_file = parsed.database not in (None, "", ":memory:") and "uri" not in parsed.query

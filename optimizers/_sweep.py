@@ -165,7 +165,9 @@ def sweep(
     if scheduler is not None:
         try:
             client = distributed.Client(scheduler)
-        except (OSError, TimeoutError) as exc:  # refused, unresolved, timed out
+        except (OSError, TimeoutError, ValueError, TypeError) as exc:
+            # Refused, unresolved, timed out; or an address Dask cannot dial
+            # (another scheme, no port, TLS without its settings).
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise ConfigError(
                 f"scheduler: no Dask scheduler answered at {short_repr(scheduler)} ({reason})"

@@ -273,7 +273,8 @@ _MISSING = "/nonexistent-bootstorm-dir/out"
     ("args", "says"),
     [
         (("dataplane", "--flows", "1000000000"), "flows: each count must be in 1..10,000"),
-        (("sweep", "--scheduler", ""), "scheduler: expected an address"),
+        (("sweep", "--scheduler", ""), "scheduler: expected a TCP address"),
+        (("sweep", "--scheduler", "http://x:1"), "scheduler: expected a TCP address"),
         (("sweep", "--sandboxes", ""), "sandboxes: expected comma-separated integers"),
         (("testbed", "measure-ops", "--repeats", "1000000000"), "repeats: must be in 1..10,000"),
         (("testbed", "measure-ops", "--output", ""), "output: . is a directory"),

@@ -89,3 +89,22 @@ def test_the_default_executor_is_the_compiled_one_unless_the_run_records(
     plain, recorded = simulate(s), simulate(s, record=True)
     assert used == ["compiled", "simpy"]
     assert plain.makespan_s == pytest.approx(recorded.makespan_s, rel=1e-9)
+
+
+def test_a_profile_by_name_is_taken_and_a_wrong_argument_is_one_line() -> None:
+    """``simulate(S, profile="paper-000")`` was an AttributeError deep in the
+    compile; a seed of "1", 1.5 or True a TypeError from numpy, or taken."""
+    scenario = Scenario(sandboxes=10)
+    assert simulate(scenario, profile="paper-000").makespan_s == simulate(scenario).makespan_s
+    for kwargs, needle in (
+        ({"profile": 3}, "profile: expected a Profile, a profile's name or a YAML path"),
+        ({"seed": "1"}, "seed: expected None, an int in 0..2**63-1 or a numpy Generator"),
+        ({"seed": 1.5}, "but got 1.5"),
+        ({"seed": True}, "but got True"),
+        ({"seed": 2**64}, "but got 18446744073709551616"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            simulate(scenario, **kwargs)  # type: ignore[arg-type]
+        assert needle in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"^scenario: expected a Scenario"):
+        simulate(None)  # type: ignore[arg-type]

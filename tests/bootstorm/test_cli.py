@@ -447,3 +447,21 @@ def test_a_key_given_twice_in_a_scenario_file_is_refused(
     err = capsys.readouterr().err
     assert exit_.value.code == 2
     assert err == f"error: {path}: line 2: 'sandboxes' is given twice in a mapping\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["simulate", "--pool", "netns=5", "--pool", "netns=6"], "pools.netns: given twice"),
+        (["calibrate", "--check", "--write"], "write: not with --check"),
+        (["calibrate", "--check", "--bootstrap", "5"], "bootstrap: goes with --measured"),
+    ],
+)
+def test_an_option_that_would_be_ignored_or_overridden_is_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    """The last --pool of a kind won, and calibrate --check ignored these."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and needle in err

@@ -420,3 +420,11 @@ def test_a_heartbeat_refused_by_a_full_disk_ends_its_thread_quietly(
         time.sleep(0.2)
     beats.close()
     assert thrown == []
+
+
+@pytest.mark.parametrize("url", ["sqlite:///", "sqlite://", "sqlite:///:memory:"])
+def test_a_sqlite_url_with_no_file_is_refused(url: str) -> None:
+    """Each connection opened a database of its own: Optuna's tables made on
+    one were missing on the next, a 128-line traceback."""
+    with pytest.raises(ConfigError, match="names no database file"):
+        open_storage(url)
