@@ -217,21 +217,23 @@ def calibrate_cmd(
                 raise ConfigError(f"{name}: goes with --plan, but got {short_repr(shown)}")
     if check_only:
         # The check writes nothing and fits nothing: these were ignored.
-        for name, given in (
+        ignored: tuple[tuple[str, object], ...] = (
             ("write", "--write" if write else None),
             ("output", output),
             ("measured", measured or None),
             ("measured-ops", measured_ops),
-        ):
-            if given is not None:
+        )
+        for name, value in ignored:
+            if value is not None:
                 raise ConfigError(f"{name}: not with --check (it fits and writes nothing)")
     if not measured:
-        for name, given in (
+        measured_only: tuple[tuple[str, int | None], ...] = (
             ("bootstrap", bootstrap or None),
             ("predict-sandboxes", predict_sandboxes),
-        ):
-            if given is not None:
-                raise ConfigError(f"{name}: goes with --measured, but got {given}")
+        )
+        for name, count in measured_only:
+            if count is not None:
+                raise ConfigError(f"{name}: goes with --measured, but got {count}")
     if refresh is not None:
         check_input_file("refresh", refresh)
         if plan:
