@@ -19,6 +19,7 @@ import typer
 from rich.table import Table
 
 from ._io import terminal_console
+from ._options import named_as_options
 from ._params import short_repr
 from .models import ConfigError
 from .traces.files import shown_path
@@ -257,14 +258,12 @@ def _cni_settings(plugin: str, bin_dir: Path | None) -> CniPoolSettings:
     """The agent's CNI plumbing, its plugins found now: one line (exit 2) if not."""
     from .validation.agent import CniPoolSettings
 
-    try:
-        return CniPoolSettings.discover(plugin, bin_dir)
-    except ValueError as exc:
-        # The option's name, not the settings' field it fills.
-        message = str(exc)
-        if message.startswith("plugin: "):
-            message = "cni-" + message
-        raise ConfigError(message) from None
+    # The option's name, not the settings' field it fills.
+    with named_as_options({"plugin": "cni-plugin"}):
+        try:
+            return CniPoolSettings.discover(plugin, bin_dir)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 class FewStarts(enum.StrEnum):

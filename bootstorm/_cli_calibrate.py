@@ -25,7 +25,7 @@ from ._options import (
     named_as_options,
     split_names,
 )
-from ._params import short_repr
+from ._params import refuse_given
 from .models import ConfigError
 from .models.scenario import MAX_SANDBOXES
 from .simulator import ExecutorName
@@ -202,38 +202,33 @@ def calibrate_cmd(
     check_output_dir("trace_dir", trace_dir)
     for path in measured or ():
         check_input_file("measured", path)
+    # An option of another mode was read and ignored: refused instead.
     if not plan:
-        # A plan's own options, given to another mode, were read and ignored.
-        plan_only = (
-            ("pool-kind", pool_kind),
-            ("limit-stage", limit_stage),
-            ("cni-plugin", cni_plugin),
-            ("dry-run", "--dry-run" if dry_run else None),
-            ("trace-dir", None if refresh is not None else trace_dir),
+        refuse_given(
+            "goes with --plan",
+            (
+                ("pool-kind", pool_kind),
+                ("limit-stage", limit_stage),
+                ("cni-plugin", cni_plugin),
+                ("dry-run", "--dry-run" if dry_run else None),
+                ("trace-dir", None if refresh is not None else trace_dir),
+            ),
         )
-        for name, given in plan_only:
-            if given is not None:
-                shown = ",".join(given) if isinstance(given, list) else str(given)
-                raise ConfigError(f"{name}: goes with --plan, but got {short_repr(shown)}")
     if check_only:
-        # The check writes nothing and fits nothing: these were ignored.
-        ignored: tuple[tuple[str, object], ...] = (
-            ("write", "--write" if write else None),
-            ("output", output),
-            ("measured", measured or None),
-            ("measured-ops", measured_ops),
+        refuse_given(
+            "not with --check (it fits and writes nothing)",
+            (
+                ("write", "--write" if write else None),
+                ("output", output),
+                ("measured", measured or None),
+                ("measured-ops", measured_ops),
+            ),
         )
-        for name, value in ignored:
-            if value is not None:
-                raise ConfigError(f"{name}: not with --check (it fits and writes nothing)")
     if not measured:
-        measured_only: tuple[tuple[str, int | None], ...] = (
-            ("bootstrap", bootstrap or None),
-            ("predict-sandboxes", predict_sandboxes),
+        refuse_given(
+            "goes with --measured",
+            (("bootstrap", bootstrap or None), ("predict-sandboxes", predict_sandboxes)),
         )
-        for name, count in measured_only:
-            if count is not None:
-                raise ConfigError(f"{name}: goes with --measured, but got {count}")
     if refresh is not None:
         check_input_file("refresh", refresh)
         if plan:

@@ -22,6 +22,7 @@ from ._options import (
     default_help,
     testbed_arrivals,
 )
+from ._params import refuse_given
 from .models import ConfigError
 from .simulator import ExecutorName
 
@@ -221,12 +222,11 @@ def validate_cmd(
     elif lifetime_s is not None:
         raise ConfigError("lifetime-s: goes with --workload")
     if measured:
-        for name, given in (("sandboxes", sandboxes), ("repeats", repeats)):
-            if given is not None:
-                raise ConfigError(
-                    f"{name}: not with --measured (the recorded storms are read, as many as "
-                    f"given, each with its size), but got {given}"
-                )
+        refuse_given(
+            "not with --measured (the recorded storms are read, as many as given, each with "
+            "its size)",
+            (("sandboxes", sandboxes), ("repeats", repeats)),
+        )
     if sandboxes is None:
         sandboxes = DEFAULT_SANDBOXES
     if report is not None:

@@ -59,6 +59,7 @@ __all__ = [
     "format_problem",
     "format_validation_error",
     "parse_seeds",
+    "refuse_given",
     "short_repr",
     "validate",
 ]
@@ -473,3 +474,14 @@ def short_repr(value: object) -> str:
     if len(text) <= _MAX_SHOWN_CHARS:
         return text
     return f"a {type(value).__name__}: {text[: _MAX_SHOWN_CHARS - 20]}…"
+
+
+def refuse_given(rule: str, options: Iterable[tuple[str, object]]) -> None:
+    """Refuse the first of ``options`` (name, value) that was given (its value
+    not None): ``name: <rule>, but got <value>``. For the options of another
+    mode, which a command would otherwise read and ignore; a list shows
+    comma-joined."""
+    for name, value in options:
+        if value is not None:
+            shown = ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+            raise ConfigError(f"{name}: {rule}, but got {short_repr(shown)}")

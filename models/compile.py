@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -175,7 +176,7 @@ def resolve_inputs(
             else f"seed: expected None, an int in 0..2**63-1 or a numpy Generator, but got "
             f"{type(seed).__name__}"
         )
-    return scenario, prof, seed  # type: ignore[return-value]
+    return scenario, prof, cast(SeedLike, seed)  # checked just above
 
 
 #: Storms of fewer sandboxes are not sized before they are compiled: at ~2-3 KB

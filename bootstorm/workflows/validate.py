@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._io import shown_name
+from .._params import refuse_given
 from ..models import ConfigError, Profile, Scenario, TunedConfig
 from ._progress import Progress, SilentProgress
 from .profile import node_profile
@@ -341,13 +342,14 @@ def check_validate_options(
     if measured:
         # Read, not run: each recorded storm brings its size, config and
         # admission in its header; an option of a run would be ignored.
-        for name, given, why in (
-            ("config", config, "each brings the config it ran with in its header"),
-            ("trace", trace, "they are read, none is run to record"),
-            ("agent", agent, "they are read, none is run through an agent"),
-        ):
-            if given is not None:
-                raise ConfigError(f"{name}: not with --measured ({why}), but got {given}")
+        refuse_given(
+            "not with --measured (each brings the config it ran with in its header)",
+            (("config", config),),
+        )
+        refuse_given(
+            "not with --measured (they are read, none is run to record or through an agent)",
+            (("trace", trace), ("agent", agent)),
+        )
     if trace_out is not None:
         raise ConfigError(
             f"trace_dir: {trace_out} is for the runs of --candidates (for one storm: --trace FILE)"
