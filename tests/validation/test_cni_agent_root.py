@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import httpx
 from conftest import CNI_ROOT_MARKS, TOKEN, free_pool_id, process_agent
 from test_cni_root import STAGES, _host_links, _netns, _objects_of, _peak
 
@@ -87,3 +88,32 @@ def test_a_cni_storm_takes_the_agents_plumbed_namespaces(tmp_path: Path) -> None
     assert agent_bridge(pool_id) not in _host_links()
     assert not agent_state_dir(pool_id).exists()
     assert not {n for n in _host_links() - links_before if n.startswith("veth")}
+
+
+def test_a_cni_agent_refills_with_the_workers_its_config_asks(tmp_path: Path) -> None:
+    """It refilled with one worker whatever ``pool_refill.concurrency`` said
+    (its one CNI network), while the model simulated the config's workers:
+    a searched policy of two workers ran on the node with one. Now each
+    further worker ADDs through the same network on a socket of its own."""
+    from bootstorm.models import PoolRefill
+    from bootstorm.validation.agent import AgentClient
+
+    pool_id = free_pool_id()
+    config = TunedConfig(pools={"netns-veth": 9}, pool_refill=PoolRefill(concurrency=3))
+    with (
+        process_agent(
+            tmp_path, "--pool-id", str(pool_id), "--cni", "bridge", config=config
+        ) as agent,
+        AgentClient(agent.url, token=TOKEN) as client,
+    ):
+        deadline = time.monotonic() + 60
+        while _level(client.metrics(), "netns-veth") < 9:
+            assert time.monotonic() < deadline, "the agent's netns-veth pool did not fill"
+            time.sleep(0.2)
+        answer = httpx.get(f"{agent.url}/v1/pools").json()
+        assert (answer["concurrency"], answer["workers"]) == (3, 3)
+        ready = {n for n in _netns() if n.startswith(f"bstpool-netns-veth-{pool_id}-")}
+        assert len(ready) == 9 and _leases(pool_id) == ready  # one network, every ADD on it
+    assert not [n for n in _netns() if n.startswith(f"bstpool-netns-veth-{pool_id}-")]
+    assert agent_bridge(pool_id) not in _host_links()
+    assert not agent_state_dir(pool_id).exists()

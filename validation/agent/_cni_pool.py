@@ -37,6 +37,7 @@ import ipaddress
 import logging
 import os
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -98,14 +99,29 @@ def agent_state_dir(pool_id: int) -> Path:
 
 
 class CniDevices(NetlinkDevices):
-    """:class:`NetlinkDevices` whose ``netns-veth`` a CNI ADD plumbs (module doc)."""
+    """:class:`NetlinkDevices` whose ``netns-veth`` a CNI ADD plumbs (module doc).
 
-    def __init__(self, pool_id: int, settings: CniPoolSettings) -> None:
+    The agent's first refill worker holds the network (claims it on first
+    use, removes it at close); each further worker (``pool_refill.
+    concurrency``) gets :meth:`worker`'s ops: its own netlink socket, the
+    same network, ADDs side by side as a node's runtime runs them (host-local
+    serialises its leases under its own file lock)."""
+
+    def __init__(
+        self, pool_id: int, settings: CniPoolSettings, *, network_of: CniDevices | None = None
+    ) -> None:
         super().__init__(pool_id)
         self._settings = settings
-        self._network: Any = None  # a CniNetwork once claimed
+        self._network: Any = None  # a CniNetwork once claimed (the holder's only)
         self._state_dir = agent_state_dir(pool_id)
         self._bridge = agent_bridge(pool_id)
+        # None: this one holds the network; else the ops that do.
+        self._holder = network_of
+        self._claim_lock = threading.Lock()
+
+    def worker(self) -> CniDevices:
+        """Ops for one more refill worker: a socket of its own, this network."""
+        return CniDevices(self._pool_id, self._settings, network_of=self._holder or self)
 
     @property
     def network_name(self) -> str:
@@ -119,9 +135,10 @@ class CniDevices(NetlinkDevices):
         these are the handed-out ones."""
         return [n for n in list_netns() if self._netns_veth_re.match(n)]
 
-    def _adopt_network(self) -> Any:
+    def _adopt_network(self, route: Any) -> Any:
         """The saved network of an earlier agent of this id, its bridge made
-        again if gone; None if there is none this agent can plumb with."""
+        again (through ``route``) if gone; None if there is none this agent
+        can plumb with."""
         import json
 
         from ..testbed.networks import make_bridge
@@ -134,19 +151,28 @@ class CniDevices(NetlinkDevices):
         network = self._saved_network()
         if network is None or network.types[0] != self._settings.plugin:
             return None
-        if self._settings.plugin == "bridge" and not self._route().link_lookup(ifname=self._bridge):
-            make_bridge(self._route(), self._bridge, subnet)
+        if self._settings.plugin == "bridge" and not route.link_lookup(ifname=self._bridge):
+            make_bridge(route, self._bridge, subnet)
         return network
 
     def _ensure_network(self) -> Any:
-        if self._network is not None:
+        """The network, claimed on first use by whichever worker needs it
+        first, through that worker's socket (pyroute2's are not thread-safe)."""
+        holder = self._holder or self
+        if holder._network is not None:
+            return holder._network
+        with holder._claim_lock:
+            return holder._claim_network(self._route())
+
+    def _claim_network(self, route: Any) -> Any:
+        if self._network is not None:  # another worker claimed it meanwhile
             return self._network
         from ..testbed.cni import build_network
         from ..testbed.networks import claim_network, make_bridge
 
         in_use = self._namespaces_in_use()
         if in_use:
-            adopted = self._adopt_network()
+            adopted = self._adopt_network(route)
             if adopted is not None:
                 log.info(
                     "CNI network %s adopted: %d handed-out namespaces still use it",
@@ -161,7 +187,7 @@ class CniDevices(NetlinkDevices):
                 self.network_name,
                 len(in_use),
             )
-        self._remove_network()  # a killed agent's, after its namespaces were swept
+        self._remove_network(route)  # a killed agent's, after its namespaces were swept
         plugin = self._settings.plugin
 
         def network_on(subnet: ipaddress.IPv4Network) -> Any:
@@ -176,9 +202,9 @@ class CniDevices(NetlinkDevices):
         subnet, network = claim_network(self._state_dir, network_on, bin_dir=self._settings.bin_dir)
         try:
             if plugin == "bridge":
-                make_bridge(self._route(), self._bridge, subnet)
+                make_bridge(route, self._bridge, subnet)
         except BaseException:
-            self._remove_network()
+            self._remove_network(route)
             raise
         log.info("CNI network %s on %s (%s)", self.network_name, subnet, plugin)
         self._network = network
@@ -193,10 +219,10 @@ class CniDevices(NetlinkDevices):
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def _remove_network(self) -> None:
+    def _remove_network(self, route: Any) -> None:
         self._network = None
         with contextlib.suppress(Exception):
-            self._remove_link(self._bridge)
+            self._remove_link(self._bridge, route=route)
         shutil.rmtree(self._state_dir, ignore_errors=True)
 
     # -- DeviceOps ------------------------------------------------------------------
@@ -241,7 +267,7 @@ class CniDevices(NetlinkDevices):
             super().remove(device)
             return
         assert owned_netns(device.name)
-        network = self._network or self._saved_network()
+        network = (self._holder or self)._network or self._saved_network()
         if network is not None:
             self._del(network, device.name, device.cni.result if device.cni else None)
         remove_netns(device.name)  # eth0 goes with it, and its host veth
@@ -272,6 +298,9 @@ class CniDevices(NetlinkDevices):
         ]
 
     def close(self) -> None:
+        if self._holder is not None:  # a further worker: its socket only
+            super().close()
+            return
         # The pool manager removed what was still pooled; what clients took
         # is theirs, and so is the network while they use it: their DEL then
         # goes through it (host-local releases their address), and the next
@@ -289,5 +318,5 @@ class CniDevices(NetlinkDevices):
             )
             self._network = None
         else:
-            self._remove_network()
+            self._remove_network(self._route())
         super().close()

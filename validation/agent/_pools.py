@@ -395,11 +395,12 @@ class NetlinkDevices:
             return
         self._remove_link(device.name)
 
-    def _remove_link(self, name: str) -> None:
+    def _remove_link(self, name: str, *, route: Any = None) -> None:
+        """``name`` deleted through ``route`` (default: this one's socket)."""
         from pyroute2 import NetlinkError
 
         assert owned_link(name)
-        ipr = self._route()
+        ipr = route if route is not None else self._route()
         index = ipr.link_lookup(ifname=name)
         if not index:
             return  # already gone (a veth's peer goes with it)
@@ -685,7 +686,7 @@ class PoolManager:
         if concurrency > 1 and self._ops_factory is None:
             log.warning(
                 "pool_refill.concurrency: %d asked, but this agent's devices are made "
-                "through one set of device ops (a --cni agent's one CNI network); "
+                "through one set of device ops (given without a factory for more); "
                 "refilling with one worker",
                 concurrency,
             )

@@ -613,9 +613,12 @@ def create_app(
     if device_ops is not None:
         ops = device_ops
     elif settings.cni is not None:
-        # One worker: a CniDevices holds the agent's one CNI network (claimed
-        # on first use, removed at close), which a second instance would claim again.
-        ops = CniDevices(settings.pool_id, settings.cni)
+        # The first worker's CniDevices holds the agent's one CNI network
+        # (claimed on first use, removed at close); further workers' share it.
+        cni_ops = CniDevices(settings.pool_id, settings.cni)
+        ops = cni_ops
+        if ops_factory is None:
+            ops_factory = cni_ops.worker
     else:
         ops = NetlinkDevices(settings.pool_id)
         if ops_factory is None:
