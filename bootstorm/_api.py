@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from ._params import short_repr
 from .models import compile_scenario
 from .models.compile import resolve_inputs, with_interval
 from .simulator import run_with
@@ -28,6 +32,10 @@ def recorded_trace(name: str) -> Any:
     from .models import ConfigError
     from .traces import read_trace
 
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"name: expected a recorded trace's name (str), but got {type(name).__name__}"
+        )
     data = files("bootstorm.traces").joinpath("data")
     path = data.joinpath(*f"{name}.jsonl.gz".split("/"))
     if ".." in name.split("/") or not path.is_file():
@@ -90,9 +98,22 @@ def compare(
     import pandas as pd
 
     from .calibration import caveat_rows
+    from .models import ConfigError
     from .workflows import identification
 
-    results = {label: simulate(s, seed=seed, executor=executor) for label, s in scenarios.items()}
+    # A notebook's slips, each one line (they were a KeyError from pandas or
+    # an AttributeError deep in a run): no what-if, a list, a label not a str.
+    if not isinstance(scenarios, Mapping) or not scenarios:
+        raise ConfigError(
+            "scenarios: expected a mapping of labels to Scenarios, at least one, but got "
+            + (repr(scenarios) if isinstance(scenarios, Mapping) else type(scenarios).__name__)
+        )
+    results = {}
+    for label, s in scenarios.items():
+        if not isinstance(label, str):
+            raise ConfigError(f"scenarios: a label must be a str, but got {label!r}")
+        with _named(f"scenarios[{label!r}]"):
+            results[label] = simulate(s, seed=seed, executor=executor)
     rows = []
     for label, r in results.items():
         rtnl = r.locks.get("rtnl")
@@ -115,6 +136,21 @@ def compare(
     return pd.DataFrame(rows).set_index("what-if"), results
 
 
+def _iterable(value: object) -> Iterable[object]:
+    return value if isinstance(value, Iterable) else ()
+
+
+@contextmanager
+def _named(field: str) -> Iterator[None]:
+    """A what-if's own error, its label first: ``scenarios['ipvtap']: scenario: ...``."""
+    from .models import ConfigError
+
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError(f"{field}: {exc}") from None
+
+
 def dataplane_sweep(
     profile: str | Profile, path: str, flows: Sequence[int], *, proto: str = "tcp", **traffic: Any
 ) -> Any:
@@ -124,12 +160,26 @@ def dataplane_sweep(
     import pandas as pd
 
     from .calibration import caveat_rows
-    from .models import Traffic, load_profile
+    from .models import ConfigError, Profile, Traffic, load_profile
     from .models.softirq import solve_on_profile
 
-    prof = load_profile(profile) if isinstance(profile, str) else profile
+    if isinstance(profile, str):
+        prof = load_profile(profile)
+    elif isinstance(profile, Profile):
+        prof = profile
+    else:
+        raise ConfigError(
+            f"profile: expected a Profile or a profile's name, but got {type(profile).__name__}"
+        )
+    given = [] if isinstance(flows, str | bytes | Mapping) else list(_iterable(flows))
+    counts = [int(n) for n in given if isinstance(n, int | np.integer) and not isinstance(n, bool)]
+    if not counts or len(counts) != len(given):
+        raise ConfigError(
+            "flows: expected flow counts (ints), at least one, but got "
+            + (short_repr(given) if given else repr(flows)[:60])
+        )
     rows = []
-    for n in flows:
+    for n in counts:
         load = Traffic(path=path, proto=proto, flows=n, **traffic)
         r = solve_on_profile(prof, load)
         rows.append(

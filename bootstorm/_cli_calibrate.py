@@ -253,8 +253,8 @@ def calibrate_cmd(
             calibrate_plan(
                 sandboxes=plan_sandboxes,
                 runs=plan_runs,
-                pool_kinds=split_names(pool_kind) or None,
-                limit_stages=split_names(limit_stage) or tuple(DEFAULT_STAGES),
+                pool_kinds=split_names("pool_kind", pool_kind) or None,
+                limit_stages=split_names("limit_stage", limit_stage) or tuple(DEFAULT_STAGES),
                 measured_ops=measured_ops,
                 measure=measure,
                 trace_dir=trace_dir,
@@ -264,7 +264,7 @@ def calibrate_cmd(
                 max_evaluations=max_evaluations,
                 executor=executor,
                 runtime=runtime,
-                plugins=split_names(cni_plugin),
+                plugins=split_names("cni_plugin", cni_plugin),
                 progress=RichProgress(terminal_console()),
             )
         return

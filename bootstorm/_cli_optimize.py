@@ -175,8 +175,8 @@ def optimize_cmd(
     check_finite("lifetime-s", lifetime_s, low=0.0, high=MAX_ARRIVAL_S)
     given = {"profile": profile, "cni": cni, "sandboxes": size, "lifetime_s": lifetime_s}
     base = base.replace(**{k: v for k, v in given.items() if v is not None})
-    stages = ",".join(split_names(limit_stage)) or None
-    pools = ",".join(split_names(pool_kind)) or None
+    stages = ",".join(split_names("limit_stage", limit_stage)) or None
+    pools = ",".join(split_names("pool_kind", pool_kind)) or None
     traffic: dict[str, object] = {}
     if workload is not None:
         base, traffic = _workload_search(base, workload, sandboxes=size, sizes=sizes)
@@ -191,11 +191,13 @@ def optimize_cmd(
             sampler=sampler,
             stages=stages,
             pools=pools,
-            seeds=parse_seeds(seeds) if seeds else (),
+            seeds=parse_seeds(seeds) if seeds is not None else (),
             sizes=sizes,
             robust=robust,
-            memory_budget_mib=parse_mib("memory_budget", memory_budget) if memory_budget else None,
-            p99_slo_s=parse_seconds("slo_p99", slo_p99) if slo_p99 else None,
+            memory_budget_mib=(
+                parse_mib("memory_budget", memory_budget) if memory_budget is not None else None
+            ),
+            p99_slo_s=parse_seconds("slo_p99", slo_p99) if slo_p99 is not None else None,
             storage=DEFAULT_STORAGE if storage is None else storage,
             study_name=study_name,
             sampler_seed=sampler_seed,

@@ -139,11 +139,21 @@ def pairs(field: str, items: list[str] | None) -> dict[str, int]:
     return out
 
 
-def split_names(items: list[str] | None) -> tuple[str, ...]:
+def split_names(field: str, items: list[str] | None) -> tuple[str, ...]:
     """A repeatable names option (``--limit-stage``, ``--pool-kind``) whose
     values may each be comma-separated: ``A --x B,C`` is ``("A", "B", "C")``,
-    as a comma list alone is (one syntax for lists in every command)."""
-    return tuple(n.strip() for item in items or () for n in item.split(",") if n.strip())
+    as a comma list alone is (one syntax for lists in every command). An
+    empty name (``--limit-stage ''``, ``A,,B``) is refused: it was dropped,
+    and an option given only empty fell back to its default unsaid."""
+    names: list[str] = []
+    for item in items or ():
+        for name in item.split(","):
+            if not name.strip():
+                raise ConfigError(
+                    f"{field}: expected comma-separated names, but got {short_repr(item)}"
+                )
+            names.append(name.strip())
+    return tuple(names)
 
 
 @contextmanager

@@ -44,7 +44,9 @@ __all__ = [
     "ConfigError",
     "Depends",
     "Distinct",
+    "DuplicateKeyError",
     "Each",
+    "InstanceOf",
     "Interval",
     "Keys",
     "Matches",
@@ -58,9 +60,11 @@ __all__ = [
     "Values",
     "format_problem",
     "format_validation_error",
+    "own_error_line",
     "parse_seeds",
     "refuse_given",
     "short_repr",
+    "unique_keys",
     "validate",
 ]
 
@@ -81,8 +85,9 @@ _SEED_PART = re.compile(r"(\d{1,9})(?:-(\d{1,9}))?")
 
 def parse_seeds(text: str, *, field: str = "seeds") -> tuple[int, ...]:
     """Every command's seeds, one syntax: ``1001-1010``, ``0,1,2`` or a mix
-    (``1-3,7``); each seed once, in the order given."""
+    (``1-3,7``), in the order given; a seed given twice is refused."""
     seeds: list[int] = []
+    seen: set[int] = set()
     for part in text.split(","):
         part = part.strip()
         m = _SEED_PART.fullmatch(part)
@@ -97,10 +102,37 @@ def parse_seeds(text: str, *, field: str = "seeds") -> tuple[int, ...]:
             raise ConfigError(
                 f"{field}: {short_repr(part)} must be N-M with N <= M, at most {MAX_SEEDS} seeds"
             )
-        seeds.extend(s for s in range(lo, hi + 1) if s not in seeds)
-    if len(seeds) > MAX_SEEDS:
-        raise ConfigError(f"{field}: at most {MAX_SEEDS} seeds, got {len(seeds)}")
+        if len(seeds) + hi - lo >= MAX_SEEDS:
+            raise ConfigError(f"{field}: at most {MAX_SEEDS} seeds, got more ({short_repr(text)})")
+        # A seed twice (``1,1``, ``1-3,2``) would be one storm counted twice in
+        # a mean, or silently one storm fewer than typed: refused either way.
+        for s in range(lo, hi + 1):
+            if s in seen:
+                raise ConfigError(f"{field}: seed {s} given twice (got {short_repr(text)})")
+            seen.add(s)
+            seeds.append(s)
     return tuple(seeds)
+
+
+_KEY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object with a key twice (:func:`unique_keys`)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook`` that refuses a key given twice
+    (``json.loads`` keeps the last value, unsaid): a :class:`DuplicateKeyError`,
+    a ValueError as a JSON syntax error is; only a key that looks like a
+    name is quoted back."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            shown = repr(key) if _KEY_NAME.fullmatch(key) else "a key given before"
+            raise DuplicateKeyError(f"{shown} is given twice in an object")
+        out[key] = value
+    return out
 
 
 # -- rules -------------------------------------------------------------------------
@@ -172,6 +204,35 @@ class Interval(Rule):
         if self.high is not None:
             return f"must be {what} {'<=' if high_in else '<'} {_num(self.high)}{unit}"
         return f"must be {what}"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceOf(Rule):
+    """An instance of ``types`` (a bool is not an int here); ``what`` names
+    it (``a Scenario``). The problem shows the value's type: a notebook's
+    ``None`` or ``5`` where a tuple belongs says more than its repr."""
+
+    types: type | tuple[type, ...]
+    what: str
+
+    def holds(self, value: Any) -> bool:
+        if isinstance(value, bool) and bool not in _as_tuple(self.types):
+            return False
+        return isinstance(value, self.types)
+
+    def text(self) -> str:
+        return f"must be {self.what}"
+
+    def problem(self, field: str, value: Any) -> tuple[str, str, Any] | None:
+        if self.holds(value):
+            return None
+        name = type(value).__name__
+        article = "an" if name[:1] in ("a", "e", "i", "o", "u") else "a"
+        return (field, self.text(), Shown(f"{article} {name}: {short_repr(value)}"))
+
+
+def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,12 +476,10 @@ def format_validation_error(err: ValidationError, *, prefix: str = "") -> str:
     for e in problems[:_MAX_PROBLEMS_SHOWN]:
         loc = ".".join(short_key(p) for p in e["loc"]) or "(top level)"
         msg = " ".join(e["msg"].split("\n"))  # a validator's message: one line too
-        if not e["loc"] and e["type"] == "value_error":
-            # A model's own check names its field first ("peer: ... applies to
-            # ..."): that is the line, without pydantic's "(top level): Value error, ".
-            own = msg.removeprefix("Value error, ")
-            if _FIELD_FIRST.match(own):
-                lines.append(f"{prefix}{own}")
+        if e["type"] == "value_error":
+            own = own_error_line([short_key(p) for p in e["loc"]], msg)
+            if own is not None:
+                lines.append(prefix + own)
                 continue
         if e["type"] == "extra_forbidden":
             msg = "unknown field"
@@ -437,6 +496,22 @@ def format_validation_error(err: ValidationError, *, prefix: str = "") -> str:
 
 _FIELD_FIRST = re.compile(r"[a-z_][a-z0-9_.]*: ")
 """A message that begins with the field it is about."""
+
+
+def own_error_line(loc: Sequence[str], msg: str) -> str | None:
+    """A pydantic ``value_error`` at ``loc`` as one line, when its message
+    names its field first: a model's own check (``peer: ... applies to
+    ...``) without pydantic's "(top level): Value error, ", or a nested
+    model's own one-line error (PoolRefill's, raised from its ``__init__``,
+    which pydantic calls for a nested mapping too), whose path starts at
+    the field it sits in: the outer path joins it once. None otherwise."""
+    own = msg.removeprefix("Value error, ")
+    if not _FIELD_FIRST.match(own):
+        return None
+    if loc and not own.startswith((f"{loc[-1]}.", f"{loc[-1]}:")):
+        return None
+    return "".join(f"{p}." for p in loc[:-1]) + own
+
 
 _MAX_PROBLEMS_SHOWN = 10
 """A file with thousands of bad values gets the first ten, not a screenful each."""

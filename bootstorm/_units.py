@@ -54,13 +54,17 @@ def parse_seconds(field: str, text: str) -> float:
 
 
 def parse_int_list(field: str, text: str) -> tuple[int, ...]:
-    """``200,400,600`` → (200, 400, 600)."""
+    """``200,400,600`` → (200, 400, 600); a value twice is refused (each is
+    a storm of a sweep or of every trial: twice would weigh it double)."""
     out: list[int] = []
     for item in text.split(","):
         try:
-            out.append(int(item.strip()))
+            value = int(item.strip())
         except ValueError:
             raise ConfigError(
                 f"{field}: expected comma-separated integers, but got {short_repr(item.strip())}"
             ) from None
+        if value in out:
+            raise ConfigError(f"{field}: {value} given twice (got {short_repr(text)})")
+        out.append(value)
     return tuple(out)

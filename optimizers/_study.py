@@ -49,7 +49,17 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, Trial, TrialState
 from pydantic import ValidationError
 
-from .._params import Check, Interval, Maybe, Rules, Satisfies, short_key, validate
+from .._params import (
+    Check,
+    Each,
+    InstanceOf,
+    Interval,
+    Maybe,
+    Rules,
+    Satisfies,
+    short_key,
+    validate,
+)
 from ..models import ConfigError, ConfigOrigin, Scenario, TunedConfig, load_profile
 from ..simulator import ExecutorName, KernelCall
 from ._evaluate import Evaluator, Robust
@@ -182,6 +192,23 @@ class StudySpec:
     starts_from: tuple[TunedConfig, ...] = ()
 
     __rules__: ClassVar[Rules] = Rules(
+        # Types first: StudySpec(scenario=None) was an AttributeError deep in
+        # the default space; sizes=200 a TypeError from max().
+        scenario=InstanceOf(Scenario, "a Scenario"),
+        space=Maybe(InstanceOf(SearchSpace, "a SearchSpace")),
+        seeds=(
+            InstanceOf((tuple, list), "a tuple of seeds"),
+            Each(Interval(int, 0, 2**63 - 1)),
+        ),
+        sizes=(
+            InstanceOf((tuple, list), "a tuple of sandbox counts"),
+            Each(Interval(int, 1, None)),
+        ),
+        constraints=InstanceOf(Constraints, "a Constraints"),
+        starts_from=(
+            InstanceOf((tuple, list), "a tuple of TunedConfigs"),
+            Each(InstanceOf(TunedConfig, "a TunedConfig")),
+        ),
         trials=Interval(int, 1, MAX_TRIALS),
         sampler_seed=Interval(int, 0, _SEED_MODULUS - 1),
         heartbeat_interval_s=Interval(int, 1, MAX_HEARTBEAT_S, unit="s"),

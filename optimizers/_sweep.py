@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._params import Each, OneOf, Rules, short_repr, validate
+from .._params import Each, InstanceOf, Interval, OneOf, Rules, short_repr, validate
 from ..models import (
     CNI_NAMES,
     ConfigError,
@@ -77,7 +77,15 @@ class SweepGrid:
     pools: tuple[str, ...] = ()
     seeds: tuple[int, ...] = ()
 
-    __rules__: ClassVar[Rules] = Rules(cnis=Each(OneOf(CNI_NAMES)))
+    # Types first: SweepGrid(sandboxes=5) was a TypeError from the product.
+    __rules__: ClassVar[Rules] = Rules(
+        base=InstanceOf(Scenario, "a Scenario"),
+        sandboxes=(InstanceOf((tuple, list), "a tuple of sandbox counts"), Each(Interval(int, 1))),
+        cnis=(InstanceOf((tuple, list), "a tuple of CNI names"), Each(OneOf(CNI_NAMES))),
+        memory_mib=(InstanceOf((tuple, list), "a tuple of MiB"), Each(Interval(int, 1))),
+        pools=(InstanceOf((tuple, list), "a tuple of pool specs"), Each(InstanceOf(str, "a str"))),
+        seeds=(InstanceOf((tuple, list), "a tuple of seeds"), Each(Interval(int, 0, 2**63 - 1))),
+    )
 
     def __post_init__(self) -> None:
         validate(self)

@@ -18,7 +18,9 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from .._params import ConfigError, format_validation_error
 
 __all__ = [
     "MAX_CONFIG_STAGES",
@@ -152,6 +154,15 @@ class FollowRate(_Frozen):
     ] = 10.0
     max_devices: PoolSize = 1000
 
+    def __init__(self, **data: Any) -> None:
+        # Built by hand (a notebook's policy), one line as a config file's
+        # error is, not pydantic's block; a config's own validation of a
+        # nested mapping does not come through here.
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, prefix="follow_rate.")) from None
+
 
 def follow_rate_target(*, starts: int, rule: FollowRate, floor: int) -> int:
     """The target a :class:`FollowRate` pool sets after ``starts`` starts in
@@ -177,6 +188,12 @@ class PoolRefill(_Frozen):
 
     concurrency: Annotated[int, Field(strict=True, ge=1, le=MAX_REFILL_CONCURRENCY)] = 1
     follow_rate: FollowRate | None = None
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, prefix="pool_refill.")) from None
 
 
 class AppliedConfig(_Frozen):

@@ -24,7 +24,19 @@ from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
-from .._params import Check, Depends, Each, Interval, NonEmpty, OneOf, Rules, Satisfies, validate
+from .._params import (
+    Check,
+    Depends,
+    DuplicateKeyError,
+    Each,
+    Interval,
+    NonEmpty,
+    OneOf,
+    Rules,
+    Satisfies,
+    unique_keys,
+    validate,
+)
 from ._config import MAX_POOL_SIZE
 from .schema import HostFacts
 
@@ -666,7 +678,9 @@ class OperationTimes:
     def from_json(cls, text: str) -> OperationTimes:
         """Parse what :meth:`to_json` wrote; a :class:`ValueError` names the bad field."""
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=unique_keys)
+        except DuplicateKeyError as exc:  # a hand-edited time given twice: which one fits?
+            raise ValueError(f"(top level): {exc}") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"(top level): not JSON: {exc}") from None
         obj = _object(data, "(top level)")

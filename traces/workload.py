@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._params import ConfigError, Shown, format_problem
+from .._params import ConfigError, DuplicateKeyError, Shown, format_problem, unique_keys
 from .files import open_bounded, shown_path
 
 __all__ = [
@@ -945,33 +945,38 @@ def read_workload(path: str | os.PathLike[str]) -> Workload:
     if first != WORKLOAD_FORMAT:
         raise _problem(path, 1, "format", f"must be {WORKLOAD_FORMAT!r}", Shown("another line"))
     try:
-        header = json.loads(second[1:]) if second.startswith("#") else None
+        header = (
+            json.loads(second[1:], object_pairs_hook=unique_keys)
+            if second.startswith("#")
+            else None
+        )
+    except DuplicateKeyError as exc:
+        raise _problem(path, 2, "header", str(exc), Shown("a key twice")) from None
     except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         header = None
     if not isinstance(header, dict):
         raise _problem(
             path, 2, "header", "must be a '#' line of a JSON object", Shown("another line")
         )
-    header = _workload_header(path, header)
+    checked = _workload_header(path, header)
     inv = read_start_times_csv(path)
-    if len(inv) != header["starts"]:
-        raise _problem(path, 2, "starts", f"says {header['starts']} rows", Shown(str(len(inv))))
+    if len(inv) != checked.starts:
+        raise _problem(path, 2, "starts", f"says {checked.starts} rows", Shown(str(len(inv))))
     last = float(inv.times[-1]) if len(inv) else 0.0
-    if header["duration_s"] < last:
+    if checked.duration_s < last:
         raise _problem(
             path, 2, "duration_s", f"must be at least the last start's {last:g} s",
-            header["duration_s"],
+            checked.duration_s,
         )  # fmt: skip
-    memory = header["memory_mib"]
     return Workload(
         starts=inv.times,
         function=inv.function,
         functions=inv.functions,
-        source=header["source"],
-        parameters=header["parameters"],
-        duration_s=header["duration_s"],
-        invocations=header["invocations"],
-        memory_mib=tuple(float(memory.get(n, math.nan)) for n in inv.functions),
+        source=checked.source,
+        parameters=checked.parameters,
+        duration_s=checked.duration_s,
+        invocations=checked.invocations,
+        memory_mib=tuple(float(checked.memory_mib.get(n, math.nan)) for n in inv.functions),
     )
 
 
@@ -979,7 +984,19 @@ def read_workload(path: str | os.PathLike[str]) -> Workload:
 _WORKLOAD_HEADER = ("source", "parameters", "duration_s", "invocations", "starts", "memory_mib")
 
 
-def _workload_header(path: str | os.PathLike[str], header: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _WorkloadHeader:
+    """A workload file's header line, its fields checked."""
+
+    starts: int
+    invocations: int
+    duration_s: float
+    source: str
+    parameters: dict[str, Any]
+    memory_mib: dict[str, float]
+
+
+def _workload_header(path: str | os.PathLike[str], header: dict[str, Any]) -> _WorkloadHeader:
     """The header's fields checked, each named in the error (line 2)."""
 
     def bad(name: str, rule: str, value: object) -> ConfigError:
@@ -1030,11 +1047,11 @@ def _workload_header(path: str | os.PathLike[str], header: dict[str, Any]) -> di
             raise bad(
                 f"memory_mib.{name[:40]}", f"must be within 0..{MAX_FUNCTION_MIB:,.0f} MiB", mib
             )
-    return {
-        "starts": starts,
-        "invocations": invocations,
-        "duration_s": float(duration),
-        "source": source,
-        "parameters": parameters,
-        "memory_mib": {str(k): float(v) for k, v in memory.items()},
-    }
+    return _WorkloadHeader(
+        starts=starts,
+        invocations=invocations,
+        duration_s=float(duration),
+        source=source,
+        parameters=parameters,
+        memory_mib={str(k): float(v) for k, v in memory.items()},
+    )

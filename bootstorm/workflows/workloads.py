@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
-from .._params import ConfigError, format_problem
+from .._params import ConfigError, InstanceOf, Maybe, Rules, Satisfies, format_problem, validate
 from ..traces.keepalive import FixedKeepAlive, HybridHistogram, NoKeepAlive, Policy, cold_starts
 from ..traces.workload import (
     Invocations,
@@ -130,6 +131,31 @@ def _starts(inv: Invocations, policy: Policy, compress: float, **extra: object) 
     )
 
 
+_PATH = InstanceOf((str, os.PathLike), "a path")
+_NUMBER = InstanceOf((int, float, np.integer, np.floating), "a number")
+#: workload()'s arguments by type, before their ranges: a notebook's
+#: ``node_share="0.5"`` was a TypeError inside math.isfinite.
+_WORKLOAD_TYPES = Rules(
+    trace=Maybe(_PATH),
+    durations=Maybe(_PATH),
+    memory=Maybe(_PATH),
+    mmpp_parameters=Maybe(InstanceOf(MmppParameters, "an MmppParameters")),
+    policy=Maybe(InstanceOf(str, "a policy name (none, fixed, hybrid)")),
+    keep_alive_s=Maybe(_NUMBER),
+    node_share=_NUMBER,
+    window=Maybe(
+        Satisfies(
+            lambda w: (
+                isinstance(w, tuple | list) and len(w) == 2 and all(_NUMBER.holds(t) for t in w)
+            ),
+            "must be (begin_s, end_s), two numbers",
+        )
+    ),
+    compress=_NUMBER,
+    seed=InstanceOf((int, np.integer), "an int"),
+)
+
+
 def workload(
     *,
     trace: str | os.PathLike[str] | None = None,
@@ -148,6 +174,12 @@ def workload(
     one, from the MMPP of ``mmpp_parameters``; ``policy`` decides the cold
     starts (default: ``fixed`` for an Azure trace, ``none`` — every
     invocation a start — for start times and the MMPP)."""
+    given = SimpleNamespace(
+        trace=trace, durations=durations, memory=memory, mmpp_parameters=mmpp_parameters,
+        policy=policy, keep_alive_s=keep_alive_s, node_share=node_share, window=window,
+        compress=compress, seed=seed,
+    )  # fmt: skip
+    validate(given, _WORKLOAD_TYPES)
     check_share(node_share)
     check_window(window)
     if not (math.isfinite(compress) and 1.0 <= compress <= MAX_COMPRESS):

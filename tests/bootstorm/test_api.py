@@ -108,3 +108,48 @@ def test_a_profile_by_name_is_taken_and_a_wrong_argument_is_one_line() -> None:
         assert needle in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(ConfigError, match=r"^scenario: expected a Scenario"):
         simulate(None)  # type: ignore[arg-type]
+
+
+def _one_line(call: object) -> str:
+    with pytest.raises(ConfigError) as info:
+        call()  # type: ignore[operator]
+    text = str(info.value)
+    assert "\n" not in text, text
+    return text
+
+
+def test_the_public_entry_points_refuse_a_wrong_type_in_one_line() -> None:
+    """A notebook's slips were a KeyError from pandas (``compare({})``), an
+    AttributeError (``recorded_trace(None)``, ``StudySpec(scenario=None)``)
+    or a TypeError (``SweepGrid(sandboxes=5)``, ``workload(node_share="0.5")``)
+    deep inside; each is now a line naming the argument and what it got."""
+    from bootstorm import StudySpec, compare, dataplane_sweep, recorded_trace
+    from bootstorm.optimizers import SweepGrid
+    from bootstorm.workflows import workload
+
+    s = Scenario(sandboxes=10)
+    cases = [
+        (lambda: compare({}), "scenarios: expected a mapping of labels to Scenarios, at least one"),
+        (lambda: compare([s]), "scenarios: expected a mapping of labels to Scenarios"),
+        (lambda: compare({1: s}), "scenarios: a label must be a str, but got 1"),
+        (lambda: compare({"a": None}), "scenarios['a']: scenario: expected a Scenario"),
+        (lambda: dataplane_sweep("paper-002", "bridge-intra", []), "flows: expected flow counts"),
+        (lambda: dataplane_sweep("paper-002", "bridge-intra", 4), "flows: expected flow counts"),
+        (lambda: dataplane_sweep(None, "bridge-intra", [1]), "profile: expected a Profile"),
+        (lambda: recorded_trace(None), "name: expected a recorded trace's name (str), but got"),
+        (lambda: StudySpec(scenario=None), "scenario: must be a Scenario (got a NoneType: None)"),
+        (lambda: StudySpec(scenario=s, sizes=200), "sizes: must be a tuple of sandbox counts"),
+        (lambda: StudySpec(scenario=s, seeds=(1, "2")), "seeds[1]: must be an integer"),
+        (lambda: SweepGrid(sandboxes=5), "sandboxes: must be a tuple of sandbox counts"),
+        (lambda: SweepGrid(base=None), "base: must be a Scenario"),
+        (lambda: SweepGrid(cnis="veth"), "cnis: must be a tuple of CNI names"),
+        (lambda: workload(node_share="0.5"), "node_share: must be a number (got a str: '0.5')"),
+        (lambda: workload(window=(0, "9")), "window: must be (begin_s, end_s), two numbers"),
+        (lambda: workload(seed=1.5), "seed: must be an int (got a float: 1.5)"),
+        (lambda: workload(trace=3), "trace: must be a path (got an int: 3)"),
+    ]
+    for call, start in cases:
+        assert _one_line(call).startswith(start), (start, _one_line(call))
+    # What was taken stays taken: a range of flows, numpy ints, a list of sizes.
+    assert list(dataplane_sweep("paper-002", "bridge-intra", range(1, 3)).index) == [1, 2]
+    assert list(dataplane_sweep("paper-002", "bridge-intra", np.array([1, 2])).index) == [1, 2]

@@ -151,6 +151,14 @@ def test_two_objectives_print_a_pareto_front(tmp_path: Path) -> None:
         (["--trials", "0"], "error: trials: must be an integer within 1..100000 (got 0)"),
         (["--jobs", "2", "--storage", "memory"], "error: jobs: 2 workers need a storage URL"),
         (["--sandboxes", "-5"], "error: sandboxes:"),
+        # Each of these fell back to a default, or dropped a value, unsaid.
+        (["--limit-stage", ""], "error: limit_stage: expected comma-separated names"),
+        (["--pool-kind", "netns,,veth"], "error: pool_kind: expected comma-separated names"),
+        (["--seeds", ""], "error: seeds: expected N, N-M"),
+        (["--seeds", "1,1"], "error: seeds: seed 1 given twice"),
+        (["--sandboxes", "200,200"], "error: sandboxes: 200 given twice"),
+        (["--slo-p99", ""], "error: slo_p99: expected a duration"),
+        (["--memory-budget", ""], "error: memory_budget: expected a memory size"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

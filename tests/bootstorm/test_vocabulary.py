@@ -205,16 +205,23 @@ def test_every_default_is_shown_in_one_form(commands: Commands) -> None:
         ("1001-1010", tuple(range(1001, 1011))),
         ("0,1,2", (0, 1, 2)),
         ("1-3,7", (1, 2, 3, 7)),
-        (" 4 , 2-3 ,4", (4, 2, 3)),
+        (" 4 , 2-3 ,5", (4, 2, 3, 5)),
     ],
 )
 def test_one_seed_syntax(text: str, seeds: tuple[int, ...]) -> None:
     assert parse_seeds(text) == seeds
 
 
-@pytest.mark.parametrize("text", ["", "a", "3-1", "1-", "-1", "0-100000"])
+@pytest.mark.parametrize("text", ["", "a", "3-1", "1-", "-1", "0-100000", "0-999,1000", "1,,2"])
 def test_bad_seeds_name_the_option(text: str) -> None:
     with pytest.raises(ConfigError, match=r"^seeds: "):
+        parse_seeds(text)
+
+
+@pytest.mark.parametrize(("text", "twice"), [("1,1", 1), (" 4 , 2-3 ,4", 4), ("1-3,2", 2)])
+def test_a_seed_twice_is_refused(text: str, twice: int) -> None:
+    # It was kept once, silently: ``--seeds 1,1`` ran one storm where two were typed.
+    with pytest.raises(ConfigError, match=rf"^seeds: seed {twice} given twice \(got "):
         parse_seeds(text)
 
 

@@ -184,3 +184,45 @@ def test_the_rule_on_arrays_is_the_agents_rule_on_each_count(
     rule = FollowRate(window_s=window_s, cover_s=cover_s, max_devices=max_devices)
     got = follow_rate_targets(np.array(starts, dtype=np.int64), rule=rule, floor=floor)
     assert got.tolist() == [follow_rate_target(starts=n, rule=rule, floor=floor) for n in starts]
+
+
+@pytest.mark.parametrize(
+    ("build", "line"),
+    [
+        (
+            lambda: PoolRefill(concurrency=0),
+            "pool_refill.concurrency: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            lambda: FollowRate(window_s=0),
+            "follow_rate.window_s: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (lambda: PoolRefill(workers=2), "pool_refill.workers: unknown field"),
+    ],
+)
+def test_a_policy_built_by_hand_is_refused_in_one_line(build: object, line: str) -> None:
+    # A notebook's PoolRefill(concurrency=0) raised pydantic's block of lines
+    # (a ValidationError, its type and a URL), not the line a config file gets.
+    with pytest.raises(ConfigError) as exc:
+        build()  # type: ignore[operator]
+    assert str(exc.value) == line
+
+
+@pytest.mark.parametrize(
+    ("refill", "line"),
+    [
+        (
+            {"concurrency": 0},
+            "config: pool_refill.concurrency: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            {"follow_rate": {"window_s": 0}},
+            "config: pool_refill.follow_rate.window_s: Input should be greater than or equal "
+            "to 1 (got 0)",
+        ),
+    ],
+)
+def test_a_config_s_nested_policy_still_names_its_path(refill: object, line: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        TunedConfig(pool_refill=refill)
+    assert str(exc.value) == line

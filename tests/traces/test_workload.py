@@ -204,6 +204,8 @@ def test_2019_side_files_bound_their_values(tmp_path: Path) -> None:
         ('{"starts": 2, "source": {"a": 1}}', "source: must be a name"),
         ('{"starts": 2, "bogus": 1}', "bogus: unknown field of the header"),
         ("[" * 100_000 + "]" * 100_000, "header: must be a '#' line of a JSON object"),
+        # json.loads kept the last: a file said 5 starts, then 2, and was read.
+        ('{"starts": 5, "starts": 2}', "header: 'starts' is given twice in an object"),
     ],
 )
 def test_a_workload_files_header_is_checked_field_by_field(

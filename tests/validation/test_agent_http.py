@@ -76,6 +76,16 @@ def test_a_bad_config_changes_nothing_and_says_why(agent: AgentFactory) -> None:
         assert any(p.startswith("config: lease_ttl_s:") and "(got -1)" in p for p in problems)
         assert "config: colour: unknown field (got 'blue')" in problems
         assert r.json()["error"] == "; ".join(problems)  # one line
+        # A nested policy's own error keeps its path, said once.
+        r = httpx.put(
+            client.base_url + "/config",
+            content="pool_refill: {follow_rate: {window_s: 0}}\n",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        assert r.json()["problems"] == [
+            "config: pool_refill.follow_rate.window_s: Input should be greater than or equal "
+            "to 1 (got 0)"
+        ]
         for body in ("limits: [", "- just\n- a list\n", ""):
             r = httpx.put(
                 client.base_url + "/config",
@@ -170,6 +180,45 @@ def test_malformed_json_is_a_400(agent: AgentFactory) -> None:
         )
         assert r.status_code == 400
         assert r.json()["error"].startswith("body: malformed JSON")
+
+
+def test_a_key_twice_in_a_body_is_a_400_naming_it(agent: AgentFactory) -> None:
+    # json.loads kept the last: the lease went to "b" with nothing said.
+    with agent() as client:
+        r = httpx.post(
+            client.base_url + "/v1/stages/S/acquire",
+            content=b'{"holder": "a", "holder": "b"}',
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        assert r.status_code == 400, r.text
+        assert r.json()["error"] == ("body: malformed JSON ('holder' is given twice in an object)")
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "says"),
+    [
+        (b"garbage", 400, "body: malformed JSON"),
+        (b'{"ttl_s": 60}', 422, "body.ttl_s"),
+        (b"[]", 400, "body: expected a JSON object"),
+    ],
+)
+@pytest.mark.parametrize("call", ["renew", "release"])
+def test_renew_and_release_refuse_a_body_and_keep_the_lease(
+    agent: AgentFactory, call: str, content: bytes, status: int, says: str
+) -> None:
+    # Both ignored any body: a client's field (a new TTL) was dropped unsaid.
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with agent() as client:
+        lease = httpx.post(
+            client.base_url + "/v1/stages/S/acquire", json={"holder": "a"}, headers=auth
+        ).json()
+        url = f"{client.base_url}/v1/leases/{lease['lease_id']}/{call}"
+        r = httpx.post(url, content=content, headers=auth)
+        assert (r.status_code, says in r.json()["error"]) == (status, True), r.text
+        # Refused whole: the lease is still held, and an empty body or {} works.
+        assert httpx.post(url, content=b"", headers=auth).status_code == 200
+        if call == "renew":
+            assert httpx.post(url, json={}, headers=auth).status_code == 200
 
 
 def test_an_unreachable_agent_is_an_agent_error_without_status() -> None:

@@ -166,6 +166,10 @@ def test_not_json_or_not_an_object() -> None:
         OperationTimes.from_json("{")
     with pytest.raises(ValueError, match=r"\(top level\): expected a JSON object"):
         OperationTimes.from_json("[1, 2]")
+    # A key twice (a hand edit): json.loads kept the last, and a fit took it.
+    text = _times().to_json().replace('"warmup":', '"warmup": 3, "warmup":', 1)
+    with pytest.raises(ValueError, match=r"^\(top level\): 'warmup' is given twice in an object$"):
+        OperationTimes.from_json(text)
 
 
 def test_construction_checks() -> None:

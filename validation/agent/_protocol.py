@@ -27,6 +27,7 @@ __all__ = [
     "POOL_KINDS",
     "STAGE_NAME",
     "AcquireRequest",
+    "EmptyRequest",
     "PoolKind",
     "TakeRequest",
     "ignored_pools",
@@ -79,6 +80,11 @@ Holder = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x
 
 class _Request(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EmptyRequest(_Request):
+    """``POST /v1/leases/{id}/renew`` and ``/release``: no fields (an empty
+    body or ``{}``); anything else is refused, not ignored."""
 
 
 class AcquireRequest(_Request):

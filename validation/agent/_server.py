@@ -56,7 +56,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from ..._params import Check, Interval, Rules, validate
+from ..._params import Check, Interval, Rules, own_error_line, unique_keys, validate
 from ..._params import short_repr as _short_repr
 from ...models import ConfigError, TunedConfig
 from ...models._yaml import MAX_NUMBER_CHARS, YamlInputError, parse_yaml
@@ -81,6 +81,7 @@ from ._protocol import (
     POOL_KINDS,
     STAGE_NAME,
     AcquireRequest,
+    EmptyRequest,
     TakeRequest,
     ignored_pools,
 )
@@ -315,7 +316,11 @@ def _bounded_int(digits: str) -> int:
 async def _body(request: web.Request, model: type[R]) -> R:
     raw = await _read(request)
     try:
-        data = json.loads(raw, parse_int=_bounded_int) if raw.strip() else {}
+        data = (
+            json.loads(raw, parse_int=_bounded_int, object_pairs_hook=unique_keys)
+            if raw.strip()
+            else {}
+        )
     except RecursionError:
         raise _BadRequestError(400, "body: malformed JSON (nested too deeply)") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, _bounded_int's
@@ -384,11 +389,15 @@ async def _acquire(request: web.Request) -> web.Response:
 
 
 async def _release(request: web.Request) -> web.Response:
+    await _body(request, EmptyRequest)
     lease = request.app[AGENT].leases.release(request.match_info["lease_id"])
     return web.json_response({"released": True, **_lease_json(lease)})
 
 
 async def _renew(request: web.Request) -> web.Response:
+    # A body here is a client's mistake (a field it thinks renew takes, a
+    # new TTL say): refused, where it was ignored and the lease renewed.
+    await _body(request, EmptyRequest)
     lease = request.app[AGENT].leases.renew(request.match_info["lease_id"])
     return web.json_response(_lease_json(lease))
 
@@ -444,6 +453,10 @@ def _problems(exc: ValidationError, *, prefix: str = "config: ") -> list[str]:
     are the client's, so they are quoted and shortened."""
     lines = []
     for e in exc.errors():
+        own = own_error_line([_field_name(p) for p in e["loc"]], e["msg"])
+        if e["type"] == "value_error" and own is not None:
+            lines.append(_one_line(prefix + own))
+            continue
         loc = ".".join(_field_name(p) for p in e["loc"]) or "(top level)"
         msg = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
         got = e.get("input")
