@@ -328,18 +328,21 @@ TRAFFIC_TAIL_CAUTION = (
 
 #: The same, on a profile whose plan measured RTNL's holders time-sliced
 #: (``testbed measure-ops``' hold stretch; docs/research-log.md, "A holder
-#: does not keep its core", 2026-11-29, "The loop with holders time-sliced"
-#: and "A ten-minute stream", 2026-11-30): three sittings live, three
-#: refitted offline from their plans' storms.
+#: does not keep its core", 2026-11-29, "The loop with holders time-sliced",
+#: "A ten-minute stream" and "A searched policy, ten minutes", 2026-11-30):
+#: four sittings live, three refitted offline from their plans' storms.
 TRAFFIC_TAIL_CAUTION_SLICED = (
     "held out on this project's 2-core host (streams of 300 and 600 s in no fit, a profile "
-    "from `calibrate --plan` that measured RTNL's holders time-sliced, six sittings), the "
-    "model's p99 per window came 20-42% short and its mean startup 17-45% short (the most "
-    "where the plan's storms ran fast against the stream: its CPU a start 17-26% short), "
-    "and 133 sandboxes at once 6-12% short on makespan; through a node agent refilling its "
-    "pools (three sittings, four configs) the p99 per window came 36% short to 12% long, "
-    "empty-pool starts within 6% and pooled device-seconds within 2%; the node's own runs "
-    "of one stream spread -8% to +51% around their median: read the tail as a lower bound"
+    "from `calibrate --plan` that measured RTNL's holders time-sliced, seven sittings), the "
+    "model's p99 per window came 9% long to 42% short, its mean startup 17-45% short and its "
+    "whole-run p99 up to 34% short (the most where the plan's storms ran fast against the "
+    "stream: its CPU a start 16-26% short), and 133 sandboxes at once 6-12% short on "
+    "makespan; through a node agent refilling its pools (four sittings, six configs) the "
+    "p99 per window came 36% short to 12% long, empty-pool starts within 6% with a static "
+    "pool but 38-42% short under stage limits, and pooled device-seconds within 7%; a "
+    "searched policy the model had meet a p99 SLO of 2 s missed it on the node (3.4 s with "
+    "two refill workers, 2.5 s with one); the node's own runs of one stream spread -8% to "
+    "+51% around their median: read the tail as a lower bound"
 )
 
 

@@ -121,7 +121,7 @@ def test_a_traffic_what_if_of_the_testbed_says_how_far_its_tail_was_held_out() -
         update={"testbed": prof.testbed.model_copy(update={"kernel_holders_pinned": False})}
     )
     assert traffic_cautions(stream, sliced) == (TRAFFIC_TAIL_CAUTION_SLICED,)
-    assert "20-42% short" in TRAFFIC_TAIL_CAUTION_SLICED and "streams of 300 and 600 s" in (
-        TRAFFIC_TAIL_CAUTION_SLICED
+    assert "9% long to 42% short" in TRAFFIC_TAIL_CAUTION_SLICED and (
+        "streams of 300 and 600 s" in TRAFFIC_TAIL_CAUTION_SLICED
     )
     assert traffic_cautions(stream.replace(cni="veth", profile="paper-000"), prof) == ()
