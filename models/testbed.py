@@ -128,6 +128,7 @@ __all__ = [
     "TestbedVariant",
     "growth_cautions",
     "plugin_cautions",
+    "refill_worker_cautions",
     "schedule_cautions",
     "stop_cautions",
     "testbed_costs",
@@ -346,18 +347,36 @@ TRAFFIC_TAIL_CAUTION_SLICED = (
 )
 
 
+def refill_worker_cautions(scenario: Scenario) -> tuple[str, ...]:
+    """More than one refill worker on a schedule of the testbed's catalog:
+    measured, the second one cost the node's starts far more than the model
+    has it (docs/research-log.md, "A searched policy, ten minutes",
+    2026-11-30), so a search that picks it picks it on a cost unseen."""
+    refill = scenario.pool_refill
+    if refill is None or refill.concurrency < 2:
+        return ()
+    return (
+        f"{refill.concurrency} refill workers: held out on this project's host, a policy "
+        "`optimize --workload` chose with two came to a whole-run p99 of 3.37 s on the node "
+        "against 2.46 s with one, where the model had 2.36 and 2.40 s (each refill is a whole "
+        "CNI ADD on the starts' cores): weigh a second worker by a run on the node "
+        "(`tune --workload`), not by this answer",
+    )
+
+
 def schedule_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
     """What a what-if of the testbed's catalog on a schedule of starts says
     under its answer for the schedule itself: how far its tail was held out
     (the node's CPU a start grows under traffic further than the bridge's
     measured growth explains; with holders pinned, further short), and
-    :func:`stop_cautions`. Nothing for another catalog or a storm released
-    at once."""
+    :func:`refill_worker_cautions`, :func:`stop_cautions`. Nothing for another
+    catalog or a storm released at once."""
     if scenario.cni not in TESTBED_CNIS or scenario.arrival_s is None:
         return ()
     sliced = profile.testbed is not None and profile.testbed.kernel_holders_pinned is False
     return (
         TRAFFIC_TAIL_CAUTION_SLICED if sliced else TRAFFIC_TAIL_CAUTION,
+        *refill_worker_cautions(scenario),
         *stop_cautions(scenario, profile),
     )
 
