@@ -18,13 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from validate_rows import P99_WINDOWS, validate_rows
+from validate_rows import P99_WINDOWS, plan_refit, validate_rows
 
-from bootstorm.calibration.trace_fit import Comparison, fit_storms
+from bootstorm.calibration.trace_fit import Comparison
 from bootstorm.models import Profile
-from bootstorm.traces import read_trace
 from bootstorm.traces.workload import read_workload
-from bootstorm.workflows.profile import load_measured
 
 DATA = Path(__file__).resolve().parents[2] / "traces" / "data" / "cni" / "traffic10"
 PROFILE = DATA / "plan" / "local.yaml"
@@ -74,10 +72,4 @@ def test_the_bare_ten_minute_stream_is_a_known_miss_short_of_the_node() -> None:
 
 @pytest.mark.slow
 def test_the_profile_is_the_plans_refit_byte_for_byte() -> None:
-    # In the order the plan ran them (the profile's sources list them so).
-    traces = sorted(
-        (read_trace(p) for p in (DATA / "plan").glob("*.jsonl.gz")),
-        key=lambda t: t.header.created_at,
-    )
-    fitted = fit_storms(traces, measured=load_measured(DATA / "plan" / "ops.json")).profile
-    assert fitted.to_yaml() == PROFILE.read_text()
+    assert plan_refit(DATA / "plan").to_yaml() == PROFILE.read_text()

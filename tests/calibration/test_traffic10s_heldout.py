@@ -18,13 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from validate_rows import P99_WINDOWS, validate_rows
+from validate_rows import P99_WINDOWS, plan_refit, validate_rows
 
-from bootstorm.calibration.trace_fit import Comparison, fit_storms
+from bootstorm.calibration.trace_fit import Comparison
 from bootstorm.models import Profile, TunedConfig
 from bootstorm.traces import read_trace
 from bootstorm.traces.workload import read_workload
-from bootstorm.workflows.profile import load_measured
 
 DATA = Path(__file__).resolve().parents[2] / "traces" / "data" / "cni" / "traffic10s"
 PROFILE = DATA / "plan" / "local.yaml"
@@ -103,9 +102,4 @@ def test_one_refill_worker_the_node_s_tail_is_predicted_and_its_pool_is_not() ->
 
 @pytest.mark.slow
 def test_the_profile_is_the_plans_refit_byte_for_byte() -> None:
-    traces = sorted(
-        (read_trace(p) for p in (DATA / "plan").glob("*.jsonl.gz")),
-        key=lambda t: t.header.created_at,
-    )
-    fitted = fit_storms(traces, measured=load_measured(DATA / "plan" / "ops.json")).profile
-    assert fitted.to_yaml() == PROFILE.read_text()
+    assert plan_refit(DATA / "plan").to_yaml() == PROFILE.read_text()
