@@ -136,10 +136,6 @@ def compare(
     return pd.DataFrame(rows).set_index("what-if"), results
 
 
-def _iterable(value: object) -> Iterable[object]:
-    return value if isinstance(value, Iterable) else ()
-
-
 @contextmanager
 def _named(field: str) -> Iterator[None]:
     """A what-if's own error, its label first: ``scenarios['ipvtap']: scenario: ...``."""
@@ -171,7 +167,8 @@ def dataplane_sweep(
         raise ConfigError(
             f"profile: expected a Profile or a profile's name, but got {type(profile).__name__}"
         )
-    given = [] if isinstance(flows, str | bytes | Mapping) else list(_iterable(flows))
+    iterable = isinstance(flows, Iterable) and not isinstance(flows, str | bytes | Mapping)
+    given = list(flows) if iterable else []
     counts = [int(n) for n in given if isinstance(n, int | np.integer) and not isinstance(n, bool)]
     if not counts or len(counts) != len(given):
         raise ConfigError(

@@ -29,6 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .._params import KEY_LIKE
 from ..traces import files as _files
 
 __all__ = [
@@ -56,11 +57,6 @@ MAX_NUMBER_CHARS = 64
 # separators, a point, an exponent, a base prefix): a plain scalar longer than
 # MAX_NUMBER_CHARS that looks like this is a number nobody meant.
 _NUMBER_LIKE = re.compile(r"[-+]?[0-9][0-9_.:]*([eE][-+]?[0-9]+)?|[-+]?0[xXoObB][0-9a-fA-F_]+")
-
-# What a key of ours looks like: a field, a stage, a lock, a pool kind, a
-# dotted profile path (the longest shipped is 37 characters). Anything else,
-# a line with colons and hashes say, is not quoted back.
-_KEY_LIKE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
 
 
 class YamlInputError(ValueError):
@@ -101,7 +97,7 @@ def _key_problem(event: Any) -> str | None:
     in an error: only a short name that looks like one of ours is."""
     import yaml
 
-    if isinstance(event, yaml.ScalarEvent) and _KEY_LIKE.fullmatch(event.value):
+    if isinstance(event, yaml.ScalarEvent) and KEY_LIKE.fullmatch(event.value):
         return None
     return f"{_line(event)}a line that is not a mapping key (expected name: value)"
 
@@ -128,7 +124,7 @@ def _check_events(text: str, loader: type[Any], *, mapping_keys: bool) -> None:
                     if event.value in inner.keys:
                         shown = (
                             repr(event.value)
-                            if _KEY_LIKE.fullmatch(event.value)
+                            if KEY_LIKE.fullmatch(event.value)
                             else "a key given before"
                         )
                         raise YamlInputError(f"{_line(event)}{shown} is given twice in a mapping")
@@ -164,7 +160,7 @@ def parse_yaml(text: str, *, mapping_keys: bool = False) -> Any:
     passed; :class:`YamlInputError` for malformed YAML or a refused feature.
 
     With ``mapping_keys``, every mapping key must look like a name
-    (:data:`_KEY_LIKE`): a file's errors quote its keys, so a file that is not
+    (:data:`bootstorm._params.KEY_LIKE`): a file's errors quote its keys, so a file that is not
     ours (``/etc/shadow``) is refused at its first line that is not one,
     by line number, without a byte of it shown."""
     import yaml

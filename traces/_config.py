@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -116,6 +116,21 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class _RefusedInOneLine(_Frozen):
+    """A policy a notebook builds by hand: refused as a config file's field
+    is, one line under ``_field`` (``pool_refill.concurrency: ...``), not
+    pydantic's block. Pydantic calls this ``__init__`` for a nested mapping
+    too; the outer error joins the path once (``_params.own_error_line``)."""
+
+    _field: ClassVar[str]
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, prefix=f"{self._field}.")) from None
+
+
 class ConfigOrigin(_Frozen):
     """Where a tuned config came from, so a reader can reproduce it."""
 
@@ -133,7 +148,7 @@ class ConfigOrigin(_Frozen):
     created_at: datetime | None = None
 
 
-class FollowRate(_Frozen):
+class FollowRate(_RefusedInOneLine):
     """A pool target that follows the recent start rate: the demand
     prediction seed 000 (§6) calls for instead of a pool sized for the peak.
 
@@ -154,14 +169,7 @@ class FollowRate(_Frozen):
     ] = 10.0
     max_devices: PoolSize = 1000
 
-    def __init__(self, **data: Any) -> None:
-        # Built by hand (a notebook's policy), one line as a config file's
-        # error is, not pydantic's block; a config's own validation of a
-        # nested mapping does not come through here.
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise ConfigError(format_validation_error(exc, prefix="follow_rate.")) from None
+    _field: ClassVar[str] = "follow_rate"
 
 
 def follow_rate_target(*, starts: int, rule: FollowRate, floor: int) -> int:
@@ -171,7 +179,7 @@ def follow_rate_target(*, starts: int, rule: FollowRate, floor: int) -> int:
     return max(floor, min(rule.max_devices, wanted))
 
 
-class PoolRefill(_Frozen):
+class PoolRefill(_RefusedInOneLine):
     """How device pools are kept full while starts go on.
 
     Without it (``pool_refill`` absent) a scenario's pools are made before
@@ -189,11 +197,7 @@ class PoolRefill(_Frozen):
     concurrency: Annotated[int, Field(strict=True, ge=1, le=MAX_REFILL_CONCURRENCY)] = 1
     follow_rate: FollowRate | None = None
 
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise ConfigError(format_validation_error(exc, prefix="pool_refill.")) from None
+    _field: ClassVar[str] = "pool_refill"
 
 
 class AppliedConfig(_Frozen):
