@@ -177,7 +177,7 @@ def _pool_kinds(step: Step) -> list[str]:
     """The pools ``step`` may take from, outermost first."""
     if isinstance(step, Pooled):
         found = [step.pool]
-        for inner in (*step.create, *step.fetch):
+        for inner in (*step.create, *step.fetch, *step.create_next, *step.fetch_next):
             found += [k for k in _pool_kinds(inner) if k not in found]
         return found
     if isinstance(step, Hold):
@@ -188,10 +188,11 @@ def _pool_kinds(step: Step) -> list[str]:
 def _creation(step: Pooled, kind: str) -> tuple[Step, ...]:
     """What making a device of ``kind`` costs: the creation of the pooled step
     that takes it, with any pool nested in it replaced by its own creation
-    (a refill worker makes, it does not take)."""
+    (a refill worker makes, it does not take). A making that goes on into
+    the next stage is made whole: the worker has no stages."""
     if step.pool == kind:
-        return _unpooled(step.create)
-    for inner in step.create:
+        return _unpooled((*step.create, *step.create_next))
+    for inner in (*step.create, *step.create_next):
         if isinstance(inner, Pooled) and kind in _pool_kinds(inner):
             return _creation(inner, kind)
     raise ValueError(f"pool {kind!r} is not taken in {step!r}")  # pragma: no cover
@@ -201,7 +202,7 @@ def _unpooled(steps: tuple[Step, ...]) -> tuple[Step, ...]:
     out: list[Step] = []
     for step in steps:
         if isinstance(step, Pooled):
-            out.extend(_unpooled(step.create))
+            out.extend(_unpooled((*step.create, *step.create_next)))
         elif isinstance(step, Hold):
             out.append(replace(step, body=_unpooled(step.body)))
         else:

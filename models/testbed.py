@@ -560,21 +560,35 @@ def _through_agent(
     agent_s = c.agent_serve_cpu_s or 0.0
     call = (Hold(GIL, (Cpu(client_s, "agent call"),)), Cpu(agent_s, "agent serves"))
 
-    def with_takes(body: tuple[Step, ...]) -> tuple[Step, ...]:
+    def with_takes(body: tuple[Step, ...], next_acquires: bool = False) -> tuple[Step, ...]:
+        # next_acquires: a pooled step going on into a limited stage begins
+        # that stage on each of its paths, so the lease's acquire goes there.
         out: list[Step] = []
         for step in body:
             if isinstance(step, Pooled):
+                head = call if step.goes_on and next_acquires else ()
                 step = Pooled(
-                    step.pool, create=with_takes(step.create), fetch=with_takes(step.fetch)
+                    step.pool,
+                    create=with_takes(step.create),
+                    fetch=with_takes(step.fetch),
+                    create_next=(*head, *with_takes(step.create_next)),
+                    fetch_next=(*head, *with_takes(step.fetch_next)),
                 )
                 out += call
             out.append(step)
         return tuple(out)
 
-    return {
-        name: (*call, *with_takes(body), *call) if name in scenario.limits else with_takes(body)
-        for name, body in steps.items()
-    }
+    out: dict[str, tuple[Step, ...]] = {}
+    acquired = False  # the stage's acquire was made on the paths into it
+    for name, following in zip(TESTBED_STAGES, (*TESTBED_STAGES[1:], None), strict=True):
+        body = steps[name]
+        goes_on = any(isinstance(s, Pooled) and s.goes_on for s in body)
+        taken = with_takes(body, next_acquires=following in scenario.limits)
+        if name in scenario.limits:
+            taken = (*taken, *call) if acquired else (*call, *taken, *call)
+        out[name] = taken
+        acquired = goes_on and following in scenario.limits
+    return out
 
 
 def _threads_plan(scenario: Scenario, c: TestbedCostTable, *, peer: Peer) -> tuple[Stage, ...]:
@@ -606,16 +620,25 @@ def _threads_plan(scenario: Scenario, c: TestbedCostTable, *, peer: Peer) -> tup
             *rtnl(c.rtnl_small_hold_s, "rename host end"),
         )
         veth = (Pooled("veth", create=veth, fetch=fetch_veth),)
+    add_veth: tuple[Step, ...] = (py("netlink socket"), *veth)
     if scenario.pools.get("netns-veth", 0) > 0:
         # A namespace made with the pair's peer inside it: taking one is the
         # whole endpoint (no unshare, no veth, no move, no rename). An empty
-        # pool falls back to the other pools or to creation, all in NetNS
-        # here: the branch is one, so AddCNI makes no pair in either case.
-        netns = (Pooled("netns-veth", create=(*netns, *veth), fetch=(py("take netns+veth"),)),)
-        veth = ()
+        # pool falls back to the netns pool or an unshare here, and to the
+        # veth pool or a new pair in AddCNI, under its permit, as the runtime
+        # does (``threads_runtime.ThreadsRuntime.add_cni``).
+        netns = (
+            Pooled(
+                "netns-veth",
+                create=netns,
+                fetch=(py("take netns+veth"),),
+                create_next=add_veth,
+                fetch_next=(py("netlink socket"),),
+            ),
+        )
+        add_veth = ()
     add_cni: tuple[Step, ...] = (
-        py("netlink socket"),
-        *veth,
+        *add_veth,
         *rtnl(c.rtnl_small_hold_s, "host end up"),
         *rtnl(c.rtnl_small_hold_s, "peer up"),
         *rtnl(c.rtnl_small_hold_s, "address"),
@@ -710,18 +733,24 @@ def _cni_plan(scenario: Scenario, c: TestbedCostTable, *, plugin: str) -> tuple[
     if scenario.pools.get("netns-veth", 0) > 0:
         # A namespace plumbed before the storm: taking it is the whole
         # network; an empty pool falls back to making the namespace here and
-        # the ADD in AddCNI, which a pooled sandbox skips (one branch, in NetNS).
-        # Every path of a sandbox must spawn the same branches, so the
-        # kworkers' deferred link work follows the pooled step on both paths:
-        # for a taken namespace it is work its ADD left before the storm,
-        # charged as if now (RTNL holds nobody waits for; an overestimate).
+        # the ADD in AddCNI, under AddCNI's permit, as the runtime does
+        # (``cni_runtime.CniRuntime.netns`` and ``add_cni``). A pooled
+        # sandbox's AddCNI only notes that the namespace came plumbed:
+        # microseconds (6 µs measured), too short to queue for the GIL behind
+        # the spawners. Every path of a sandbox must spawn the same branches,
+        # so the kworkers' deferred link work ends AddCNI on both paths: for a
+        # taken namespace it is work its ADD left before the storm, charged as
+        # if now (RTNL holds nobody waits for; an overestimate).
         netns = (
-            Pooled("netns-veth", create=(*netns, *add), fetch=(_py(c, "take plumbed"),)),
-            *deferred,
+            Pooled(
+                "netns-veth",
+                create=netns,
+                fetch=(_py(c, "take plumbed"),),
+                create_next=add,
+                fetch_next=(Cpu(0.0, "plumbed already"),),
+            ),
         )
-        # The thread only notes that the namespace came plumbed: microseconds
-        # (6 µs measured), too short to queue for the GIL behind the spawners.
-        add_cni = (Cpu(0.0, "plumbed already"),)
+        add_cni = deferred
     attach: tuple[Step, ...] = (
         spawn("exec shim"),
         Cpu(shim_cpu_s, "shim start"),

@@ -152,11 +152,26 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class Pooled:
-    """Fetch a device from ``pool`` if one is left (``fetch``), else ``create`` it."""
+    """Fetch a device from ``pool`` if one is left (``fetch``), else ``create`` it.
+
+    ``create_next`` and ``fetch_next``: a device whose making goes on into
+    the next stage (a namespace made in NetNS, then plumbed by the CNI ADD in
+    AddCNI, under AddCNI's gate): the steps that stage starts with on each
+    path, before its own. Such a step must be one of its stage's own steps
+    (not inside a hold, another pooled step or a branch), in a stage that
+    has a next one; the steps after it in its stage run on both paths.
+    """
 
     pool: str
     create: tuple[Step, ...]
     fetch: tuple[Step, ...] = ()
+    create_next: tuple[Step, ...] = ()
+    fetch_next: tuple[Step, ...] = ()
+
+    @property
+    def goes_on(self) -> bool:
+        """Whether either path goes on into the next stage."""
+        return bool(self.create_next or self.fetch_next)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,22 +313,73 @@ class _Flattener:
         """The sandbox's ops and its branches' (kind, ready, ops)."""
         self.branches = []
         ops: list[_Op] = []
-        for stage in plan:
-            sid = self.stage_ids.setdefault(stage.name, len(self.stage_ids))
-            gid = None
-            if stage.gate is not None:
-                gid = self._lookup(self.gate_ids, stage.gate, "gate")
-                if stage.gate in self.signals:
-                    raise ProgramError(
-                        f"stage {stage.name!r} is guarded by {stage.gate!r}, a signal gate"
-                    )
-                ops.append((OpKind.GATE_ENTER, gid, 0.0, False, 0.0))
-            ops.append((OpKind.STAGE_BEGIN, sid, 0.0, False, 0.0))
-            self.steps(stage.steps, ops)
-            ops.append((OpKind.STAGE_END, sid, 0.0, False, 0.0))
-            if gid is not None:
-                ops.append((OpKind.GATE_EXIT, gid, 0.0, False, 0.0))
+        entered = False  # the stage was begun by the one before (a pooled step going on)
+        for i, stage in enumerate(plan):
+            if not entered:
+                ops.extend(self._enter(stage))
+            entered = False
+            split = [j for j, s in enumerate(stage.steps) if isinstance(s, Pooled) and s.goes_on]
+            if not split:
+                self.steps(stage.steps, ops)
+                ops.extend(self._leave(stage))
+                continue
+            if len(split) > 1 or i + 1 == len(plan):
+                raise ProgramError(
+                    f"stage {stage.name!r}: a pooled step that goes on into the next stage "
+                    "must be its stage's only one, in a stage that has a next one"
+                )
+            j = split[0]
+            pooled = stage.steps[j]
+            assert isinstance(pooled, Pooled)
+            self.steps(stage.steps[:j], ops)
+            self._going_on(pooled, stage, plan[i + 1], stage.steps[j + 1 :], ops)
+            entered = True
         return ops, self.branches
+
+    def _enter(self, stage: Stage) -> list[_Op]:
+        sid = self.stage_ids.setdefault(stage.name, len(self.stage_ids))
+        ops: list[_Op] = []
+        if stage.gate is not None:
+            gid = self._lookup(self.gate_ids, stage.gate, "gate")
+            if stage.gate in self.signals:
+                raise ProgramError(
+                    f"stage {stage.name!r} is guarded by {stage.gate!r}, a signal gate"
+                )
+            ops.append((OpKind.GATE_ENTER, gid, 0.0, False, 0.0))
+        ops.append((OpKind.STAGE_BEGIN, sid, 0.0, False, 0.0))
+        return ops
+
+    def _leave(self, stage: Stage) -> list[_Op]:
+        ops: list[_Op] = [(OpKind.STAGE_END, self.stage_ids[stage.name], 0.0, False, 0.0)]
+        if stage.gate is not None:
+            ops.append((OpKind.GATE_EXIT, self.gate_ids[stage.gate], 0.0, False, 0.0))
+        return ops
+
+    def _going_on(
+        self, step: Pooled, stage: Stage, following: Stage, rest: Sequence[Step], ops: list[_Op]
+    ) -> None:
+        """``step`` and the rest of ``stage`` into ``following``'s begin, on
+        two paths: the make, or the fetch (the jump past the make). Each path
+        crosses the stages' boundary (and gates) itself; they meet at
+        ``following``'s own steps. The rest of ``stage`` is flattened once and
+        laid on both paths, so a branch it starts is one branch, whichever
+        path starts it."""
+        pid = self._lookup(self.pool_ids, step.pool, "pool")
+        tail: list[_Op] = []
+        self.steps(rest, tail)
+        crossing = [*tail, *self._leave(stage), *self._enter(following)]
+        make: list[_Op] = []
+        self.steps(step.create, make)
+        make += crossing
+        self.steps(step.create_next, make)
+        fetch: list[_Op] = []
+        self.steps(step.fetch, fetch)
+        fetch += crossing
+        self.steps(step.fetch_next, fetch)
+        ops.append((OpKind.POOL_TRY, pid, float(len(make) + 2), False, 0.0))
+        ops.extend(make)
+        ops.append((OpKind.JUMP, 0, float(1 + len(fetch)), False, 0.0))
+        ops.extend(fetch)
 
     def steps(self, steps: Sequence[Step], ops: list[_Op]) -> None:
         for step in steps:
@@ -331,6 +397,12 @@ class _Flattener:
                 self.steps(step.body, ops)
                 ops.append((OpKind.RELEASE, lid, 0.0, False, 0.0))
             elif isinstance(step, Pooled):
+                if step.goes_on:
+                    raise ProgramError(
+                        f"pool {step.pool!r}: a pooled step that goes on into the next stage "
+                        "must be one of its stage's own steps (not in a hold, a pooled step "
+                        "or a branch)"
+                    )
                 pid = self._lookup(self.pool_ids, step.pool, "pool")
                 create: list[_Op] = []
                 fetch: list[_Op] = []

@@ -393,6 +393,32 @@ def test_follow_rate_raises_the_target_with_a_burst_and_lowers_it_when_the_windo
     run(scenario)
 
 
+def test_with_a_netns_veth_pool_every_start_counts_once_not_only_the_empty_ones() -> None:
+    """A sandbox asks for a netns-veth first and for a namespace only if none
+    was left: its netns-veth take is its start. The agent counted the netns
+    takes (the first pooled kind in POOL_KINDS order), so a config pooling
+    both followed the empty-pool starts alone (2026-11-30: the searched
+    policy's pool ran at a fraction of the model's target)."""
+    shared = Shared(create_s=0.0)
+    clock = FakeClock()
+    rule = FollowRate(window_s=10.0, cover_s=10.0, max_devices=50)
+
+    async def scenario() -> None:
+        pools = slow_pools(shared, clock=clock)
+        pools.set_policy(pools={"netns": 1, "netns-veth": 1}, refill=PoolRefill(follow_rate=rule))
+        # Not started: every take is an empty one; a sandbox that found no
+        # netns-veth then asks for a namespace, which is no second start.
+        for n in range(1, 6):
+            assert pools.take("netns-veth") is None
+            assert pools.level("netns-veth").target == n
+            assert pools.take("netns") is None
+            assert pools.level("netns-veth").target == n
+            assert pools.level("netns").target == n
+        await pools.close()
+
+    run(scenario)
+
+
 def test_a_burst_of_empty_takes_counts_and_is_capped_by_max_devices() -> None:
     shared = Shared(create_s=0.0)
     clock = FakeClock()

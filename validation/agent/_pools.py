@@ -74,7 +74,7 @@ from ...models import ConfigError, FollowRate, PoolRefill, follow_rate_target
 from .._names import AGENT_POOL_LINK_PREFIX, AGENT_POOL_NETNS_PREFIX, owned_link, owned_netns
 from .._netns import create_netns_here, list_netns, remove_netns
 from ._metrics import AgentMetrics, PoolSnapshot
-from ._protocol import NETNS_VETH_PEER, POOL_KINDS
+from ._protocol import ASK_ORDER, NETNS_VETH_PEER, POOL_KINDS
 
 __all__ = [
     "AGENT_RUN_DIR",
@@ -524,7 +524,7 @@ class PoolManager:
         #: The config's ``pools`` entries of the kinds made here: the targets
         #: without ``follow_rate``, the floors with it.
         self._floors: dict[str, int] = dict.fromkeys(POOL_KINDS, 0)
-        #: The kinds the config pools (its ``pools`` keys), in POOL_KINDS order.
+        #: The kinds the config pools (its ``pools`` keys), in ASK_ORDER.
         self._pooled: tuple[str, ...] = ()
         self._follow: FollowRate | None = None
         #: Times (``clock``) of the starts in the follow-rate window, oldest first.
@@ -680,7 +680,8 @@ class PoolManager:
         # A kind is pooled from one device up, as in the model (a sandbox's
         # plan takes from a pool only where its entry is >= 1): an entry of 0
         # pools nothing, whatever a rate-following target would ask.
-        self._pooled = tuple(kind for kind in POOL_KINDS if pools.get(kind, 0) > 0)
+        # In the order a sandbox asks for them (ASK_ORDER): the first is its start.
+        self._pooled = tuple(kind for kind in ASK_ORDER if pools.get(kind, 0) > 0)
         self._follow = refill.follow_rate
         concurrency = refill.concurrency
         if concurrency > 1 and self._ops_factory is None:
@@ -728,14 +729,16 @@ class PoolManager:
         cannot be recorded stays pooled, and the caller gets None.
 
         With ``follow_rate``, a take (or an empty one) of the first kind the
-        config pools, in :data:`POOL_KINDS` order, is one start, and sets every
+        config pools, in :data:`ASK_ORDER`, is one start, and sets every
         pooled kind's target (the simulator's rule).
         """
         # One start per sandbox, not per kind: a sandbox takes each kind it
         # uses once, so counting every take would count a sandbox with a veth
-        # and a netns twice. Every sandbox takes the first pooled kind (the
-        # testbed asks for its kinds in POOL_KINDS order), so its takes are
-        # the starts. Empty takes count too: the demand is what they measure.
+        # and a netns twice. Every sandbox asks for the first pooled kind of
+        # ASK_ORDER (a netns only after an empty netns-veth take: counting
+        # netns takes there counted the empty-pool starts alone, and the
+        # target followed those), so its takes are the starts. Empty takes
+        # count too: the demand is what they measure.
         if self._follow is not None and self._pooled and kind == self._pooled[0]:
             self._retarget(started=True)
             self._wake.set()

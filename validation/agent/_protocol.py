@@ -41,6 +41,12 @@ MAX_WAIT_S = 600.0
 PoolKind = Literal["netns", "veth", "tap", "netns-veth"]
 #: Device kinds the agent can pre-create; other pool keys of a config are ignored.
 POOL_KINDS: tuple[str, ...] = get_args(PoolKind)
+#: The order a sandbox asks an agent for the kinds it uses (the testbed's
+#: runtimes and ``bootstorm-cni``): a ``netns-veth`` first (the whole
+#: endpoint), a namespace only if none was left, then a veth pair or a tap.
+#: So the first of these a config pools is the one every sandbox asks for:
+#: its takes, empty ones too, are the starts a rate-following target counts.
+ASK_ORDER: tuple[str, ...] = ("netns-veth", "netns", "veth", "tap")
 #: The name of a ``netns-veth``'s peer inside its namespace (a CNI's default ifname).
 NETNS_VETH_PEER = "eth0"
 
