@@ -40,8 +40,11 @@ pooled() {  # pooled CONFIG TRACE
     return "${status:-0}"
 }
 workers=$(sed -n 's/^  concurrency: //p' searched.yaml)
-other=$((workers > 1 ? 1 : 2))
-sed "s/^  concurrency: $workers\$/  concurrency: $other/" searched.yaml > "searched-workers-$other.yaml"
 pooled searched.yaml pooled-run1.jsonl.gz
-pooled "searched-workers-$other.yaml" "workers-$other-run1.jsonl.gz"
+if [ -n "$workers" ]; then  # a policy that refills
+    other=$((workers > 1 ? 1 : 2))
+    sed "s/^  concurrency: $workers\$/  concurrency: $other/" searched.yaml \
+        > "searched-workers-$other.yaml"
+    pooled "searched-workers-$other.yaml" "workers-$other-run1.jsonl.gz"
+fi
 pooled searched.yaml pooled-run2.jsonl.gz
