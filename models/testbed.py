@@ -334,33 +334,36 @@ TRAFFIC_TAIL_CAUTION = (
 #: four sittings live, three refitted offline from their plans' storms.
 TRAFFIC_TAIL_CAUTION_SLICED = (
     "held out on this project's 2-core host (streams of 300 and 600 s in no fit, a profile "
-    "from `calibrate --plan` that measured RTNL's holders time-sliced, seven sittings), the "
-    "model's p99 per window came 9% long to 42% short, its mean startup 17-45% short and its "
-    "whole-run p99 up to 34% short (the most where the plan's storms ran fast against the "
-    "stream: its CPU a start 16-26% short), and 133 sandboxes at once 6-12% short on "
-    "makespan; through a node agent refilling its pools (four sittings, six configs) the "
-    "p99 per window came 36% short to 12% long, empty-pool starts within 6% with a static "
-    "pool but 38-42% short under stage limits, and pooled device-seconds within 7%; a "
-    "searched policy the model had meet a p99 SLO of 2 s missed it on the node (3.4 s with "
-    "two refill workers, 2.5 s with one); the node's own runs of one stream spread -8% to "
-    "+51% around their median: read the tail as a lower bound"
+    "from `calibrate --plan` that measured RTNL's holders time-sliced, eight sittings), the "
+    "model's p99 per window came 9% long to 42% short, its mean startup 45% short to 17% "
+    "long and its whole-run p99 34% short to 25% long (short the most where the plan's "
+    "storms ran fast against the stream: its CPU a start 16-26% short), and 133 sandboxes "
+    "at once 6-12% short on makespan; through a node agent refilling its pools (five "
+    "sittings, eight configs) the p99 per window came 36% short to 12% long, empty-pool "
+    "starts within 8% with a static pool of 10 and with a pool of 133 under stage limits "
+    "but 33-51% short with a pool of 10 refilled under stage limits, and pooled "
+    "device-seconds within 7%; of two searched policies the model had meet a p99 SLO, one "
+    "missed it on the node (2 s: 3.4 s with two refill workers, 2.5 s with one), one met "
+    "it (3 s: 2.9 s); the node's own runs of one stream spread -8% to +51% around their "
+    "median: read the tail as a lower bound"
 )
 
 
 def refill_worker_cautions(scenario: Scenario) -> tuple[str, ...]:
     """More than one refill worker on a schedule of the testbed's catalog:
-    measured, the second one cost the node's starts far more than the model
-    has it (docs/research-log.md, "A searched policy, ten minutes",
+    measured twice, the second one cost the node's starts far more than the
+    model has it (docs/research-log.md, "A searched policy, ten minutes"
+    and "The agent's start count, and a policy that met its SLO",
     2026-11-30), so a search that picks it picks it on a cost unseen."""
     refill = scenario.pool_refill
     if refill is None or refill.concurrency < 2:
         return ()
     return (
-        f"{refill.concurrency} refill workers: held out on this project's host, a policy "
-        "`optimize --workload` chose with two came to a whole-run p99 of 3.37 s on the node "
-        "against 2.46 s with one, where the model had 2.36 and 2.40 s (each refill is a whole "
-        "CNI ADD on the starts' cores): weigh a second worker by a run on the node "
-        "(`tune --workload`), not by this answer",
+        f"{refill.concurrency} refill workers: held out on this project's host, a second "
+        "refill worker took the node's whole-run p99 from 2.46 to 3.37 s and from 2.87 to "
+        "4.86 s (two searched policies), where the model had 2.30 -> 2.31 s and 3.59 -> "
+        "4.32 s (each refill is a whole CNI ADD on the starts' cores): weigh a second worker "
+        "by a run on the node (`tune --workload`), not by this answer",
     )
 
 

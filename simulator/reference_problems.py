@@ -15,7 +15,9 @@ fraction that floats do not hold):
 - :func:`fig13_lock_order`: the lock-grant order of seed 000's Fig. 13, under
   each grant policy;
 - :func:`kernel_hand_over_schedules`: a kernel mutex on a busy node (a woken
-  waiter's turn for a core, a steal meanwhile, a holder not time-sliced).
+  waiter's turn for a core, a steal meanwhile, a holder not time-sliced);
+- :func:`pooled_across_stages`: a device whose making goes on into the next,
+  limited stage (an empty pool's CNI ADD under AddCNI's permit).
 
 Statistical problems (seeded, so each is deterministic):
 
@@ -78,6 +80,7 @@ __all__ = [
     "mg1_processor_sharing",
     "mm1",
     "mmc",
+    "pooled_across_stages",
     "processor_sharing_program",
     "processor_sharing_schedules",
     "refilled_pool",
@@ -644,12 +647,72 @@ def kernel_hand_over_schedules() -> list[ReferenceProblem]:
     ]
 
 
+def pooled_across_stages() -> ReferenceProblem:
+    """A device whose making goes on into the next, limited stage
+    (``Pooled.create_next``), worked by hand: a namespace made in NetNS and
+    plumbed by its ADD in AddCNI, under AddCNI's permit, as a CNI runtime
+    does for a sandbox that found its plumbed-namespace pool empty."""
+    make = Pooled(
+        "dev",
+        create=(Sleep(1.0, "make"),),
+        create_next=(Sleep(2.0, "plumb"),),
+    )
+    after = Async("after", (Sleep(0.1, "housekeeping"),))
+    plan: SandboxPlan = (
+        Stage("make", (make, after)),
+        Stage("plumb", (Sleep(0.25, "up"),), gate="plumb"),
+    )
+    program = compile_program(
+        [plan] * 4,
+        machine=MachineSpec(cores=1),
+        locks=[],
+        gates=[GateSpec(name="plumb", permits=1)],
+        pools=[PoolSpec(name="dev", capacity=1, memory_mib_per_device=1.0)],
+        arrival_s=(0.0, 0.1, 0.2, 0.3),
+        service_cv=0.0,
+    )
+    # Sandbox 0 takes the one device: 0.25 s in plumb, alone, 0-0.25. The
+    # others make theirs (1 s, to 1.1, 1.2, 1.3), then plumb it 2 s and go up
+    # 0.25 s one at a time through the gate: 1.1-3.35, 3.35-5.6, 5.6-7.85.
+    finish_s = (0.25, 3.35, 5.6, 7.85)
+    gate_wait_s = (3.35 - 1.2) + (5.6 - 1.3)
+    # The branch after the pooled step starts on either path, once.
+    after_s = (0.1, 1.2, 1.3, 1.4)
+    plumb_s = (0.25, 2.25, 2.25, 2.25)
+
+    def check(result: Result) -> None:
+        for i, (got, want) in enumerate(zip(result.finish_s.tolist(), finish_s, strict=True)):
+            _close(got, want, f"sandbox {i} finished", rel=1e-12)
+        _close(result.gates["plumb"].wait_s, gate_wait_s, "plumb's gate wait", rel=1e-12)
+        assert result.gates["plumb"].entries == 4, f"entries {result.gates['plumb'].entries}"
+        stats = result.pools["dev"]
+        assert (stats.taken, stats.empty_starts) == (1, 3), (
+            f"taken {stats.taken}, empty {stats.empty_starts}"
+        )
+        done = result.branch_finish_s["after"].tolist()
+        for i, (got, want) in enumerate(zip(done, after_s, strict=True)):
+            _close(got, want, f"sandbox {i}'s branch finished", rel=1e-12)
+        for i, (got, want) in enumerate(
+            zip(result.stage_time_s["plumb"].tolist(), plumb_s, strict=True)
+        ):
+            _close(got, want, f"sandbox {i}'s time in plumb", rel=1e-12)
+
+    return ReferenceProblem(
+        name="a making that goes on into a limited stage",
+        program=program,
+        source="worked by hand: 4 starts 0.1 s apart, a pool of 1; the 3 that find it "
+        "empty make 1 s, then plumb 2 s + 0.25 s under a gate of 1 permit",
+        _check=check,
+    )
+
+
 def exact_problems() -> list[ReferenceProblem]:
     """Every exact problem (small: milliseconds on any executor)."""
     return [
         *processor_sharing_schedules(),
         *(fig13_lock_order(p) for p in ("s2", "s1", "fifo")),
         *kernel_hand_over_schedules(),
+        pooled_across_stages(),
     ]
 
 

@@ -84,8 +84,13 @@ def test_a_plumbed_namespace_skips_the_add(truth: Profile) -> None:
     full = _stages(truth, pools={"netns-veth": 8})
     assert list(_holds(full["NetNS"], "rtnl", pool_full=True)) == []
     assert "bridge start" not in _labels(full["AddCNI"])
-    # An empty pool falls back to the namespace and the whole ADD, in NetNS.
-    assert "bridge start" in _labels(full["NetNS"])
+    (pooled,) = (s for s in full["NetNS"] if isinstance(s, Pooled))
+    assert _labels(pooled.fetch_next) == ["plumbed already"]
+    # An empty pool falls back to the namespace in NetNS and the whole ADD
+    # at the start of AddCNI, under its permit, as the runtime does.
+    assert "bridge start" not in _labels(full["NetNS"])
+    assert _labels(pooled.create_next).count("bridge start") == 1
+    assert list(_holds(pooled.create_next, "rtnl")).count("veth pair") == 1
 
 
 def test_the_runtime_pools_no_veth_pairs(truth: Profile) -> None:

@@ -19,6 +19,8 @@ from bootstorm.simulator import (
     Async,
     Cpu,
     GateSpec,
+    Hold,
+    LockSpec,
     MachineSpec,
     Pooled,
     PoolEvent,
@@ -273,3 +275,29 @@ def test_refill_log_is_in_the_memory_estimate() -> None:
     plain, refilled = size_program(build(False)), size_program(build(True))
     # Per sandbox: the branch's task and ops, and three more pool events logged.
     assert refilled.run_bytes - plain.run_bytes >= 1000 * 3 * 58
+
+
+def test_a_pooled_step_goes_on_only_from_its_stages_own_steps() -> None:
+    """A making that goes on into the next stage must stand in its stage
+    (not in a hold, a branch or another pooled step) and have a next stage:
+    anything else is one clear refusal at compile, not a wrong program."""
+    going_on = Pooled("dev", create=(Sleep(1.0),), create_next=(Sleep(1.0),))
+    pools = [PoolSpec(name=n, capacity=1, memory_mib_per_device=1.0) for n in ("dev", "outer")]
+
+    def compile_(*plan: Stage) -> None:
+        compile_program(
+            [plan], machine=MachineSpec(cores=1), locks=[LockSpec(name="L")], pools=pools
+        )
+
+    with pytest.raises(ProgramError, match="in a stage that has a next one"):
+        compile_(Stage("only", (going_on,)))
+    with pytest.raises(ProgramError, match="must be its stage's only one"):
+        compile_(Stage("a", (going_on, going_on)), Stage("b", ()))
+    for nested in (
+        Hold("L", (going_on,)),
+        Pooled("outer", create=(going_on,)),
+        Async("branch", (going_on,)),
+    ):
+        with pytest.raises(ProgramError, match="must be one of its stage's own steps"):
+            compile_(Stage("a", (nested,)), Stage("b", ()))
+    compile_(Stage("a", (going_on,)), Stage("b", ()))  # where it belongs

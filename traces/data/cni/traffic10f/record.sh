@@ -6,8 +6,9 @@
 # alone. Here: the CNI runtime's calibration plan (plan/: its storms twice, and
 # ops.json, every operation timed alone, RTNL's hold stretch among them); then
 # `optimize --workload` on the plan's profile chooses a pool policy and stage
-# limits for the least memory that meets a p99 SLO of 2 s on a held-out
-# stream (searched.yaml); then the stream through a node agent that runs that
+# limits for the least memory that meets a p99 SLO of 3 s on a held-out
+# stream (searched.yaml; at 2 s, as for traffic10s, none of 150 trials was
+# feasible on this stream, whose bare p99 the profile puts at 4.2 s); then the stream through a node agent that runs that
 # policy, twice, and between them once with the other number of refill
 # workers (two if the search chose one, else one).
 # The stream: workload-mmpp163.csv, `bootstorm workload --seed 163 --duration 1h
@@ -23,7 +24,7 @@ bootstorm workload --seed 163 --duration 1h --compress 6 --rate-low 0.1 --rate-h
 mkdir -p plan
 bootstorm calibrate --plan --runtime cni --plan-runs 2 --trace-dir plan -o plan/local.yaml
 bootstorm optimize --workload workload-mmpp163.csv --lifetime-s 5 --profile plan/local.yaml \
-    --cni testbed-cni-bridge --slo-p99 2s --trials 150 --storage memory -o searched.yaml
+    --cni testbed-cni-bridge --slo-p99 3s --trials 150 --storage memory -o searched.yaml
 token=$(mktemp) && head -c 24 /dev/urandom | base64 > "$token"
 trap 'rm -f "$token"' EXIT
 pooled() {  # pooled CONFIG TRACE
@@ -31,7 +32,14 @@ pooled() {  # pooled CONFIG TRACE
     bootstorm agent serve --config "$1" --token-file "$token" --port 8791 \
         --state-dir "$state" --cni-plugin bridge &
     agent=$!
-    sleep 8
+    # The stream starts with full pools, as the model's do (a pool of 133
+    # takes its one worker a minute to fill): wait until every pool is at
+    # its target (GET /v1/pools), ten minutes at most.
+    sleep 3
+    timeout 600 bash -c 'until curl -sf http://127.0.0.1:8791/v1/pools | python3 -c "
+import json, sys
+pools = json.load(sys.stdin)[\"pools\"]
+sys.exit(0 if all(p[\"ready\"] >= p[\"target\"] for p in pools) else 1)"; do sleep 1; done'
     bootstorm testbed run --runtime cni --workload workload-mmpp163.csv --lifetime-s 5 \
         --config "$1" --agent http://127.0.0.1:8791 --token-file "$token" \
         --trace "$2" || status=$?
