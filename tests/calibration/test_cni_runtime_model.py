@@ -93,6 +93,22 @@ def test_a_plumbed_namespace_skips_the_add(truth: Profile) -> None:
     assert list(_holds(pooled.create_next, "rtnl")).count("veth pair") == 1
 
 
+def test_through_an_agent_an_empty_pool_s_add_waits_for_addcni_s_lease(truth: Profile) -> None:
+    """Through a node agent with AddCNI limited, a sandbox takes the lease
+    (a call) when it enters AddCNI, on either path: before the empty pool's
+    ADD, before the plumbed namespace's nothing; it gives it back (a call)
+    at AddCNI's end. The agent's pool take is a call before the pooled step."""
+    stages = _stages(truth, pools={"netns-veth": 8}, limits={"AddCNI": 2}, through_agent=True)
+    netns = _labels(stages["NetNS"])
+    (pooled,) = (s for s in stages["NetNS"] if isinstance(s, Pooled))
+    assert netns[:2] == ["agent call", "agent serves"]  # the take
+    made, taken = _labels(pooled.create_next), _labels(pooled.fetch_next)
+    assert made[:3] == ["agent call", "agent serves", "exec bridge"]
+    assert taken == ["agent call", "agent serves", "plumbed already"]
+    assert _labels(stages["AddCNI"])[-2:] == ["agent call", "agent serves"]
+    assert _labels(stages["AddCNI"]).count("agent call") == 1
+
+
 def test_the_runtime_pools_no_veth_pairs(truth: Profile) -> None:
     with pytest.raises(ConfigError, match=r"pools: unknown pool kind 'veth'"):
         compile_scenario(Scenario(cni=CNI, sandboxes=4, pools={"veth": 4}), profile=truth)
