@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..traces._config import NamesAsKeys
 from ._errors import ConfigError, format_validation_error, load_yaml_model
 from .dataplane import PathName
 from .profile import MAX_CORES, MAX_MEMORY_MIB, MAX_NIC_VFS, MIN_VCPUS
@@ -272,7 +273,7 @@ class Scenario(BaseModel):
     rtnl_priority: Annotated[dict[str, Priority], Field(max_length=MAX_CONFIG_STAGES)] = Field(
         default_factory=dict
     )
-    pool_refill: PoolRefill | None = None
+    pool_refill: Annotated[PoolRefill | None, NamesAsKeys] = None
     through_agent: bool = False
     arrival_s: Arrivals | None = None
     lifetime_s: Seconds | None = None

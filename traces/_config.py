@@ -179,6 +179,21 @@ def follow_rate_target(*, starts: int, rule: FollowRate, floor: int) -> int:
     return max(floor, min(rule.max_devices, wanted))
 
 
+def _names_as_keys(value: Any) -> Any:
+    """A policy's mapping with keys that are not strings (a YAML file's
+    ``null:`` or ``1:``) refused by the key: pydantic builds a policy by a
+    keyword call of its ``__init__``, which would raise a bare TypeError."""
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise ValueError(f"expected field names, but got the key {key!r}")
+    return value
+
+
+#: The field of a policy that may come from a file's mapping.
+NamesAsKeys = BeforeValidator(_names_as_keys)
+
+
 class PoolRefill(_RefusedInOneLine):
     """How device pools are kept full while starts go on.
 
@@ -195,7 +210,7 @@ class PoolRefill(_RefusedInOneLine):
     """
 
     concurrency: Annotated[int, Field(strict=True, ge=1, le=MAX_REFILL_CONCURRENCY)] = 1
-    follow_rate: FollowRate | None = None
+    follow_rate: Annotated[FollowRate | None, NamesAsKeys] = None
 
     _field: ClassVar[str] = "pool_refill"
 
@@ -222,7 +237,7 @@ class AppliedConfig(_Frozen):
     )
     lease_ttl_s: LeaseSeconds = 30.0
     #: How the pools refill while starts go on (None: made before, never refilled).
-    pool_refill: PoolRefill | None = None
+    pool_refill: Annotated[PoolRefill | None, NamesAsKeys] = None
     origin: ConfigOrigin | None = None
 
     def __eq__(self, other: object) -> bool:

@@ -378,3 +378,28 @@ def test_small_storms_are_not_sized_twice(monkeypatch: pytest.MonkeyPatch) -> No
     assert calls == []
     with pytest.raises(ProgramTooLargeError):
         check_memory(Scenario(sandboxes=SIZED_FROM_SANDBOXES), available_bytes=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("pool_refill:\n  null: null\n", "pool_refill"),
+        ("pool_refill:\n  follow_rate:\n    1: 2\n", "pool_refill.follow_rate"),
+    ],
+)
+def test_a_refill_policy_key_that_yaml_reads_as_no_string_is_one_line(
+    tmp_path: Path, text: str, field: str
+) -> None:
+    """``null:`` and ``1:`` look like names but YAML reads them as None and 1;
+    a policy built by a keyword call raised a bare TypeError ("keywords must
+    be strings", found by Hypothesis in the fresh-clone suite)."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("cni: veth\nsandboxes: 3\n" + text)
+    with pytest.raises(ConfigError, match=rf"s\.yaml: {field}: .*expected field names, but got"):
+        Scenario.from_yaml(scenario)
+    config = tmp_path / "c.yaml"
+    config.write_text("schema_version: 1\nkind: bootstorm/tuned-config\n" + text)
+    with pytest.raises(
+        ConfigError, match=rf"c\.yaml: config: {field}: .*expected field names, but got"
+    ):
+        TunedConfig.from_yaml(config)
