@@ -55,7 +55,7 @@ import json
 import math
 import os
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -980,10 +980,6 @@ def read_workload(path: str | os.PathLike[str]) -> Workload:
     )
 
 
-#: The fields of a workload file's header, as :func:`format_workload` writes them.
-_WORKLOAD_HEADER = ("source", "parameters", "duration_s", "invocations", "starts", "memory_mib")
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _WorkloadHeader:
     """A workload file's header line, its fields checked."""
@@ -1005,7 +1001,7 @@ def _workload_header(path: str | os.PathLike[str], header: dict[str, Any]) -> _W
         kind = {type(None): "nothing", bool: "true/false", str: "text", list: "a list"}
         return _problem(path, 2, name, rule, Shown(kind.get(type(value), "an object")))
 
-    unknown = sorted(set(header) - set(_WORKLOAD_HEADER))
+    unknown = sorted(set(header) - {f.name for f in fields(_WorkloadHeader)})
     if unknown:
         raise _problem(path, 2, unknown[0], "unknown field of the header", Shown(unknown[0][:40]))
     starts = header.get("starts")

@@ -22,6 +22,7 @@ from bootstorm.models import FollowRate, PoolRefill, TunedConfig, follow_rate_ta
 from bootstorm.validation.agent import AgentClient
 from bootstorm.validation.agent._metrics import AgentMetrics
 from bootstorm.validation.agent._pools import Device, PoolManager
+from bootstorm.validation.agent._protocol import ASK_ORDER, POOL_KINDS
 
 
 def pooled_on_host(pool_id: int) -> set[str]:
@@ -402,6 +403,8 @@ def test_with_a_netns_veth_pool_every_start_counts_once_not_only_the_empty_ones(
     shared = Shared(create_s=0.0)
     clock = FakeClock()
     rule = FollowRate(window_s=10.0, cover_s=10.0, max_devices=50)
+
+    assert sorted(ASK_ORDER) == sorted(POOL_KINDS)  # every kind the agent makes, once
 
     async def scenario() -> None:
         pools = slow_pools(shared, clock=clock)
