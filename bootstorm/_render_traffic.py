@@ -58,7 +58,9 @@ def _headline(what: TrafficWhatIf) -> Table:
         if refill.made:
             t.add_row(
                 "refills",
-                f"{refill.made:,} devices made; {refill.rtnl_acquisitions:,} of "
+                f"{refill.made:,} devices made"
+                + (f", {refill.trimmed:,} removed" if refill.trimmed else "")
+                + f"; {refill.rtnl_acquisitions:,} of "
                 f"{refill.rtnl_total:,} RTNL acquisitions ({refill.rtnl_share:.0%}); "
                 f"RTNL contended {refill.rtnl_contended_s:,.1f} s in all",
             )

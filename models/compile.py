@@ -324,6 +324,8 @@ def _compile_seeds(
             pooled=refill.targets.keys(),
             follow=refill.follow,
             copies=refill.copies,
+            work=built.refill_work,
+            remove=built.refill_remove,
         )
 
     host = prof.host

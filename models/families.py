@@ -12,13 +12,14 @@ CNI's name against copies of these sets.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 from .._params import Check, NonEmpty, OneOf, Rules, format_problem, validate
-from ..simulator import CyclicPlans, GateSpec, LockSpec, PoolSpec
+from ..simulator import CyclicPlans, GateSpec, LockSpec, PoolSpec, Step
 from ._errors import ConfigError
 from .cni import SharedVport, cni_stages, lock_specs, pool_kinds, sandbox_plan
 from .cni import vport_creators as software_vport_creators
@@ -31,7 +32,17 @@ from .sriov import (
     sriov_plans,
     sriov_profile_costs,
 )
-from .testbed import TESTBED_CNIS, TESTBED_STAGES, testbed_costs, testbed_lock_specs, testbed_plan
+from .testbed import (
+    TESTBED_CNIS,
+    TESTBED_STAGES,
+    agent_own_make_s,
+    agent_refill_work,
+    agent_removals,
+    testbed_costs,
+    testbed_lock_specs,
+    testbed_plan,
+    uses_agent,
+)
 from .tsor import (
     TSOR_POOL_KINDS,
     TSOR_STAGES,
@@ -61,6 +72,14 @@ class FamilyPlans:
     reserved_cores: float = 0.0
     """Host cores the family's own node service keeps from the storm (TSoR's
     service core)."""
+    refill_work: Callable[[str, tuple[Step, ...]], tuple[Step, ...]] | None = None
+    """How a refill worker makes a device of a kind, given the steps a start
+    that found the pool empty runs (None: as that start runs them). The
+    testbed's worker is its node agent's (:func:`~.testbed.agent_refill_work`)."""
+    refill_remove: Mapping[str, tuple[Step, ...]] = field(default_factory=dict)
+    """What a refill worker's removal of a surplus device costs, by pool
+    kind (``Refill.remove``); a kind absent: its surplus goes at once, for
+    nothing (the families whose node agent the papers do not describe)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -192,13 +211,20 @@ def _tsor_plans(scenario: Scenario, prof: Profile) -> FamilyPlans:
 
 
 def _testbed_locks(scenario: Scenario, prof: Profile) -> list[LockSpec]:
-    return testbed_lock_specs(testbed_costs(prof))
+    return testbed_lock_specs(testbed_costs(prof), agent=uses_agent(scenario))
 
 
 def _testbed_plans(scenario: Scenario, prof: Profile) -> FamilyPlans:
     tb = testbed_costs(prof)
-    plan = testbed_plan(scenario, tb, variant=TESTBED_CNIS[scenario.cni])
-    return FamilyPlans(plans=CyclicPlans([plan], sandboxes=scenario.sandboxes))
+    variant = TESTBED_CNIS[scenario.cni]
+    plan = testbed_plan(scenario, tb, variant=variant)
+    return FamilyPlans(
+        plans=CyclicPlans([plan], sandboxes=scenario.sandboxes),
+        refill_work=functools.partial(
+            agent_refill_work, own_s=agent_own_make_s(scenario, tb, variant=variant)
+        ),
+        refill_remove=agent_removals(scenario, tb, variant=variant),
+    )
 
 
 #: Every family, by name. ``software``: the seed-000 CNIs with a network;

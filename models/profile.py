@@ -271,6 +271,13 @@ class TestbedCostTable(_Frozen):
     rcu_grace_s: Seconds
     cgroup_mkdir_hold_s: Seconds
     cgroup_attach_hold_s: Seconds
+    #: The grace period a ``cgroup.procs`` write waits inside cgroup_mutex
+    #: when no other write came within one (``percpu_down_write`` of
+    #: ``cgroup_threadgroup_rwsem``: its rcu_sync gone idle): an attach after
+    #: 100 ms idle less one back to back, measured alone (``measure-ops``'
+    #: ``cgroup_attach_idle``). None: not measured (every attach as one back
+    #: to back, as profiles of before it).
+    cgroup_attach_grace_s: Seconds | None = None
     vm_spawn_cpu_s: Seconds
     vm_tap_ioctls: Annotated[int, Field(ge=0, le=MAX_OPS_PER_SANDBOX)]
     # Work the kernel defers to kworkers per sandbox (linkwatch events,
@@ -334,6 +341,13 @@ class TestbedCostTable(_Frozen):
     #: simulated without the calls' cost.
     agent_call_cpu_s: Seconds | None = None
     agent_serve_cpu_s: Seconds | None = None
+    #: A node agent's own CPU (its process's user + system, its CNI
+    #: plugins' not) per plumbed namespace (``netns-veth``) its refill
+    #: worker makes, and per one it removes, alone (``measure-ops``). None:
+    #: not measured; a what-if then prices it as this project's host
+    #: measured it (:data:`~.testbed.AGENT_MAKE_CPU_HERE_S`), with a caution.
+    agent_make_cpu_s: Seconds | None = None
+    agent_remove_cpu_s: Seconds | None = None
     #: The kernel's mutexes (RTNL, cgroup_mutex) hand over to a woken waiter
     #: that must first get a core: its turn among the node's runnable tasks,
     #: this much each (:class:`~bootstorm.simulator.LockSpec`'s ``dispatch_s``).

@@ -11,6 +11,10 @@ being made are below its target. The branches run inside one gate of
 ``concurrency`` permits, the refill workers, and count as the stage
 :data:`REFILL`. That is the node agent's loop
 (``validation/agent/_pools.py``), so the model and the agent refill alike.
+A family may say how its worker makes a device (the testbed's is the node
+agent: its own GIL, no call to itself) and what removing one costs (a
+surplus above a target that fell, removed by the workers one after
+another before any making; without, it goes at once, for nothing).
 
 A rate-following pool (``follow_rate``) sets its target at each start
 (:class:`~bootstorm.simulator.Retarget` before the pooled step) from the
@@ -23,7 +27,7 @@ moves that much earlier.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -132,18 +136,26 @@ def with_refill(
     pooled: Collection[str],
     follow: bool,
     copies: int,
+    work: Callable[[str, tuple[Step, ...]], tuple[Step, ...]] | None = None,
+    remove: Mapping[str, tuple[Step, ...]] | None = None,
 ) -> Sequence[SandboxPlan]:
     """``plans`` with a refill branch after each pooled step, for each kind of
     ``pooled`` it may take (its own and any nested in its creation: a
     ``netns-veth`` falls back to the ``netns`` pool), and with ``follow`` a
-    :class:`Retarget` of each such kind before it."""
+    :class:`Retarget` of each such kind before it. ``work``: how the worker
+    makes a device of a kind, given the steps of a start that found the
+    pool empty (the family's; None: the same steps); ``remove``: by kind, what the
+    worker's removal of a surplus device costs (a kind absent: the surplus
+    goes at once, for nothing)."""
+    removals = dict(remove or {})
     memo: dict[SandboxPlan, SandboxPlan] = {}
 
     def plan(p: SandboxPlan) -> SandboxPlan:
         done = memo.get(p)
         if done is None:
             done = memo[p] = tuple(
-                replace(stage, steps=_steps(stage.steps, pooled, follow, copies)) for stage in p
+                replace(stage, steps=_steps(stage.steps, pooled, follow, copies, work, removals))
+                for stage in p
             )
         return done
 
@@ -156,7 +168,12 @@ def with_refill(
 
 
 def _steps(
-    steps: tuple[Step, ...], pooled: Collection[str], follow: bool, copies: int
+    steps: tuple[Step, ...],
+    pooled: Collection[str],
+    follow: bool,
+    copies: int,
+    work: Callable[[str, tuple[Step, ...]], tuple[Step, ...]] | None,
+    removals: Mapping[str, tuple[Step, ...]],
 ) -> tuple[Step, ...]:
     out: list[Step] = []
     for step in steps:
@@ -169,7 +186,10 @@ def _steps(
         out.append(step)
         for kind in kinds:
             make = _creation(step, kind)
-            out.append(Async(REFILL, (Refill(kind, create=make, copies=copies),), gate=REFILL))
+            if work is not None:
+                make = work(kind, make)
+            turn = Refill(kind, create=make, copies=copies, remove=removals.get(kind))
+            out.append(Async(REFILL, (turn,), gate=REFILL))
     return tuple(out)
 
 

@@ -103,16 +103,19 @@ bridge storms predicts the others.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from ..simulator import Async, Cpu, Hold, LockSpec, Pooled, Sleep, Stage, Step
+from ..simulator import Async, Cpu, Hold, LockSpec, Pooled, RcuSync, Sleep, Stage, Step
 from ._errors import ConfigError
 from .cni import CGROUP_MUTEX, CSS_SET_LOCK, RTNL
 from .profile import Profile, TestbedCostTable
 from .scenario import Scenario
 
 __all__ = [
+    "AGENT_MAKE_CPU_HERE_S",
+    "AGENT_REMOVE_CPU_HERE_S",
     "CNI_ADD_REQUESTS",
     "CNI_RUNTIME_COSTS",
     "GIL",
@@ -126,6 +129,10 @@ __all__ = [
     "TRAFFIC_TAIL_CAUTION",
     "TRAFFIC_TAIL_CAUTION_SLICED",
     "TestbedVariant",
+    "agent_device_cpu_s",
+    "agent_own_make_s",
+    "agent_refill_work",
+    "agent_removals",
     "growth_cautions",
     "plugin_cautions",
     "refill_worker_cautions",
@@ -135,6 +142,7 @@ __all__ = [
     "testbed_lock_specs",
     "testbed_plan",
     "traffic_cautions",
+    "uses_agent",
 ]
 
 TESTBED_STAGES = ("NetNS", "AddCNI", "Cgroup", "AttachIf", "StartVM")
@@ -185,6 +193,10 @@ TESTBED_CNIS: dict[str, TestbedVariant] = {
 #: inside) is taken before ``netns`` and ``veth`` (see :func:`testbed_plan`).
 TESTBED_POOL_KINDS = ("netns", "veth", "netns-veth")
 GIL = "gil"
+#: The node agent's own GIL: its HTTP loop serves every call under it, and
+#: its refill workers' Python (a device's making) runs under it too; the
+#: testbed's GIL is another process's.
+AGENT_GIL = "agent-gil"
 #: host-local IPAM's lock: a flock on the network's data directory.
 IPAM_LOCK = "host-local"
 #: The bridge plugin's ADD (containernetworking-plugins 1.1.1), its netlink
@@ -336,13 +348,14 @@ TRAFFIC_TAIL_CAUTION_SLICED = (
     "held out on this project's 2-core host (streams of 300 and 600 s in no fit, a profile "
     "from `calibrate --plan` that measured RTNL's holders time-sliced, eight sittings), the "
     "model's p99 per window came 9% long to 42% short, its mean startup 45% short to 17% "
-    "long and its whole-run p99 34% short to 25% long (short the most where the plan's "
+    "long and its whole-run p99 34% short to 30% long (short the most where the plan's "
     "storms ran fast against the stream: its CPU a start 16-26% short), and 133 sandboxes "
     "at once 6-12% short on makespan; through a node agent refilling its pools (five "
-    "sittings, eight configs) the p99 per window came 36% short to 12% long, empty-pool "
-    "starts within 8% with a static pool of 10 and with a pool of 133 under stage limits "
-    "but 33-51% short with a pool of 10 refilled under stage limits, and pooled "
-    "device-seconds within 7%; of two searched policies the model had meet a p99 SLO, one "
+    "sittings, eight configs) the p99 per window came 36% short to 17% long, empty-pool "
+    "starts within 4% with a static pool of 10, 23% short with a pool of 133 under stage "
+    "limits and 47-62% short with a pool of 10 refilled under stage limits (the node's "
+    "refill 28% slower than the model's), and pooled device-seconds within 7%; of two "
+    "searched policies the model had meet a p99 SLO, one "
     "missed it on the node (2 s: 3.4 s with two refill workers, 2.5 s with one), one met "
     "it (3 s: 2.9 s); the node's own runs of one stream spread -8% to +51% around their "
     "median: read the tail as a lower bound"
@@ -361,9 +374,33 @@ def refill_worker_cautions(scenario: Scenario) -> tuple[str, ...]:
     return (
         f"{refill.concurrency} refill workers: held out on this project's host, a second "
         "refill worker took the node's whole-run p99 from 2.46 to 3.37 s and from 2.87 to "
-        "4.86 s (two searched policies), where the model had 2.30 -> 2.31 s and 3.59 -> "
-        "4.32 s (each refill is a whole CNI ADD on the starts' cores): weigh a second worker "
+        "4.86 s (two searched policies), where the model had 2.26 -> 2.26 s and 3.73 -> "
+        "4.39 s (each refill is a whole CNI ADD on the starts' cores): weigh a second worker "
         "by a run on the node (`tune --workload`), not by this answer",
+    )
+
+
+def agent_device_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
+    """Plumbed namespaces refilled by a node agent on a profile that did not
+    measure the agent's own CPU for them: priced as this project's host
+    measured it, which another host need not match."""
+    c = profile.testbed
+    variant = TESTBED_CNIS.get(scenario.cni)
+    if (
+        c is None
+        or variant is None
+        or variant.runtime != "cni"
+        or scenario.pool_refill is None
+        or scenario.pools.get("netns-veth", 0) <= 0
+        or (c.agent_make_cpu_s is not None and c.agent_remove_cpu_s is not None)
+    ):
+        return ()
+    return (
+        f"profile {profile.name!r} did not measure a node agent's own CPU per plumbed namespace "
+        f"it refills: priced as this project's 2-core host measured it "
+        f"({AGENT_MAKE_CPU_HERE_S * 1e3:.3g} ms a making, {AGENT_REMOVE_CPU_HERE_S * 1e3:.3g} ms "
+        "a removal); `bootstorm testbed measure-ops` (in `calibrate --plan`) measures this "
+        "node's",
     )
 
 
@@ -372,7 +409,8 @@ def schedule_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
     under its answer for the schedule itself: how far its tail was held out
     (the node's CPU a start grows under traffic further than the bridge's
     measured growth explains; with holders pinned, further short), and
-    :func:`refill_worker_cautions`, :func:`stop_cautions`. Nothing for another
+    :func:`refill_worker_cautions`, :func:`agent_device_cautions`,
+    :func:`stop_cautions`. Nothing for another
     catalog or a storm released at once."""
     if scenario.cni not in TESTBED_CNIS or scenario.arrival_s is None:
         return ()
@@ -380,6 +418,7 @@ def schedule_cautions(scenario: Scenario, profile: Profile) -> tuple[str, ...]:
     return (
         TRAFFIC_TAIL_CAUTION_SLICED if sliced else TRAFFIC_TAIL_CAUTION,
         *refill_worker_cautions(scenario),
+        *agent_device_cautions(scenario, profile),
         *stop_cautions(scenario, profile),
     )
 
@@ -416,10 +455,12 @@ def testbed_costs(profile: Profile) -> TestbedCostTable:
     return profile.testbed
 
 
-def testbed_lock_specs(c: TestbedCostTable | None = None) -> list[LockSpec]:
+def testbed_lock_specs(c: TestbedCostTable | None = None, *, agent: bool = False) -> list[LockSpec]:
     """The testbed's locks: the kernel's mutexes handed over as ``c`` says
     (``mutex_dispatch_s``, ``kernel_holders_pinned``; plain FIFO without
-    ``c``), the user-space ones (the GIL, host-local's file lock) FIFO."""
+    ``c``), the user-space ones (the GIL, host-local's file lock) FIFO; with
+    ``agent`` (a node agent serves the storm or refills its pools), the
+    agent's GIL last."""
     dispatch_s = (c.mutex_dispatch_s if c is not None else None) or 0.0
     pinned = bool(c.kernel_holders_pinned) if c is not None else False
     return [
@@ -428,7 +469,69 @@ def testbed_lock_specs(c: TestbedCostTable | None = None) -> list[LockSpec]:
         LockSpec(name=CSS_SET_LOCK),
         LockSpec(name=GIL),
         LockSpec(name=IPAM_LOCK),
+        *([LockSpec(name=AGENT_GIL)] if agent else []),
     ]
+
+
+def uses_agent(scenario: Scenario) -> bool:
+    """Whether a node agent takes part in ``scenario``'s storm: it serves the
+    sandboxes' calls, or it refills their pools (only an agent does)."""
+    return scenario.through_agent or (
+        scenario.pool_refill is not None and any(n > 0 for n in scenario.pools.values())
+    )
+
+
+#: A node agent's own CPU (user + system) per plumbed namespace its one
+#: refill worker made, and per one it removed, with the bridge plugin, alone
+#: on this project's 2-core host (2026-11-30, ``measure_agent_devices``: 5
+#: rounds of 60; its plugins 9.8 and 8.5 ms, wall 12.3 and 36.3 ms a
+#: device; docs/research-log.md). What a profile that did not measure it
+#: (``testbed.agent_make_cpu_s``, ``agent_remove_cpu_s``) is priced at.
+AGENT_MAKE_CPU_HERE_S = 2.17e-3
+AGENT_REMOVE_CPU_HERE_S = 2.00e-3
+
+
+def agent_device_cpu_s(c: TestbedCostTable) -> tuple[float, float]:
+    """The agent's own CPU per plumbed namespace made and removed: the
+    profile's, or this project's host's where it has none."""
+    make = AGENT_MAKE_CPU_HERE_S if c.agent_make_cpu_s is None else c.agent_make_cpu_s
+    remove = AGENT_REMOVE_CPU_HERE_S if c.agent_remove_cpu_s is None else c.agent_remove_cpu_s
+    return make, remove
+
+
+def _is_call(step: Step) -> bool:
+    """A start's call to the agent, the caller's part or the agent's."""
+    if isinstance(step, Hold):
+        return bool(step.body) and all(_is_call(s) for s in step.body)
+    return isinstance(step, Cpu) and step.label in (AGENT_CALL, AGENT_SERVES)
+
+
+def _as_agent(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+    out: list[Step] = []
+    for step in steps:
+        if _is_call(step):
+            continue
+        if isinstance(step, Hold):
+            lock = AGENT_GIL if step.lock == GIL else step.lock
+            step = replace(step, lock=lock, body=_as_agent(step.body))
+        out.append(step)
+    return tuple(out)
+
+
+def agent_refill_work(
+    kind: str, steps: tuple[Step, ...], *, own_s: Mapping[str, float] | None = None
+) -> tuple[Step, ...]:
+    """A device of ``kind`` made as the agent's refill worker makes it: the
+    steps of a start that found the pool empty, less that start's calls to
+    the agent (the worker is the agent), with the Python under the agent's
+    own GIL instead of the testbed's, and then the agent's own work for it
+    beyond those steps (``own_s[kind]``, under its GIL: its Python and the
+    kernel work it does for it)."""
+    out = _as_agent(steps)
+    extra_s = (own_s or {}).get(kind, 0.0)
+    if extra_s > 0.0:
+        out = (*out, Hold(AGENT_GIL, (Cpu(extra_s, "agent's own work"),)))
+    return out
 
 
 def testbed_plan(
@@ -481,14 +584,19 @@ def _cgroup(c: TestbedCostTable) -> tuple[Step, ...]:
 
 
 def _cgroup_attach(c: TestbedCostTable, label: str) -> Step:
-    """A process written to ``cgroup.procs``: cgroup_mutex, css_set_lock inside."""
-    return Hold(
-        CGROUP_MUTEX,
-        (
-            Cpu(c.cgroup_attach_hold_s, label),
-            Hold(CSS_SET_LOCK, (Cpu(c.cgroup_attach_hold_s * 0.1, "css_set"),)),
-        ),
+    """A process written to ``cgroup.procs``: cgroup_mutex, css_set_lock
+    inside; where the profile measured it (``cgroup_attach_grace_s``), the
+    write side of ``cgroup_threadgroup_rwsem`` inside cgroup_mutex, whose
+    rcu_sync waits a grace period unless another writer left it within one
+    (:class:`~bootstorm.simulator.RcuSync`): on this project's host an attach
+    after 100 ms idle took 7.8 ms, back to back 0.04 ms (research log)."""
+    body: tuple[Step, ...] = (
+        Cpu(c.cgroup_attach_hold_s, label),
+        Hold(CSS_SET_LOCK, (Cpu(c.cgroup_attach_hold_s * 0.1, "css_set"),)),
     )
+    if c.cgroup_attach_grace_s:
+        body = (RcuSync(CGROUP_MUTEX, c.cgroup_attach_grace_s, body),)
+    return Hold(CGROUP_MUTEX, body)
 
 
 def _vm_up(c: TestbedCostTable) -> tuple[Step, ...]:
@@ -510,6 +618,69 @@ def _vm_up(c: TestbedCostTable) -> tuple[Step, ...]:
 #: ``rcu_grace_s``: that is a move's, which holds RTNL through its whole grace
 #: period (16 ms, witnessed), and no CNI plan sets it.
 STOP_RTNL_SLEEP_S = 5e-4
+#: A veth pair's deletion, the whole netlink call: 16.8-17.2 ms on this
+#: project's host (the same witness as :data:`STOP_RTNL_SLEEP_S`, 60
+#: deletions twice); after RTNL's unlock it waits out ``netdev_run_todo``'s
+#: grace period off-CPU.
+VETH_DELETE_CALL_S = 0.017
+
+
+def agent_own_make_s(
+    scenario: Scenario, c: TestbedCostTable, *, variant: TestbedVariant
+) -> dict[str, float]:
+    """The agent's own work per device its worker makes, beyond the steps of
+    a start's making, by kind: the CNI runtime's ``netns-veth`` (measured:
+    :func:`agent_device_cpu_s`, less the Python and namespace work those
+    steps price in the maker's process); none for the other kinds and the
+    threads runtime (not measured)."""
+    if variant.runtime != "cni":
+        return {}
+    spawn_cpu_s = _cni_costs(c)[4]
+    steps_s = c.py_op_cpu_s + c.netns_create_cpu_s + c.rtnl_netns_hold_s + spawn_cpu_s
+    return {"netns-veth": max(0.0, agent_device_cpu_s(c)[0] - steps_s)}
+
+
+def agent_removals(
+    scenario: Scenario, c: TestbedCostTable, *, variant: TestbedVariant
+) -> dict[str, tuple[Step, ...]]:
+    """What the node agent's refill worker does to remove a pooled device of
+    each kind (a surplus above a target that fell, ``_pools.PoolManager._trim``),
+    priced from the costs that make one, the worker's Python under the
+    agent's GIL: a ``netns`` unmounted and unlinked (its loopback's
+    unregister under RTNL, which the kernel's ``cleanup_net`` does after);
+    a ``veth`` pair deleted (:data:`VETH_DELETE_CALL_S`, its RTNL hold as a
+    VM's tap's at stop); a ``netns-veth`` of the CNI runtime DELeted through
+    the plugin (its exec, the veth's deletion, host-local's exec and lease
+    release) and then unmounted; of the threads runtime, its veth deleted
+    and the namespace unmounted. The CNI runtime's ``netns-veth`` then
+    costs the agent its own work beyond those steps, as measured
+    (:func:`agent_device_cpu_s`). An estimate from the making's costs and
+    one witnessed call (no storm times a removal): measured alone through
+    an agent (2026-11-30, research log) a removal took 3.0x a making's wall
+    time, this catalog 2.4-2.8x."""
+    py = Hold(AGENT_GIL, (Cpu(c.py_op_cpu_s, "remove"),))
+    netns = (py, Hold(RTNL, (Cpu(c.rtnl_netns_hold_s, "cleanup_net loopback"),)))
+    hold_s = c.rtnl_veth_hold_s
+    veth = (
+        Hold(RTNL, (Cpu(hold_s, "veth delete"), Sleep(STOP_RTNL_SLEEP_S, "synchronize_net"))),
+        Sleep(max(0.0, VETH_DELETE_CALL_S - hold_s - STOP_RTNL_SLEEP_S), "netdev_run_todo"),
+    )
+    if variant.runtime == "cni":
+        exec_cpu_s, ipam_hold_s, _, _, spawn_cpu_s = _cni_costs(c)
+        # The agent's own CPU beyond its Python these steps already price.
+        own_s = agent_device_cpu_s(c)[1] - c.py_op_cpu_s - spawn_cpu_s
+        plumbed: tuple[Step, ...] = (
+            Hold(AGENT_GIL, (Cpu(spawn_cpu_s, f"exec {variant.plugin} DEL"),)),
+            Cpu(exec_cpu_s, f"{variant.plugin} start"),
+            *veth,
+            Cpu(exec_cpu_s, "host-local start"),
+            Hold(IPAM_LOCK, (Cpu(ipam_hold_s, "release"),)),
+            *netns,
+            *((Hold(AGENT_GIL, (Cpu(own_s, "agent's own work"),)),) if own_s > 0 else ()),
+        )
+    else:
+        plumbed = (py, *veth, *netns)
+    return {"netns": netns, "veth": (py, *veth), "netns-veth": plumbed}
 
 
 def _stop(scenario: Scenario, c: TestbedCostTable) -> tuple[Step, ...]:
@@ -541,57 +712,69 @@ def _stages(
 ) -> tuple[Stage, ...]:
     """The five stages, each gated where the scenario limits it (and, through
     a node agent, with the calls to it: :func:`_through_agent`)."""
+    lease: tuple[Step, ...] = ()
     if scenario.through_agent:
-        steps = _through_agent(scenario, steps, c)
-    return tuple(
-        Stage(name, steps[name], gate=name if name in scenario.limits else None)
-        for name in TESTBED_STAGES
-    )
+        steps, lease = _through_agent(steps, c)
+    stages = []
+    for name in TESTBED_STAGES:
+        limited = name in scenario.limits
+        stages.append(
+            Stage(
+                name,
+                steps[name],
+                gate=name if limited else None,
+                admit=lease if limited else (),
+                release=lease if limited else (),
+            )
+        )
+    return tuple(stages)
+
+
+#: The labels of a call to a node agent's work: the caller's, the agent's.
+AGENT_CALL = "agent call"
+AGENT_SERVES = "agent serves"
 
 
 def _through_agent(
-    scenario: Scenario, steps: dict[str, tuple[Step, ...]], c: TestbedCostTable
-) -> dict[str, tuple[Step, ...]]:
+    steps: dict[str, tuple[Step, ...]], c: TestbedCostTable
+) -> tuple[dict[str, tuple[Step, ...]], tuple[Step, ...]]:
     """The stages of a sandbox that takes permits and devices from a node
-    agent over HTTP (``AgentAdmission``): a limited stage's lease is a call
-    before its work (acquire) and one after (release), a take from a pool
-    one call whether the pool had a device or not. A call is the caller's
-    CPU under the GIL (the testbed's Python and its HTTP client) and the
-    agent's CPU in its own process; both measured alone (``measure-ops``),
-    0 where they were not."""
+    agent over HTTP (``AgentAdmission``), and the call a limited stage's
+    lease makes twice: once for its permit (acquire), once to give it back
+    (release), both outside the stage's span, as the testbed times a stage
+    from the lease's answer to its body's return (:class:`Stage`'s ``admit``
+    and ``release``). A take from a pool is one call, in the stage, whether
+    the pool had a device or not. A call is the caller's CPU under the GIL
+    (the testbed's Python and its HTTP client) and the agent's CPU in its
+    own process; both measured alone (``measure-ops``), 0 where they were
+    not. Until 2026-11-30 the lease's calls were in the span: a stage
+    limited to 1 through an agent came 4-8x the node's (the calls' GIL
+    waits were the model's stage time, not the node's)."""
     client_s = c.agent_call_cpu_s or 0.0
     agent_s = c.agent_serve_cpu_s or 0.0
-    call = (Hold(GIL, (Cpu(client_s, "agent call"),)), Cpu(agent_s, "agent serves"))
+    # The agent serves from one asyncio loop: its calls are served one at a
+    # time, under its GIL, which its refill workers' Python also takes.
+    call = (
+        Hold(GIL, (Cpu(client_s, AGENT_CALL),)),
+        Hold(AGENT_GIL, (Cpu(agent_s, AGENT_SERVES),)),
+    )
 
-    def with_takes(body: tuple[Step, ...], next_acquires: bool = False) -> tuple[Step, ...]:
-        # next_acquires: a pooled step going on into a limited stage begins
-        # that stage on each of its paths, so the lease's acquire goes there.
+    def with_takes(body: tuple[Step, ...]) -> tuple[Step, ...]:
         out: list[Step] = []
         for step in body:
             if isinstance(step, Pooled):
-                head = call if step.goes_on and next_acquires else ()
                 step = Pooled(
                     step.pool,
                     create=with_takes(step.create),
                     fetch=with_takes(step.fetch),
-                    create_next=(*head, *with_takes(step.create_next)),
-                    fetch_next=(*head, *with_takes(step.fetch_next)),
+                    create_next=with_takes(step.create_next),
+                    fetch_next=with_takes(step.fetch_next),
                 )
                 out += call
             out.append(step)
         return tuple(out)
 
-    out: dict[str, tuple[Step, ...]] = {}
-    acquired = False  # the stage's acquire was made on the paths into it
-    for name, following in zip(TESTBED_STAGES, (*TESTBED_STAGES[1:], None), strict=True):
-        body = steps[name]
-        goes_on = any(isinstance(s, Pooled) and s.goes_on for s in body)
-        taken = with_takes(body, next_acquires=following in scenario.limits)
-        if name in scenario.limits:
-            taken = (*taken, *call) if acquired else (*call, *taken, *call)
-        out[name] = taken
-        acquired = goes_on and following in scenario.limits
-    return out
+    return {name: with_takes(body) for name, body in steps.items()}, call
 
 
 def _threads_plan(scenario: Scenario, c: TestbedCostTable, *, peer: Peer) -> tuple[Stage, ...]:

@@ -149,6 +149,7 @@ def pool_stats(timelines: dict[str, PoolTimeline], *, horizon_s: float) -> dict[
             memory_mib=line.initial * line.memory_mib_per_device,
             empty_starts=line.count(PoolEvent.MISS),
             made=line.count(PoolEvent.MADE),
+            trimmed=line.count(PoolEvent.TRIMMED),
             peak_memory_mib=line.peak_ready * line.memory_mib_per_device,
             mean_memory_mib=mib_h * 3600.0 / horizon_s if horizon_s > 0 else 0.0,
             memory_mib_h=mib_h,

@@ -114,12 +114,15 @@ _ZERO, _STAGE_BEGIN, _STAGE_END = int(OpKind.ZERO), int(OpKind.STAGE_BEGIN), int
 _GATE_ENTER, _GATE_EXIT = int(OpKind.GATE_ENTER), int(OpKind.GATE_EXIT)
 _POOL_TRY, _JUMP = int(OpKind.POOL_TRY), int(OpKind.JUMP)
 _SPAWN, _GUEST_CPU = int(OpKind.SPAWN), int(OpKind.GUEST_CPU)
-_POOL_ORDER, _POOL_PUT, _POOL_TARGET = (
+_POOL_ORDER, _POOL_PUT, _POOL_TARGET, _POOL_TRIM, _BACK = (
     int(OpKind.POOL_ORDER),
     int(OpKind.POOL_PUT),
     int(OpKind.POOL_TARGET),
+    int(OpKind.POOL_TRIM),
+    int(OpKind.BACK),
 )
-_TAKE, _MISS, _ORDERED, _MADE, _RETARGET = (int(e) for e in PoolEvent)
+_RCU_SYNC_ENTER, _RCU_SYNC_EXIT = int(OpKind.RCU_SYNC_ENTER), int(OpKind.RCU_SYNC_EXIT)
+_TAKE, _MISS, _ORDERED, _MADE, _RETARGET, _TRIMMED = (int(e) for e in PoolEvent)
 _MUTEX, _SPINLOCK, _RW = int(LockKind.MUTEX), int(LockKind.SPIN), int(LockKind.RW)
 OP_CODES: dict[OpKind, int] = {
     OpKind.CPU: _CPU,
@@ -139,6 +142,10 @@ OP_CODES: dict[OpKind, int] = {
     OpKind.POOL_ORDER: _POOL_ORDER,
     OpKind.POOL_PUT: _POOL_PUT,
     OpKind.POOL_TARGET: _POOL_TARGET,
+    OpKind.POOL_TRIM: _POOL_TRIM,
+    OpKind.BACK: _BACK,
+    OpKind.RCU_SYNC_ENTER: _RCU_SYNC_ENTER,
+    OpKind.RCU_SYNC_EXIT: _RCU_SYNC_EXIT,
 }
 """The code the loop reads for each op kind (each is ``int(kind)``)."""
 LOCK_CODES: dict[LockKind, int] = {
@@ -239,6 +246,10 @@ def compiled_codes() -> Any:
         _POOL_ORDER,
         _POOL_PUT,
         _POOL_TARGET,
+        _POOL_TRIM,
+        _BACK,
+        _RCU_SYNC_ENTER,
+        _RCU_SYNC_EXIT,
         _MUTEX,
         _SPINLOCK,
         _RW,
@@ -657,7 +668,7 @@ def _depth_bounds(kinds: Any, offsets: Any, uses: Any) -> Any:
 @_jit
 def _pool_log(pools: Any, now: float, pool: int, what: int, task: int) -> None:
     """Append one pool event (of task ``task``) and the pool's state after it to the log."""
-    left, making, _, ev_t, ev_pool, ev_kind, ev_level, ev_making, ev_n, ev_task = pools
+    left, making, _, ev_t, ev_pool, ev_kind, ev_level, ev_making, ev_n, ev_task, _ = pools
     i = ev_n[0]
     ev_n[0] = i + 1
     ev_t[i] = now
@@ -669,13 +680,23 @@ def _pool_log(pools: Any, now: float, pool: int, what: int, task: int) -> None:
 
 
 @_jit
-def _pool_log_size(kinds: Any, offsets: Any, uses: Any) -> int:
-    """Pool ops its tasks run: each at most once, so the log's bound."""
+def _pool_log_size(kinds: Any, offsets: Any, uses: Any, capacity: int) -> int:
+    """The log's bound: the pool ops its tasks run, each at most once, but a
+    removal's (``POOL_TRIM``), which loops (``BACK``): it removes at most the
+    devices there were (``capacity``, the pools' at the start) and made."""
     size = 0
+    puts = 0
+    trims = False
     for part in range(offsets.shape[0] - 1):
         for pc in range(offsets[part], offsets[part + 1]):
-            if kinds[pc] in (_POOL_TRY, _POOL_ORDER, _POOL_PUT, _POOL_TARGET):
+            if kinds[pc] in (_POOL_TRY, _POOL_ORDER, _POOL_PUT, _POOL_TARGET, _POOL_TRIM):
                 size += uses[part]
+            if kinds[pc] == _POOL_PUT:
+                puts += uses[part]
+            elif kinds[pc] == _POOL_TRIM:
+                trims = True
+    if trims:
+        size += capacity + puts
     return size
 
 
@@ -743,6 +764,7 @@ def _simulate(
     cnt, cnf, acq_by_stage, held_since, _ = counters
     g_free, g_task, g_since, g_head, g_len = gates
     pool_left, pool_making, pool_target = pools[0], pools[1], pools[2]
+    pool_trimmed = pools[10]
     n = arrival.shape[0]
     n_locks = lock_kind.shape[0]
     n_stages = stage_time.shape[1]
@@ -1059,13 +1081,49 @@ def _simulate(
             elif kind == _POOL_PUT:
                 pi = args[pc]
                 pool_making[pi] -= 1
-                pool_left[pi] = min(pool_left[pi] + 1, pool_target[pi])
+                pool_left[pi] += 1
+                if not pool_trimmed[pi]:
+                    pool_left[pi] = min(pool_left[pi], pool_target[pi])
                 _pool_log(pools, now, pi, _MADE, task)
             elif kind == _POOL_TARGET:
                 pi = args[pc]
                 pool_target[pi] = int(_amount(amounts, slot, own_amount, own_base, pc))
-                pool_left[pi] = min(pool_left[pi], pool_target[pi])
+                if not pool_trimmed[pi]:
+                    pool_left[pi] = min(pool_left[pi], pool_target[pi])
                 _pool_log(pools, now, pi, _RETARGET, task)
+            elif kind == _POOL_TRIM:
+                pi = args[pc]
+                if pool_left[pi] <= pool_target[pi]:
+                    pc += int(_amount(amounts, slot, own_amount, own_base, pc))
+                    continue
+                pool_left[pi] -= 1
+                _pool_log(pools, now, pi, _TRIMMED, task)
+            elif kind == _BACK:
+                pc -= int(_amount(amounts, slot, own_amount, own_base, pc))
+                continue
+            elif kind == _RCU_SYNC_ENTER:
+                # cnf[lock, 4]: when its rcu_sync's last writer left; [5]: inside.
+                lk = args[pc]
+                amount = _amount(amounts, slot, own_amount, own_base, pc)
+                cold = cnf[lk, 5] == 0.0 and now >= cnf[lk, 4] + amount
+                cnf[lk, 5] += 1.0
+                if cold and amount > 0.0:
+                    ci[_EID] += 1
+                    _push(
+                        ht,
+                        hk,
+                        hv,
+                        hn,
+                        _QUEUE,
+                        now + amount,
+                        _NORMAL_KEY + ci[_EID],
+                        s * 8 + _RESUME,
+                    )
+                    blocked = True
+            elif kind == _RCU_SYNC_EXIT:
+                lk = args[pc]
+                cnf[lk, 5] -= 1.0
+                cnf[lk, 4] = now
             elif kind == _JUMP:
                 pc += int(_amount(amounts, slot, own_amount, own_base, pc))
                 continue
@@ -1223,7 +1281,10 @@ def run_kernel(
         # Counters (locks then gates): acquisitions, contended, waiters, max_waiters;
         # wait_s, hold_s, contended_wall_s, busy_since.
         cnt = np.zeros((n_locks + n_gates, 4), dtype=np.int64)
-        cnf = np.zeros((n_locks + n_gates, 4))
+        # Columns: wait, hold, contended wall, contended since; for a lock,
+        # its rcu_sync's last exit (none yet: -inf) and writers inside.
+        cnf = np.zeros((n_locks + n_gates, 6))
+        cnf[:, 4] = -np.inf
         acq_by_stage = np.zeros((n_locks, slots), dtype=np.int64)
         wait_by_stage = np.zeros((n_locks, slots))
         # Gates: FIFO rings of slots; a task waits at one gate at most.
@@ -1238,7 +1299,12 @@ def run_kernel(
         n_pools = pool_left.shape[0]
         pool_making = np.zeros(n_pools, dtype=np.int64)
         pool_target = pool_left.copy()
-        log_size = _pool_log_size(kinds, offsets, uses)
+        # A pool whose refill turns remove its surplus keeps it until then.
+        pool_trimmed = np.zeros(n_pools, dtype=np.bool_)
+        for pc in range(kinds.shape[0]):
+            if kinds[pc] == _POOL_TRIM:
+                pool_trimmed[args[pc]] = True
+        log_size = _pool_log_size(kinds, offsets, uses, int(initial_pools.sum()))
         ev_t = np.empty(log_size)
         ev_pool = np.empty(log_size, dtype=np.int32)
         ev_kind = np.empty(log_size, dtype=np.int8)
@@ -1257,6 +1323,7 @@ def run_kernel(
             ev_making,
             ev_n,
             ev_task,
+            pool_trimmed,
         )
         n_dur, zeroed, events = _simulate(
             (

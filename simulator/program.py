@@ -91,10 +91,31 @@ class OpKind(enum.IntEnum):
     ahead. A refill worker's decision (see :class:`~.steps.Refill`)."""
     POOL_PUT = 15
     """A device for pool ``arg`` is made: being made -1, ready +1; ready
-    devices above the target are removed."""
+    devices above the target are removed at once, unless the pool's refill
+    turns remove them (it has ``POOL_TRIM`` ops)."""
     POOL_TARGET = 16
     """Set pool ``arg``'s target to ``amount`` devices (truncated); ready
-    devices above it are removed."""
+    devices above it are removed at once, unless the pool's refill turns
+    remove them (it has ``POOL_TRIM`` ops)."""
+    POOL_TRIM = 17
+    """If pool ``arg`` has more ready devices than its target, take one out
+    (ready -1: a refill worker removes it, with the ops that follow); else
+    jump ``amount`` ops ahead. A pool with these ops keeps a surplus until
+    its workers remove it, one device at a time, as the node agent does."""
+    BACK = 18
+    """Jump ``amount`` ops back, to a ``POOL_TRIM``: a refill worker's next
+    removal, until its pool has no surplus left (the only loop a program
+    has; it ends because each pass removes a device)."""
+    RCU_SYNC_ENTER = 19
+    """Enter the write side of the rcu_sync that lock ``arg`` serialises (a
+    percpu rwsem's, as cgroup_mutex serialises cgroup_threadgroup_rwsem's):
+    if no writer is inside and none left it within the last ``amount``
+    seconds (a grace period: its readers went back to their fast path),
+    sleep ``amount`` (``rcu_sync_enter`` waits a grace period); else go on."""
+    RCU_SYNC_EXIT = 20
+    """Leave the rcu_sync of lock ``arg``: it stays entered for a grace
+    period from now (``rcu_sync_exit``), so a writer that comes in that
+    time waits for none."""
 
 
 # Plain ints for the walks and the executors' loops: comparing with IntEnum
@@ -116,6 +137,12 @@ _GUEST_CPU = int(OpKind.GUEST_CPU)
 _POOL_ORDER = int(OpKind.POOL_ORDER)
 _POOL_PUT = int(OpKind.POOL_PUT)
 _POOL_TARGET = int(OpKind.POOL_TARGET)
+_POOL_TRIM = int(OpKind.POOL_TRIM)
+_BACK = int(OpKind.BACK)
+_RCU_SYNC_ENTER = int(OpKind.RCU_SYNC_ENTER)
+_RCU_SYNC_EXIT = int(OpKind.RCU_SYNC_EXIT)
+#: The ops that may jump ahead (their amount is the jump).
+_JUMP_KINDS = (_POOL_TRY, _JUMP, _POOL_ORDER, _POOL_TRIM)
 
 
 class LockKind(enum.IntEnum):
@@ -253,8 +280,9 @@ class PoolSpec:
 
     ``capacity`` devices are ready at time 0, and the target is ``capacity``
     until a ``POOL_TARGET`` op sets another. Refill work (``POOL_ORDER`` and
-    ``POOL_PUT``, see :class:`~.steps.Refill`) keeps it there; without any,
-    the pool is what was made before the storm.
+    ``POOL_PUT``, and ``POOL_TRIM`` where the workers remove a surplus, see
+    :class:`~.steps.Refill`) keeps it there; without any, the pool is what
+    was made before the storm.
 
     ``ticket``: not devices but the right to do something once (the first
     sandbox to try takes it, see :class:`~bootstorm.simulator.Once`); left
@@ -348,11 +376,10 @@ _SHIFT = np.uint64(31)
 
 def _jumps(kind: _I8, amount: _F64) -> _F64:
     """How far each op jumps as the executors read it (``int``, so truncated):
-    the amount of a POOL_TRY, POOL_ORDER or JUMP, 0 for the other kinds."""
+    the amount of a POOL_TRY, POOL_ORDER, POOL_TRIM, JUMP or BACK, 0 for the
+    other kinds."""
     out = np.zeros(kind.shape[0])
-    at = np.flatnonzero(
-        (kind == OpKind.POOL_TRY) | (kind == OpKind.JUMP) | (kind == OpKind.POOL_ORDER)
-    )
+    at = np.flatnonzero(np.isin(kind, (*_JUMP_KINDS, _BACK)))
     out[at] = np.trunc(amount[at])
     return out
 
@@ -638,7 +665,7 @@ class Program:
         # for each count of branches they spawn, unless a jump is a task's own.
         spawns = self._task_spawns()
         rules = self._sandbox_rules()
-        jumps = np.isin(ops.kind, (OpKind.POOL_TRY, OpKind.JUMP, OpKind.POOL_ORDER))
+        jumps = np.isin(ops.kind, (*_JUMP_KINDS, _BACK))
         for part in np.unique(ops.task_part).tolist():
             lo, hi = int(ops.offsets[part]), int(ops.offsets[part + 1])
             users = np.flatnonzero(ops.task_part == part)
@@ -904,6 +931,9 @@ class Program:
                 int(OpKind.POOL_ORDER): n_pools,
                 int(OpKind.POOL_PUT): n_pools,
                 int(OpKind.POOL_TARGET): n_pools,
+                int(OpKind.POOL_TRIM): n_pools,
+                int(OpKind.RCU_SYNC_ENTER): n_locks,
+                int(OpKind.RCU_SYNC_EXIT): n_locks,
             },
             spin=frozenset(i for i, spec in enumerate(self.locks) if spec.kind is LockKind.SPIN),
             rw=frozenset(i for i, spec in enumerate(self.locks) if spec.kind is LockKind.RW),
@@ -997,7 +1027,7 @@ class Program:
                     raise ProgramError(f"sandbox {sandbox} op {pc}: exit of gate {a} not entered")
                 g = len(gates) - 1 - gates[::-1].index(a)  # one permit: the latest entry
                 gates = gates[:g] + gates[g + 1 :]
-            elif k in (_POOL_TRY, _JUMP, _POOL_ORDER):
+            elif k in _JUMP_KINDS:
                 step = int(amounts[pc])
                 if step < 1 or pc + step > end:
                     raise ProgramError(
@@ -1005,6 +1035,14 @@ class Program:
                         f"jump {step} leaves the sandbox"
                     )
                 nexts = (pc + step,) if k == _JUMP else (pc + 1, pc + step)
+            elif k == _BACK:
+                step = int(amounts[pc])
+                if step < 1 or pc - step < 0 or kinds[pc - step] != _POOL_TRIM:
+                    raise ProgramError(
+                        f"sandbox {sandbox} op {pc} (BACK): jump {step} back must land on "
+                        "a POOL_TRIM of its task"
+                    )
+                nexts = (pc - step,)
             for nxt in nexts:
                 state = (nxt, held, stages, gates, spawned)
                 if state not in visited:
@@ -1031,6 +1069,7 @@ _SLEEPING_KINDS = frozenset(
         OpKind.SLEEP,
         OpKind.ZERO,
         OpKind.GATE_ENTER,
+        OpKind.RCU_SYNC_ENTER,
         OpKind.ACQUIRE_SHARED,
         OpKind.GUEST_CPU,
     )

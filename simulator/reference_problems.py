@@ -58,7 +58,9 @@ from .steps import (
     Cpu,
     Hold,
     Pooled,
+    RcuSync,
     Refill,
+    Retarget,
     SandboxPlan,
     Sleep,
     Stage,
@@ -83,10 +85,12 @@ __all__ = [
     "pooled_across_stages",
     "processor_sharing_program",
     "processor_sharing_schedules",
+    "rcu_sync_writers",
     "refilled_pool",
     "refilled_pool_program",
     "service_times",
     "statistical_problems",
+    "trimmed_pool",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -706,6 +710,141 @@ def pooled_across_stages() -> ReferenceProblem:
     )
 
 
+def trimmed_pool() -> ReferenceProblem:
+    """A pool whose target falls and rises, its surplus removed by its one
+    refill worker one device after another (``Refill.remove``), worked by
+    hand: the node agent's rule (a worker removes a surplus before it makes
+    any), where the surplus stays ready, and may be taken, until removed.
+
+    A pool of 4, one worker; removing a device takes 1 s, making one 0.5 s.
+    At 0 a start sets the target to 1 and takes a device (3 left): its
+    worker removes one (2 left, until 1.0), then another (1 left, until
+    2.0). At 1.5 a start (target 1) takes the last one; at 2.0 the first
+    worker, its surplus gone, makes one (ready at 2.5), and the second start's
+    worker, at the gate until then, finds nothing to do. At 3.0 a start sets
+    the target to 3 and takes it;
+    its worker makes three (3.5, 4.0, 4.5). Ready devices over time: 2 on
+    [0, 1), 1 to 1.5, 0 to 2.5, 1 to 3.0, 0 to 3.5, 1 to 4.0, 2 to 4.5:
+    4.5 device-seconds. Removed at once (no ``remove``), the first start's
+    target would have left 1 ready and its take none."""
+    turn = Refill("dev", create=(Sleep(0.5, "make"),), copies=3, remove=(Sleep(1.0, "remove"),))
+    plan: SandboxPlan = (
+        Stage(
+            "start",
+            (
+                Retarget("dev"),
+                Pooled("dev", create=(Sleep(0.25, "own"),)),
+                Async("refill", (turn,), gate="refill"),
+            ),
+        ),
+    )
+    arrival_s = (0.0, 1.5, 3.0)
+    program = compile_program(
+        [plan] * 3,
+        machine=MachineSpec(cores=1),
+        locks=[],
+        gates=[GateSpec(name="refill", permits=1)],
+        pools=[PoolSpec(name="dev", capacity=4, memory_mib_per_device=1.0)],
+        arrival_s=arrival_s,
+        service_cv=0.0,
+    ).with_pool_targets({"dev": [1, 1, 3]})
+    e = PoolEvent
+    events = [
+        (0.0, e.RETARGET, 4, 0),
+        (0.0, e.TAKE, 3, 0),
+        (0.0, e.TRIMMED, 2, 0),
+        (1.0, e.TRIMMED, 1, 0),
+        (1.5, e.RETARGET, 1, 0),
+        (1.5, e.TAKE, 0, 0),
+        (2.0, e.ORDERED, 0, 1),
+        (2.5, e.MADE, 1, 0),
+        (3.0, e.RETARGET, 1, 0),
+        (3.0, e.TAKE, 0, 0),
+        (3.0, e.ORDERED, 0, 1),
+        (3.5, e.MADE, 1, 0),
+        (3.5, e.ORDERED, 1, 1),
+        (4.0, e.MADE, 2, 0),
+        (4.0, e.ORDERED, 2, 1),
+        (4.5, e.MADE, 3, 0),
+    ]
+    branches_s = (2.5, 2.5, 4.5)
+
+    def check(result: Result) -> None:
+        for i, got in enumerate(result.finish_s.tolist()):
+            _close(got, arrival_s[i], f"sandbox {i} finished", rel=1e-12)
+        line = result.pool_timelines["dev"]
+        got_events = list(
+            zip(
+                line.t_s.tolist(),
+                [PoolEvent(k) for k in line.event.tolist()],
+                line.ready.tolist(),
+                line.making.tolist(),
+                strict=True,
+            )
+        )
+        assert len(got_events) == len(events), f"pool events {got_events}"
+        for event, wanted in zip(got_events, events, strict=True):
+            _close(event[0], wanted[0], f"time of {wanted[1].name}", rel=1e-12)
+            assert event[1:] == wanted[1:], f"pool event {event}, want {wanted}"
+        for i, (done_s, want_s) in enumerate(
+            zip(result.branch_finish_s["refill"].tolist(), branches_s, strict=True)
+        ):
+            _close(done_s, want_s, f"sandbox {i}'s refill branch finished", rel=1e-12)
+        stats = result.pools["dev"]
+        assert (stats.taken, stats.empty_starts, stats.made, stats.trimmed) == (3, 0, 4, 2), (
+            f"taken {stats.taken}, empty {stats.empty_starts}, made {stats.made}, "
+            f"trimmed {stats.trimmed}"
+        )
+        _close(stats.memory_mib_h * 3600.0, 4.5, "idle device-seconds", rel=1e-12)
+
+    return ReferenceProblem(
+        name="a surplus removed by the refill worker",
+        program=program,
+        source="worked by hand: a pool of 4 retargeted to 1, 1 and 3 by starts at 0, 1.5 "
+        "and 3; one worker, 1 s a removal, 0.5 s a making",
+        _check=check,
+    )
+
+
+def rcu_sync_writers() -> ReferenceProblem:
+    """Writers of a percpu rwsem under its mutex (``RcuSync``), worked by
+    hand: a writer waits a grace period (1 s here) to enter unless another
+    left less than one grace period ago, as ``cgroup.procs`` writes do under
+    cgroup_mutex (measured on this project's host: 7.8 ms after an idle
+    100 ms, 0.04 ms back to back: docs/research-log.md).
+
+    Each holds the mutex, enters, works 0.1 s, leaves. At 0 the first finds
+    the rcu_sync idle: 1 s, then its work, out at 1.1. The second, come at
+    0.5, waits for the mutex until 1.1 and enters at once (the first left
+    just now): out at 1.2. The third, at 3.0, comes 1.8 s after the last
+    left: a grace period again, out at 4.1. The fourth, at 4.5, 0.4 s after
+    it: out at 4.6. The mutex is held 1.1 + 0.1 + 1.1 + 0.1 s and waited
+    for 0.6 s."""
+    body = (Hold("m", (RcuSync("m", 1.0, (Sleep(0.1, "work"),)),)),)
+    program = compile_program(
+        [(Stage("write", body),)] * 4,
+        machine=MachineSpec(cores=1),
+        locks=[LockSpec(name="m")],
+        arrival_s=(0.0, 0.5, 3.0, 4.5),
+        service_cv=0.0,
+    )
+    finish_s = (1.1, 1.2, 4.1, 4.6)
+
+    def check(result: Result) -> None:
+        for i, (got, want) in enumerate(zip(result.finish_s.tolist(), finish_s, strict=True)):
+            _close(got, want, f"writer {i} finished", rel=1e-12)
+        _close(result.locks["m"].hold_s, 2.4, "the mutex's holds", rel=1e-12)
+        _close(result.locks["m"].wait_s, 0.6, "the mutex's waits", rel=1e-12)
+
+    return ReferenceProblem(
+        name="rcu_sync writers under their mutex",
+        program=program,
+        source="worked by hand: writers at 0, 0.5, 3 and 4.5 s, a grace period of 1 s, "
+        "0.1 s of work each inside the mutex",
+        _check=check,
+    )
+
+
 def exact_problems() -> list[ReferenceProblem]:
     """Every exact problem (small: milliseconds on any executor)."""
     return [
@@ -713,6 +852,8 @@ def exact_problems() -> list[ReferenceProblem]:
         *(fig13_lock_order(p) for p in ("s2", "s1", "fifo")),
         *kernel_hand_over_schedules(),
         pooled_across_stages(),
+        trimmed_pool(),
+        rcu_sync_writers(),
     ]
 
 

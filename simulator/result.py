@@ -166,7 +166,10 @@ class PoolEvent(enum.IntEnum):
     MADE = 3
     """A refill worker's device is ready (or removed at once, above the target)."""
     RETARGET = 4
-    """The target changed (a rate-following pool); ready devices above it removed."""
+    """The target changed (a rate-following pool); ready devices above it
+    removed at once, unless the pool's refill workers remove them (TRIMMED)."""
+    TRIMMED = 5
+    """A refill worker took a ready device above the target out, to remove it."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -267,7 +270,9 @@ class PoolStats:
     ``capacity``: devices ready at the start; ``taken``: starts that got
     one; ``empty_starts``: starts that found this pool empty and made their
     own device;
-    ``made``: devices the refill workers made; ``memory_mib``: what the
+    ``made``: devices the refill workers made; ``trimmed``: ready devices
+    they removed above a target that fell (where removing is their work:
+    ``Refill.remove``); ``memory_mib``: what the
     initial devices hold; ``peak_memory_mib`` and ``mean_memory_mib``: what
     the idle devices held at most and on average over the run (its
     ``horizon_s``); ``memory_mib_h``: their integral.
@@ -278,6 +283,7 @@ class PoolStats:
     memory_mib: float
     empty_starts: int = 0
     made: int = 0
+    trimmed: int = 0
     peak_memory_mib: float = 0.0
     mean_memory_mib: float = 0.0
     memory_mib_h: float = 0.0

@@ -25,6 +25,7 @@ from .locks import Gate, Mutex, RWLock, SpinLock
 from .program import (  # plain ints of OpKind, as the loops compare them
     _ACQUIRE,
     _ACQUIRE_SHARED,
+    _BACK,
     _CPU,
     _GATE_ENTER,
     _GATE_EXIT,
@@ -33,7 +34,10 @@ from .program import (  # plain ints of OpKind, as the loops compare them
     _POOL_ORDER,
     _POOL_PUT,
     _POOL_TARGET,
+    _POOL_TRIM,
     _POOL_TRY,
+    _RCU_SYNC_ENTER,
+    _RCU_SYNC_EXIT,
     _RELEASE,
     _SLEEP,
     _SPAWN,
@@ -120,6 +124,13 @@ class _Run:
         self.pool_left = [pool.capacity for pool in program.pools]
         self.pool_making = [0] * len(program.pools)
         self.pool_target = list(self.pool_left)
+        # Each lock's rcu_sync (RCU_SYNC_ENTER/EXIT): writers inside, and
+        # when the last one left (never: a grace period is due).
+        self.sync_inside = [0] * len(program.locks)
+        self.sync_left_at = [-np.inf] * len(program.locks)
+        # A pool whose refill turns remove its surplus keeps it until then.
+        trims = program.ops.arg[program.ops.kind == _POOL_TRIM]
+        self.pool_trimmed = [bool(np.any(trims == p)) for p in range(len(program.pools))]
         self.pool_log: tuple[list[float], list[int], list[int], list[int], list[int], list[int]] = (
             [],
             [],
@@ -248,14 +259,39 @@ class _Run:
             elif kind == _POOL_PUT:
                 pool = args[pc]
                 self.pool_making[pool] -= 1
-                # A device made while the target fell is removed at once.
-                self.pool_left[pool] = min(self.pool_left[pool] + 1, self.pool_target[pool])
+                self.pool_left[pool] += 1
+                if not self.pool_trimmed[pool]:
+                    # A device made while the target fell is removed at once.
+                    self.pool_left[pool] = min(self.pool_left[pool], self.pool_target[pool])
                 self._log(pool, PoolEvent.MADE, i)
             elif kind == _POOL_TARGET:
                 pool = args[pc]
                 self.pool_target[pool] = int(amounts[pc])
-                self.pool_left[pool] = min(self.pool_left[pool], self.pool_target[pool])
+                if not self.pool_trimmed[pool]:
+                    self.pool_left[pool] = min(self.pool_left[pool], self.pool_target[pool])
                 self._log(pool, PoolEvent.RETARGET, i)
+            elif kind == _POOL_TRIM:
+                pool = args[pc]
+                if self.pool_left[pool] <= self.pool_target[pool]:
+                    pc += int(amounts[pc])  # no surplus: nothing to remove this turn
+                    continue
+                self.pool_left[pool] -= 1
+                self._log(pool, PoolEvent.TRIMMED, i)
+            elif kind == _BACK:
+                pc -= int(amounts[pc])  # the next removal, if the surplus lasts
+                continue
+            elif kind == _RCU_SYNC_ENTER:
+                lock = args[pc]
+                cold = self.sync_inside[lock] == 0 and (
+                    env.now >= self.sync_left_at[lock] + amounts[pc]
+                )
+                self.sync_inside[lock] += 1
+                if cold and amounts[pc] > 0.0:
+                    yield env.timeout(amounts[pc])  # rcu_sync_enter: a grace period
+            elif kind == _RCU_SYNC_EXIT:
+                lock = args[pc]
+                self.sync_inside[lock] -= 1
+                self.sync_left_at[lock] = env.now
             elif kind == _JUMP:
                 pc += int(amounts[pc])
                 continue

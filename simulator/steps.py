@@ -151,6 +151,26 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
+class RcuSync:
+    """Run ``body`` inside the write side of the rcu_sync that ``lock``
+    serialises (put it inside a :class:`Hold` of ``lock``, as the kernel
+    takes it under the mutex): entering it waits ``grace_s`` (a
+    grace period) unless a writer left it less than ``grace_s`` ago, so
+    writers that come one after another pay once and a lone one every time
+    (the kernel's ``percpu_down_write``; cgroup's ``cgroup.procs`` write
+    under cgroup_mutex)."""
+
+    lock: str
+    grace_s: float
+    body: tuple[Step, ...] = ()
+
+    __rules__: ClassVar[Rules] = Rules(grace_s=Interval(float, 0, unit="s"))
+
+    def __post_init__(self) -> None:
+        check_rules(self)
+
+
+@dataclass(frozen=True, slots=True)
 class Pooled:
     """Fetch a device from ``pool`` if one is left (``fetch``), else ``create`` it.
 
@@ -179,12 +199,19 @@ class Refill:
     """A refill worker's turn for ``pool``: if the pool's ready devices plus
     those being made are below its target, make one (``create``, through the
     same locks and CPU as a start's) and put it in the pool; else nothing.
-    ``copies``: that many turns in a row (room for a target that rose by
-    more than one at a start)."""
+    ``copies``: that many turns in a row (room for a target that rose, or
+    fell, by more than one at a start).
+
+    ``remove``: what removing a ready device costs the worker. With it, a
+    surplus (ready devices above a target that fell) stays in the pool until
+    a turn removes it, one device a turn, before any making, as the node
+    agent's workers do; without it (None), the surplus goes at once, for
+    nothing. A pool that any turn trims keeps its surplus until one does."""
 
     pool: str
     create: tuple[Step, ...]
     copies: int = 1
+    remove: tuple[Step, ...] | None = None
 
     __rules__: ClassVar[Rules] = Rules(copies=Interval(int, 1))
 
@@ -271,17 +298,33 @@ class Once:
 
 
 Step: TypeAlias = (
-    Cpu | Sleep | Zero | Hold | Pooled | Refill | Retarget | Async | Wait | Signal | Once
+    Cpu | Sleep | Zero | Hold | RcuSync | Pooled | Refill | Retarget | Async | Wait | Signal | Once
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Stage:
-    """A named stage; ``gate`` names the admission gate that guards it, if any."""
+    """A named stage; ``gate`` names the admission gate that guards it, if any.
+
+    ``admit`` and ``release``: work a guarded stage does with its permit held
+    but outside its own span, as a node times it: ``admit`` after the gate
+    lets the sandbox in and before the span begins, ``release`` after the
+    span ends and before the permit returns (a permit leased from a node
+    agent over HTTP: the testbed times the stage from the lease's answer to
+    the body's return, ``validation/testbed/driver.py``). Both need a gate."""
 
     name: str
     steps: tuple[Step, ...]
     gate: str | None = None
+    admit: tuple[Step, ...] = ()
+    release: tuple[Step, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.admit or self.release) and self.gate is None:
+            raise ProgramError(
+                f"stage {self.name!r}: admit and release steps need a gate (the permit they "
+                "are done under), but gate is None"
+            )
 
 
 SandboxPlan: TypeAlias = tuple[Stage, ...]
@@ -346,12 +389,14 @@ class _Flattener:
                     f"stage {stage.name!r} is guarded by {stage.gate!r}, a signal gate"
                 )
             ops.append((OpKind.GATE_ENTER, gid, 0.0, False, 0.0))
+            self.steps(stage.admit, ops)
         ops.append((OpKind.STAGE_BEGIN, sid, 0.0, False, 0.0))
         return ops
 
     def _leave(self, stage: Stage) -> list[_Op]:
         ops: list[_Op] = [(OpKind.STAGE_END, self.stage_ids[stage.name], 0.0, False, 0.0)]
         if stage.gate is not None:
+            self.steps(stage.release, ops)
             ops.append((OpKind.GATE_EXIT, self.gate_ids[stage.gate], 0.0, False, 0.0))
         return ops
 
@@ -396,6 +441,11 @@ class _Flattener:
                 ops.append((kind, lid, 0.0, False, 0.0))
                 self.steps(step.body, ops)
                 ops.append((OpKind.RELEASE, lid, 0.0, False, 0.0))
+            elif isinstance(step, RcuSync):
+                lid = self._lookup(self.lock_ids, step.lock, "lock")
+                ops.append((OpKind.RCU_SYNC_ENTER, lid, step.grace_s, False, 0.0))
+                self.steps(step.body, ops)
+                ops.append((OpKind.RCU_SYNC_EXIT, lid, step.grace_s, False, 0.0))
             elif isinstance(step, Pooled):
                 if step.goes_on:
                     raise ProgramError(
@@ -418,7 +468,16 @@ class _Flattener:
                 pid = self._lookup(self.pool_ids, step.pool, "pool")
                 make: list[_Op] = []
                 self.steps(step.create, make)
+                remove: list[_Op] = []
+                if step.remove is not None:
+                    self.steps(step.remove, remove)
                 for _ in range(step.copies):
+                    if step.remove is not None:
+                        # A surplus first: remove a device and look again (BACK)
+                        # until none is left, then on to the order.
+                        ops.append((OpKind.POOL_TRIM, pid, float(len(remove) + 2), False, 0.0))
+                        ops.extend(remove)
+                        ops.append((OpKind.BACK, 0, float(len(remove) + 1), False, 0.0))
                     # Nothing to make: jump past this turn's work and its put.
                     ops.append((OpKind.POOL_ORDER, pid, float(len(make) + 2), False, 0.0))
                     ops.extend(make)
@@ -1003,6 +1062,10 @@ class _Templates:
                 ends = sum(1 for o in part if o[0] == OpKind.STAGE_END)
                 stage_ends += times * ends
                 pool_ops += times * sum(1 for o in part if o[0] in _POOL_KINDS)
+                if any(o[0] == OpKind.POOL_TRIM for o in part):
+                    # A removal loops: at most the devices made (and the
+                    # pools' first ones, a few hundred: left out of a bound).
+                    pool_ops += times * sum(1 for o in part if o[0] == OpKind.POOL_PUT)
                 depth = max(depth, _stage_depth(part))
         return MemoryEstimate.of(
             own_amounts=own,
@@ -1022,7 +1085,9 @@ class _Templates:
 
 
 #: Ops that write the pools' log (one record each at most).
-_POOL_KINDS = frozenset((OpKind.POOL_TRY, OpKind.POOL_ORDER, OpKind.POOL_PUT, OpKind.POOL_TARGET))
+_POOL_KINDS = frozenset(
+    (OpKind.POOL_TRY, OpKind.POOL_ORDER, OpKind.POOL_PUT, OpKind.POOL_TARGET, OpKind.POOL_TRIM)
+)
 #: Ops whose amount is always a task's own (a sandbox's pool target).
 _OWN_KINDS = frozenset((OpKind.POOL_TARGET,))
 

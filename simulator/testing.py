@@ -165,17 +165,23 @@ def _mixed_storm() -> Program:
     )
 
 
-def _refilling_storm() -> Program:
+def _refilling_storm(*, trimmed: bool = False) -> Program:
     """Two pools refilled by two workers under RTNL while starts go on, one
-    of them with a target that moves per start (rises by up to two)."""
+    of them with a target that moves per start (rises by up to two);
+    ``trimmed``: its workers remove its surplus, each removal under RTNL."""
     make = (Hold("rtnl", (Cpu(0.003),)), Sleep(0.002))
+    remove = (Hold("rtnl", (Cpu(0.002), Sleep(0.001))), Sleep(0.004)) if trimmed else None
     plan: SandboxPlan = (
         Stage(
             "net",
             (
                 Retarget("netns"),
                 Pooled("netns", create=make, fetch=(Sleep(0.0005),)),
-                Async("refill", (Refill("netns", create=make, copies=3),), gate="workers"),
+                Async(
+                    "refill",
+                    (Refill("netns", create=make, copies=3, remove=remove),),
+                    gate="workers",
+                ),
                 Pooled("tap", create=(Hold("rtnl", (Cpu(0.001),)),)),
                 Async(
                     "refill",
@@ -201,6 +207,8 @@ def _refilling_storm() -> Program:
         rng=np.random.default_rng(8),
     )
     targets = np.clip(np.arange(n) // 4 - np.arange(n) // 13, 0, None) + 1
+    if trimmed:  # up to 5 and back to 1 every 8 starts: a surplus to remove
+        targets = np.where(np.arange(n) // 8 % 2 == 0, 5, 1)
     return program.with_pool_targets({"netns": targets})
 
 
@@ -248,6 +256,7 @@ class ExecutorContract:
             ),
             pytest.param(_mixed_storm(), id="every step kind"),
             pytest.param(_refilling_storm(), id="refilling pools"),
+            pytest.param(_refilling_storm(trimmed=True), id="pools their workers trim"),
         ],
     )
     def test_gives_the_reference_result(self, program: Program) -> None:

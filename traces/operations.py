@@ -41,14 +41,17 @@ from ._config import MAX_POOL_SIZE
 from .schema import HostFacts
 
 __all__ = [
+    "AGENT_DEVICE_FIGURES",
     "CNI_OPERATIONS",
     "HELD_OPERATIONS",
     "MAX_AGENT_CALLS_PER_BATCH",
+    "MAX_AGENT_DEVICES_PER_ROUND",
     "OPERATIONS",
     "POOL_DEVICE_KINDS",
     "TIME_SLICED_AT",
     "VM_MODES",
     "AgentCallCost",
+    "AgentDeviceCost",
     "BridgeFlood",
     "HoldStretch",
     "OperationTimes",
@@ -73,6 +76,8 @@ OPERATIONS: tuple[str, ...] = (
     "tc_filter",
     "cgroup_mkdir",
     "cgroup_attach",
+    # The same after 100 ms with no attach: a grace period more (rcu_sync).
+    "cgroup_attach_idle",
     "vm_spawn",
     "vm_up",
     # The CNI runtime's processes (``testbed run --runtime cni``).
@@ -313,6 +318,95 @@ class AgentCallCost:
         the ``q``-th percentile over the batches."""
         batches = np.asarray(getattr(self, figure), dtype=float)
         return float(np.percentile(batches, q)) / self.calls_per_batch
+
+
+#: Most devices one round of :class:`AgentDeviceCost` may make (a round
+#: holds them all at once: the bridge's 1 024 ports bound them).
+MAX_AGENT_DEVICES_PER_ROUND = 1_000
+#: The figures of :class:`AgentDeviceCost`, per phase of a round.
+AGENT_DEVICE_FIGURES = ("wall_s", "user_s", "system_s", "children_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentDeviceCost:
+    """What a node agent's refill worker costs a plumbed namespace
+    (``netns-veth``, its ADD by the CNI ``plugin``) on this host, alone: a
+    round raises the pool's target from 0 to ``devices`` (the worker makes
+    them one after another), then sets it back to 0 (it removes them, each a
+    CNI DEL and the namespace's removal). One sample per round and phase,
+    each the round's total over its devices: ``*_wall_s`` from the config's
+    push to the level reached, ``*_user_s`` and ``*_system_s`` the agent
+    process's own CPU (its Python, its kernel work; ``/proc/PID/stat``),
+    ``*_children_s`` its reaped children's (the plugins')."""
+
+    plugin: str
+    devices: int
+    make_wall_s: tuple[float, ...]
+    make_user_s: tuple[float, ...]
+    make_system_s: tuple[float, ...]
+    make_children_s: tuple[float, ...]
+    remove_wall_s: tuple[float, ...]
+    remove_user_s: tuple[float, ...]
+    remove_system_s: tuple[float, ...]
+    remove_children_s: tuple[float, ...]
+
+    __rules__: ClassVar[Rules] = Rules(
+        plugin=NonEmpty(),
+        devices=Interval(int, 1, MAX_AGENT_DEVICES_PER_ROUND),
+        **{
+            f"{phase}_{figure}": (NonEmpty(), Each(Interval(float, 0, unit="s")))
+            for phase in ("make", "remove")
+            for figure in AGENT_DEVICE_FIGURES
+        },
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+        lengths = {len(getattr(self, name)) for name in self._names()}
+        if len(lengths) != 1:
+            raise ValueError(
+                "agent_devices: every figure must hold one sample per round, but got "
+                + ", ".join(f"{name} {len(getattr(self, name))}" for name in self._names())
+            )
+
+    @staticmethod
+    def _names() -> tuple[str, ...]:
+        return tuple(
+            f"{phase}_{figure}" for phase in ("make", "remove") for figure in AGENT_DEVICE_FIGURES
+        )
+
+    @property
+    def rounds(self) -> int:
+        return len(self.make_wall_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plugin": self.plugin,
+            "devices": self.devices,
+            **{name: list(getattr(self, name)) for name in self._names()},
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object) -> AgentDeviceCost:
+        """``agent_devices`` of a JSON file, checked field by field."""
+        entry = _object(raw, "agent_devices")
+        plugin = _get(entry, "plugin", "agent_devices.")
+        if not isinstance(plugin, str) or not plugin:
+            raise ValueError(f"agent_devices.plugin: expected a name, but got {_short(plugin)}")
+        devices = check_count(
+            _get(entry, "devices", "agent_devices."), "agent_devices.devices", minimum=1
+        )
+        figures = {name: _figures(entry, name, "agent_devices", "seconds") for name in cls._names()}
+        try:
+            return cls(plugin=plugin, devices=devices, **figures)
+        except ValueError as exc:
+            raise ValueError(str(exc).removeprefix("agent_devices: ")) from None
+
+    def per_device_s(self, phase: str, figures: tuple[str, ...], q: float = 50.0) -> float:
+        """The sum of ``figures`` of ``phase`` (``make`` or ``remove``) per
+        device, the ``q``-th percentile over the rounds."""
+        rounds = sum(np.asarray(getattr(self, f"{phase}_{f}"), dtype=float) for f in figures)
+        return float(np.percentile(rounds, q)) / self.devices
 
 
 #: Most ports or new links one flood measurement may name (a bridge holds at
@@ -579,6 +673,10 @@ class OperationTimes:
     #: layer does it beside the testbed's operations: the testbed never
     #: imports the agent); None in a file of before, or without an agent.
     agent_calls: AgentCallCost | None = None
+    #: What a node agent's refill worker costs a plumbed namespace it makes
+    #: and removes here (measured beside the agent's calls, as root); None
+    #: in a file of before, or where it was not measured.
+    agent_devices: AgentDeviceCost | None = None
     #: Leases of its network host-local found while ``ipam_add_held`` was
     #: timed; 0 where it was not (a file of before).
     held_leases: int = 0
@@ -667,6 +765,7 @@ class OperationTimes:
                 for m in self.pool_memory
             ],
             **({"agent_calls": self.agent_calls.to_dict()} if self.agent_calls else {}),
+            **({"agent_devices": self.agent_devices.to_dict()} if self.agent_devices else {}),
             **({"held_leases": self.held_leases} if self.held_leases else {}),
             **({"held_ports": self.held_ports} if self.held_ports else {}),
             **({"bridge_flood": self.bridge_flood.to_dict()} if self.bridge_flood else {}),
@@ -754,6 +853,9 @@ class OperationTimes:
             pool_memory=_pool_memory(obj.get("pool_memory", [])),
             agent_calls=AgentCallCost.from_dict(obj["agent_calls"])
             if obj.get("agent_calls") is not None
+            else None,
+            agent_devices=AgentDeviceCost.from_dict(obj["agent_devices"])
+            if obj.get("agent_devices") is not None
             else None,
             held_leases=check_count(obj["held_leases"], "held_leases", minimum=1)
             if obj.get("held_leases") is not None

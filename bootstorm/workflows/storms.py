@@ -242,17 +242,30 @@ def measure_operations_here(
 
 
 def _with_agent_calls(times: OperationTimes, progress: Progress) -> OperationTimes:
-    """``times`` with what a call to a node agent costs here (an agent of its
-    own on loopback; the testbed never imports the agent, so it is measured
-    here), or with a note saying why it was not."""
+    """``times`` with what a call to a node agent costs here, and what its
+    refill worker's plumbed namespaces cost it (an agent of its own on
+    loopback; the testbed never imports the agent, so they are measured
+    here), or with a note saying why one was not."""
     import dataclasses
 
-    from ..validation.agent import AgentError, AgentProcessError, measure_agent_calls
+    from ..validation.agent import (
+        AgentError,
+        AgentProcessError,
+        measure_agent_calls,
+        measure_agent_devices,
+    )
 
+    notes = list(times.notes)
     try:
         with interruptible("measurement"), progress.status("timing calls to a node agent …"):
             calls = measure_agent_calls()
     except (AgentProcessError, AgentError, OSError) as exc:
-        note = f"a node agent's calls were not timed: {exc}"
-        return dataclasses.replace(times, notes=(*times.notes, note))
-    return dataclasses.replace(times, agent_calls=calls)
+        calls = None
+        notes.append(f"a node agent's calls were not timed: {exc}")
+    try:
+        with interruptible("measurement"), progress.status("timing a node agent's devices …"):
+            devices = measure_agent_devices()
+    except (AgentProcessError, AgentError, OSError, ValueError) as exc:
+        devices = None
+        notes.append(f"a node agent's refill of plumbed namespaces was not timed: {exc}")
+    return dataclasses.replace(times, agent_calls=calls, agent_devices=devices, notes=tuple(notes))

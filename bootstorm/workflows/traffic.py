@@ -58,6 +58,8 @@ class RefillLoad:
     rtnl_total: int
     rtnl_contended_s: float
     made: int
+    #: Ready devices the workers removed above a target that fell.
+    trimmed: int = 0
 
     @property
     def rtnl_share(self) -> float:
@@ -71,6 +73,7 @@ class RefillLoad:
             rtnl_total=0 if rtnl is None else rtnl.acquisitions,
             rtnl_contended_s=0.0 if rtnl is None else rtnl.contended_wall_s,
             made=sum(p.made for p in result.pools.values()),
+            trimmed=sum(p.trimmed for p in result.pools.values()),
         )
 
 
@@ -134,6 +137,7 @@ class TrafficWhatIf:
                     "taken": p.taken,
                     "empty_starts": p.empty_starts,
                     "made": p.made,
+                    "trimmed": p.trimmed,
                     "peak_memory_mib": p.peak_memory_mib,
                     "mean_memory_mib": p.mean_memory_mib,
                     "memory_mib_h": p.memory_mib_h,
@@ -145,6 +149,7 @@ class TrafficWhatIf:
                 "rtnl_share": refill.rtnl_share,
                 "rtnl_contended_s": refill.rtnl_contended_s,
                 "made": refill.made,
+                "trimmed": refill.trimmed,
             },
             "windows": [w.to_dict() for w in self.windows],
             "cautions": list(self.cautions),

@@ -95,18 +95,36 @@ def test_a_plumbed_namespace_skips_the_add(truth: Profile) -> None:
 
 def test_through_an_agent_an_empty_pool_s_add_waits_for_addcni_s_lease(truth: Profile) -> None:
     """Through a node agent with AddCNI limited, a sandbox takes the lease
-    (a call) when it enters AddCNI, on either path: before the empty pool's
-    ADD, before the plumbed namespace's nothing; it gives it back (a call)
-    at AddCNI's end. The agent's pool take is a call before the pooled step."""
-    stages = _stages(truth, pools={"netns-veth": 8}, limits={"AddCNI": 2}, through_agent=True)
-    netns = _labels(stages["NetNS"])
-    (pooled,) = (s for s in stages["NetNS"] if isinstance(s, Pooled))
+    (a call) when it enters AddCNI, on either path (before the empty pool's
+    ADD, before the plumbed namespace's nothing), and gives it back (a call)
+    at AddCNI's end: both outside AddCNI's span, as the testbed times it
+    (the stage's ``admit`` and ``release``). The agent's pool take is a
+    call before the pooled step, in NetNS."""
+    assert truth.testbed is not None
+    plan = {
+        s.name: s
+        for s in tb.testbed_plan(
+            Scenario(
+                cni=CNI,
+                sandboxes=8,
+                pools={"netns-veth": 8},
+                limits={"AddCNI": 2},
+                through_agent=True,
+            ),
+            truth.testbed,
+            variant=tb.TESTBED_CNIS[CNI],
+        )
+    }
+    netns = _labels(plan["NetNS"].steps)
+    (pooled,) = (s for s in plan["NetNS"].steps if isinstance(s, Pooled))
     assert netns[:2] == ["agent call", "agent serves"]  # the take
     made, taken = _labels(pooled.create_next), _labels(pooled.fetch_next)
-    assert made[:3] == ["agent call", "agent serves", "exec bridge"]
-    assert taken == ["agent call", "agent serves", "plumbed already"]
-    assert _labels(stages["AddCNI"])[-2:] == ["agent call", "agent serves"]
-    assert _labels(stages["AddCNI"]).count("agent call") == 1
+    assert made[0] == "exec bridge" and taken == ["plumbed already"]
+    add = plan["AddCNI"]
+    assert add.gate == "AddCNI"
+    assert _labels(add.admit) == _labels(add.release) == ["agent call", "agent serves"]
+    assert "agent call" not in _labels(add.steps)
+    assert plan["NetNS"].admit == plan["NetNS"].release == ()  # not limited: no lease
 
 
 def test_the_runtime_pools_no_veth_pairs(truth: Profile) -> None:

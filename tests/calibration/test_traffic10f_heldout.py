@@ -52,23 +52,27 @@ def test_the_policy_was_searched_for_a_stream_in_no_fit_and_ran_from_full_pools(
         assert first.ready == 133
 
 
-def test_the_empty_pool_starts_and_the_memory_held_are_predicted() -> None:
-    """Two runs: empty-pool starts 19.5 ±0.5 against 21 (+7.7%), idle
-    pooled device-seconds +0.2%. (``traffic10s``, whose agent followed the
-    empty-pool starts alone: -50.6% and +6.2%.)"""
+def test_the_memory_held_is_predicted_and_the_empty_pool_starts_are_short() -> None:
+    """Two runs: idle pooled device-seconds +0.3%; empty-pool starts 19.5
+    ±0.5 against 15 (-23.1%). Until the agent's worker was modelled as the
+    agent (its own GIL, no HTTP call to itself, its own CPU per device, its
+    removals as work: 2026-11-30) the model had 21 (+7.7%): its refills
+    queued on the testbed's GIL and called the agent, which slowed them to
+    about the node's pace by chance. A refill by Little's law from the
+    levels: 59 ms on the node, 46 ms in the model."""
     rows = _rows(POOLED)
     empty = rows["empty-pool starts"]
     assert empty.measured == pytest.approx(19.5)
-    assert abs(empty.rel_error) <= 0.15
+    assert -0.30 <= empty.rel_error <= -0.15  # a known miss: the node refills slower
     assert abs(rows["idle pooled device-s"].rel_error) <= 0.05
 
 
 def test_the_policy_met_its_slo_on_the_node_where_the_model_put_it_above() -> None:
     """The SLO was 3 s of whole-run p99: 2.865 ±0.289 s on the node; the
-    model 3.585 s on the measured arrivals (+25.1%: long, where every
+    model 3.732 s on the measured arrivals (+30.3%: long, where every
     earlier set had it short), 2.99 s on the schedule in the search. The
-    p99 per 60-s window is a known miss: 0.247 ±0.032 -> 0.163 s (-34.1%:
-    most windows are quiet, their p99 a few starts'); the mean +17.0%."""
+    p99 per 60-s window is a known miss: 0.247 ±0.032 -> 0.164 s (-33.5%:
+    most windows are quiet, their p99 a few starts'); the mean +19.2%."""
     rows = _rows(POOLED)
     p99 = rows["startup p99_s"]
     assert p99.measured == pytest.approx(2.865, abs=0.005)
@@ -80,9 +84,9 @@ def test_the_policy_met_its_slo_on_the_node_where_the_model_put_it_above() -> No
 
 def test_a_second_refill_worker_costs_the_node_more_than_the_model() -> None:
     """Two workers: no empty-pool start on the node or in the model, p99
-    per window -1.3%, whole-run p99 4.855 s on the node against 4.320 s
-    (-11.0%); one worker 2.865 against 3.585 s. The model has the second
-    worker cost the tail (+21%), the node more (+69%)."""
+    per window -0.7%, whole-run p99 4.855 s on the node against 4.393 s
+    (-9.5%); one worker 2.865 against 3.732 s. The model has the second
+    worker cost the tail (+18%), the node more (+69%)."""
     two = _rows(TWO_WORKERS)
     one = _rows(POOLED)
     assert two["empty-pool starts"].measured == two["empty-pool starts"].predicted == 0.0

@@ -59,24 +59,25 @@ def test_the_policy_was_searched_on_the_plans_profile_for_a_stream_in_no_fit() -
 
 
 def test_the_searched_policy_s_p99_per_window_is_within_the_issue_but_its_pool_is_not() -> None:
-    """Two runs: p99 per 60-s window 1.091 ±0.090 s measured, -14.2%
-    predicted (the issue: within 20%); empty-pool starts 77 against 38
-    (-50.6%: the agent's targets followed the empty-pool starts alone, the
-    module's text); idle pooled device-seconds +6.2% (the model's pool
-    fuller)."""
+    """Two runs: p99 per 60-s window 1.091 ±0.090 s measured, -15.0%
+    predicted (the issue: within 20%); empty-pool starts 77 against 29
+    (-62.3%: the agent's targets followed the empty-pool starts alone, the
+    module's text; -50.6% before the agent's worker was modelled as the
+    agent, whose refills then queued on the testbed's GIL); idle pooled
+    device-seconds +6.3% (the model's pool fuller)."""
     rows = _rows(POOLED)
     assert rows[P99_WINDOWS].measured == pytest.approx(1.091, abs=0.005)
     assert abs(rows[P99_WINDOWS].rel_error) <= 0.20
     empty = rows["empty-pool starts"]
     assert empty.measured == pytest.approx(77.0)
-    assert -0.60 <= empty.rel_error <= -0.40  # the agent's defect, measured
+    assert -0.70 <= empty.rel_error <= -0.55  # the agent's defect, measured
     assert 0.03 <= rows["idle pooled device-s"].rel_error <= 0.10
     assert -0.24 <= rows["CPU busy per start_s"].rel_error <= -0.14
 
 
 def test_the_policy_the_model_had_meet_its_slo_missed_it_on_the_node() -> None:
     """The SLO was 2 s of whole-run p99: 3.37 s on the node through the
-    policy, 3.57 s bare; the model 2.31 s on the measured arrivals."""
+    policy, 3.57 s bare; the model 2.26 s on the measured arrivals."""
     slo_s = 2.0
     pooled = _rows(POOLED)["startup p99_s"]
     assert pooled.measured == pytest.approx(3.373, abs=0.005)
@@ -95,18 +96,18 @@ def test_the_bare_stream_s_p99_per_window_is_within_this_time() -> None:
 
 def test_one_refill_worker_the_node_s_tail_is_predicted_and_its_pool_is_not() -> None:
     """The same policy with one refill worker: whole-run p99 2.462 s on the
-    node, -6.8% predicted (two workers: 3.373 s, -31.5%: the second
+    node, -8.1% predicted (two workers: 3.373 s, -33.0%: the second
     worker's cost to the starts is what the model misses); empty-pool
-    starts 163 against 109 (-33.1%, the agent's defect: the module's text;
-    the second worker halved them on the node, 163 -> 77, as in the model,
-    109 -> 38)."""
+    starts 163 against 86 (-47.2%, the agent's defect: the module's text;
+    the second worker halved them on the node, 163 -> 77, and in the
+    model, 86 -> 29)."""
     rows = _rows(ONE_WORKER)
     assert rows["startup p99_s"].measured == pytest.approx(2.462, abs=0.005)
     assert abs(rows["startup p99_s"].rel_error) <= 0.10
     assert abs(rows[P99_WINDOWS].rel_error) <= 0.20
     empty = rows["empty-pool starts"]
     assert empty.measured == pytest.approx(163.0)
-    assert -0.45 <= empty.rel_error <= -0.30  # a known miss
+    assert -0.55 <= empty.rel_error <= -0.40  # a known miss
     assert empty.measured > 1.8 * _rows(POOLED)["empty-pool starts"].measured
 
 

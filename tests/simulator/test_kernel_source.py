@@ -46,6 +46,10 @@ def test_op_and_lock_kinds_are_pinned() -> None:
         "POOL_ORDER": 14,
         "POOL_PUT": 15,
         "POOL_TARGET": 16,
+        "POOL_TRIM": 17,
+        "BACK": 18,
+        "RCU_SYNC_ENTER": 19,
+        "RCU_SYNC_EXIT": 20,
     }
     assert {k.name: k.value for k in LockKind} == {"MUTEX": 0, "SPIN": 1, "RW": 2}
 

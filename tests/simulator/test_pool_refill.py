@@ -38,7 +38,7 @@ from bootstorm.simulator.reference_problems import erlang_b, refilled_pool_progr
 from bootstorm.simulator.testing import assert_same_result
 from bootstorm.simulator.timeline import windows
 
-TAKE, MISS, ORDERED, MADE, RETARGET = (int(e) for e in PoolEvent)
+TAKE, MISS, ORDERED, MADE, RETARGET, TRIMMED = (int(e) for e in PoolEvent)
 
 
 def _run(program, executor: str = "compiled"):  # type: ignore[no-untyped-def]

@@ -17,6 +17,7 @@ from bootstorm.validation.agent import (
     AgentProcessError,
     agent_process,
     measure_agent_calls,
+    measure_agent_devices,
 )
 
 TOKEN = "test-token-0123456789abcdef"
@@ -74,6 +75,14 @@ def test_measuring_calls_gives_a_cost_per_call() -> None:
     assert cost.per_call_s("wall_s") > 0.0
 
 
+def test_timing_a_worker_s_devices_needs_root_and_says_so_in_one_line() -> None:
+    if os.geteuid() == 0:
+        pytest.skip("as root it measures: the root test below")
+    with pytest.raises(AgentProcessError, match="needs root") as err:
+        measure_agent_devices(devices=2, rounds=1, pool_id=free_pool_id())
+    assert "\n" not in str(err.value)
+
+
 def test_only_the_limited_stages_are_leased() -> None:
     calls: list[str] = []
 
@@ -102,3 +111,20 @@ def test_only_the_limited_stages_are_leased() -> None:
     everything = AgentAdmission(client)
     assert everything.gated("StartVM")  # a config may be pushed during the storm
     client.close()
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: makes namespaces")
+@pytest.mark.skipif(
+    not any(os.path.exists(os.path.join(d, "bridge")) for d in ("/usr/lib/cni", "/opt/cni/bin")),
+    reason="needs the CNI plugins: apt-get install containernetworking-plugins",
+)
+def test_timing_a_worker_s_devices_gives_its_cpu_per_device() -> None:
+    """Real plumbed namespaces (root, the bridge plugin): each round makes and
+    removes them all; the agent's own CPU and its plugins' are apart, and
+    its removals leave nothing of its own behind (the agent's exit sweeps)."""
+    cost = measure_agent_devices(devices=3, rounds=1, pool_id=free_pool_id())
+    assert cost.devices == 3 and cost.rounds == 1 and cost.plugin == "bridge"
+    assert cost.per_device_s("make", ("wall_s",)) > 0.0
+    assert cost.per_device_s("remove", ("wall_s",)) > 0.0
+    assert cost.per_device_s("make", ("children_s",)) >= 0.0

@@ -49,6 +49,8 @@ SAMPLES = {
     "tc_filter": _ms(1.2, 1.3, 1.4, 1.5, 1.6),  # 1.4 (1.3, 1.5)
     "cgroup_mkdir": _ms(0.1, 0.12, 0.13, 0.14, 0.2),  # 0.13 (0.12, 0.14)
     "cgroup_attach": _ms(0.15, 0.16, 0.17, 0.18, 0.19),  # 0.17 (0.16, 0.18)
+    # The same after 100 ms idle: a grace period more, 7.83 (7.32, 8.34).
+    "cgroup_attach_idle": _ms(7.0, 7.5, 8.0, 8.5, 9.0),
     "vm_spawn": _ms(0.5, 0.6, 0.7, 0.8, 0.9),  # 0.7 (0.6, 0.8)
     "vm_up": _ms(70.0, 72.0, 73.0, 75.0, 80.0),  # 73 (72, 75)
     # The CNI runtime's processes.
@@ -86,12 +88,13 @@ def _times(samples: dict[str, tuple[float, ...]] | None = None, **kw: Any) -> Op
 
 def test_operations_are_the_briefs_in_order() -> None:
     assert OPERATIONS[0] == "netlink_noop"
-    assert OPERATIONS[12:14] == ("vm_spawn", "vm_up")
+    assert OPERATIONS[11:13] == ("cgroup_attach", "cgroup_attach_idle")
+    assert OPERATIONS[13:15] == ("vm_spawn", "vm_up")
     # The CNI runtime's processes come next, and only they need its plugins;
     # the enslave alone and with many ports held last, side by side.
-    assert set(OPERATIONS[14:20]) == CNI_OPERATIONS
-    assert OPERATIONS[20:] == ("bridge_enslave", "bridge_enslave_held")
-    assert len(set(OPERATIONS)) == len(OPERATIONS) == 22
+    assert set(OPERATIONS[15:21]) == CNI_OPERATIONS
+    assert OPERATIONS[21:] == ("bridge_enslave", "bridge_enslave_held")
+    assert len(set(OPERATIONS)) == len(OPERATIONS) == 23
     assert tuple(SAMPLES) == OPERATIONS
 
 
@@ -206,6 +209,8 @@ def test_cost_mapping_gives_known_values() -> None:
         "testbed.ipam_per_lease_s": (0.04, 0.03, 0.05),
         # (1.1 - 0.6; 1.05 - 0.65; 1.15 - 0.55) over the 100 ports held
         "testbed.enslave_per_port_s": (0.005, 0.004, 0.006),
+        # 8.0 - 0.17; 7.5 - 0.18; 8.5 - 0.16: a lone attach's grace period
+        "testbed.cgroup_attach_grace_s": (7.83, 7.32, 8.34),
     }
     assert list(costs) == list(expected)
     for path, (value, low, high) in expected.items():

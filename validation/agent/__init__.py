@@ -14,6 +14,7 @@ from ._process import (
     AgentProcessError,
     agent_process,
     measure_agent_calls,
+    measure_agent_devices,
 )
 from ._protocol import DEFAULT_WAIT_S, MAX_WAIT_S, POOL_KINDS, ignored_pools
 from ._runner import agent_in_thread
@@ -62,6 +63,7 @@ __all__ = [
     "default_state_dir",
     "ignored_pools",
     "measure_agent_calls",
+    "measure_agent_devices",
     "push_config",
     "serve",
     "wait_pools_ready",

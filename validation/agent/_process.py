@@ -26,10 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...models import TunedConfig
-from ...traces.operations import AgentCallCost
+from ...traces.operations import AgentCallCost, AgentDeviceCost
 from .._names import AGENT_TOKEN_ENV
 
-__all__ = ["AgentProcess", "AgentProcessError", "agent_process", "measure_agent_calls"]
+__all__ = [
+    "AgentProcess",
+    "AgentProcessError",
+    "agent_process",
+    "measure_agent_calls",
+    "measure_agent_devices",
+]
 
 #: The environment variable ``agent serve`` reads its token from.
 TOKEN_ENV = AGENT_TOKEN_ENV
@@ -58,9 +64,17 @@ class AgentProcess:
 
     def cpu_s(self) -> float:
         """CPU seconds the agent process has used (user + system)."""
+        user_s, system_s, _ = self.cpu_times_s()
+        return user_s + system_s
+
+    def cpu_times_s(self) -> tuple[float, float, float]:
+        """CPU seconds of the agent process: user, system, and its reaped
+        children's (user + system: the plugins it ran)."""
         with open(f"/proc/{self.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tick = os.sysconf("SC_CLK_TCK")
+        user, system, c_user, c_system = (int(fields[i]) for i in (11, 12, 13, 14))
+        return user / tick, system / tick, (c_user + c_system) / tick
 
 
 @contextlib.contextmanager
@@ -208,4 +222,88 @@ def measure_agent_calls(
         client_cpu_s=tuple(client_cpu),
         agent_cpu_s=tuple(agent_cpu),
         wall_s=tuple(wall),
+    )
+
+
+#: The pool id of the agent :func:`measure_agent_devices` runs (its own
+#: devices and network: apart from a user's agent, tune's and the calls').
+MEASURE_DEVICES_POOL_ID = 80
+#: What the device measurement pools: the kind whose making is a CNI ADD.
+_MEASURED_KIND = "netns-veth"
+
+
+def measure_agent_devices(
+    *,
+    devices: int = 60,
+    rounds: int = 5,
+    plugin: str = "bridge",
+    poll_s: float = 0.05,
+    stall_s: float = 30.0,
+    pool_id: int = MEASURE_DEVICES_POOL_ID,
+) -> AgentDeviceCost:
+    """Time an agent of its own (``--cni-plugin plugin``, one refill worker)
+    making ``devices`` plumbed namespaces and removing them, ``rounds``
+    times after a warm-up round of 5 (root; the plugin and host-local in a
+    CNI plugin directory). The pool's level is read every ``poll_s`` (each
+    read is a call the agent serves: 0.2 ms of its CPU on this host, so a
+    few per second are noise against a device's milliseconds). A level
+    that has not moved for ``stall_s`` ends it: :class:`AgentProcessError`."""
+    import secrets
+
+    if os.geteuid() != 0:
+        raise AgentProcessError("agent: timing its devices needs root (it makes namespaces)")
+
+    from ...models import PoolRefill
+    from .client import AgentClient
+
+    token = secrets.token_urlsafe(32)
+
+    def config(n: int) -> TunedConfig:
+        return TunedConfig(pools={_MEASURED_KIND: n}, pool_refill=PoolRefill(concurrency=1))
+
+    figures: dict[str, list[float]] = {}
+    with (
+        agent_process(token=token, pool_id=pool_id, config=config(0), cni_plugin=plugin) as agent,
+        AgentClient(agent.url, token=token) as client,
+    ):
+
+        def reach(n: int) -> None:
+            moved, last = time.monotonic(), None
+            while True:
+                pool = next(p for p in client.pools() if p.kind == _MEASURED_KIND)
+                if pool.ready == n and pool.making == 0:
+                    return
+                if (pool.ready, pool.making) != last:
+                    moved, last = time.monotonic(), (pool.ready, pool.making)
+                elif time.monotonic() - moved > stall_s:
+                    raise AgentProcessError(
+                        f"agent: its {_MEASURED_KIND} pool stayed at {pool.ready} for "
+                        f"{stall_s:g} s on its way to {n} (its refills failed)"
+                    )
+                time.sleep(poll_s)
+
+        def phase(name: str, n: int) -> None:
+            user0, system0, children0 = agent.cpu_times_s()
+            began = time.perf_counter()
+            client.put_config(config(n))
+            reach(n)
+            wall = time.perf_counter() - began
+            user1, system1, children1 = agent.cpu_times_s()
+            for figure, value in (
+                ("wall_s", wall),
+                ("user_s", user1 - user0),
+                ("system_s", system1 - system0),
+                ("children_s", children1 - children0),
+            ):
+                figures.setdefault(f"{name}_{figure}", []).append(value)
+
+        client.put_config(config(5))  # warm-up: the network claimed, the plugins cached
+        reach(5)
+        client.put_config(config(0))
+        reach(0)
+        for _ in range(rounds):
+            phase("make", devices)
+            phase("remove", 0)
+    return AgentDeviceCost(
+        plugin=plugin, devices=devices, **{name: tuple(v) for name, v in figures.items()}
     )

@@ -124,7 +124,10 @@ _OPS_IPAM_SUBNET = "10.254.0.0/24"
 #: The addresses of the held leases (``ipam_add_held``): other sandboxes' of
 #: the same network, outside the range the bench's ADDs take theirs from.
 _HELD_RANGE = "10.253.0.0/16"
-_CGROUP_OPERATIONS = frozenset({"cgroup_mkdir", "cgroup_attach"})
+_CGROUP_OPERATIONS = frozenset({"cgroup_mkdir", "cgroup_attach", "cgroup_attach_idle"})
+#: How long ``cgroup_attach_idle`` waits before its attach: many grace
+#: periods (a few ms at HZ=250), so the rcu_sync of the last one is idle.
+CGROUP_IDLE_S = 0.1
 # As the driver's: every namespace is isolated, so every sandbox uses the same.
 _INNER_IF = "eth0"
 _TAP_IF = "tap0"
@@ -508,6 +511,15 @@ class _Bench:
         return dt
 
     def cgroup_attach(self) -> int:
+        return self._cgroup_attach(idle_s=0.0)
+
+    def cgroup_attach_idle(self) -> int:
+        """An attach after :data:`CGROUP_IDLE_S` with no other: the write side
+        of ``cgroup_threadgroup_rwsem`` finds its rcu_sync idle and waits a
+        grace period (inside cgroup_mutex); back to back it does not."""
+        return self._cgroup_attach(idle_s=CGROUP_IDLE_S)
+
+    def _cgroup_attach(self, *, idle_s: float) -> int:
         path = self._new_cgroup_path()
         path.mkdir()
         # A fresh process, as the driver moves a just-spawned VMM.
@@ -518,6 +530,8 @@ class _Bench:
             stderr=subprocess.DEVNULL,
         )
         self.procs.append(proc)
+        if idle_s:
+            time.sleep(idle_s)  # the last attach's rcu_sync goes idle after a grace period
         t0 = time.perf_counter_ns()
         moved = add_process(path, proc.pid)
         dt = time.perf_counter_ns() - t0
