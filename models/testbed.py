@@ -346,13 +346,13 @@ TRAFFIC_TAIL_CAUTION = (
 #: four sittings live, three refitted offline from their plans' storms.
 TRAFFIC_TAIL_CAUTION_SLICED = (
     "held out on this project's 2-core host (streams of 300 and 600 s in no fit, a profile "
-    "from `calibrate --plan` that measured RTNL's holders time-sliced, eight sittings), the "
+    "from `calibrate --plan` that measured RTNL's holders time-sliced, nine sittings), the "
     "model's p99 per window came 9% long to 42% short, its mean startup 45% short to 17% "
     "long and its whole-run p99 34% short to 30% long (short the most where the plan's "
     "storms ran fast against the stream: its CPU a start 16-26% short), and 133 sandboxes "
-    "at once 6-12% short on makespan; through a node agent refilling its pools (five "
-    "sittings, eight configs) the p99 per window came 36% short to 17% long, empty-pool "
-    "starts within 4% with a static pool of 10, 23% short with a pool of 133 under stage "
+    "at once 6-12% short on makespan; through a node agent refilling its pools (six "
+    "sittings, nine configs) the p99 per window came 36% short to 17% long, empty-pool "
+    "starts within 14% with a static pool of 10, 23% short with a pool of 133 under stage "
     "limits and 47-62% short with a pool of 10 refilled under stage limits (the node's "
     "refill 28% slower than the model's), and pooled device-seconds within 7%; of two "
     "searched policies the model had meet a p99 SLO, one "
