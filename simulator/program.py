@@ -1035,6 +1035,11 @@ class Program:
                         f"jump {step} leaves the sandbox"
                     )
                 nexts = (pc + step,) if k == _JUMP else (pc + 1, pc + step)
+            elif k == _RCU_SYNC_ENTER and a not in held:
+                raise ProgramError(
+                    f"sandbox {sandbox} op {pc}: rcu_sync of lock {a} entered without "
+                    "holding the lock (its writers are serialised by it)"
+                )
             elif k == _BACK:
                 step = int(amounts[pc])
                 if step < 1 or pc - step < 0 or kinds[pc - step] != _POOL_TRIM:

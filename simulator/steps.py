@@ -199,14 +199,16 @@ class Refill:
     """A refill worker's turn for ``pool``: if the pool's ready devices plus
     those being made are below its target, make one (``create``, through the
     same locks and CPU as a start's) and put it in the pool; else nothing.
-    ``copies``: that many turns in a row (room for a target that rose, or
-    fell, by more than one at a start).
+    ``copies``: that many turns in a row (room for a target that rose by
+    more than one at a start).
 
     ``remove``: what removing a ready device costs the worker. With it, a
-    surplus (ready devices above a target that fell) stays in the pool until
-    a turn removes it, one device a turn, before any making, as the node
-    agent's workers do; without it (None), the surplus goes at once, for
-    nothing. A pool that any turn trims keeps its surplus until one does."""
+    surplus (ready devices above a target that fell) stays in the pool, and
+    may be taken, until a turn removes it: each turn first removes surplus
+    devices one after another while there are any, then makes one if the
+    pool is short, as the node agent's workers do; without it (None), the
+    surplus goes at once, for nothing. A pool that any turn trims keeps its
+    surplus until one does."""
 
     pool: str
     create: tuple[Step, ...]

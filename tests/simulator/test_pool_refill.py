@@ -301,3 +301,29 @@ def test_a_pooled_step_goes_on_only_from_its_stages_own_steps() -> None:
         with pytest.raises(ProgramError, match="must be one of its stage's own steps"):
             compile_(Stage("a", (nested,)), Stage("b", ()))
     compile_(Stage("a", (going_on,)), Stage("b", ()))  # where it belongs
+
+
+def test_a_stage_s_admit_and_release_need_its_gate() -> None:
+    from bootstorm.simulator import ProgramError, Stage
+
+    with pytest.raises(ProgramError, match=r"stage 'x': admit and release steps need a gate"):
+        Stage("x", (), admit=(Sleep(1.0),))
+
+
+def test_an_rcu_sync_is_entered_only_under_its_lock() -> None:
+    from bootstorm.simulator import LockSpec, MachineSpec, ProgramError, RcuSync, Stage
+    from bootstorm.simulator import compile_program as build
+
+    def program(steps: tuple) -> None:  # type: ignore[type-arg]
+        build(
+            [(Stage("s", steps),)],
+            machine=MachineSpec(cores=1),
+            locks=[LockSpec(name="m")],
+            arrival_s=(0.0,),
+        )
+
+    program((Hold("m", (RcuSync("m", 0.01, (Sleep(0.1),)),)),))
+    with pytest.raises(ProgramError, match=r"rcu_sync of lock 0 entered without holding"):
+        program((RcuSync("m", 0.01, (Sleep(0.1),)),))
+    with pytest.raises(ProgramError, match=r"grace_s"):
+        RcuSync("m", -1.0)
