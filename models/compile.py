@@ -398,7 +398,7 @@ class _Refill:
 def _refill(scenario: Scenario) -> _Refill | None:
     """The refill of ``scenario``'s pools (None: no refill or nothing pooled)."""
     policy = scenario.pool_refill
-    if policy is None or not any(n > 0 for n in scenario.pools.values()):
+    if policy is None or not scenario.refills:
         return None
     targets = pool_targets(
         scenario.arrival_s, sandboxes=scenario.sandboxes, pools=scenario.pools, refill=policy

@@ -325,6 +325,12 @@ class Scenario(BaseModel):
             )
         return self
 
+    @property
+    def refills(self) -> bool:
+        """Whether its pools refill while the starts go on: a refill policy
+        and something pooled (a policy over no pool refills nothing)."""
+        return self.pool_refill is not None and any(n > 0 for n in self.pools.values())
+
     @classmethod
     def from_yaml(cls, path: str | Path) -> Scenario:
         """Load a scenario file; unknown fields and bad values are refused."""

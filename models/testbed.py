@@ -476,9 +476,7 @@ def testbed_lock_specs(c: TestbedCostTable | None = None, *, agent: bool = False
 def uses_agent(scenario: Scenario) -> bool:
     """Whether a node agent takes part in ``scenario``'s storm: it serves the
     sandboxes' calls, or it refills their pools (only an agent does)."""
-    return scenario.through_agent or (
-        scenario.pool_refill is not None and any(n > 0 for n in scenario.pools.values())
-    )
+    return scenario.through_agent or scenario.refills
 
 
 #: A node agent's own CPU (user + system) per plumbed namespace its one

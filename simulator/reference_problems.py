@@ -164,6 +164,15 @@ def _close(got: float, want: float, what: str, rel: float = 1e-9) -> None:
     assert math.isclose(got, want, rel_tol=rel, abs_tol=1e-12), f"{what}: {got!r}, want {want!r}"
 
 
+def _close_each(got: npt.ArrayLike, want: Sequence[float], what: str, rel: float = 1e-12) -> None:
+    """:func:`_close` for each of a run's per-task figures; ``what`` names
+    the task's figure with ``{i}`` for its index."""
+    values = np.asarray(got, dtype=np.float64).tolist()
+    assert len(values) == len(want), f"{what.format(i='each')}: {values}, want {list(want)}"
+    for i, (value, wanted) in enumerate(zip(values, want, strict=True)):
+        _close(value, wanted, what.format(i=i), rel=rel)
+
+
 def _streams(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
     """Separate generators for inter-arrival and service times, from one seed."""
     arrivals, services = np.random.default_rng(seed).spawn(2)
@@ -377,8 +386,7 @@ def processor_sharing_schedules() -> list[ReferenceProblem]:
         )
 
         def check(result: Result) -> None:
-            for i, (got, want) in enumerate(zip(result.finish_s.tolist(), finish_s, strict=True)):
-                _close(got, want, f"job {i} finished", rel=1e-12)
+            _close_each(result.finish_s, finish_s, "job {i} finished")
             _close(result.cpu.busy_core_s, float(sum(work_s)), "busy core-s", rel=1e-12)
 
         return ReferenceProblem(name=name, program=program, source=source, _check=check)
@@ -596,8 +604,7 @@ def kernel_hand_over_schedules() -> list[ReferenceProblem]:
         busy_core_s: float,
     ) -> ReferenceProblem:
         def check(result: Result) -> None:
-            for i, (got, want) in enumerate(zip(result.finish_s.tolist(), finish_s, strict=True)):
-                _close(got, want, f"sandbox {i} finished", rel=1e-12)
+            _close_each(result.finish_s, finish_s, "sandbox {i} finished")
             _close(result.locks["L"].wait_s, wait_s, "L's wait", rel=1e-12)
             _close(result.cpu.busy_core_s, busy_core_s, "busy core-s", rel=1e-12)
 
@@ -685,21 +692,15 @@ def pooled_across_stages() -> ReferenceProblem:
     plumb_s = (0.25, 2.25, 2.25, 2.25)
 
     def check(result: Result) -> None:
-        for i, (got, want) in enumerate(zip(result.finish_s.tolist(), finish_s, strict=True)):
-            _close(got, want, f"sandbox {i} finished", rel=1e-12)
+        _close_each(result.finish_s, finish_s, "sandbox {i} finished")
         _close(result.gates["plumb"].wait_s, gate_wait_s, "plumb's gate wait", rel=1e-12)
         assert result.gates["plumb"].entries == 4, f"entries {result.gates['plumb'].entries}"
         stats = result.pools["dev"]
         assert (stats.taken, stats.empty_starts) == (1, 3), (
             f"taken {stats.taken}, empty {stats.empty_starts}"
         )
-        done = result.branch_finish_s["after"].tolist()
-        for i, (got, want) in enumerate(zip(done, after_s, strict=True)):
-            _close(got, want, f"sandbox {i}'s branch finished", rel=1e-12)
-        for i, (got, want) in enumerate(
-            zip(result.stage_time_s["plumb"].tolist(), plumb_s, strict=True)
-        ):
-            _close(got, want, f"sandbox {i}'s time in plumb", rel=1e-12)
+        _close_each(result.branch_finish_s["after"], after_s, "sandbox {i}'s branch finished")
+        _close_each(result.stage_time_s["plumb"], plumb_s, "sandbox {i}'s time in plumb")
 
     return ReferenceProblem(
         name="a making that goes on into a limited stage",
@@ -770,8 +771,7 @@ def trimmed_pool() -> ReferenceProblem:
     branches_s = (2.5, 2.5, 4.5)
 
     def check(result: Result) -> None:
-        for i, got in enumerate(result.finish_s.tolist()):
-            _close(got, arrival_s[i], f"sandbox {i} finished", rel=1e-12)
+        _close_each(result.finish_s, arrival_s, "sandbox {i} finished")
         line = result.pool_timelines["dev"]
         got_events = list(
             zip(
@@ -786,10 +786,7 @@ def trimmed_pool() -> ReferenceProblem:
         for event, wanted in zip(got_events, events, strict=True):
             _close(event[0], wanted[0], f"time of {wanted[1].name}", rel=1e-12)
             assert event[1:] == wanted[1:], f"pool event {event}, want {wanted}"
-        for i, (done_s, want_s) in enumerate(
-            zip(result.branch_finish_s["refill"].tolist(), branches_s, strict=True)
-        ):
-            _close(done_s, want_s, f"sandbox {i}'s refill branch finished", rel=1e-12)
+        _close_each(result.branch_finish_s["refill"], branches_s, "sandbox {i}'s refill branch")
         stats = result.pools["dev"]
         assert (stats.taken, stats.empty_starts, stats.made, stats.trimmed) == (3, 0, 4, 2), (
             f"taken {stats.taken}, empty {stats.empty_starts}, made {stats.made}, "
@@ -831,8 +828,7 @@ def rcu_sync_writers() -> ReferenceProblem:
     finish_s = (1.1, 1.2, 4.1, 4.6)
 
     def check(result: Result) -> None:
-        for i, (got, want) in enumerate(zip(result.finish_s.tolist(), finish_s, strict=True)):
-            _close(got, want, f"writer {i} finished", rel=1e-12)
+        _close_each(result.finish_s, finish_s, "writer {i} finished")
         _close(result.locks["m"].hold_s, 2.4, "the mutex's holds", rel=1e-12)
         _close(result.locks["m"].wait_s, 0.6, "the mutex's waits", rel=1e-12)
 
